@@ -1,0 +1,233 @@
+#include "config.h"
+
+#include <ini.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_CHOICE } KeyType;
+
+typedef struct {
+    const char* name;
+    KeyType type;
+    size_t offset;
+    const char* choices[3];  // KEY_CHOICE: value i is stored as int i
+} Key;
+
+#define K(name, type) {#name, type, offsetof(Config, name), {0}}
+static const Key KEYS[] = {
+    {"attention", KEY_CHOICE, offsetof(Config, attention), {"standard", "diff", 0}},
+    K(n_layer, KEY_INT), K(d_model, KEY_INT), K(n_head, KEY_INT), K(head_dim, KEY_INT),
+    K(head_norm, KEY_BOOL), K(lambda_init, KEY_STRING), K(ffn_hidden, KEY_INT),
+    K(rope_theta, KEY_FLOAT), K(seq_len, KEY_INT), K(init_std, KEY_FLOAT),
+    K(data, KEY_STRING), K(out, KEY_STRING),
+    K(batch_size, KEY_INT), K(grad_accum, KEY_INT), K(steps, KEY_INT), K(lr, KEY_FLOAT),
+    K(lr_final, KEY_FLOAT), K(warmup_steps, KEY_INT),
+    {"schedule", KEY_CHOICE, offsetof(Config, schedule), {"linear", "cosine", 0}},
+    K(beta1, KEY_FLOAT), K(beta2, KEY_FLOAT), K(adam_eps, KEY_FLOAT), K(weight_decay, KEY_FLOAT),
+    K(grad_clip, KEY_FLOAT), K(seed, KEY_INT),
+    K(eval_every, KEY_INT), K(eval_batches, KEY_INT), K(checkpoint_every, KEY_INT), K(log_every, KEY_INT),
+};
+#undef K
+#define N_KEYS (sizeof(KEYS) / sizeof(KEYS[0]))
+
+void config_defaults(Config* cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->attention = ATTN_DIFF;
+    cfg->n_layer = 6;
+    cfg->d_model = 256;
+    cfg->n_head = 4;
+    cfg->head_norm = 1;
+    strcpy(cfg->lambda_init, "schedule");
+    cfg->rope_theta = 10000.0f;
+    cfg->seq_len = 256;
+    cfg->init_std = 0.02f;
+    strcpy(cfg->data, "data/default");
+    strcpy(cfg->out, "results/runs/default");
+    cfg->batch_size = 16;
+    cfg->grad_accum = 1;
+    cfg->steps = 1000;
+    cfg->lr = 1e-3f;
+    cfg->warmup_steps = 100;
+    cfg->beta1 = 0.9f;
+    cfg->beta2 = 0.98f;
+    cfg->adam_eps = 1e-8f;
+    cfg->weight_decay = 0.05f;
+    cfg->grad_clip = 1.0f;
+    cfg->seed = 1337;
+    cfg->eval_every = 100;
+    cfg->eval_batches = 8;
+    cfg->checkpoint_every = 200;
+    cfg->log_every = 10;
+}
+
+// Sets one key from text; returns NULL on success or a static message saying what is wrong.
+static const char* set_key(Config* cfg, const char* name, const char* value) {
+    static char msg[512];
+    const Key* key = NULL;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (strcmp(KEYS[i].name, name) == 0) key = &KEYS[i];
+    }
+    if (!key) {
+        snprintf(msg, sizeof(msg), "unknown key '%s'", name);
+        return msg;
+    }
+    char* field = (char*)cfg + key->offset;
+    char* end = NULL;
+    switch (key->type) {
+    case KEY_INT: {
+        long v = strtol(value, &end, 10);
+        if (end == value || *end || v < -2147483647L || v > 2147483647L) break;
+        *(int*)field = (int)v;
+        return NULL;
+    }
+    case KEY_FLOAT: {
+        float v = strtof(value, &end);
+        if (end == value || *end || !isfinite(v)) break;
+        *(float*)field = v;
+        return NULL;
+    }
+    case KEY_BOOL:
+        if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0) { *(int*)field = 1; return NULL; }
+        if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0) { *(int*)field = 0; return NULL; }
+        break;
+    case KEY_STRING:
+        if (strlen(value) >= CONFIG_STR) break;
+        strcpy(field, value);
+        return NULL;
+    case KEY_CHOICE:
+        for (int i = 0; key->choices[i]; i++) {
+            if (strcmp(key->choices[i], value) == 0) { *(int*)field = i; return NULL; }
+        }
+        break;
+    }
+    static const char* expected[] = {"an integer", "a finite number", "true or false", "a string under 256 bytes"};
+    if (key->type == KEY_CHOICE) {
+        snprintf(msg, sizeof(msg), "key '%s': '%s' is not one of %s, %s", name, value, key->choices[0], key->choices[1]);
+    } else {
+        snprintf(msg, sizeof(msg), "key '%s': '%s' is not %s", name, value, expected[key->type]);
+    }
+    return msg;
+}
+
+typedef struct {
+    Config* cfg;
+    const char* first_error;
+    char error[512];
+} ParseState;
+
+static int on_recipe_line(void* user, const char* section, const char* name, const char* value) {
+    ParseState* st = user;
+    const char* err = section[0] ? "sections are not used: write plain 'key = value' lines" : set_key(st->cfg, name, value);
+    if (err && !st->first_error) {
+        snprintf(st->error, sizeof(st->error), "%s", err);
+        st->first_error = st->error;
+    }
+    return err == NULL;
+}
+
+static void report_parse(int rc, const ParseState* st, const char* origin) {
+    if (rc < 0) die("cannot open recipe '%s'", origin);
+    if (rc > 0) die("%s:%d: %s", origin, rc, st->first_error ? st->first_error : "syntax error (expected 'key = value')");
+}
+
+void config_load_file(Config* cfg, const char* path) {
+    ParseState st = {cfg, NULL, {0}};
+    report_parse(ini_parse(path, on_recipe_line, &st), &st, path);
+}
+
+void config_load_string(Config* cfg, const char* text, const char* origin) {
+    ParseState st = {cfg, NULL, {0}};
+    report_parse(ini_parse_string(text, on_recipe_line, &st), &st, origin);
+}
+
+void config_apply_override(Config* cfg, const char* kv) {
+    const char* eq = strchr(kv, '=');
+    if (!eq || eq == kv) die("command-line override '%s': expected key=value", kv);
+    char name[128];
+    size_t n = (size_t)(eq - kv);
+    if (n >= sizeof(name)) die("command-line override '%s': key too long", kv);
+    memcpy(name, kv, n);
+    name[n] = 0;
+    const char* err = set_key(cfg, name, eq + 1);
+    if (err) die("command-line override '%s': %s", kv, err);
+}
+
+int config_maps(const Config* cfg) { return cfg->attention == ATTN_DIFF ? 2 : 1; }
+
+int config_head_dim(const Config* cfg) {
+    if (cfg->head_dim) return cfg->head_dim;
+    int per = config_maps(cfg) * cfg->n_head;
+    return per > 0 ? cfg->d_model / per : 0;
+}
+
+int config_ffn_hidden(const Config* cfg) {
+    if (cfg->ffn_hidden) return cfg->ffn_hidden;
+    int f = (8 * cfg->d_model + 2) / 3;
+    return (f + 63) / 64 * 64;
+}
+
+static int parse_lambda_init(const Config* cfg, float* constant) {
+    if (strcmp(cfg->lambda_init, "schedule") == 0) return 0;
+    char* end;
+    *constant = strtof(cfg->lambda_init, &end);
+    if (end == cfg->lambda_init || *end || !isfinite(*constant)) {
+        die("key 'lambda_init': '%s' is neither 'schedule' nor a number", cfg->lambda_init);
+    }
+    return 1;
+}
+
+float config_lambda_init(const Config* cfg, int depth) {
+    float constant;
+    if (parse_lambda_init(cfg, &constant)) return constant;
+    return 0.8f - 0.6f * expf(-0.3f * (float)depth);
+}
+
+void config_validate(const Config* cfg) {
+    struct { const char* key; int value; } positive[] = {
+        {"n_layer", cfg->n_layer}, {"d_model", cfg->d_model}, {"n_head", cfg->n_head},
+        {"seq_len", cfg->seq_len}, {"batch_size", cfg->batch_size}, {"grad_accum", cfg->grad_accum},
+        {"steps", cfg->steps}, {"eval_batches", cfg->eval_batches}, {"log_every", cfg->log_every},
+    };
+    for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++) {
+        if (positive[i].value <= 0) die("key '%s' must be positive, got %d", positive[i].key, positive[i].value);
+    }
+    int M = config_maps(cfg), D = config_head_dim(cfg);
+    const char* times = M == 2 ? "2 x n_head x head_dim (diff attention)" : "n_head x head_dim";
+    if (D <= 0 || M * cfg->n_head * D != cfg->d_model) {
+        die("key 'd_model': %d must equal %s = %d x %d x %d", cfg->d_model, times, M, cfg->n_head, D);
+    }
+    if (D % 2) die("key 'head_dim': %d must be even (RoPE rotates channel pairs)", D);
+    if (cfg->ffn_hidden < 0) die("key 'ffn_hidden' must be 0 (automatic) or positive");
+    if (cfg->warmup_steps < 0) die("key 'warmup_steps' must be >= 0");
+    if (cfg->eval_every < 0 || cfg->checkpoint_every < 0) die("keys 'eval_every' and 'checkpoint_every' must be >= 0");
+    if (!(cfg->lr > 0)) die("key 'lr' must be positive");
+    if (cfg->lr_final < 0) die("key 'lr_final' must be >= 0");
+    if (!(cfg->beta1 >= 0 && cfg->beta1 < 1 && cfg->beta2 >= 0 && cfg->beta2 < 1)) die("keys 'beta1', 'beta2' must lie in [0, 1)");
+    if (!(cfg->rope_theta > 0)) die("key 'rope_theta' must be positive");
+    float constant;
+    parse_lambda_init(cfg, &constant);
+}
+
+char* config_to_text(const Config* cfg) {
+    size_t cap = N_KEYS * (CONFIG_STR + 64), len = 0;
+    char* text = mallocCheck(cap);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const Key* k = &KEYS[i];
+        const char* field = (const char*)cfg + k->offset;
+        char value[CONFIG_STR + 32];
+        switch (k->type) {
+        case KEY_INT: snprintf(value, sizeof(value), "%d", *(const int*)field); break;
+        case KEY_FLOAT: snprintf(value, sizeof(value), "%.9g", *(const float*)field); break;
+        case KEY_BOOL: snprintf(value, sizeof(value), "%s", *(const int*)field ? "true" : "false"); break;
+        case KEY_STRING: snprintf(value, sizeof(value), "%s", field); break;
+        case KEY_CHOICE: snprintf(value, sizeof(value), "%s", k->choices[*(const int*)field]); break;
+        }
+        len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", k->name, value);
+    }
+    return text;
+}

@@ -1,0 +1,56 @@
+// Run configuration: one flat recipe file of "key = value" lines plus "key=value" overrides
+// from the command line. Every key, its type and its default live in one table (config.c).
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#define CONFIG_STR 256
+
+typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1 } AttentionKind;
+typedef enum { SCHEDULE_LINEAR = 0, SCHEDULE_COSINE = 1 } ScheduleKind;
+
+typedef struct {
+    // model
+    int attention;       // AttentionKind
+    int n_layer;         // L
+    int d_model;         // C
+    int n_head;          // H
+    int head_dim;        // D, width of one Q/K (sub-)head; 0 = d_model / (maps * H)
+    int head_norm;       // per-head RMSNorm over the head's V width (the paper's GroupNorm)
+    char lambda_init[CONFIG_STR];  // "schedule" (0.8 - 0.6 exp(-0.3 depth)) or a constant
+    int ffn_hidden;      // F; 0 = 8/3 C rounded up to a multiple of 64
+    float rope_theta;
+    int seq_len;         // T
+    float init_std;
+    // data
+    char data[CONFIG_STR];  // directory made by `difftx prepare`
+    char out[CONFIG_STR];   // run directory: checkpoint and log
+    // optimisation
+    int batch_size;      // B, sequences per micro-batch
+    int grad_accum;      // micro-batches per optimizer step
+    int steps;
+    float lr;
+    float lr_final;      // learning rate reached at the last step
+    int warmup_steps;
+    int schedule;        // ScheduleKind, after warmup
+    float beta1, beta2, adam_eps, weight_decay, grad_clip;
+    int seed;
+    int eval_every, eval_batches, checkpoint_every, log_every;
+} Config;
+
+void config_defaults(Config* cfg);
+// Both die with the file and line (or the override text) and key on any bad input.
+void config_load_file(Config* cfg, const char* path);
+void config_apply_override(Config* cfg, const char* key_equals_value);
+// Cross-key checks (divisibility, ranges); dies naming the key.
+void config_validate(const Config* cfg);
+// "key = value" lines for every key, loadable again with config_load_string.
+char* config_to_text(const Config* cfg);
+void config_load_string(Config* cfg, const char* text, const char* origin);
+
+int config_maps(const Config* cfg);          // M: softmax maps per head, 1 standard, 2 diff
+int config_head_dim(const Config* cfg);      // D after resolving 0
+int config_ffn_hidden(const Config* cfg);    // F after resolving 0
+// lambda_init for layer `depth` (from 0); only meaningful for diff
+float config_lambda_init(const Config* cfg, int depth);
+
+#endif

@@ -1,0 +1,147 @@
+#include "layers.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
+                accumulate ? 1.0f : 0.0f, out, OC);
+}
+
+void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float* x = inp + (size_t)r * W;
+        float* o = out + (size_t)r * W;
+        float ss = 0.0f;
+        for (int i = 0; i < W; i++) ss += x[i] * x[i];
+        float s = 1.0f / sqrtf(ss / W + RMSNORM_EPS);
+        rstd[r] = s;
+        for (int i = 0; i < W; i++) o[i] = x[i] * s * weight[i] * out_scale;
+    }
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, float out_scale, int rows, int W) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float* x = inp + (size_t)r * W;
+        const float* d = dout + (size_t)r * W;
+        float* dx = dinp + (size_t)r * W;
+        float s = rstd[r];
+        float dot = 0.0f;  // sum_i dxhat_i * xhat_i
+        for (int i = 0; i < W; i++) dot += d[i] * weight[i] * out_scale * x[i] * s;
+        dot /= W;
+        for (int i = 0; i < W; i++) dx[i] += s * (d[i] * weight[i] * out_scale - x[i] * s * dot);
+    }
+    // serial over rows so the sum's order never depends on the thread count
+    for (int r = 0; r < rows; r++) {
+        const float* x = inp + (size_t)r * W;
+        const float* d = dout + (size_t)r * W;
+        float k = rstd[r] * out_scale;
+        for (int i = 0; i < W; i++) dweight[i] += d[i] * x[i] * k;
+    }
+}
+
+void rope_precompute(float* cos_sin, int T, int D, float theta) {
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < D / 2; j++) {
+            double angle = t * pow(theta, -2.0 * j / D);
+            cos_sin[((size_t)t * (D / 2) + j) * 2 + 0] = (float)cos(angle);
+            cos_sin[((size_t)t * (D / 2) + j) * 2 + 1] = (float)sin(angle);
+        }
+    }
+}
+
+void rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse) {
+    float sign = inverse ? -1.0f : 1.0f;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float* cs = cos_sin + (size_t)(r % T) * D;
+        for (int h = 0; h < heads; h++) {
+            float* v = x + (size_t)r * stride + (size_t)h * D;
+            for (int j = 0; j < D / 2; j++) {
+                float c = cs[2 * j], s = sign * cs[2 * j + 1];
+                float a = v[2 * j], b = v[2 * j + 1];
+                v[2 * j] = a * c - b * s;
+                v[2 * j + 1] = a * s + b * c;
+            }
+        }
+    }
+}
+
+void swiglu_forward(float* h, const float* gate_up, int N, int F) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = gate_up + (size_t)n * 2 * F;
+        const float* u = g + F;
+        float* o = h + (size_t)n * F;
+        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = gate_up + (size_t)n * 2 * F;
+        const float* u = g + F;
+        const float* d = dh + (size_t)n * F;
+        float* dg = dgate_up + (size_t)n * 2 * F;
+        float* du = dg + F;
+        for (int i = 0; i < F; i++) {
+            float sig = 1.0f / (1.0f + expf(-g[i]));
+            float silu = g[i] * sig;
+            du[i] = d[i] * silu;
+            dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+        }
+    }
+}
+
+void embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) memcpy(x + (size_t)n * C, tok_embedding + (size_t)tokens[n] * C, C * sizeof(float));
+}
+
+void embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        float* dst = dtok_embedding + (size_t)tokens[n] * C;
+        const float* src = dx + (size_t)n * C;
+        for (int i = 0; i < C; i++) dst[i] += src[i];
+    }
+}
+
+double crossentropy_forward(float* probs, float* row_loss, const int* targets, int N, int V) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* p = probs + (size_t)n * V;
+        float target_logit = p[targets[n]];
+        float maxv = p[0];
+        for (int i = 1; i < V; i++) maxv = p[i] > maxv ? p[i] : maxv;
+        float sum = 0.0f;
+        for (int i = 0; i < V; i++) {
+            p[i] = expf(p[i] - maxv);
+            sum += p[i];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < V; i++) p[i] *= inv;
+        row_loss[n] = logf(sum) + maxv - target_logit;
+    }
+    double total = 0.0;  // serial: the sum must not depend on the thread count
+    for (int n = 0; n < N; n++) total += row_loss[n];
+    return total;
+}
+
+void crossentropy_backward(float* probs, const int* targets, float dloss, int N, int V) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* p = probs + (size_t)n * V;
+        for (int i = 0; i < V; i++) p[i] *= dloss;
+        p[targets[n]] -= dloss;
+    }
+}

@@ -1,0 +1,102 @@
+// The decoder-only model: token embedding, L pre-RMSNorm layers of attention (standard or
+// differential) and SwiGLU, final RMSNorm, untied LM head. No biases.
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+// One named parameter tensor inside the contiguous parameter block; the names are the HDF5
+// dataset paths of docs/checkpoint.md.
+typedef struct {
+    char name[64];
+    int ndim;
+    int shape[2];
+    size_t offset, size;
+    int decay;  // weight matrices get AdamW weight decay, gains and lambda vectors do not
+} ParamTensor;
+
+// Pointers of one layer into the parameter (or gradient) block. wq, wk, wv are stored back to
+// back so that wqkv is one (QKV, C) matrix; w_gate and w_up likewise form one (2F, C) matrix.
+typedef struct {
+    float* attn_norm;   // (C)
+    float* wqkv;        // (QKV, C) = [wq (M*H*D, C); wk (M*H*D, C); wv (H*Dv, C)]
+    float* wo;          // (C, H*Dv)
+    float* lambda;      // (4, D) = lambda_q1, lambda_k1, lambda_q2, lambda_k2; diff only
+    float* head_norm;   // (Dv); only with head_norm
+    float* ffn_norm;    // (C)
+    float* w_gate_up;   // (2F, C) = [w_gate (F, C); w_up (F, C)]
+    float* w_down;      // (C, F)
+} LayerParams;
+
+typedef struct {
+    float* tok_embedding;  // (V, C)
+    LayerParams* layers;   // (L)
+    float* final_norm;     // (C)
+    float* lm_head;        // (V, C)
+} Params;
+
+// Saved activations of one layer, all for N = B*T rows.
+typedef struct {
+    float* x;          // (N, C) layer input (residual stream)
+    float* ln1;        // (N, C)
+    float* ln1_rstd;   // (N)
+    float* qkv;        // (N, QKV), q and k after RoPE
+    float* lse;        // (B, H, M, T)
+    float* y;          // (N, H*Dv) attention output before the head norm
+    float* hn;         // (N, H*Dv) after the head norm; aliases y without head_norm
+    float* hn_rstd;    // (N*H)
+    float* mid;        // (N, C) residual after attention
+    float* ln2;        // (N, C)
+    float* ln2_rstd;   // (N)
+    float* gate_up;    // (N, 2F)
+    float* h;          // (N, F)
+} LayerActs;
+
+typedef struct {
+    Config cfg;
+    int V, L, C, H, D, M, Dv, F, QKV;
+    float* lambda_init;  // (L)
+    float* lambda;       // (L) this forward's lambda per layer
+    float* dlambda;      // (L) dloss/dlambda of the last backward
+
+    ParamTensor* tensors;
+    int n_tensors;
+    size_t n_params;
+    float* params_memory;
+    float* grads_memory;
+    Params params, grads;
+
+    // activations, sized for B x T; inference keeps one layer's worth and reuses it
+    int B, T, training;
+    float* acts_memory;
+    LayerActs* acts;      // (L) or (1)
+    float* x_final;       // (N, C)
+    float* lnf;           // (N, C)
+    float* lnf_rstd;      // (N)
+    float* logits;        // (N, V) logits, then probabilities, then dlogits
+    float* row_loss;      // (N)
+    float* rope;          // (T, D/2, 2)
+    float* grad_scratch;  // backward-only buffers for one layer
+    int* targets;         // (N) copy of the last forward's targets
+    int* tokens;          // (N)
+    double loss;          // mean loss of the last forward, NaN before any
+} Model;
+
+// Shapes and parameter layout from a validated config; parameters allocated, not initialised.
+void model_build(Model* model, const Config* cfg, int vocab_size);
+void model_init_params(Model* model, uint64_t seed);
+void model_free(Model* model);
+// tokens, targets (B, T); targets may be NULL (no loss). training keeps every layer's
+// activations for backward.
+void model_forward(Model* model, const int* tokens, const int* targets, int B, int T, int training);
+// Accumulates (+=) dloss/dparams into grads; dloss_scale multiplies the mean loss gradient
+// (1 / grad_accum for gradient accumulation).
+void model_backward(Model* model, float dloss_scale);
+void model_zero_grad(Model* model);
+size_t model_matmul_params(const Model* model);  // every weight used in a matmul, LM head too
+double model_flops_per_token(const Model* model, int T);  // training: 6 N_matmul + attention
+
+#endif

@@ -1,0 +1,44 @@
+// Checked allocation and I/O, error reporting, timing and a counter-based RNG.
+// Every failure names the source location and, where there is one, the file.
+#ifndef UTIL_H
+#define UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+void die_at(const char* src, int line, const char* fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+
+void* malloc_check(size_t size, const char* src, int line);
+void* calloc_check(size_t n, size_t size, const char* src, int line);
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+#define callocCheck(n, size) calloc_check(n, size, __FILE__, __LINE__)
+
+FILE* fopen_check(const char* path, const char* mode, const char* src, int line);
+void fread_check(void* ptr, size_t size, size_t n, FILE* f, const char* path, const char* src, int line);
+void fwrite_check(const void* ptr, size_t size, size_t n, FILE* f, const char* path, const char* src, int line);
+void fclose_check(FILE* f, const char* path, const char* src, int line);
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+#define freadCheck(ptr, size, n, f, path) fread_check(ptr, size, n, f, path, __FILE__, __LINE__)
+#define fwriteCheck(ptr, size, n, f, path) fwrite_check(ptr, size, n, f, path, __FILE__, __LINE__)
+#define fcloseCheck(f, path) fclose_check(f, path, __FILE__, __LINE__)
+
+// Whole-file writes go to "<path>.tmp" and are renamed into place, so a reader never sees a
+// half-written file. tmp_path fills buf with the temporary name.
+void tmp_path(char* buf, size_t n, const char* path);
+void rename_check(const char* from, const char* to, const char* src, int line);
+#define renameCheck(from, to) rename_check(from, to, __FILE__, __LINE__)
+void mkdir_p(const char* path);
+char* read_text_file(const char* path, size_t* len);  // NUL-terminated, caller frees
+
+double wall_time(void);
+size_t peak_rss_bytes(void);
+
+// splitmix64: stateless given the state word, so a checkpoint stores one uint64.
+uint64_t rng_next(uint64_t* state);
+float rng_uniform(uint64_t* state);  // [0, 1)
+float rng_normal(uint64_t* state);   // N(0, 1), Box-Muller
+uint64_t hash64(uint64_t x);
+
+#endif

@@ -1,0 +1,233 @@
+// Finite-difference gradient checks: every layer's backward, then the whole model for both
+// attention variants and every switch.
+//
+// Tolerance: fp32 central differences with step h = 1e-2 (layers) or 1e-3 (whole model, whose
+// loss is a mean). The loss is summed in double, so the numeric gradient's rounding error is
+// about 1e-7 |loss| / h and its truncation error about h^2 |f'''|; with losses of order 1-10 both
+// stay below the atol = 1e-3 (layers) / 2e-4 (model) used with rtol = 1e-2. A sign or factor
+// error in a backward pass misses these bounds by orders of magnitude.
+#include <string.h>
+
+#include "../model/attention.h"
+#include "../model/layers.h"
+#include "../model/model.h"
+#include "../model/util.h"
+#include "check.h"
+
+static uint64_t rng_state = 42;
+
+static float* random_array(size_t n, float std) {
+    float* a = mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) a[i] = std * rng_normal(&rng_state);
+    return a;
+}
+
+static double weighted_sum(const float* out, const float* R, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)out[i] * R[i];
+    return s;
+}
+
+// ---- matmul ----
+typedef struct { float *inp, *w, *out, *R; int N, IC, OC; } MatmulCase;
+static double matmul_loss(void* p) {
+    MatmulCase* c = p;
+    matmul_forward(c->out, c->inp, c->w, c->N, c->IC, c->OC, 0);
+    return weighted_sum(c->out, c->R, (size_t)c->N * c->OC);
+}
+static void test_matmul(void) {
+    MatmulCase c = {random_array(5 * 7, 1), random_array(6 * 7, 1), random_array(5 * 6, 1), random_array(5 * 6, 1), 5, 7, 6};
+    float* dinp = random_array(5 * 7, 1);  // overwritten by backward
+    float* dw = calloc(6 * 7, sizeof(float));
+    matmul_backward(dinp, dw, c.R, c.inp, c.w, 5, 7, 6);
+    grad_check("matmul d_inp", matmul_loss, &c, c.inp, dinp, 35, 100, 1e-2, 1e-2, 1e-3);
+    grad_check("matmul d_w", matmul_loss, &c, c.w, dw, 42, 100, 1e-2, 1e-2, 1e-3);
+    // accumulate adds to what out held
+    float* base = random_array(5 * 6, 1);
+    memcpy(c.out, base, sizeof(float) * 30);
+    matmul_forward(c.out, c.inp, c.w, 5, 7, 6, 1);
+    double expect = base[7];
+    for (int i = 0; i < 7; i++) expect += (double)c.inp[1 * 7 + i] * c.w[1 * 7 + i];
+    CHECK(fabs(c.out[7] - expect) < 1e-5, "matmul accumulate: %g vs %g", c.out[7], expect);
+    free(c.inp); free(c.w); free(c.out); free(c.R); free(dinp); free(dw); free(base);
+}
+
+// ---- rmsnorm ----
+typedef struct { float *inp, *w, *out, *rstd, *R; float scale; int rows, W; } NormCase;
+static double norm_loss(void* p) {
+    NormCase* c = p;
+    rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->scale, c->rows, c->W);
+    return weighted_sum(c->out, c->R, (size_t)c->rows * c->W);
+}
+static void test_rmsnorm(void) {
+    NormCase c = {random_array(6 * 8, 1), random_array(8, 1), random_array(48, 1), random_array(6, 1), random_array(48, 1), 0.7f, 6, 8};
+    norm_loss(&c);
+    float* dinp = calloc(48, sizeof(float));
+    float* dw = calloc(8, sizeof(float));
+    rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, c.scale, 6, 8);
+    grad_check("rmsnorm d_inp (out_scale 0.7)", norm_loss, &c, c.inp, dinp, 48, 100, 1e-2, 1e-2, 1e-3);
+    grad_check("rmsnorm d_weight", norm_loss, &c, c.w, dw, 8, 100, 1e-2, 1e-2, 1e-3);
+    // hand case: x = (3, 4), weight 1: rms = sqrt(12.5 + eps)
+    float x[2] = {3, 4}, one[2] = {1, 1}, out[2], rstd;
+    rmsnorm_forward(out, &rstd, x, one, 1.0f, 1, 2);
+    CHECK(fabsf(out[0] - 3.0f / sqrtf(12.5f + RMSNORM_EPS)) < 1e-6f, "rmsnorm hand case: %g", out[0]);
+    free(c.inp); free(c.w); free(c.out); free(c.rstd); free(c.R); free(dinp); free(dw);
+}
+
+// ---- rope ----
+typedef struct { float *x, *work, *cs, *R; int rows, T, heads, D, stride; } RopeCase;
+static double rope_loss(void* p) {
+    RopeCase* c = p;
+    memcpy(c->work, c->x, sizeof(float) * c->rows * c->stride);
+    rope_apply(c->work, c->cs, c->rows, c->T, c->heads, c->D, c->stride, 0);
+    return weighted_sum(c->work, c->R, (size_t)c->rows * c->stride);
+}
+static void test_rope(void) {
+    int rows = 6, T = 3, heads = 2, D = 4, stride = 10;  // 2 columns past the heads stay untouched
+    float cs[3 * 4];
+    rope_precompute(cs, T, D, 10000.0f);
+    RopeCase c = {random_array(60, 1), random_array(60, 1), cs, random_array(60, 1), rows, T, heads, D, stride};
+    float* grad = mallocCheck(60 * sizeof(float));
+    memcpy(grad, c.R, 60 * sizeof(float));
+    rope_apply(grad, cs, rows, T, heads, D, stride, 1);
+    grad_check("rope d_x (inverse rotation)", rope_loss, &c, c.x, grad, 60, 100, 1e-2, 1e-2, 1e-3);
+    // hand case: position 1, pair j=1 of D=4 turns by angle 1 * 10000^(-1/2) = 0.01 rad
+    float v[4] = {0, 0, 1, 0}, cs2[2 * 4];
+    rope_precompute(cs2, 2, 4, 10000.0f);
+    float row2[8] = {0, 0, 0, 0, 0, 0, 1, 0};
+    rope_apply(row2, cs2, 2, 2, 1, 4, 4, 0);
+    CHECK(fabsf(row2[6] - cosf(0.01f)) < 1e-6f && fabsf(row2[7] - sinf(0.01f)) < 1e-6f, "rope hand case: %g %g", row2[6], row2[7]);
+    (void)v;
+    free(c.x); free(c.work); free(c.R); free(grad);
+}
+
+// ---- swiglu ----
+typedef struct { float *gu, *h, *R; int N, F; } SwigluCase;
+static double swiglu_loss(void* p) {
+    SwigluCase* c = p;
+    swiglu_forward(c->h, c->gu, c->N, c->F);
+    return weighted_sum(c->h, c->R, (size_t)c->N * c->F);
+}
+static void test_swiglu(void) {
+    SwigluCase c = {random_array(4 * 10, 2), random_array(20, 1), random_array(20, 1), 4, 5};
+    float* dgu = mallocCheck(40 * sizeof(float));
+    swiglu_backward(dgu, c.R, c.gu, 4, 5);
+    grad_check("swiglu d_gate_up", swiglu_loss, &c, c.gu, dgu, 40, 100, 1e-2, 1e-2, 1e-3);
+    free(c.gu); free(c.h); free(c.R); free(dgu);
+}
+
+// ---- cross-entropy ----
+typedef struct { float *logits, *work, *row; int* targets; int N, V; } CeCase;
+static double ce_loss(void* p) {
+    CeCase* c = p;
+    memcpy(c->work, c->logits, sizeof(float) * c->N * c->V);
+    return crossentropy_forward(c->work, c->row, c->targets, c->N, c->V);
+}
+static void test_crossentropy(void) {
+    int targets[3] = {0, 4, 2};
+    CeCase c = {random_array(15, 2), random_array(15, 1), random_array(3, 1), targets, 3, 5};
+    ce_loss(&c);
+    crossentropy_backward(c.work, targets, 1.0f, 3, 5);
+    float* grad = mallocCheck(15 * sizeof(float));
+    memcpy(grad, c.work, 15 * sizeof(float));
+    grad_check("crossentropy d_logits", ce_loss, &c, c.logits, grad, 15, 100, 1e-2, 1e-2, 1e-3);
+    float uniform[4] = {0, 0, 0, 0}, row;
+    int t = 1;
+    CHECK(fabs(crossentropy_forward(uniform, &row, &t, 1, 4) - log(4.0)) < 1e-6, "uniform logits give log V");
+    free(c.logits); free(c.work); free(c.row); free(grad);
+}
+
+// ---- attention ----
+typedef struct { float *qkv, *y, *lse, *R; float lambda; int B, T, H, D, M; } AttnCase;
+static double attn_loss(void* p) {
+    AttnCase* c = p;
+    attention_forward(c->y, c->lse, c->qkv, c->lambda, c->B, c->T, c->H, c->D, c->M);
+    return weighted_sum(c->y, c->R, (size_t)c->B * c->T * c->H * c->M * c->D);
+}
+static double attn_loss_lambda(void* p) { return attn_loss(p); }
+
+static void test_attention(int M, int T) {
+    int B = 2, H = 2, D = 4, Dv = M * D, QKV = 2 * M * H * D + H * Dv;
+    size_t N = (size_t)B * T;
+    AttnCase c = {random_array(N * QKV, 1), random_array(N * H * Dv, 1), random_array(N * H * M, 1),
+                  random_array(N * H * Dv, 1), 0.6f, B, T, H, D, M};
+    attn_loss(&c);
+    float* dqkv = random_array(N * QKV, 1);  // must be overwritten entirely
+    float dlambda = attention_backward(dqkv, c.R, c.qkv, c.lse, c.lambda, B, T, H, D, M);
+    char what[96];
+    snprintf(what, sizeof(what), "attention M=%d T=%d d_qkv", M, T);
+    grad_check(what, attn_loss, &c, c.qkv, dqkv, N * QKV, 400, 1e-2, 1e-2, 1e-3);
+    if (M == 2) {
+        snprintf(what, sizeof(what), "attention M=%d T=%d d_lambda", M, T);
+        grad_check(what, attn_loss_lambda, &c, &c.lambda, &dlambda, 1, 1, 1e-2, 1e-2, 1e-3);
+    }
+    // hand case: the first query sees only the first key, so y[0] = v[0] (M=1) or (1 - lambda) v[0]
+    attn_loss(&c);
+    float expect = c.qkv[2 * M * H * D] * (M == 2 ? 1.0f - c.lambda : 1.0f);
+    CHECK(fabsf(c.y[0] - expect) < 1e-5f, "attention position 0: %g vs %g", c.y[0], expect);
+    free(c.qkv); free(c.y); free(c.lse); free(c.R); free(dqkv);
+}
+
+// ---- whole model ----
+typedef struct { Model* model; int* tokens; int* targets; int B, T; } ModelCase;
+static double model_loss(void* p) {
+    ModelCase* c = p;
+    model_forward(c->model, c->tokens, c->targets, c->B, c->T, 1);
+    return c->model->loss;
+}
+
+static void test_model(int attention, int head_norm, const char* lambda_init) {
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.attention = attention;
+    cfg.n_layer = 2;
+    cfg.d_model = 16;
+    cfg.n_head = 2;
+    cfg.head_norm = head_norm;
+    snprintf(cfg.lambda_init, sizeof(cfg.lambda_init), "%s", lambda_init);
+    cfg.init_std = 0.3f;  // large enough that attention is far from uniform
+    config_validate(&cfg);
+    Model model;
+    model_build(&model, &cfg, 32);
+    model_init_params(&model, 7);
+    int B = 2, T = 70;  // two query blocks
+    int tokens[2 * 70], targets[2 * 70];
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (int)(rng_next(&rng_state) % 32);
+        targets[i] = (int)(rng_next(&rng_state) % 32);
+    }
+    ModelCase c = {&model, tokens, targets, B, T};
+    model_zero_grad(&model);
+    model_loss(&c);
+    model_backward(&model, 1.0f);
+    float* grads = mallocCheck(model.n_params * sizeof(float));
+    memcpy(grads, model.grads_memory, model.n_params * sizeof(float));
+    printf(" model %s head_norm=%d lambda_init=%s, loss %.4f\n", attention ? "diff" : "standard", head_norm, lambda_init, model.loss);
+    for (int i = 0; i < model.n_tensors; i++) {
+        const ParamTensor* t = &model.tensors[i];
+        grad_check(t->name, model_loss, &c, model.params_memory + t->offset, grads + t->offset, t->size, 12, 1e-3, 1e-2, 2e-4);
+    }
+    free(grads);
+    model_free(&model);
+}
+
+int main(void) {
+    printf("layer gradients (finite differences)\n");
+    test_matmul();
+    test_rmsnorm();
+    test_rope();
+    test_swiglu();
+    test_crossentropy();
+    test_attention(1, 5);
+    test_attention(1, 70);
+    test_attention(2, 5);
+    test_attention(2, 70);
+    test_attention(2, 130);
+    printf("model gradients (finite differences)\n");
+    test_model(ATTN_STANDARD, 0, "schedule");
+    test_model(ATTN_STANDARD, 1, "schedule");
+    test_model(ATTN_DIFF, 1, "schedule");
+    test_model(ATTN_DIFF, 0, "schedule");
+    test_model(ATTN_DIFF, 1, "0.5");
+    return check_summary();
+}
