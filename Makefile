@@ -1,0 +1,69 @@
+# difftx: Differential Transformer research harness.
+#   make train   fetch the default corpus, prepare it and train the default model end to end
+#   make test    build and run every test (prints "N passed, M failed")
+#   make bench   training speed, MFU and peak memory of the two attention variants
+#   make data    only the default corpus, tokenizer and token shards
+# PORTABLE=1 builds without -march=native.
+
+PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libinih-dev gnuplot-nox hdf5-tools
+DATA_PACKAGES := npm
+PKG_CFLAGS := $(shell pkg-config --cflags hdf5-serial inih 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp
+PKG_LIBS := $(shell pkg-config --libs hdf5-serial inih 2>/dev/null) -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lm
+GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+
+ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
+CFLAGS ?= -O3 $(ARCH)
+CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"'
+LDLIBS := $(PKG_LIBS) -fopenmp
+
+CORE := model/util.c model/config.c model/layers.c model/attention.c model/model.c model/optim.c \
+        model/checkpoint.c model/train.c data/tokenizer.c data/dataset.c
+HEADERS := $(wildcard model/*.h data/*.h tests/*.h)
+TESTS := test_grad test_reference test_tokenizer test_train
+
+.PHONY: all deps data train test bench clean
+all: build/difftx
+
+# $(call ensure,PACKAGES): a package counts as present when dpkg knows it or a command of
+# that name exists; missing ones are installed when run as root, otherwise the exact
+# apt-get line is printed.
+ensure = missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || command -v $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing missing packages:" $$missing; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "missing Debian packages; run: sudo apt-get install -y" $$missing; exit 1; \
+	  fi; \
+	fi
+
+build/deps.stamp:
+	@mkdir -p build
+	@$(call ensure,$(PACKAGES))
+	@touch $@
+deps: build/deps.stamp
+
+build/difftx: model/main.c $(CORE) $(HEADERS) | build/deps.stamp
+	$(CC) $(CFLAGS) -o $@ model/main.c $(CORE) $(LDLIBS)
+
+build/test_%: tests/test_%.c $(CORE) $(HEADERS) | build/deps.stamp
+	$(CC) $(CFLAGS) -o $@ $< $(CORE) $(LDLIBS)
+
+data/default/train.bin: build/difftx data/fetch_corpus.sh
+	@$(call ensure,$(DATA_PACKAGES))
+	data/fetch_corpus.sh
+	build/difftx prepare --vocab 4096 data/default data/corpus
+data: data/default/train.bin
+
+train: build/difftx data/default/train.bin
+	build/difftx train experiments/default.ini
+	build/difftx sample results/runs/default/checkpoint.h5 --prompt "The ship" --tokens 60
+
+test: build/difftx $(addprefix build/,$(TESTS))
+	tests/run.sh $(TESTS)
+
+bench: build/difftx
+	tests/bench.sh
+
+clean:
+	rm -rf build

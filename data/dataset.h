@@ -1,0 +1,50 @@
+// Corpus preparation and batching.
+//
+// `prepare` takes text files and folders (searched recursively for regular files, taken in
+// sorted path order; each file is one document), sends every 20th document to validation,
+// trains the BPE tokenizer on the training documents and writes, into one folder:
+//   tokenizer.bin, train.bin, val.bin
+// A shard is a 1024-byte header of 256 int32 (magic, version, n_tokens, n_documents,
+// vocab_size, then zeros) followed by n_tokens uint16 ids; every document starts with the
+// <|endoftext|> id, so document boundaries survive.
+#ifndef DATASET_H
+#define DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHARD_MAGIC 20261121
+#define SHARD_VERSION 1
+#define VAL_EVERY 20
+
+void dataset_prepare(const char* out_dir, const char* const* inputs, int n_inputs, int vocab_size);
+
+typedef struct {
+    uint16_t* tokens;
+    size_t n_tokens;
+    int n_documents, vocab_size;
+} Shard;
+
+void shard_load(Shard* s, const char* path);
+void shard_free(Shard* s);
+
+// Training batches: the shard is cut into windows of T+1 tokens (T inputs, T targets shifted
+// by one); each epoch visits every window once in an order drawn from (seed, epoch). Row r of
+// the whole run is a pure function of (seed, r), so a resumed run sees exactly the same data.
+typedef struct {
+    const Shard* shard;
+    int T;
+    uint64_t seed;
+    size_t n_windows;
+    long epoch;           // epoch whose order is in `order`, -1 before any
+    uint32_t* order;      // (n_windows)
+} Loader;
+
+void loader_init(Loader* l, const Shard* shard, int T, uint64_t seed);
+void loader_free(Loader* l);
+// inputs, targets (B, T) for global rows first_row .. first_row + B - 1
+void loader_rows(Loader* l, size_t first_row, int B, int* inputs, int* targets);
+// validation: windows taken in order from the start of the shard, wrapping around
+void loader_eval_rows(const Shard* shard, int T, size_t first_row, int B, int* inputs, int* targets);
+
+#endif

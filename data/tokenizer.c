@@ -1,0 +1,307 @@
+#include "tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/util.h"
+
+#define TOKENIZER_MAGIC "DTXTOK01"
+
+static int is_letter(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 128; }
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static int char_class(unsigned char c) { return is_letter(c) ? 0 : is_digit(c) ? 1 : is_space(c) ? 2 : 3; }
+
+// Length of the chunk starting at text[0]
+static size_t chunk_length(const unsigned char* text, size_t len) {
+    size_t i = 0;
+    if (text[0] == ' ' && len > 1 && !is_space(text[1])) i = 1;  // a space leads the next word
+    int cls = char_class(text[i]);
+    i++;
+    while (i < len && char_class(text[i]) == cls) {
+        // a run of whitespace leaves its last space to lead the following word
+        if (cls == 2 && text[i] == ' ' && i + 1 < len && !is_space(text[i + 1])) break;
+        i++;
+    }
+    return i;
+}
+
+// ---- chunk counting: open addressing on (bytes, length) ----
+typedef struct {
+    const unsigned char* text;
+    int len;
+    long count;
+} ChunkEntry;
+
+typedef struct {
+    ChunkEntry* slots;
+    size_t cap, used;
+} ChunkTable;
+
+static uint64_t hash_bytes(const unsigned char* p, size_t n) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+// The slot holding (text, len), or the empty slot where it belongs
+static size_t table_slot(const ChunkTable* t, const unsigned char* text, int len) {
+    size_t j = hash_bytes(text, len) & (t->cap - 1);
+    while (t->slots[j].text && (t->slots[j].len != len || memcmp(t->slots[j].text, text, len))) j = (j + 1) & (t->cap - 1);
+    return j;
+}
+
+static void table_add(ChunkTable* t, const unsigned char* text, int len) {
+    if (2 * (t->used + 1) > t->cap) {
+        ChunkTable bigger = {callocCheck(t->cap * 2, sizeof(ChunkEntry)), t->cap * 2, t->used};
+        for (size_t i = 0; i < t->cap; i++) {
+            if (t->slots[i].text) bigger.slots[table_slot(&bigger, t->slots[i].text, t->slots[i].len)] = t->slots[i];
+        }
+        free(t->slots);
+        *t = bigger;
+    }
+    ChunkEntry* e = &t->slots[table_slot(t, text, len)];
+    if (!e->text) {
+        *e = (ChunkEntry){text, len, 0};
+        t->used++;
+    }
+    e->count++;
+}
+
+// ---- lazy max-heap of (count, pair) ----
+typedef struct {
+    long count;
+    int pair;  // a * V + b
+} HeapItem;
+
+typedef struct {
+    HeapItem* items;
+    size_t n, cap;
+} Heap;
+
+// larger count first; ties broken by the smaller pair so training is deterministic
+static int heap_before(HeapItem x, HeapItem y) { return x.count > y.count || (x.count == y.count && x.pair < y.pair); }
+
+static void heap_push(Heap* h, long count, int pair) {
+    if (h->n == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 1024;
+        HeapItem* grown = realloc(h->items, h->cap * sizeof(HeapItem));
+        if (!grown) die("out of memory growing the BPE heap");
+        h->items = grown;
+    }
+    size_t i = h->n++;
+    h->items[i] = (HeapItem){count, pair};
+    while (i > 0 && heap_before(h->items[i], h->items[(i - 1) / 2])) {
+        HeapItem tmp = h->items[i];
+        h->items[i] = h->items[(i - 1) / 2];
+        h->items[(i - 1) / 2] = tmp;
+        i = (i - 1) / 2;
+    }
+}
+
+static HeapItem heap_pop(Heap* h) {
+    HeapItem top = h->items[0];
+    h->items[0] = h->items[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, best = i;
+        if (l < h->n && heap_before(h->items[l], h->items[best])) best = l;
+        if (r < h->n && heap_before(h->items[r], h->items[best])) best = r;
+        if (best == i) break;
+        HeapItem tmp = h->items[i];
+        h->items[i] = h->items[best];
+        h->items[best] = tmp;
+        i = best;
+    }
+    return top;
+}
+
+static void build_tables(Tokenizer* tok) {
+    int V = tok->vocab_size;
+    tok->rank = mallocCheck((size_t)V * V * sizeof(int32_t));
+    for (size_t i = 0; i < (size_t)V * V; i++) tok->rank[i] = -1;
+    tok->bytes = callocCheck(V, sizeof(unsigned char*));
+    tok->length = callocCheck(V, sizeof(int));
+    for (int i = 0; i < 256; i++) {
+        tok->bytes[i] = mallocCheck(1);
+        tok->bytes[i][0] = (unsigned char)i;
+        tok->length[i] = 1;
+    }
+    tok->bytes[TOKEN_EOT] = mallocCheck(1);
+    tok->length[TOKEN_EOT] = 0;
+    for (int i = 0; i < tok->n_merges; i++) {
+        int a = tok->merges[i][0], b = tok->merges[i][1], id = TOKENIZER_BASE + i;
+        if (a >= id || b >= id || a == TOKEN_EOT || b == TOKEN_EOT) die("tokenizer merge %d refers to an invalid id", i);
+        tok->rank[(size_t)a * V + b] = id;
+        tok->length[id] = tok->length[a] + tok->length[b];
+        tok->bytes[id] = mallocCheck(tok->length[id]);
+        memcpy(tok->bytes[id], tok->bytes[a], tok->length[a]);
+        memcpy(tok->bytes[id] + tok->length[a], tok->bytes[b], tok->length[b]);
+    }
+    tok->hash = hash_bytes((const unsigned char*)tok->merges, (size_t)tok->n_merges * sizeof(tok->merges[0]));
+}
+
+void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens, int n_docs, int vocab_size) {
+    if (vocab_size <= TOKENIZER_BASE || vocab_size > 65536) die("vocabulary size %d must lie in 258..65536", vocab_size);
+    ChunkTable table = {callocCheck(1 << 16, sizeof(ChunkEntry)), 1 << 16, 0};
+    for (int d = 0; d < n_docs; d++) {
+        const unsigned char* text = (const unsigned char*)docs[d];
+        for (size_t i = 0; i < lens[d];) {
+            size_t n = chunk_length(text + i, lens[d] - i);
+            table_add(&table, text + i, (int)n);
+            i += n;
+        }
+    }
+    // unique chunks as id sequences, all in one array; word w is ids[start[w] .. start[w] + len[w])
+    size_t n_words = table.used, total = 0;
+    long* freq = mallocCheck(n_words * sizeof(long));
+    size_t* start = mallocCheck(n_words * sizeof(size_t));
+    int* wlen = mallocCheck(n_words * sizeof(int));
+    for (size_t i = 0, w = 0; i < table.cap; i++) {
+        if (!table.slots[i].text) continue;
+        freq[w] = table.slots[i].count;
+        start[w] = total;
+        wlen[w] = table.slots[i].len;
+        total += table.slots[i].len;
+        w++;
+    }
+    int* ids = mallocCheck(total * sizeof(int));
+    for (size_t i = 0, w = 0; i < table.cap; i++) {
+        if (!table.slots[i].text) continue;
+        for (int j = 0; j < table.slots[i].len; j++) ids[start[w] + j] = table.slots[i].text[j];
+        w++;
+    }
+    free(table.slots);
+
+    int V = vocab_size;
+    long* pair_count = callocCheck((size_t)V * V, sizeof(long));
+    for (size_t w = 0; w < n_words; w++) {
+        for (int j = 0; j + 1 < wlen[w]; j++) pair_count[(size_t)ids[start[w] + j] * V + ids[start[w] + j + 1]] += freq[w];
+    }
+    Heap heap = {0};
+    for (size_t p = 0; p < (size_t)V * V; p++) {
+        if (pair_count[p] > 0) heap_push(&heap, pair_count[p], (int)p);
+    }
+    tok->merges = mallocCheck((size_t)(V - TOKENIZER_BASE) * sizeof(tok->merges[0]));
+    tok->n_merges = 0;
+    while (TOKENIZER_BASE + tok->n_merges < V && heap.n > 0) {
+        HeapItem top = heap_pop(&heap);
+        if (top.count != pair_count[top.pair]) {
+            // stale: the pair lost counts since this entry; queue its current count instead
+            if (pair_count[top.pair] > 0) heap_push(&heap, pair_count[top.pair], top.pair);
+            continue;
+        }
+        if (top.count < 2) break;
+        int a = top.pair / V, b = top.pair % V, z = TOKENIZER_BASE + tok->n_merges;
+        tok->merges[tok->n_merges][0] = (uint16_t)a;
+        tok->merges[tok->n_merges][1] = (uint16_t)b;
+        tok->n_merges++;
+        for (size_t w = 0; w < n_words; w++) {
+            int* s = ids + start[w];
+            int n = wlen[w], found = 0;
+            for (int j = 0; j + 1 < n && !found; j++) found = s[j] == a && s[j + 1] == b;
+            if (!found) continue;
+            for (int j = 0; j + 1 < n; j++) pair_count[(size_t)s[j] * V + s[j + 1]] -= freq[w];
+            int out = 0;
+            for (int j = 0; j < n; j++) {
+                if (j + 1 < n && s[j] == a && s[j + 1] == b) {
+                    s[out++] = z;
+                    j++;
+                } else {
+                    s[out++] = s[j];
+                }
+            }
+            wlen[w] = out;
+            for (int j = 0; j + 1 < out; j++) {
+                size_t p = (size_t)s[j] * V + s[j + 1];
+                pair_count[p] += freq[w];
+                heap_push(&heap, pair_count[p], (int)p);
+            }
+        }
+    }
+    free(heap.items);
+    free(pair_count);
+    free(ids);
+    free(freq);
+    free(start);
+    free(wlen);
+    tok->vocab_size = TOKENIZER_BASE + tok->n_merges;
+    build_tables(tok);
+}
+
+void tokenizer_free(Tokenizer* tok) {
+    for (int i = 0; i < tok->vocab_size; i++) free(tok->bytes[i]);
+    free(tok->bytes);
+    free(tok->length);
+    free(tok->rank);
+    free(tok->merges);
+}
+
+void tokenizer_save(const Tokenizer* tok, const char* path) {
+    char tmp[4096];
+    tmp_path(tmp, sizeof(tmp), path);
+    FILE* f = fopenCheck(tmp, "wb");
+    uint32_t header[2] = {(uint32_t)tok->vocab_size, (uint32_t)tok->n_merges};
+    fwriteCheck(TOKENIZER_MAGIC, 1, 8, f, tmp);
+    fwriteCheck(header, sizeof(uint32_t), 2, f, tmp);
+    fwriteCheck(tok->merges, sizeof(tok->merges[0]), tok->n_merges, f, tmp);
+    fcloseCheck(f, tmp);
+    renameCheck(tmp, path);
+}
+
+void tokenizer_load(Tokenizer* tok, const char* path) {
+    memset(tok, 0, sizeof(*tok));
+    FILE* f = fopenCheck(path, "rb");
+    char magic[8];
+    uint32_t header[2];
+    freadCheck(magic, 1, 8, f, path);
+    if (memcmp(magic, TOKENIZER_MAGIC, 8) != 0) die("'%s' is not a tokenizer file (bad magic)", path);
+    freadCheck(header, sizeof(uint32_t), 2, f, path);
+    if (header[1] > 65536 - TOKENIZER_BASE || header[0] != TOKENIZER_BASE + header[1]) {
+        die("'%s': inconsistent header (vocab %u, merges %u)", path, header[0], header[1]);
+    }
+    tok->vocab_size = (int)header[0];
+    tok->n_merges = (int)header[1];
+    tok->merges = mallocCheck((size_t)tok->n_merges * sizeof(tok->merges[0]) + 1);
+    freadCheck(tok->merges, sizeof(tok->merges[0]), tok->n_merges, f, path);
+    if (fgetc(f) != EOF) die("'%s': trailing bytes after the merge list", path);
+    fcloseCheck(f, path);
+    build_tables(tok);
+}
+
+size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int* out) {
+    const unsigned char* t = (const unsigned char*)text;
+    size_t n_out = 0;
+    int V = tok->vocab_size;
+    for (size_t i = 0; i < len;) {
+        size_t n = chunk_length(t + i, len - i);
+        int* s = out + n_out;
+        for (size_t j = 0; j < n; j++) s[j] = t[i + j];
+        size_t m = n;
+        for (;;) {  // merge the lowest-ranked pair until none is left
+            int best = -1;
+            size_t at = 0;
+            for (size_t j = 0; j + 1 < m; j++) {
+                int r = tok->rank[(size_t)s[j] * V + s[j + 1]];
+                if (r >= 0 && (best < 0 || r < best)) { best = r; at = j; }
+            }
+            if (best < 0) break;
+            s[at] = best;
+            memmove(s + at + 1, s + at + 2, (m - at - 2) * sizeof(int));
+            m--;
+        }
+        n_out += m;
+        i += n;
+    }
+    return n_out;
+}
+
+size_t tokenizer_decode(const Tokenizer* tok, const int* ids, size_t n, char* out) {
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= tok->vocab_size) die("token id %d is outside the vocabulary (%d)", ids[i], tok->vocab_size);
+        memcpy(out + len, tok->bytes[ids[i]], tok->length[ids[i]]);
+        len += tok->length[ids[i]];
+    }
+    return len;
+}

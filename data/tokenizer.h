@@ -1,0 +1,34 @@
+// Byte-level BPE. Ids 0-255 are the bytes, 256 is the document separator <|endoftext|>, and
+// each merge adds one id. Text is first cut into chunks (an optional leading space with a run
+// of letters, of digits or of other symbols; or a run of whitespace) and merges never cross a
+// chunk, as in GPT-2. Encoding then decoding gives back any byte string exactly.
+#ifndef TOKENIZER_H
+#define TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOKEN_EOT 256
+#define TOKENIZER_BASE 257
+
+typedef struct {
+    int vocab_size;
+    int n_merges;
+    uint16_t (*merges)[2];   // (n_merges, 2): merge i joins these two ids into id 257 + i
+    int32_t* rank;           // (vocab_size, vocab_size): id made by merging a then b, or -1
+    unsigned char** bytes;   // (vocab_size) the bytes each id stands for
+    int* length;             // (vocab_size)
+    uint64_t hash;           // identity: a hash of the merge list
+} Tokenizer;
+
+// docs: n_docs byte strings with their lengths
+void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens, int n_docs, int vocab_size);
+void tokenizer_save(const Tokenizer* tok, const char* path);
+void tokenizer_load(Tokenizer* tok, const char* path);
+void tokenizer_free(Tokenizer* tok);
+// out must hold len ids; returns the number written
+size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int* out);
+// out must hold the sum of the ids' lengths; returns the bytes written (EOT writes none)
+size_t tokenizer_decode(const Tokenizer* tok, const int* ids, size_t n, char* out);
+
+#endif

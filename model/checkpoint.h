@@ -1,0 +1,25 @@
+// HDF5 checkpoints; the layout is documented in docs/checkpoint.md.
+#ifndef CHECKPOINT_H
+#define CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "optim.h"
+
+typedef struct {
+    int step;               // optimizer updates done
+    uint64_t rows_seen;     // training rows consumed: the data loader's position
+    uint64_t tokenizer_hash;
+    int threads;            // OpenMP threads of the run that wrote it
+    int finished;           // step == steps
+    double train_loss;      // mean loss of the last step
+} CheckpointInfo;
+
+// Writes "<path>.tmp" and renames it to path. opt may be NULL (weights only).
+void checkpoint_save(const char* path, const Model* model, const AdamW* opt, const CheckpointInfo* info);
+// Builds the model from the stored config and fills parameters (and moments when opt is not
+// NULL: they are allocated here). Dies naming the file on any problem, checksum errors included.
+void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo* info);
+
+#endif

@@ -1,0 +1,239 @@
+// difftx: one program, several subcommands. Run `difftx help` for the list.
+#define _GNU_SOURCE
+#include <cblas.h>
+#include <getopt.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../data/dataset.h"
+#include "../data/tokenizer.h"
+#include "checkpoint.h"
+#include "model.h"
+#include "optim.h"
+#include "train.h"
+#include "util.h"
+
+static const char* USAGE =
+    "usage:\n"
+    "  difftx prepare [--vocab N] OUT_DIR INPUT...   tokenizer + token shards from text files/folders\n"
+    "  difftx train RECIPE [key=value ...] [--until STEP]\n"
+    "                                                train (resumes from OUT/checkpoint.h5 if present)\n"
+    "  difftx sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]\n"
+    "  difftx bench RECIPE [key=value ...] [--vocab N] [--steps N] [--forward]\n"
+    "                                                speed and peak memory on random tokens\n";
+
+// Recipe file, then key=value overrides, then validation
+static void load_config(Config* cfg, int argc, char** argv, int first) {
+    if (first >= argc) die("missing RECIPE argument\n%s", USAGE);
+    config_defaults(cfg);
+    config_load_file(cfg, argv[first]);
+    for (int i = first + 1; i < argc; i++) config_apply_override(cfg, argv[i]);
+    config_validate(cfg);
+}
+
+static int parse_int_arg(const char* flag, const char* value) {
+    char* end;
+    long v = strtol(value, &end, 10);
+    if (end == value || *end || v < 0 || v > 1000000000) die("option %s: '%s' is not a non-negative integer", flag, value);
+    return (int)v;
+}
+
+static int cmd_prepare(int argc, char** argv) {
+    int vocab = 4096;
+    static struct option opts[] = {{"vocab", required_argument, 0, 'v'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c != 'v') die("%s", USAGE);
+        vocab = parse_int_arg("--vocab", optarg);
+    }
+    if (argc - optind < 2) die("prepare needs OUT_DIR and at least one INPUT\n%s", USAGE);
+    dataset_prepare(argv[optind], (const char* const*)argv + optind + 1, argc - optind - 1, vocab);
+    return 0;
+}
+
+static int cmd_train(int argc, char** argv) {
+    int until = 0;
+    static struct option opts[] = {{"until", required_argument, 0, 'u'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c != 'u') die("%s", USAGE);
+        until = parse_int_arg("--until", optarg);
+    }
+    Config cfg;
+    load_config(&cfg, argc, argv, optind);
+    train_run(&cfg, until);
+    return 0;
+}
+
+static int cmd_sample(int argc, char** argv) {
+    const char* prompt = "";
+    int n_tokens = 200, seed = 1;
+    float temperature = 0.8f;
+    static struct option opts[] = {{"prompt", required_argument, 0, 'p'}, {"tokens", required_argument, 0, 'n'},
+                                   {"temperature", required_argument, 0, 't'}, {"seed", required_argument, 0, 's'},
+                                   {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'p') prompt = optarg;
+        else if (c == 'n') n_tokens = parse_int_arg("--tokens", optarg);
+        else if (c == 's') seed = parse_int_arg("--seed", optarg);
+        else if (c == 't') {
+            char* end;
+            temperature = strtof(optarg, &end);
+            if (end == optarg || *end || !(temperature >= 0)) die("option --temperature: '%s' is not a number >= 0", optarg);
+        } else die("%s", USAGE);
+    }
+    if (optind >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
+    Model model;
+    CheckpointInfo info;
+    checkpoint_load(argv[optind], &model, NULL, &info);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", model.cfg.data);
+    Tokenizer tok;
+    tokenizer_load(&tok, path);
+    if (tok.hash != info.tokenizer_hash) die("'%s' does not match the checkpoint's tokenizer", path);
+    int T = model.cfg.seq_len;
+    size_t plen = strlen(prompt);
+    int* prompt_ids = mallocCheck((plen + 1) * sizeof(int));
+    prompt_ids[0] = TOKEN_EOT;  // documents start with <|endoftext|> in training
+    int n = 1 + (int)tokenizer_encode(&tok, prompt, plen, prompt_ids + 1);
+    int* window = mallocCheck((size_t)T * sizeof(int));
+    int* history = mallocCheck(((size_t)n + n_tokens) * sizeof(int));
+    memcpy(history, prompt_ids, n * sizeof(int));
+    uint64_t rng = hash64((uint64_t)seed);
+    char* text = mallocCheck(65536);
+    fwrite(prompt, 1, plen, stdout);
+    for (int i = 0; i < n_tokens; i++) {
+        // causal attention: padding after the last real token does not change its logits
+        int start = n > T ? n - T : 0, len = n - start;
+        for (int t = 0; t < T; t++) window[t] = t < len ? history[start + t] : TOKEN_EOT;
+        model_forward(&model, window, NULL, 1, T, 0);
+        const float* logits = model.logits + (size_t)(len - 1) * model.V;
+        int next = 0;
+        if (temperature == 0.0f) {
+            for (int v = 1; v < model.V; v++) next = logits[v] > logits[next] ? v : next;
+        } else {
+            double maxv = logits[0], sum = 0.0;
+            for (int v = 1; v < model.V; v++) maxv = fmax(maxv, logits[v]);
+            for (int v = 0; v < model.V; v++) sum += exp((logits[v] - maxv) / temperature);
+            double u = rng_uniform(&rng) * sum, acc = 0.0;
+            for (next = 0; next < model.V - 1; next++) {
+                acc += exp((logits[next] - maxv) / temperature);
+                if (acc > u) break;
+            }
+        }
+        if (next == TOKEN_EOT) break;
+        history[n++] = next;
+        size_t bytes = tokenizer_decode(&tok, &next, 1, text);
+        fwrite(text, 1, bytes, stdout);
+        fflush(stdout);
+    }
+    printf("\n");
+    free(text);
+    free(history);
+    free(window);
+    free(prompt_ids);
+    tokenizer_free(&tok);
+    model_free(&model);
+    return 0;
+}
+
+// Best of a few 2048^3 sgemm calls: the attainable matmul rate that MFU is measured against
+static double measure_sgemm_gflops(void) {
+    int n = 2048;
+    float* a = mallocCheck((size_t)n * n * sizeof(float));
+    float* b = mallocCheck((size_t)n * n * sizeof(float));
+    float* c = mallocCheck((size_t)n * n * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = 0.001f * (float)(i % 97);
+    double best = 1e30;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = wall_time();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double dt = wall_time() - t0;
+        best = dt < best ? dt : best;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+static int cmd_bench(int argc, char** argv) {
+    int vocab = 4096, steps = 6, forward_only = 0;
+    static struct option opts[] = {{"vocab", required_argument, 0, 'v'}, {"steps", required_argument, 0, 's'},
+                                   {"forward", no_argument, 0, 'f'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'v') vocab = parse_int_arg("--vocab", optarg);
+        else if (c == 's') steps = parse_int_arg("--steps", optarg);
+        else if (c == 'f') forward_only = 1;
+        else die("%s", USAGE);
+    }
+    Config cfg;
+    load_config(&cfg, argc, argv, optind);
+    if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
+    Model model;
+    model_build(&model, &cfg, vocab);
+    model_init_params(&model, (uint64_t)cfg.seed);
+    AdamW opt;
+    if (!forward_only) adamw_alloc(&opt, &model);
+    int B = cfg.batch_size, T = cfg.seq_len;
+    size_t N = (size_t)B * T;
+    int* inputs = mallocCheck(N * sizeof(int));
+    int* targets = mallocCheck(N * sizeof(int));
+    uint64_t rng = hash64((uint64_t)cfg.seed);
+    for (size_t i = 0; i < N; i++) {
+        inputs[i] = (int)(rng_next(&rng) % vocab);
+        targets[i] = (int)(rng_next(&rng) % vocab);
+    }
+    double timed = 0.0;
+    for (int s = 0; s < steps; s++) {
+        double t0 = wall_time();
+        if (forward_only) {
+            model_forward(&model, inputs, targets, B, T, 0);
+        } else {
+            model_zero_grad(&model);
+            model_forward(&model, inputs, targets, B, T, 1);
+            model_backward(&model, 1.0f);
+            clip_grad_norm(&model, cfg.grad_clip);
+            adamw_update(&opt, &model, lr_at(&cfg, s), s + 1);
+        }
+        if (s > 0) timed += wall_time() - t0;
+    }
+    double step_s = timed / (steps - 1), tok_s = N / step_s;
+    double peak = peak_rss_bytes() / (1024.0 * 1024.0);
+    printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d\n",
+           forward_only ? "forward" : "train", cfg.attention == ATTN_DIFF ? "diff" : "standard", model.L, model.C,
+           model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads());
+    if (forward_only) {
+        printf("  %.3f s per forward pass, %.0f tokens/s, peak RSS %.0f MiB\n", step_s, tok_s, peak);
+    } else {
+        double flops = model_flops_per_token(&model, T), sgemm = measure_sgemm_gflops();
+        double achieved = flops * tok_s / 1e9;
+        printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s = %.0f%% MFU of the measured "
+               "sgemm rate %.1f GFLOP/s, peak RSS %.0f MiB\n",
+               tok_s, step_s, flops / 1e6, achieved, 100.0 * achieved / sgemm, sgemm, peak);
+        adamw_free(&opt);
+    }
+    free(inputs);
+    free(targets);
+    model_free(&model);
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
+        fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 1 : 0;
+    }
+    const char* cmd = argv[1];
+    argc--;
+    argv++;
+    if (strcmp(cmd, "prepare") == 0) return cmd_prepare(argc, argv);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
+    if (strcmp(cmd, "sample") == 0) return cmd_sample(argc, argv);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc, argv);
+    die("unknown subcommand '%s'\n%s", cmd, USAGE);
+}

@@ -1,0 +1,23 @@
+// AdamW (decoupled weight decay on weight matrices only), global-norm clipping and the
+// learning-rate schedule: linear warmup, then linear (the paper's) or cosine decay to lr_final.
+#ifndef OPTIM_H
+#define OPTIM_H
+
+#include "model.h"
+
+typedef struct {
+    float* m;  // (n_params) first moment
+    float* v;  // (n_params) second moment
+} AdamW;
+
+void adamw_alloc(AdamW* opt, const Model* model);
+void adamw_free(AdamW* opt);
+// step counts from 0; returns the learning rate of that step
+float lr_at(const Config* cfg, int step);
+// Scales the gradients so their global L2 norm is at most max_norm (as torch's
+// clip_grad_norm_); returns the norm before clipping.
+float clip_grad_norm(Model* model, float max_norm);
+// One update with the step's learning rate; t is the 1-based update count for bias correction.
+void adamw_update(AdamW* opt, Model* model, float lr, int t);
+
+#endif

@@ -1,0 +1,183 @@
+#define _GNU_SOURCE
+#include "train.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../data/dataset.h"
+#include "../data/tokenizer.h"
+#include "checkpoint.h"
+#include "model.h"
+#include "optim.h"
+#include "util.h"
+
+// Dies naming the first key whose value differs between two config texts
+static void require_same_config(const Config* a, const Config* b, const char* ckpt) {
+    char *ta = config_to_text(a), *tb = config_to_text(b);
+    char *la = ta, *lb = tb;
+    while (*la && *lb) {
+        char *ea = strchr(la, '\n'), *eb = strchr(lb, '\n');
+        *ea = *eb = 0;
+        if (strcmp(la, lb) != 0) {
+            die("'%s' belongs to a run with a different config (checkpoint: '%s', now: '%s'); "
+                "choose another out folder or delete that one", ckpt, la, lb);
+        }
+        la = ea + 1;
+        lb = eb + 1;
+    }
+    free(ta);
+    free(tb);
+}
+
+// Keeps the log lines of steps <= step, so a resumed run's log reads as if it never stopped
+static void truncate_log(const char* path, int step) {
+    if (access(path, F_OK) != 0) return;
+    size_t len;
+    char* text = read_text_file(path, &len);
+    char tmp[4096];
+    tmp_path(tmp, sizeof(tmp), path);
+    FILE* f = fopenCheck(tmp, "w");
+    for (char* line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char kind[16];
+        int s;
+        if (sscanf(line, "%15s %d", kind, &s) != 2 || s > step) continue;  // later, or cut off by a kill
+        fprintf(f, "%s\n", line);
+    }
+    fcloseCheck(f, tmp);
+    renameCheck(tmp, path);
+    free(text);
+}
+
+static double evaluate(Model* model, const Shard* val, int* inputs, int* targets) {
+    const Config* cfg = &model->cfg;
+    double total = 0.0;
+    for (int k = 0; k < cfg->eval_batches; k++) {
+        loader_eval_rows(val, cfg->seq_len, (size_t)k * cfg->batch_size, cfg->batch_size, inputs, targets);
+        model_forward(model, inputs, targets, cfg->batch_size, cfg->seq_len, 0);
+        total += model->loss;
+    }
+    return total / cfg->eval_batches;
+}
+
+static void format_duration(char* buf, size_t n, double seconds) {
+    long s = (long)seconds;
+    if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, s / 60 % 60);
+    else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+}
+
+double train_run(const Config* cfg, int until) {
+    config_validate(cfg);
+    if (until <= 0 || until > cfg->steps) until = cfg->steps;
+    char path[4096], ckpt[4096], log_path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", cfg->data);
+    if (access(path, R_OK) != 0) die("key 'data': '%s' has no readable tokenizer.bin; run `make data` or `difftx prepare` first", cfg->data);
+    Tokenizer tok;
+    tokenizer_load(&tok, path);
+    Shard train, val;
+    snprintf(path, sizeof(path), "%s/train.bin", cfg->data);
+    shard_load(&train, path);
+    snprintf(path, sizeof(path), "%s/val.bin", cfg->data);
+    shard_load(&val, path);
+    if (train.vocab_size != tok.vocab_size || val.vocab_size != tok.vocab_size) die("key 'data': shards and tokenizer in '%s' disagree on the vocabulary", cfg->data);
+
+    mkdir_p(cfg->out);
+    snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", cfg->out);
+    snprintf(log_path, sizeof(log_path), "%s/log.tsv", cfg->out);
+    Model model;
+    AdamW opt;
+    CheckpointInfo info = {0};
+    int threads = omp_get_max_threads();
+    if (access(ckpt, F_OK) == 0) {
+        checkpoint_load(ckpt, &model, &opt, &info);
+        require_same_config(&model.cfg, cfg, ckpt);
+        if (info.tokenizer_hash != tok.hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
+        if (info.threads != threads) {
+            fprintf(stderr, "warning: resuming with %d threads, the checkpoint was written with %d; losses match a "
+                    "non-stop run bitwise only with the same thread count\n", threads, info.threads);
+        }
+        truncate_log(log_path, info.step);
+        printf("resuming %s from step %d\n", ckpt, info.step);
+    } else {
+        model_build(&model, cfg, tok.vocab_size);
+        model_init_params(&model, (uint64_t)cfg->seed);
+        adamw_alloc(&opt, &model);
+        truncate_log(log_path, 0);
+    }
+    int B = cfg->batch_size, T = cfg->seq_len;
+    size_t tokens_per_step = (size_t)B * T * cfg->grad_accum;
+    printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, %d threads\n",
+           cfg->attention == ATTN_DIFF ? "diff" : "standard", model.L, model.C, model.H, model.D, model.F,
+           model.n_params, tokens_per_step, threads);
+    if (info.finished) {
+        printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);
+        double loss = info.train_loss;
+        model_free(&model);
+        adamw_free(&opt);
+        tokenizer_free(&tok);
+        shard_free(&train);
+        shard_free(&val);
+        return loss;
+    }
+
+    Loader loader;
+    loader_init(&loader, &train, T, (uint64_t)cfg->seed);
+    int* inputs = mallocCheck((size_t)B * T * sizeof(int));
+    int* targets = mallocCheck((size_t)B * T * sizeof(int));
+    FILE* log = fopenCheck(log_path, "a");
+    double t_start = wall_time(), loss = info.train_loss;
+    int first_step = info.step;
+    for (int step = first_step; step < until; step++) {
+        double t0 = wall_time();
+        model_zero_grad(&model);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < cfg->grad_accum; micro++) {
+            loader_rows(&loader, ((size_t)step * cfg->grad_accum + micro) * B, B, inputs, targets);
+            model_forward(&model, inputs, targets, B, T, 1);
+            loss_sum += model.loss;
+            model_backward(&model, 1.0f / cfg->grad_accum);
+        }
+        loss = loss_sum / cfg->grad_accum;
+        float norm = clip_grad_norm(&model, cfg->grad_clip);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            fclose(log);
+            die("training diverged at step %d: loss %g, gradient norm %g; the last good checkpoint stays at '%s'%s",
+                step + 1, loss, norm, ckpt, access(ckpt, F_OK) == 0 ? "" : " (none was written yet)");
+        }
+        float lr = lr_at(cfg, step);
+        adamw_update(&opt, &model, lr, step + 1);
+        int done = step + 1;
+        double dt = wall_time() - t0;
+        fprintf(log, "train %d %.17g %.9g %.9g\n", done, loss, lr, norm);
+        if (done % cfg->log_every == 0 || done == until) {
+            char eta[32];
+            double elapsed = wall_time() - t_start;
+            format_duration(eta, sizeof(eta), elapsed / (done - first_step) * (cfg->steps - done));
+            printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %6.0f tok/s | eta %s\n", done, cfg->steps, loss, lr,
+                   norm, tokens_per_step / dt, eta);
+            fflush(stdout);
+        }
+        if ((cfg->eval_every && done % cfg->eval_every == 0) || done == cfg->steps) {
+            double val_loss = evaluate(&model, &val, inputs, targets);
+            fprintf(log, "val %d %.17g\n", done, val_loss);
+            printf("step %5d | val loss %.4f\n", done, val_loss);
+        }
+        if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until) {
+            fflush(log);
+            CheckpointInfo now = {done, (uint64_t)done * cfg->grad_accum * B, tok.hash, threads, done == cfg->steps, loss};
+            checkpoint_save(ckpt, &model, &opt, &now);
+        }
+    }
+    fcloseCheck(log, log_path);
+    free(inputs);
+    free(targets);
+    loader_free(&loader);
+    model_free(&model);
+    adamw_free(&opt);
+    tokenizer_free(&tok);
+    shard_free(&train);
+    shard_free(&val);
+    return loss;
+}
