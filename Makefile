@@ -14,10 +14,11 @@ GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || e
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
 CFLAGS ?= -O3 $(ARCH)
 CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"'
-LDLIBS := $(PKG_LIBS) -fopenmp
+LDLIBS := $(PKG_LIBS) -lmvec -fopenmp
 
 CORE := model/util.c model/config.c model/layers.c model/attention.c model/model.c model/optim.c \
-        model/checkpoint.c model/train.c data/tokenizer.c data/dataset.c
+        model/checkpoint.c model/train.c model/vecmath.c data/tokenizer.c data/dataset.c
+OBJS := $(patsubst %.c,build/obj/%.o,$(CORE))
 HEADERS := $(wildcard model/*.h data/*.h tests/*.h)
 TESTS := test_grad test_reference test_tokenizer test_train
 
@@ -43,11 +44,16 @@ build/deps.stamp:
 	@touch $@
 deps: build/deps.stamp
 
-build/difftx: model/main.c $(CORE) $(HEADERS) | build/deps.stamp
-	$(CC) $(CFLAGS) -o $@ model/main.c $(CORE) $(LDLIBS)
+build/obj/%.o: %.c $(HEADERS) | build/deps.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+build/obj/model/vecmath.o: CFLAGS += -ffast-math
 
-build/test_%: tests/test_%.c $(CORE) $(HEADERS) | build/deps.stamp
-	$(CC) $(CFLAGS) -o $@ $< $(CORE) $(LDLIBS)
+build/difftx: build/obj/model/main.o $(OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+build/test_%: build/obj/tests/test_%.o $(OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
 
 data/default/train.bin: build/difftx data/fetch_corpus.sh
 	@$(call ensure,$(DATA_PACKAGES))

@@ -6,12 +6,26 @@
 #include <string.h>
 
 #include "util.h"
+#include "vecmath.h"
 
 // Shapes and strides of one attention call, derived once.
 typedef struct {
     int B, T, H, D, M, Dv, QK, QKV, HDv;
     float scale;
 } Dims;
+
+// Per-thread scratch kept between calls: freeing it each call would hand the pages back to
+// the kernel and fault them in again on every layer (several percent of a training step).
+static float* thread_scratch(size_t floats) {
+    static _Thread_local float* buffer;
+    static _Thread_local size_t capacity;
+    if (floats > capacity) {
+        free(buffer);
+        buffer = mallocCheck(floats * sizeof(float));
+        capacity = floats;
+    }
+    return buffer;
+}
 
 static Dims dims_of(int B, int T, int H, int D, int M) {
     Dims d = {B, T, H, D, M, M * D, M * H * D, 0, 0, 1.0f / sqrtf((float)D)};
@@ -33,7 +47,7 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, int
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     #pragma omp parallel
     {
-        float* P = mallocCheck((size_t)M * block * T * sizeof(float));  // (M, block, T)
+        float* P = thread_scratch((size_t)M * block * T);  // (M, block, T)
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < H; h++) {
@@ -49,11 +63,10 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, int
                             int visible = i0 + r + 1;
                             float maxv = s[0];
                             for (int j = 1; j < visible; j++) maxv = s[j] > maxv ? s[j] : maxv;
+                            for (int j = 0; j < visible; j++) s[j] -= maxv;
+                            exp_inplace(s, visible);
                             float sum = 0.0f;
-                            for (int j = 0; j < visible; j++) {
-                                s[j] = expf(s[j] - maxv);
-                                sum += s[j];
-                            }
+                            for (int j = 0; j < visible; j++) sum += s[j];
                             float inv = 1.0f / sum;
                             for (int j = 0; j < visible; j++) s[j] *= inv;
                             for (int j = visible; j < kn; j++) s[j] = 0.0f;
@@ -69,7 +82,6 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, int
                 }
             }
         }
-        free(P);
     }
 }
 
@@ -81,7 +93,7 @@ float attention_backward(float* dqkv, const float* dy, const float* qkv, const f
     #pragma omp parallel
     {
         // P_m (M, block, T), dPV = dy V^T (block, T), the combined map for dV (block, T)
-        float* P = mallocCheck((size_t)(M + 2) * block * T * sizeof(float));
+        float* P = thread_scratch((size_t)(M + 2) * block * T);
         float* dPV = P + (size_t)M * block * T;
         float* Pc = dPV + (size_t)block * T;
         float rowsum[ATTN_BLOCK];
@@ -111,10 +123,9 @@ float attention_backward(float* dqkv, const float* dy, const float* qkv, const f
                             const float* g = dPV + (size_t)r * kn;
                             int visible = i0 + r + 1;
                             float l = row_lse[i0 + r], acc = 0.0f;
-                            for (int j = 0; j < visible; j++) {
-                                s[j] = expf(s[j] - l);
-                                acc += s[j] * g[j];
-                            }
+                            for (int j = 0; j < visible; j++) s[j] -= l;
+                            exp_inplace(s, visible);
+                            for (int j = 0; j < visible; j++) acc += s[j] * g[j];
                             for (int j = visible; j < kn; j++) s[j] = 0.0f;
                             rowsum[r] = acc;
                             if (m == 1) dlambda -= acc;  // y = O_0 - lambda O_1, and rowsum = dy . O_1
@@ -147,7 +158,6 @@ float attention_backward(float* dqkv, const float* dy, const float* qkv, const f
                 dlambda_part[b * H + h] = dlambda;
             }
         }
-        free(P);
     }
     float dlambda = 0.0f;
     for (int i = 0; i < B * H; i++) dlambda += dlambda_part[i];

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "vecmath.h"
+
 void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
                 accumulate ? 1.0f : 0.0f, out, OC);
@@ -82,7 +84,9 @@ void swiglu_forward(float* h, const float* gate_up, int N, int F) {
         const float* g = gate_up + (size_t)n * 2 * F;
         const float* u = g + F;
         float* o = h + (size_t)n * F;
-        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int i = 0; i < F; i++) o[i] = -g[i];
+        exp_inplace(o, F);
+        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + o[i]) * u[i];
     }
 }
 
@@ -94,8 +98,10 @@ void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int
         const float* d = dh + (size_t)n * F;
         float* dg = dgate_up + (size_t)n * 2 * F;
         float* du = dg + F;
+        for (int i = 0; i < F; i++) dg[i] = -g[i];
+        exp_inplace(dg, F);
         for (int i = 0; i < F; i++) {
-            float sig = 1.0f / (1.0f + expf(-g[i]));
+            float sig = 1.0f / (1.0f + dg[i]);
             float silu = g[i] * sig;
             du[i] = d[i] * silu;
             dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
@@ -123,11 +129,10 @@ double crossentropy_forward(float* probs, float* row_loss, const int* targets, i
         float target_logit = p[targets[n]];
         float maxv = p[0];
         for (int i = 1; i < V; i++) maxv = p[i] > maxv ? p[i] : maxv;
+        for (int i = 0; i < V; i++) p[i] -= maxv;
+        exp_inplace(p, V);
         float sum = 0.0f;
-        for (int i = 0; i < V; i++) {
-            p[i] = expf(p[i] - maxv);
-            sum += p[i];
-        }
+        for (int i = 0; i < V; i++) sum += p[i];
         float inv = 1.0f / sum;
         for (int i = 0; i < V; i++) p[i] *= inv;
         row_loss[n] = logf(sum) + maxv - target_logit;

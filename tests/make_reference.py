@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""Writes tests/ref/<case>.h5: PyTorch reference data for tests/test_reference.c.
+
+The model is written here from scratch in plain PyTorch, following the official
+Diff-Transformer semantics (../shared/notes/reference-semantics.md) with full T x T attention
+maps, so it shares no code with the C implementation. Each file is a valid difftx checkpoint
+(docs/checkpoint.md) holding the initial parameters, plus:
+  tokens, targets (B, T) int32; logits (B*T, V); loss (scalar);
+  grads/<tensor> (same names as params/); adamw_losses (STEPS,) losses of STEPS AdamW steps
+  with warmup, linear decay, weight decay and gradient clipping.
+Run with Debian's python3-torch and python3-h5py: /usr/bin/python3 tests/make_reference.py
+"""
+import math
+import os
+
+import h5py
+import numpy as np
+import torch
+
+B, T, V, STEPS = 2, 80, 64, 5  # T = 80 spans two 64-row query blocks of the C kernel
+
+CASES = {
+    "standard": dict(attention="standard", n_head=4, head_dim=8, head_norm=False, lambda_init="schedule"),
+    "standard_headnorm": dict(attention="standard", n_head=2, head_dim=16, head_norm=True, lambda_init="schedule"),
+    "diff": dict(attention="diff", n_head=2, head_dim=8, head_norm=True, lambda_init="schedule"),
+    "diff_no_headnorm": dict(attention="diff", n_head=2, head_dim=8, head_norm=False, lambda_init="0.5"),
+}
+COMMON = dict(n_layer=2, d_model=32, ffn_hidden=64, rope_theta=10000.0, seq_len=T, batch_size=B, steps=STEPS,
+              lr=1e-2, lr_final=1e-3, warmup_steps=2, beta1=0.9, beta2=0.98, adam_eps=1e-8, weight_decay=0.1,
+              grad_clip=0.5)
+
+
+def rmsnorm(x, w, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, theta):
+    """x (B, T, heads, D); rotates interleaved channel pairs (2j, 2j+1) by t * theta^(-2j/D)."""
+    T, D = x.shape[1], x.shape[-1]
+    freqs = theta ** (-2.0 * torch.arange(D // 2, dtype=torch.float64) / D)
+    angle = torch.outer(torch.arange(T, dtype=torch.float64), freqs)
+    cos, sin = angle.cos().float()[None, :, None, :], angle.sin().float()[None, :, None, :]
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+
+
+def lambda_init_of(cfg, depth):
+    if cfg["lambda_init"] == "schedule":
+        return 0.8 - 0.6 * math.exp(-0.3 * depth)
+    return float(cfg["lambda_init"])
+
+
+def param_shapes(cfg):
+    M = 2 if cfg["attention"] == "diff" else 1
+    H, D, C, F = cfg["n_head"], cfg["head_dim"], cfg["d_model"], cfg["ffn_hidden"]
+    shapes = {"tok_embedding": (V, C)}
+    for l in range(cfg["n_layer"]):
+        p = f"layer_{l:02d}/"
+        shapes[p + "attn_norm"] = (C,)
+        shapes[p + "wq"] = (M * H * D, C)
+        shapes[p + "wk"] = (M * H * D, C)
+        shapes[p + "wv"] = (H * M * D, C)
+        shapes[p + "wo"] = (C, H * M * D)
+        if M == 2:
+            for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+                shapes[p + name] = (D,)
+        if cfg["head_norm"]:
+            shapes[p + "head_norm"] = (M * D,)
+        shapes[p + "ffn_norm"] = (C,)
+        shapes[p + "w_gate"] = (F, C)
+        shapes[p + "w_up"] = (F, C)
+        shapes[p + "w_down"] = (C, F)
+    shapes["final_norm"] = (C,)
+    shapes["lm_head"] = (V, C)
+    return shapes
+
+
+def forward(cfg, P, tokens, targets):
+    M = 2 if cfg["attention"] == "diff" else 1
+    H, D = cfg["n_head"], cfg["head_dim"]
+    Bn, Tn = tokens.shape
+    x = P["tok_embedding"][tokens]
+    causal = torch.ones(Tn, Tn, dtype=torch.bool).tril()
+    for l in range(cfg["n_layer"]):
+        p = lambda name: P[f"layer_{l:02d}/{name}"]
+        h = rmsnorm(x, p("attn_norm"))
+        q = rope((h @ p("wq").T).view(Bn, Tn, M * H, D), cfg["rope_theta"]).transpose(1, 2)
+        k = rope((h @ p("wk").T).view(Bn, Tn, M * H, D), cfg["rope_theta"]).transpose(1, 2)
+        v = (h @ p("wv").T).view(Bn, Tn, H, M * D).transpose(1, 2)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+        attn = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)  # (B, M*H, T, T)
+        lam_init = lambda_init_of(cfg, l)
+        if M == 2:
+            attn = attn.view(Bn, H, 2, Tn, Tn)
+            lam = (torch.exp(torch.dot(p("lambda_q1"), p("lambda_k1"))) -
+                   torch.exp(torch.dot(p("lambda_q2"), p("lambda_k2"))) + lam_init)
+            attn = attn[:, :, 0] - lam * attn[:, :, 1]
+        y = attn @ v  # (B, H, T, M*D)
+        if cfg["head_norm"]:
+            y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if M == 2 else 1.0)
+        x = x + y.transpose(1, 2).reshape(Bn, Tn, H * M * D) @ p("wo").T
+        h = rmsnorm(x, p("ffn_norm"))
+        x = x + (torch.nn.functional.silu(h @ p("w_gate").T) * (h @ p("w_up").T)) @ p("w_down").T
+    logits = rmsnorm(x, P["final_norm"]) @ P["lm_head"].T
+    logits = logits.view(Bn * Tn, V)
+    return logits, torch.nn.functional.cross_entropy(logits, targets.reshape(-1))
+
+
+def lr_at(cfg, step):
+    if step < cfg["warmup_steps"]:
+        return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
+    progress = (step - cfg["warmup_steps"]) / (cfg["steps"] - cfg["warmup_steps"])
+    return cfg["lr_final"] + (cfg["lr"] - cfg["lr_final"]) * (1 - progress)
+
+
+def recipe_text(cfg):
+    lines = []
+    for key, value in cfg.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        lines.append(f"{key} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+def write_case(name, cfg, path):
+    torch.manual_seed(sum(map(ord, name)))
+    P = {}
+    for key, shape in param_shapes(cfg).items():
+        leaf = key.split("/")[-1]
+        if leaf.endswith("norm"):
+            P[key] = 1.0 + 0.1 * torch.randn(shape)
+        else:
+            P[key] = 0.1 * torch.randn(shape)
+        P[key].requires_grad_(True)
+    tokens = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+
+    logits, loss = forward(cfg, P, tokens, targets)
+    loss.backward()
+    initial = {k: v.detach().clone() for k, v in P.items()}
+    grads = {k: v.grad.detach().clone() for k, v in P.items()}
+
+    decay = [v for k, v in P.items() if v.dim() == 2]
+    no_decay = [v for k, v in P.items() if v.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["adam_eps"])
+    losses = []
+    for step in range(STEPS):
+        opt.zero_grad()
+        _, step_loss = forward(cfg, P, tokens, targets)
+        step_loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(P.values()), cfg["grad_clip"])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(cfg, step)
+        opt.step()
+        losses.append(step_loss.item())
+
+    tmp = path + ".tmp"
+    with h5py.File(tmp, "w") as f:
+        f.attrs["format"] = np.string_("difftx-checkpoint")
+        f.attrs["format_version"] = np.int32(1)
+        f.attrs["config"] = np.string_(recipe_text(cfg))
+        f.attrs["vocab_size"] = np.int32(V)
+        f.attrs["tokenizer_hash"] = np.string_("0000000000000000")
+        f.attrs["step"] = np.int32(0)
+        f.attrs["rows_seen"] = np.uint64(0)
+        f.attrs["threads"] = np.int32(1)
+        f.attrs["finished"] = np.int32(0)
+        f.attrs["train_loss"] = np.float64(loss.item())
+        for key in P:
+            f.create_dataset("params/" + key, data=initial[key].numpy(), fletcher32=True)
+            f.create_dataset("grads/" + key, data=grads[key].numpy())
+        f.create_dataset("tokens", data=tokens.numpy().astype(np.int32))
+        f.create_dataset("targets", data=targets.numpy().astype(np.int32))
+        f.create_dataset("logits", data=logits.detach().numpy())
+        f.create_dataset("loss", data=np.float64(loss.item()))
+        f.create_dataset("adamw_losses", data=np.array(losses, dtype=np.float64))
+    os.replace(tmp, path)
+    print(f"{path}: loss {loss.item():.6f}, AdamW losses {['%.5f' % x for x in losses]}")
+
+
+def main():
+    torch.set_num_threads(1)
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref")
+    os.makedirs(out, exist_ok=True)
+    for name, case in CASES.items():
+        write_case(name, {**case, **COMMON}, os.path.join(out, name + ".h5"))
+
+
+if __name__ == "__main__":
+    main()
