@@ -8,7 +8,10 @@
 PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libinih-dev gnuplot-nox hdf5-tools
 DATA_PACKAGES := npm
 PKG_CFLAGS := $(shell pkg-config --cflags hdf5-serial inih 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp
-PKG_LIBS := $(shell pkg-config --libs hdf5-serial inih 2>/dev/null) -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lm
+# The rpath pins the OpenMP build of OpenBLAS: Debian's alternatives may point libopenblas.so.0
+# at the pthread build, whose threads fight OpenMP's (20x slower attention at long context).
+OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
+PKG_LIBS := $(shell pkg-config --libs hdf5-serial inih 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
@@ -23,6 +26,7 @@ HEADERS := $(wildcard model/*.h data/*.h tests/*.h)
 TESTS := test_grad test_reference test_tokenizer test_train
 
 .PHONY: all deps data train test bench clean
+.SECONDARY:
 all: build/difftx
 
 # $(call ensure,PACKAGES): a package counts as present when dpkg knows it or a command of

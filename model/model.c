@@ -220,6 +220,7 @@ void model_forward(Model* m, const int* tokens, const int* targets, int B, int T
     rmsnorm_forward(m->lnf, m->lnf_rstd, m->x_final, m->params.final_norm, 1.0f, N, C);
     matmul_forward(m->logits, m->lnf, m->params.lm_head, N, C, m->V, 0);
     m->loss = NAN;
+    m->have_targets = targets != NULL;
     if (targets) {
         memcpy(m->targets, targets, (size_t)N * sizeof(int));
         m->loss = crossentropy_forward(m->logits, m->row_loss, targets, N, m->V) / N;
@@ -268,7 +269,7 @@ static void layer_backward(Model* m, int l, float* dres) {
 }
 
 void model_backward(Model* m, float dloss_scale) {
-    if (!m->training || isnan(m->loss)) die("model_backward needs a training forward pass with targets first");
+    if (!m->training || !m->have_targets) die("model_backward needs a training forward pass with targets first");
     size_t N = (size_t)m->B * m->T, C = m->C;
     float* dres = m->grad_scratch;  // (N, C) gradient of the residual stream
     float* dln = dres + N * C;

@@ -82,7 +82,8 @@ typedef struct {
     float* grad_scratch;  // backward-only buffers for one layer
     int* targets;         // (N) copy of the last forward's targets
     int* tokens;          // (N)
-    double loss;          // mean loss of the last forward, NaN before any
+    double loss;          // mean loss of the last forward, NaN without targets
+    int have_targets;     // the last forward had targets, so backward may run
 } Model;
 
 // Shapes and parameter layout from a validated config; parameters allocated, not initialised.

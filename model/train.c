@@ -14,9 +14,11 @@
 #include "optim.h"
 #include "util.h"
 
-// Dies naming the first key whose value differs between two config texts
-static void require_same_config(const Config* a, const Config* b, const char* ckpt) {
-    char *ta = config_to_text(a), *tb = config_to_text(b);
+// Dies naming the first key whose value differs; `out` may differ, so run folders can move
+static void require_same_config(const Config* stored, const Config* now, const char* ckpt) {
+    Config a = *stored, b = *now;
+    memcpy(a.out, b.out, sizeof(a.out));
+    char *ta = config_to_text(&a), *tb = config_to_text(&b);
     char *la = ta, *lb = tb;
     while (*la && *lb) {
         char *ea = strchr(la, '\n'), *eb = strchr(lb, '\n');
@@ -60,6 +62,12 @@ static double evaluate(Model* model, const Shard* val, int* inputs, int* targets
         total += model->loss;
     }
     return total / cfg->eval_batches;
+}
+
+static void diverged(int step, double loss, float norm, const char* ckpt, FILE* log) {
+    fclose(log);
+    die("training diverged at step %d: loss %g, gradient norm %g; the last good checkpoint stays at '%s'%s", step,
+        loss, norm, ckpt, access(ckpt, F_OK) == 0 ? "" : " (none was written yet)");
 }
 
 static void format_duration(char* buf, size_t n, double seconds) {
@@ -136,16 +144,13 @@ double train_run(const Config* cfg, int until) {
         for (int micro = 0; micro < cfg->grad_accum; micro++) {
             loader_rows(&loader, ((size_t)step * cfg->grad_accum + micro) * B, B, inputs, targets);
             model_forward(&model, inputs, targets, B, T, 1);
+            if (!isfinite(model.loss)) diverged(step + 1, model.loss, NAN, ckpt, log);
             loss_sum += model.loss;
             model_backward(&model, 1.0f / cfg->grad_accum);
         }
         loss = loss_sum / cfg->grad_accum;
         float norm = clip_grad_norm(&model, cfg->grad_clip);
-        if (!isfinite(loss) || !isfinite(norm)) {
-            fclose(log);
-            die("training diverged at step %d: loss %g, gradient norm %g; the last good checkpoint stays at '%s'%s",
-                step + 1, loss, norm, ckpt, access(ckpt, F_OK) == 0 ? "" : " (none was written yet)");
-        }
+        if (!isfinite(norm)) diverged(step + 1, loss, norm, ckpt, log);
         float lr = lr_at(cfg, step);
         adamw_update(&opt, &model, lr, step + 1);
         int done = step + 1;

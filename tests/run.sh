@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs the test programs named on the command line (build/NAME) and the shell tests, then
+# prints the total of their "N passed, M failed" lines.
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+total_passed=0 total_failed=0 broken=""
+run() {  # NAME COMMAND...
+    local name=$1 out rc summary start=$SECONDS
+    shift
+    echo "== $name"
+    out=$("$@" 2>&1)
+    rc=$?
+    echo "$out" | grep -vE '^(step |model: |prepare: |  build/|  tokenizer: |resuming |run already)'
+    summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out" | tail -1)
+    if [ -z "$summary" ]; then
+        broken="$broken $name(exit $rc)"
+        return
+    fi
+    total_passed=$((total_passed + ${summary%% passed*}))
+    total_failed=$((total_failed + $(sed -E 's/.*, ([0-9]+) failed/\1/' <<<"$summary")))
+    [ $rc -eq 0 ] || [ "${summary#*, }" != "0 failed" ] || broken="$broken $name(exit $rc)"
+    echo "   ($((SECONDS - start)) s)"
+}
+for t in "$@"; do run "$t" "build/$t"; done
+run test_cli tests/test_cli.sh
+run test_memory tests/test_memory.sh
+[ -z "$broken" ] || echo "broken test programs:$broken"
+echo "$total_passed passed, $total_failed failed"
+[ $total_failed -eq 0 ] && [ -z "$broken" ]

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Bad input through the command line: each case must exit non-zero with a message naming
+# the file, line or key, and leave nothing half-written.
+set -u
+cd "$(dirname "$0")/.."
+bin=build/difftx
+work=build/test_cli
+rm -rf "$work" && mkdir -p "$work/corpus"
+passed=0 failed=0
+
+# expect_fail NAME PATTERN CMD...: CMD must exit non-zero and print PATTERN (grep -E) on stderr
+expect_fail() {
+    local name=$1 pattern=$2
+    shift 2
+    local err rc
+    err=$("$@" 2>&1 >/dev/null)
+    rc=$?
+    if [ $rc -ne 0 ] && grep -qE -- "$pattern" <<<"$err"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name: exit $rc, stderr: $err"
+    fi
+}
+expect() {  # expect NAME CONDITION-COMMAND...
+    local name=$1
+    shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; fi
+}
+
+for d in $(seq -w 0 24); do
+    for i in $(seq 1 30); do echo "Document $d has line $i of a small corpus."; done > "$work/corpus/doc$d.txt"
+done
+$bin prepare --vocab 300 "$work/data" "$work/corpus" >/dev/null || { echo "prepare failed"; exit 1; }
+
+recipe() {  # recipe FILE [extra lines...]: a valid tiny recipe plus extra lines
+    local file=$1
+    shift
+    {
+        printf '%s\n' "attention = diff" "n_layer = 1" "d_model = 32" "n_head = 2" "seq_len = 16" "batch_size = 2" \
+            "steps = 4" "warmup_steps = 1" "eval_batches = 1" "log_every = 1" "checkpoint_every = 1" \
+            "data = $work/data" "out = $work/run"
+        printf '%s\n' "$@"
+    } > "$file"
+}
+
+recipe "$work/unknown.ini" "colour = blue"
+expect_fail "unknown key" "unknown.ini:14: unknown key 'colour'" $bin train "$work/unknown.ini"
+recipe "$work/type.ini" "n_layer = two"
+expect_fail "wrong type" "type.ini:14: key 'n_layer': 'two' is not an integer" $bin train "$work/type.ini"
+recipe "$work/choice.ini" "attention = triple"
+expect_fail "bad choice" "choice.ini:14: key 'attention': 'triple' is not one of standard, diff" $bin train "$work/choice.ini"
+recipe "$work/section.ini" "[model]" "n_layer = 2"
+expect_fail "section" "section.ini:15: sections are not used" $bin train "$work/section.ini"
+recipe "$work/ok.ini"
+expect_fail "override type" "override 'lr=fast': key 'lr': 'fast' is not a finite number" $bin train "$work/ok.ini" lr=fast
+expect_fail "override unknown" "override 'dropout=0.1': unknown key 'dropout'" $bin train "$work/ok.ini" dropout=0.1
+expect_fail "override syntax" "override 'lr': expected key=value" $bin train "$work/ok.ini" lr
+expect_fail "d_model divisibility" "key 'd_model': 30 must equal 2 x n_head x head_dim" $bin train "$work/ok.ini" d_model=30
+expect_fail "odd head_dim" "key 'head_dim': 5 must be even" $bin train "$work/ok.ini" attention=standard d_model=10 n_head=2 head_dim=5
+expect_fail "lambda_init" "key 'lambda_init': 'high' is neither 'schedule' nor a number" $bin train "$work/ok.ini" lambda_init=high
+expect_fail "missing recipe" "cannot open recipe '$work/nope.ini'" $bin train "$work/nope.ini"
+expect_fail "missing corpus" "key 'data': '$work/nodata' has no readable tokenizer.bin" $bin train "$work/ok.ini" data=$work/nodata
+expect_fail "missing prepare input" "corpus input '$work/absent'" $bin prepare "$work/data2" "$work/absent"
+expect_fail "missing checkpoint" "cannot read checkpoint '$work/none.h5'" $bin sample "$work/none.h5"
+echo "not hdf5" > "$work/text.h5"
+expect_fail "non-HDF5 checkpoint" "cannot read checkpoint '$work/text.h5'" $bin sample "$work/text.h5"
+expect_fail "unknown subcommand" "unknown subcommand 'fly'" $bin fly
+
+# a good run, then a corrupted copy of its checkpoint: Fletcher32 catches flipped data bytes
+$bin train "$work/ok.ini" >/dev/null 2>&1
+expect "good run finishes" test -f "$work/run/checkpoint.h5"
+expect "no temporary file left" test ! -e "$work/run/checkpoint.h5.tmp"
+corrupt() {  # corrupt DATASET OUT: a copy of the run's checkpoint with 8 bytes of DATASET's chunk overwritten
+    local address
+    address=$(h5ls -va "$work/run/checkpoint.h5/$1" | awk '$1 == "0x00000000" {print $3}')
+    cp "$work/run/checkpoint.h5" "$2"
+    printf '\xff\xff\xff\xff\xff\xff\xff\xff' | dd of="$2" bs=1 seek=$((address + 100)) conv=notrunc status=none
+}
+corrupt params/tok_embedding "$work/corrupt_params.h5"
+expect_fail "corrupt parameters" "checkpoint '$work/corrupt_params.h5': cannot read dataset 'params/tok_embedding' \(corrupt" \
+    $bin sample "$work/corrupt_params.h5"
+mkdir -p "$work/resume"
+corrupt adam_v/lm_head "$work/resume/checkpoint.h5"
+expect_fail "corrupt moments on resume" "checkpoint '$work/resume/checkpoint.h5': cannot read dataset 'adam_v/lm_head' \(corrupt" \
+    $bin train "$work/ok.ini" out=$work/resume steps=8
+size=$(stat -c %s "$work/run/checkpoint.h5")
+head -c $((size / 3)) "$work/run/checkpoint.h5" > "$work/truncated.h5"
+expect_fail "truncated checkpoint" "checkpoint '$work/truncated.h5'" $bin sample "$work/truncated.h5"
+expect_fail "config mismatch on resume" "belongs to a run with a different config.*'lr = " $bin train "$work/ok.ini" lr=0.5 steps=4
+
+# divergence: an absurd learning rate blows the loss up; the run stops naming the step and
+# the last good checkpoint stays readable
+expect_fail "non-finite loss" "training diverged at step [0-9]+: loss" $bin train "$work/ok.ini" out=$work/diverge lr=1e30 steps=20
+step=$(h5dump -a step "$work/diverge/checkpoint.h5" 2>/dev/null | grep -oE '\(0\): [0-9]+' | grep -oE '[0-9]+$')
+expect "last good checkpoint kept (step ${step:-none})" test -n "$step"
+expect "last good checkpoint not finished" bash -c "h5dump -a finished '$work/diverge/checkpoint.h5' | grep -q '(0): 0'"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
