@@ -5,13 +5,14 @@
 #   make data    only the default corpus, tokenizer and token shards
 # PORTABLE=1 builds without -march=native.
 
-PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libinih-dev gnuplot-nox hdf5-tools
+PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libinih-dev libsqlite3-dev libssl-dev \
+            gnuplot-nox hdf5-tools sqlite3
 DATA_PACKAGES := npm
-PKG_CFLAGS := $(shell pkg-config --cflags hdf5-serial inih 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp
+PKG_CFLAGS := $(shell pkg-config --cflags hdf5-serial inih sqlite3 libcrypto 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp
 # The rpath pins the OpenMP build of OpenBLAS: Debian's alternatives may point libopenblas.so.0
 # at the pthread build, whose threads fight OpenMP's (20x slower attention at long context).
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKG_LIBS := $(shell pkg-config --libs hdf5-serial inih 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
+PKG_LIBS := $(shell pkg-config --libs hdf5-serial inih sqlite3 libcrypto 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
@@ -20,12 +21,13 @@ CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COM
 LDLIBS := $(PKG_LIBS) -lmvec -fopenmp
 
 CORE := model/util.c model/config.c model/layers.c model/attention.c model/model.c model/optim.c \
-        model/checkpoint.c model/train.c model/vecmath.c data/tokenizer.c data/dataset.c
+        model/checkpoint.c model/train.c model/vecmath.c data/tokenizer.c data/dataset.c \
+        eval/registry.c eval/arhit.c eval/table6.c
 OBJS := $(patsubst %.c,build/obj/%.o,$(CORE))
-HEADERS := $(wildcard model/*.h data/*.h tests/*.h)
-TESTS := test_grad test_reference test_tokenizer test_train
+HEADERS := $(wildcard model/*.h data/*.h eval/*.h tests/*.h)
+TESTS := test_grad test_reference test_tokenizer test_train test_eval
 
-.PHONY: all deps data train test bench clean
+.PHONY: all deps data train test bench table6 clean FORCE
 .SECONDARY:
 all: build/difftx
 
@@ -53,6 +55,12 @@ build/obj/%.o: %.c $(HEADERS) | build/deps.stamp
 	$(CC) $(CFLAGS) -c -o $@ $<
 build/obj/model/vecmath.o: CFLAGS += -ffast-math
 
+# checkpoint.c records the commit: rebuild it whenever `git describe` changes
+build/commit.txt: FORCE | build/deps.stamp
+	@echo '$(GIT_COMMIT)' | cmp -s - $@ || echo '$(GIT_COMMIT)' > $@
+build/obj/model/checkpoint.o: build/commit.txt
+FORCE:
+
 build/difftx: build/obj/model/main.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
@@ -68,6 +76,12 @@ data: data/default/train.bin
 train: build/difftx data/default/train.bin
 	build/difftx train experiments/default.ini
 	build/difftx sample results/runs/default/checkpoint.h5 --prompt "The ship" --tokens 60
+
+# The paper's Table 6 from models trained here; PRESET=smoke|small|paper, SEEDS=n
+PRESET ?= small
+SEEDS ?= 1
+table6: build/difftx data/default/train.bin
+	build/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
 
 test: build/difftx $(addprefix build/,$(TESTS))
 	tests/run.sh $(TESTS)

@@ -121,6 +121,9 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     write_attr(file, "finished", H5T_NATIVE_INT, &info->finished, tmp);
     write_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, tmp);
     write_string_attr(file, "git_commit", GIT_COMMIT, tmp);
+    char machine[600];
+    machine_description(machine, sizeof(machine));
+    write_string_attr(file, "machine", machine, tmp);
     free(config_text);
     write_tensors(file, "params", model, model->params_memory, tmp);
     if (opt) {

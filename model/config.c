@@ -65,8 +65,7 @@ void config_defaults(Config* cfg) {
     cfg->log_every = 10;
 }
 
-// Sets one key from text; returns NULL on success or a static message saying what is wrong.
-static const char* set_key(Config* cfg, const char* name, const char* value) {
+const char* config_set(Config* cfg, const char* name, const char* value) {
     static char msg[512];
     const Key* key = NULL;
     for (size_t i = 0; i < N_KEYS; i++) {
@@ -122,7 +121,7 @@ typedef struct {
 
 static int on_recipe_line(void* user, const char* section, const char* name, const char* value) {
     ParseState* st = user;
-    const char* err = section[0] ? "sections are not used: write plain 'key = value' lines" : set_key(st->cfg, name, value);
+    const char* err = section[0] ? "sections are not used: write plain 'key = value' lines" : config_set(st->cfg, name, value);
     if (err && !st->first_error) {
         snprintf(st->error, sizeof(st->error), "%s", err);
         st->first_error = st->error;
@@ -153,7 +152,7 @@ void config_apply_override(Config* cfg, const char* kv) {
     if (n >= sizeof(name)) die("command-line override '%s': key too long", kv);
     memcpy(name, kv, n);
     name[n] = 0;
-    const char* err = set_key(cfg, name, eq + 1);
+    const char* err = config_set(cfg, name, eq + 1);
     if (err) die("command-line override '%s': %s", kv, err);
 }
 

@@ -41,6 +41,8 @@ void config_defaults(Config* cfg);
 // Both die with the file and line (or the override text) and key on any bad input.
 void config_load_file(Config* cfg, const char* path);
 void config_apply_override(Config* cfg, const char* key_equals_value);
+// Sets one key from its text; returns NULL, or a message saying what is wrong (static storage).
+const char* config_set(Config* cfg, const char* key, const char* value);
 // Cross-key checks (divisibility, ranges); dies naming the key.
 void config_validate(const Config* cfg);
 // "key = value" lines for every key, loadable again with config_load_string.

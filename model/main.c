@@ -9,6 +9,7 @@
 
 #include "../data/dataset.h"
 #include "../data/tokenizer.h"
+#include "../eval/table6.h"
 #include "checkpoint.h"
 #include "model.h"
 #include "optim.h"
@@ -22,7 +23,9 @@ static const char* USAGE =
     "                                                train (resumes from OUT/checkpoint.h5 if present)\n"
     "  difftx sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]\n"
     "  difftx bench RECIPE [key=value ...] [--vocab N] [--steps N] [--forward]\n"
-    "                                                speed and peak memory on random tokens\n";
+    "                                                speed and peak memory on random tokens\n"
+    "  difftx table6 RECIPE [--preset P] [--seeds N] [--results DIR] [--plots DIR]\n"
+    "                                                the paper's Table 6 ablations (make table6)\n";
 
 // Recipe file, then key=value overrides, then validation
 static void load_config(Config* cfg, int argc, char** argv, int first) {
@@ -63,7 +66,7 @@ static int cmd_train(int argc, char** argv) {
     }
     Config cfg;
     load_config(&cfg, argc, argv, optind);
-    train_run(&cfg, until);
+    train_run(&cfg, until, NULL);
     return 0;
 }
 
@@ -223,6 +226,24 @@ static int cmd_bench(int argc, char** argv) {
     return 0;
 }
 
+static int cmd_table6(int argc, char** argv) {
+    Table6Options opt = {NULL, "small", 1, "results", "plots"};
+    static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"seeds", required_argument, 0, 's'},
+                                   {"results", required_argument, 0, 'r'}, {"plots", required_argument, 0, 'g'},
+                                   {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'p') opt.preset = optarg;
+        else if (c == 's') opt.seeds = parse_int_arg("--seeds", optarg);
+        else if (c == 'r') opt.results = optarg;
+        else if (c == 'g') opt.plots = optarg;
+        else die("%s", USAGE);
+    }
+    if (optind >= argc) die("table6 needs a RECIPE\n%s", USAGE);
+    opt.recipe = argv[optind];
+    return table6_main(&opt);
+}
+
 int main(int argc, char** argv) {
     if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
@@ -235,5 +256,6 @@ int main(int argc, char** argv) {
     if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc, argv);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc, argv);
+    if (strcmp(cmd, "table6") == 0) return cmd_table6(argc, argv);
     die("unknown subcommand '%s'\n%s", cmd, USAGE);
 }

@@ -76,7 +76,7 @@ static void format_duration(char* buf, size_t n, double seconds) {
     else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
-double train_run(const Config* cfg, int until) {
+double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     config_validate(cfg);
     if (until <= 0 || until > cfg->steps) until = cfg->steps;
     char path[4096], ckpt[4096], log_path[4096];
@@ -155,7 +155,9 @@ double train_run(const Config* cfg, int until) {
         adamw_update(&opt, &model, lr, step + 1);
         int done = step + 1;
         double dt = wall_time() - t0;
+        long tokens_seen = (long)done * (long)tokens_per_step;
         fprintf(log, "train %d %.17g %.9g %.9g\n", done, loss, lr, norm);
+        if (observer) observer->metric(observer->ctx, "train_loss", done, tokens_seen, loss);
         if (done % cfg->log_every == 0 || done == until) {
             char eta[32];
             double elapsed = wall_time() - t_start;
@@ -167,12 +169,14 @@ double train_run(const Config* cfg, int until) {
         if ((cfg->eval_every && done % cfg->eval_every == 0) || done == cfg->steps) {
             double val_loss = evaluate(&model, &val, inputs, targets);
             fprintf(log, "val %d %.17g\n", done, val_loss);
+            if (observer) observer->metric(observer->ctx, "val_loss", done, tokens_seen, val_loss);
             printf("step %5d | val loss %.4f\n", done, val_loss);
         }
         if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until) {
             fflush(log);
             CheckpointInfo now = {done, (uint64_t)done * cfg->grad_accum * B, tok.hash, threads, done == cfg->steps, loss};
             checkpoint_save(ckpt, &model, &opt, &now);
+            if (observer) observer->flush(observer->ctx);
         }
     }
     fcloseCheck(log, log_path);

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void die_at(const char* src, int line, const char* fmt, ...) {
     fprintf(stderr, "error: ");
@@ -93,6 +94,22 @@ double wall_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+void machine_description(char* buf, size_t n) {
+    char host[256] = "unknown-host", cpu[256] = "unknown CPU", line[512];
+    gethostname(host, sizeof(host) - 1);
+    FILE* f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        char* colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(cpu, sizeof(cpu), "%s", colon + 2);
+            cpu[strcspn(cpu, "\n")] = 0;
+            break;
+        }
+    }
+    if (f) fclose(f);
+    snprintf(buf, n, "%s, %s", host, cpu);
 }
 
 size_t peak_rss_bytes(void) {

@@ -33,6 +33,8 @@ void mkdir_p(const char* path);
 char* read_text_file(const char* path, size_t* len);  // NUL-terminated, caller frees
 
 double wall_time(void);
+// "hostname, CPU model name" for provenance records
+void machine_description(char* buf, size_t n);
 size_t peak_rss_bytes(void);
 
 // splitmix64: stateless given the state word, so a checkpoint stores one uint64.

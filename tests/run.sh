@@ -24,6 +24,7 @@ run() {  # NAME COMMAND...
 }
 for t in "$@"; do run "$t" "build/$t"; done
 run test_cli tests/test_cli.sh
+run test_table6 tests/test_table6.sh
 run test_memory tests/test_memory.sh
 [ -z "$broken" ] || echo "broken test programs:$broken"
 echo "$total_passed passed, $total_failed failed"

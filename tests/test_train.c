@@ -58,12 +58,12 @@ static void test_variant(int attention) {
     fresh(a_dir); fresh(b_dir); fresh(c_dir);
     Config a = tiny_config(attention, a_dir), b = tiny_config(attention, b_dir), c = tiny_config(attention, c_dir);
 
-    double loss_a = train_run(&a, 0);
-    train_run(&b, 0);
+    double loss_a = train_run(&a, 0, NULL);
+    train_run(&b, 0, NULL);
     char *log_a = read_log(a_dir), *log_b = read_log(b_dir);
     CHECK(strcmp(log_a, log_b) == 0, "%s: two runs with the same seed log identical losses", name);
 
-    train_run(&c, 5);  // stops after step 5; the checkpoint of step 3 is the last, then step 5 is written
+    train_run(&c, 5, NULL);  // stops after step 5; the checkpoint of step 3 is the last, then step 5 is written
     char* partial = read_log(c_dir);
     CHECK(strstr(partial, "train 5 ") && !strstr(partial, "train 6 "), "%s: --until stops after step 5", name);
     Model mc;
@@ -73,7 +73,7 @@ static void test_variant(int attention) {
     checkpoint_load(ckpt, &mc, NULL, &info);
     CHECK(info.step == 5 && !info.finished, "%s: stopped run is resumable, not finished (step %d)", name, info.step);
     model_free(&mc);
-    double loss_c = train_run(&c, 0);
+    double loss_c = train_run(&c, 0, NULL);
     char* log_c = read_log(c_dir);
     CHECK(strcmp(log_a, log_c) == 0, "%s: a resumed run logs exactly the losses of one that never stopped", name);
     CHECK(loss_a == loss_c, "%s: final loss %.17g vs resumed %.17g", name, loss_a, loss_c);
@@ -108,7 +108,7 @@ static void test_variant(int attention) {
     printf("%s: loss %.4f -> %.4f over 8 steps; resume and determinism exact\n", name, first, loss_a);
 
     // a finished run is not trained again
-    CHECK(train_run(&a, 0) == loss_a, "%s: rerunning a finished run returns its result", name);
+    CHECK(train_run(&a, 0, NULL) == loss_a, "%s: rerunning a finished run returns its result", name);
     free(text_a); free(text_r); free(log_a); free(log_b); free(log_c); free(partial);
     model_free(&ma); model_free(&mc2); model_free(&mr);
     adamw_free(&oa); adamw_free(&oc); adamw_free(&orr);

@@ -1,0 +1,273 @@
+#define _GNU_SOURCE
+#include "registry.h"
+
+#include <omp.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../model/util.h"
+
+static const char* SCHEMA =
+    "CREATE TABLE IF NOT EXISTS experiments ("
+    "  id INTEGER PRIMARY KEY, name TEXT NOT NULL, preset TEXT NOT NULL, recipe_path TEXT NOT NULL,"
+    "  recipe_text TEXT NOT NULL, created TEXT NOT NULL, UNIQUE (name, preset));"
+    "CREATE TABLE IF NOT EXISTS runs ("
+    "  id INTEGER PRIMARY KEY, experiment_id INTEGER NOT NULL REFERENCES experiments(id),"
+    "  row TEXT NOT NULL, seed INTEGER NOT NULL, attempt INTEGER NOT NULL,"
+    "  status TEXT NOT NULL CHECK (status IN ('RUNNING', 'FINISHED', 'FAILED', 'KILLED')),"
+    "  git_commit TEXT NOT NULL, git_dirty INTEGER NOT NULL, host TEXT NOT NULL, cpu_model TEXT NOT NULL,"
+    "  threads INTEGER NOT NULL, pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL,"
+    "  out_dir TEXT NOT NULL,"
+    "  started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
+    "CREATE TABLE IF NOT EXISTS params (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
+    "  value TEXT NOT NULL, PRIMARY KEY (run_id, key));"
+    "CREATE TABLE IF NOT EXISTS metrics (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
+    "  step INTEGER NOT NULL, tokens INTEGER NOT NULL, value REAL NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run_id, key, step);"
+    "CREATE TABLE IF NOT EXISTS evaluations (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
+    "  value REAL NOT NULL, PRIMARY KEY (run_id, key));"
+    "CREATE TABLE IF NOT EXISTS artifacts (run_id INTEGER NOT NULL REFERENCES runs(id), kind TEXT NOT NULL,"
+    "  path TEXT NOT NULL, sha256 TEXT NOT NULL);";
+
+static void sql_check(Registry* reg, int rc, const char* what) {
+    if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        die("registry '%s': %s: %s", reg->path, what, sqlite3_errmsg(reg->db));
+    }
+}
+
+static void exec(Registry* reg, const char* sql) {
+    char* err = NULL;
+    if (sqlite3_exec(reg->db, sql, NULL, NULL, &err) != SQLITE_OK) die("registry '%s': %s", reg->path, err);
+}
+
+static sqlite3_stmt* prepare(Registry* reg, const char* sql) {
+    sqlite3_stmt* st;
+    sql_check(reg, sqlite3_prepare_v2(reg->db, sql, -1, &st, NULL), sql);
+    return st;
+}
+
+static void step_done(Registry* reg, sqlite3_stmt* st, const char* what) {
+    sql_check(reg, sqlite3_step(st), what);
+    sqlite3_finalize(st);
+}
+
+// Start time of a process (clock ticks after boot, /proc/PID/stat field 22), or -1 when the
+// process is gone or a zombie. With the pid it names a process uniquely, despite pid reuse.
+static long long process_start(int pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE* f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char* p = strrchr(buf, ')');  // the command name may hold spaces and parentheses
+    if (!p) return -1;
+    char state;
+    long long start = -1;
+    // fields after the name: 3 state ... 22 starttime
+    if (sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %lld", &state, &start) != 2) return -1;
+    return state == 'Z' || state == 'X' ? -1 : start;
+}
+
+static void now_iso(char* buf, size_t n) {
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+void registry_open(Registry* reg, const char* path) {
+    snprintf(reg->path, sizeof(reg->path), "%s", path);
+    if (sqlite3_open_v2(path, &reg->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+        die("cannot open registry '%s': %s", path, reg->db ? sqlite3_errmsg(reg->db) : "out of memory");
+    }
+    sqlite3_busy_timeout(reg->db, 60000);
+    exec(reg, "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;");
+    exec(reg, "BEGIN IMMEDIATE;");
+    exec(reg, SCHEMA);
+    exec(reg, "COMMIT;");
+}
+
+void registry_close(Registry* reg) { sqlite3_close(reg->db); }
+
+int64_t registry_experiment(Registry* reg, const char* name, const char* preset, const char* recipe_path,
+                            const char* recipe_text) {
+    char now[32];
+    now_iso(now, sizeof(now));
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg, "INSERT INTO experiments (name, preset, recipe_path, recipe_text, created) "
+                                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name, preset) DO UPDATE SET "
+                                    "recipe_path = excluded.recipe_path, recipe_text = excluded.recipe_text");
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, preset, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, recipe_path, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, recipe_text, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, now, -1, SQLITE_TRANSIENT);
+    step_done(reg, st, "insert experiment");
+    st = prepare(reg, "SELECT id FROM experiments WHERE name = ? AND preset = ?");
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, preset, -1, SQLITE_TRANSIENT);
+    sql_check(reg, sqlite3_step(st), "select experiment");
+    int64_t id = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    exec(reg, "COMMIT;");
+    return id;
+}
+
+int registry_reap(Registry* reg) {
+    char host[256] = "", now[32];
+    gethostname(host, sizeof(host) - 1);
+    now_iso(now, sizeof(now));
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg, "SELECT id, pid, pid_start FROM runs WHERE status = 'RUNNING' AND host = ?");
+    sqlite3_bind_text(st, 1, host, -1, SQLITE_TRANSIENT);
+    int reaped = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(st, 0);
+        if (process_start(sqlite3_column_int(st, 1)) == sqlite3_column_int64(st, 2)) continue;  // still running
+        sqlite3_stmt* up = prepare(reg, "UPDATE runs SET status = 'KILLED', ended = ? WHERE id = ?");
+        sqlite3_bind_text(up, 1, now, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(up, 2, id);
+        step_done(reg, up, "mark killed run");
+        reaped++;
+    }
+    sqlite3_finalize(st);
+    exec(reg, "COMMIT;");
+    return reaped;
+}
+
+int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed) {
+    sqlite3_stmt* st = prepare(reg, "SELECT id FROM runs WHERE experiment_id = ? AND row = ? AND seed = ? AND "
+                                    "status = 'FINISHED' ORDER BY attempt DESC LIMIT 1");
+    sqlite3_bind_int64(st, 1, experiment);
+    sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, seed);
+    int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return id;
+}
+
+int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg) {
+    char now[32], machine[600], host[256] = "";
+    now_iso(now, sizeof(now));
+    machine_description(machine, sizeof(machine));
+    gethostname(host, sizeof(host) - 1);
+    const char* cpu = strstr(machine, ", ") ? strstr(machine, ", ") + 2 : machine;
+    char* text = config_to_text(cfg);
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg,
+        "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
+        " pid, pid_start, recipe_text, out_dir, started) VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(attempt), 0) + 1"
+        " FROM runs WHERE experiment_id = ?1 AND row = ?2 AND seed = ?3), 'RUNNING', ?4, ?5, ?6, ?7, ?8, ?9, ?13, ?10,"
+        " ?11, ?12)");
+    sqlite3_bind_int64(st, 1, experiment);
+    sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, seed);
+    sqlite3_bind_text(st, 4, GIT_COMMIT, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, strstr(GIT_COMMIT, "dirty") != NULL);
+    sqlite3_bind_text(st, 6, host, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 7, cpu, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 8, omp_get_max_threads());
+    sqlite3_bind_int(st, 9, (int)getpid());
+    sqlite3_bind_text(st, 10, text, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 11, cfg->out, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 12, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 13, process_start((int)getpid()));
+    step_done(reg, st, "insert run");
+    int64_t run = sqlite3_last_insert_rowid(reg->db);
+    // params: one row per recipe key, from the "key = value" text
+    for (char* line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char* eq = strstr(line, " = ");
+        if (!eq) continue;
+        *eq = 0;
+        st = prepare(reg, "INSERT INTO params (run_id, key, value) VALUES (?, ?, ?)");
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_text(st, 2, line, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, eq + 3, -1, SQLITE_TRANSIENT);
+        step_done(reg, st, "insert param");
+    }
+    exec(reg, "COMMIT;");
+    free(text);
+    return run;
+}
+
+const char* run_status_name(RunStatus status) {
+    static const char* names[] = {"RUNNING", "FINISHED", "FAILED", "KILLED"};
+    return names[status];
+}
+
+void registry_end_run(Registry* reg, int64_t run, RunStatus status) {
+    char now[32];
+    now_iso(now, sizeof(now));
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg, "UPDATE runs SET status = ?, ended = ? WHERE id = ?");
+    sqlite3_bind_text(st, 1, run_status_name(status), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, run);
+    step_done(reg, st, "end run");
+    exec(reg, "COMMIT;");
+}
+
+void registry_end_pid(Registry* reg, int pid, RunStatus status) {
+    char now[32], host[256] = "";
+    now_iso(now, sizeof(now));
+    gethostname(host, sizeof(host) - 1);
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg, "UPDATE runs SET status = ?, ended = ? WHERE status = 'RUNNING' AND pid = ? AND host = ?");
+    sqlite3_bind_text(st, 1, run_status_name(status), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, pid);
+    sqlite3_bind_text(st, 4, host, -1, SQLITE_TRANSIENT);
+    step_done(reg, st, "end runs of a worker");
+    exec(reg, "COMMIT;");
+}
+
+void registry_metrics(Registry* reg, int64_t run, int n, const char* const* keys, const int* steps,
+                      const int64_t* tokens, const double* values) {
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg, "INSERT INTO metrics (run_id, key, step, tokens, value) VALUES (?, ?, ?, ?, ?)");
+    for (int i = 0; i < n; i++) {
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_text(st, 2, keys[i], -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, steps[i]);
+        sqlite3_bind_int64(st, 4, tokens[i]);
+        sqlite3_bind_double(st, 5, values[i]);
+        sql_check(reg, sqlite3_step(st), "insert metric");
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    exec(reg, "COMMIT;");
+}
+
+void registry_evaluation(Registry* reg, int64_t run, const char* key, double value) {
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg, "INSERT OR REPLACE INTO evaluations (run_id, key, value) VALUES (?, ?, ?)");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 3, value);
+    step_done(reg, st, "insert evaluation");
+    exec(reg, "COMMIT;");
+}
+
+void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path) {
+    size_t len;
+    char* bytes = read_text_file(path, &len);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    if (!EVP_Digest(bytes, len, digest, &dlen, EVP_sha256(), NULL)) die("cannot hash '%s'", path);
+    free(bytes);
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    for (unsigned int i = 0; i < dlen; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg, "INSERT INTO artifacts (run_id, kind, path, sha256) VALUES (?, ?, ?, ?)");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, path, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, hex, -1, SQLITE_TRANSIENT);
+    step_done(reg, st, "insert artifact");
+    exec(reg, "COMMIT;");
+}

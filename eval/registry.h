@@ -1,0 +1,43 @@
+// The results registry: one SQLite database (results/registry.sqlite) of experiments, runs,
+// their parameters, metrics, evaluations and artifacts. Schema and example queries are in
+// docs/registry.md. WAL mode and a busy timeout let concurrent runs share it; every write is
+// one transaction.
+#ifndef REGISTRY_H
+#define REGISTRY_H
+
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "../model/config.h"
+
+typedef struct {
+    sqlite3* db;
+    char path[4096];
+} Registry;
+
+typedef enum { RUN_RUNNING, RUN_FINISHED, RUN_FAILED, RUN_KILLED } RunStatus;
+
+void registry_open(Registry* reg, const char* path);
+void registry_close(Registry* reg);
+// Finds or creates the experiment row; returns its id.
+int64_t registry_experiment(Registry* reg, const char* name, const char* preset, const char* recipe_path,
+                            const char* recipe_text);
+// Marks RUNNING attempts whose process is gone (same host, pid not alive) as KILLED; returns
+// how many.
+int registry_reap(Registry* reg);
+// The id of a FINISHED attempt of (experiment, row, seed), or 0.
+int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed);
+// Starts a new RUNNING attempt with full provenance; returns its id.
+int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg);
+void registry_end_run(Registry* reg, int64_t run, RunStatus status);
+// Ends the RUNNING attempts of process pid on this host with status (a worker that failed).
+void registry_end_pid(Registry* reg, int pid, RunStatus status);
+// Appends metrics in one transaction: keys[i] at (steps[i], tokens[i]) = values[i].
+void registry_metrics(Registry* reg, int64_t run, int n, const char* const* keys, const int* steps,
+                      const int64_t* tokens, const double* values);
+void registry_evaluation(Registry* reg, int64_t run, const char* key, double value);
+// Records a file with its sha256.
+void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path);
+const char* run_status_name(RunStatus status);
+
+#endif

@@ -1,0 +1,462 @@
+#define _GNU_SOURCE
+#include "table6.h"
+
+#include <ini.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../data/dataset.h"
+#include "../data/tokenizer.h"
+#include "../model/checkpoint.h"
+#include "../model/config.h"
+#include "../model/train.h"
+#include "../model/util.h"
+#include "arhit.h"
+#include "registry.h"
+
+#define MAX_KEYS 64
+#define MAX_SECTIONS 32
+
+// ---- the recipe: shared keys, presets and rows, each a list of key = value ----
+typedef struct {
+    char name[64];
+    char key[MAX_KEYS][64];
+    char value[MAX_KEYS][CONFIG_STR];
+    int n;
+} Section;
+
+typedef struct {
+    Section common;
+    Section presets[MAX_SECTIONS], rows[MAX_SECTIONS];
+    int n_presets, n_rows;
+    char error[512];
+} Recipe;
+
+static const char* get(const Section* s, const char* key) {
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->key[i], key) == 0) return s->value[i];
+    }
+    return NULL;
+}
+
+static int is_row_key(const char* k) {
+    return !strcmp(k, "label") || !strcmp(k, "heads") || !strcmp(k, "width") || !strcmp(k, "paper");
+}
+static int is_preset_key(const char* k) { return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows"); }
+
+static int on_line(void* user, const char* section, const char* key, const char* value) {
+    Recipe* r = user;
+    Section* s = &r->common;
+    const char* err = NULL;
+    if (section[0]) {
+        int is_row = strncmp(section, "row ", 4) == 0, is_preset = strncmp(section, "preset ", 7) == 0;
+        if (!is_row && !is_preset) {
+            snprintf(r->error, sizeof(r->error), "section [%s]: expected [preset NAME] or [row NAME]", section);
+            return 0;
+        }
+        Section* list = is_row ? r->rows : r->presets;
+        int* n = is_row ? &r->n_rows : &r->n_presets;
+        const char* name = section + (is_row ? 4 : 7);
+        if (*n == 0 || strcmp(list[*n - 1].name, name) != 0) {
+            if (*n == MAX_SECTIONS) { snprintf(r->error, sizeof(r->error), "too many sections"); return 0; }
+            snprintf(list[(*n)++].name, sizeof(list[0].name), "%s", name);
+        }
+        s = &list[*n - 1];
+        if (is_row && is_row_key(key)) goto store;
+        if (is_preset && is_preset_key(key)) goto store;
+    }
+    Config scratch;
+    config_defaults(&scratch);
+    err = config_set(&scratch, key, value);
+    if (err) {
+        snprintf(r->error, sizeof(r->error), "%s", err);
+        return 0;
+    }
+store:
+    if (s->n == MAX_KEYS || strlen(value) >= CONFIG_STR) { snprintf(r->error, sizeof(r->error), "key '%s': too many keys or value too long", key); return 0; }
+    snprintf(s->key[s->n], sizeof(s->key[0]), "%s", key);
+    snprintf(s->value[s->n], sizeof(s->value[0]), "%s", value);
+    s->n++;
+    return 1;
+}
+
+static void apply(Config* cfg, const Section* s) {
+    for (int i = 0; i < s->n; i++) {
+        if (is_row_key(s->key[i]) || is_preset_key(s->key[i])) continue;
+        const char* err = config_set(cfg, s->key[i], s->value[i]);
+        if (err) die("%s", err);
+    }
+}
+
+static int preset_int(const Section* preset, const char* key, const char* recipe) {
+    const char* v = get(preset, key);
+    if (!v || atoi(v) <= 0) die("%s: [preset %s] needs a positive '%s'", recipe, preset->name, key);
+    return atoi(v);
+}
+
+// The row's full config for one seed index
+static Config row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index,
+                         const char* recipe, const char* results) {
+    Config cfg;
+    config_defaults(&cfg);
+    apply(&cfg, &r->common);
+    apply(&cfg, preset);
+    apply(&cfg, row);
+    int h = preset_int(preset, "h", recipe), d = preset_int(preset, "d", recipe);
+    const char *heads = get(row, "heads"), *width = get(row, "width");
+    if (!heads || (strcmp(heads, "h") && strcmp(heads, "h/2"))) die("%s: [row %s]: 'heads' must be h or h/2", recipe, row->name);
+    if (!width || (strcmp(width, "d") && strcmp(width, "2d"))) die("%s: [row %s]: 'width' must be d or 2d", recipe, row->name);
+    cfg.n_head = strcmp(heads, "h") == 0 ? h : h / 2;
+    cfg.head_dim = strcmp(width, "d") == 0 ? d : 2 * d;
+    cfg.d_model = h * d;
+    cfg.seed += seed_index;
+    snprintf(cfg.out, sizeof(cfg.out), "%s/table6/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
+    config_validate(&cfg);
+    return cfg;
+}
+
+// ---- metrics go to the registry at each checkpoint, so a killed run stores no step twice ----
+typedef struct {
+    Registry* reg;
+    int64_t run;
+    int n, cap;
+    const char** keys;
+    int* steps;
+    int64_t* tokens;
+    double* values;
+} MetricBuffer;
+
+static void buffer_metric(void* ctx, const char* key, int step, long tokens, double value) {
+    MetricBuffer* b = ctx;
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 256;
+        b->keys = realloc(b->keys, b->cap * sizeof(char*));
+        b->steps = realloc(b->steps, b->cap * sizeof(int));
+        b->tokens = realloc(b->tokens, b->cap * sizeof(int64_t));
+        b->values = realloc(b->values, b->cap * sizeof(double));
+        if (!b->keys || !b->steps || !b->tokens || !b->values) die("out of memory buffering metrics");
+    }
+    b->keys[b->n] = key;  // string literals from the training loop
+    b->steps[b->n] = step;
+    b->tokens[b->n] = tokens;
+    b->values[b->n] = value;
+    b->n++;
+}
+
+static void flush_metrics(void* ctx) {
+    MetricBuffer* b = ctx;
+    registry_metrics(b->reg, b->run, b->n, b->keys, b->steps, b->tokens, b->values);
+    b->n = 0;
+}
+
+// The worker process of one (row, seed): train (resuming), evaluate, record. Exits.
+static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows) {
+    Registry reg;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/registry.sqlite", opt->results);
+    registry_open(&reg, path);
+    int64_t run = registry_begin_run(&reg, experiment, row, cfg->seed, cfg);
+    MetricBuffer buffer = {&reg, run, 0, 0, NULL, NULL, NULL, NULL};
+    TrainObserver observer = {buffer_metric, flush_metrics, &buffer};
+    double t0 = wall_time();
+    train_run(cfg, 0, &observer);
+    double train_seconds = wall_time() - t0;
+
+    Model model;
+    CheckpointInfo info;
+    snprintf(path, sizeof(path), "%s/checkpoint.h5", cfg->out);
+    checkpoint_load(path, &model, NULL, &info);
+    Shard train, val;
+    char shard[4096];
+    snprintf(shard, sizeof(shard), "%s/train.bin", cfg->data);
+    shard_load(&train, shard);
+    snprintf(shard, sizeof(shard), "%s/val.bin", cfg->data);
+    shard_load(&val, shard);
+    BigramTable table;
+    bigrams_count(&table, &train);
+    SliceLoss s = evaluate_slices(&model, &val, &table, eval_windows, cfg->batch_size);
+    registry_evaluation(&reg, run, "valid", s.valid);
+    registry_evaluation(&reg, run, "arhit", s.arhit);
+    registry_evaluation(&reg, run, "others", s.others);
+    registry_evaluation(&reg, run, "arhit_fraction", s.arhit_fraction);
+    registry_evaluation(&reg, run, "arhit_threshold", table.threshold);
+    registry_evaluation(&reg, run, "eval_tokens", (double)s.tokens);
+    registry_evaluation(&reg, run, "params", (double)model.n_params);
+    registry_evaluation(&reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->seq_len * cfg->grad_accum);
+    registry_evaluation(&reg, run, "train_seconds", train_seconds);
+    registry_artifact(&reg, run, "checkpoint", path);
+    registry_end_run(&reg, run, RUN_FINISHED);
+    printf("%s seed %d: valid %.4f, AR-Hit %.4f (%.2f%% of tokens), Others %.4f\n", row, cfg->seed, s.valid, s.arhit,
+           100 * s.arhit_fraction, s.others);
+    bigrams_free(&table);
+    shard_free(&train);
+    shard_free(&val);
+    model_free(&model);
+    registry_close(&reg);
+    free(buffer.keys); free(buffer.steps); free(buffer.tokens); free(buffer.values);
+    exit(0);
+}
+
+// ---- aggregation ----
+typedef struct {
+    double mean[3], std[3];  // valid, arhit, others
+    double arhit_fraction, threshold, params;
+    int n;
+} RowResult;
+
+static RowResult row_result(Registry* reg, int64_t experiment, const char* row, int base_seed, int seeds) {
+    RowResult r = {{0}, {0}, 0, 0, 0, 0};
+    static const char* keys[3] = {"valid", "arhit", "others"};
+    double values[3][256];
+    sqlite3_stmt* st;
+    sqlite3_prepare_v2(reg->db,
+        "SELECT e.key, e.value, r.seed FROM runs r JOIN evaluations e ON e.run_id = r.id WHERE r.experiment_id = ?"
+        " AND r.row = ? AND r.status = 'FINISHED' AND r.seed >= ? AND r.seed < ? ORDER BY r.seed", -1, &st, NULL);
+    sqlite3_bind_int64(st, 1, experiment);
+    sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, base_seed);
+    sqlite3_bind_int(st, 4, base_seed + seeds);
+    int count[3] = {0, 0, 0};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char* key = (const char*)sqlite3_column_text(st, 0);
+        double v = sqlite3_column_double(st, 1);
+        for (int k = 0; k < 3; k++) {
+            if (strcmp(key, keys[k]) == 0 && count[k] < 256) values[k][count[k]++] = v;
+        }
+        if (strcmp(key, "arhit_fraction") == 0) r.arhit_fraction += v / seeds;
+        if (strcmp(key, "arhit_threshold") == 0) r.threshold = v;
+        if (strcmp(key, "params") == 0) r.params = v;
+    }
+    sqlite3_finalize(st);
+    r.n = count[0];
+    for (int k = 0; k < 3; k++) {
+        double sum = 0, sq = 0;
+        for (int i = 0; i < count[k]; i++) sum += values[k][i];
+        r.mean[k] = count[k] ? sum / count[k] : NAN;
+        for (int i = 0; i < count[k]; i++) sq += (values[k][i] - r.mean[k]) * (values[k][i] - r.mean[k]);
+        r.std[k] = count[k] > 1 ? sqrt(sq / (count[k] - 1)) : 0.0;
+    }
+    return r;
+}
+
+static void format_cell(char* buf, size_t n, const RowResult* r, int k) {
+    if (r->n == 0) snprintf(buf, n, "-");
+    else if (r->n == 1) snprintf(buf, n, "%.3f", r->mean[k]);
+    else snprintf(buf, n, "%.3f ± %.3f", r->mean[k], r->std[k]);
+}
+
+// A claim compares row a with row b on metric k (gap = a - b): LOWER claims a < b; NOT_LOWER
+// claims a is not lower than b beyond the noise; NEGLIGIBLE claims |gap| is within the noise.
+// The noise is 2 x the larger seed std, or 0.01 nats with one seed.
+typedef enum { LOWER, NOT_LOWER, NEGLIGIBLE } ClaimKind;
+
+typedef struct {
+    const char* text;
+    int a, b, metric;
+    ClaimKind kind;
+} Claim;
+
+static const Claim CLAIMS[] = {
+    {"DIFF beats Transformer overall (Valid)", 3, 0, 0, LOWER},
+    {"DIFF beats Transformer on AR-Hit", 3, 0, 1, LOWER},
+    {"removing the per-head norm hurts DIFF (Valid; gap = DIFF - without)", 3, 4, 0, LOWER},
+    {"adding GroupNorm does not help Transformer (Valid; gap = with - without, h/2 x 2d)", 2, 1, 0, NOT_LOWER},
+    {"lambda_init = 0.8 barely matters (Valid vs DIFF)", 5, 3, 0, NEGLIGIBLE},
+    {"lambda_init = 0.5 barely matters (Valid vs DIFF)", 6, 3, 0, NEGLIGIBLE},
+    {"halving heads barely matters for Transformer (Valid; h/2 x 2d vs h x d)", 1, 0, 0, NEGLIGIBLE},
+};
+
+static const char* verdict(ClaimKind kind, double gap, double noise) {
+    if (isnan(gap)) return "no data";
+    switch (kind) {
+    case LOWER: return gap < -noise ? "yes" : gap < 0 ? "direction only (within noise)" : "no";
+    case NOT_LOWER: return gap >= -noise ? "yes" : "no";
+    case NEGLIGIBLE: return fabs(gap) <= noise ? "yes" : "no";
+    }
+    return "?";
+}
+
+int table6_main(const Table6Options* opt) {
+    Recipe* r = callocCheck(1, sizeof(Recipe));
+    int line = ini_parse(opt->recipe, on_line, r);
+    if (line < 0) die("cannot open recipe '%s'", opt->recipe);
+    if (line > 0) die("%s:%d: %s", opt->recipe, line, r->error[0] ? r->error : "syntax error");
+    const Section* preset = NULL;
+    for (int i = 0; i < r->n_presets; i++) {
+        if (strcmp(r->presets[i].name, opt->preset) == 0) preset = &r->presets[i];
+    }
+    if (!preset) die("%s: no [preset %s]", opt->recipe, opt->preset);
+    if (r->n_rows != 7) die("%s: expected the 7 rows of Table 6, found %d", opt->recipe, r->n_rows);
+    if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);
+    int eval_windows = preset_int(preset, "eval_windows", opt->recipe);
+
+    // parameter counts, checked before anything trains
+    Config first = row_config(r, preset, &r->rows[0], 0, opt->recipe, opt->results);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", first.data);
+    if (access(path, R_OK) != 0) die("key 'data': '%s' has no readable tokenizer.bin; run `make data` first", first.data);
+    Tokenizer tok;
+    tokenizer_load(&tok, path);
+    size_t params[MAX_SECTIONS];
+    printf("Table 6, preset %s, %d seed(s): parameters per row\n", opt->preset, opt->seeds);
+    for (int i = 0; i < r->n_rows; i++) {
+        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
+        Model m;
+        model_build(&m, &cfg, tok.vocab_size);
+        params[i] = m.n_params;
+        model_free(&m);
+        printf("  %-18s %-9s %2d heads x %3d  GN %-3s  %zu\n", r->rows[i].name, cfg.attention ? "diff" : "standard",
+               cfg.n_head, config_head_dim(&cfg), cfg.head_norm ? "yes" : "no", params[i]);
+        if (fabs((double)params[i] - (double)params[0]) > 0.01 * params[0]) {
+            die("%s: row '%s' has %zu parameters, more than 1%% from row '%s' (%zu)", opt->recipe, r->rows[i].name,
+                params[i], r->rows[0].name, params[0]);
+        }
+    }
+    tokenizer_free(&tok);
+    Shard val;
+    snprintf(path, sizeof(path), "%s/val.bin", first.data);
+    shard_load(&val, path);
+    if ((val.n_tokens - 1) / first.seq_len < (size_t)eval_windows) {
+        die("%s: [preset %s] eval_windows = %d needs %zu validation tokens at seq_len %d; '%s' has %zu", opt->recipe,
+            opt->preset, eval_windows, (size_t)eval_windows * first.seq_len + 1, first.seq_len, path, val.n_tokens);
+    }
+    shard_free(&val);
+
+    mkdir_p(opt->results);
+    mkdir_p(opt->plots);
+    snprintf(path, sizeof(path), "%s/registry.sqlite", opt->results);
+    Registry reg;
+    registry_open(&reg, path);
+    int reaped = registry_reap(&reg);
+    if (reaped) printf("marked %d interrupted run(s) KILLED; they resume from their last checkpoint\n", reaped);
+    char* recipe_text = read_text_file(opt->recipe, NULL);
+    int64_t experiment = registry_experiment(&reg, "table6", opt->preset, opt->recipe, recipe_text);
+    free(recipe_text);
+
+    double t_start = wall_time();
+    for (int s = 0; s < opt->seeds; s++) {
+        for (int i = 0; i < r->n_rows; i++) {
+            Config cfg = row_config(r, preset, &r->rows[i], s, opt->recipe, opt->results);
+            if (registry_finished_run(&reg, experiment, r->rows[i].name, cfg.seed)) continue;
+            printf("== %s, seed %d (%s)\n", r->rows[i].name, cfg.seed, cfg.out);
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid < 0) die("fork failed");
+            if (pid == 0) run_row(opt, experiment, r->rows[i].name, &cfg, eval_windows);
+            int status;
+            waitpid(pid, &status, 0);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                RunStatus end = WIFSIGNALED(status) ? RUN_KILLED : RUN_FAILED;
+                registry_end_pid(&reg, pid, end);
+                fprintf(stderr, "row %s seed %d: %s; the table goes on without it\n", r->rows[i].name, cfg.seed,
+                        run_status_name(end));
+            }
+        }
+    }
+    printf("training and evaluation: %.1f minutes\n", (wall_time() - t_start) / 60);
+
+    // ---- the table ----
+    RowResult res[MAX_SECTIONS];
+    for (int i = 0; i < r->n_rows; i++) res[i] = row_result(&reg, experiment, r->rows[i].name, first.seed, opt->seeds);
+    snprintf(path, sizeof(path), "%s/table6.md", opt->results);
+    char tmp[4200];
+    tmp_path(tmp, sizeof(tmp), path);
+    FILE* md = fopenCheck(tmp, "w");
+    FILE* outs[2] = {stdout, md};
+    int h = preset_int(preset, "h", opt->recipe), d = preset_int(preset, "d", opt->recipe);
+    double threshold = res[0].threshold;
+    for (int o = 0; o < 2; o++) {
+        FILE* f = outs[o];
+        fprintf(f, "\n## Table 6 (preset %s): validation loss, %d seed(s) per row, mean ± sample std\n\n", opt->preset, opt->seeds);
+        fprintf(f, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
+                get(preset, "n_layer"), h * d, h, d, (long long)first.steps * first.batch_size * first.seq_len * first.grad_accum,
+                eval_windows, first.seq_len);
+        fprintf(f, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
+                "rescaled to the training shard); %.2f%% of evaluated tokens.\n\n", threshold, 100 * res[0].arhit_fraction);
+        fprintf(f, "| Model | #Heads | d | GN | n | Valid | AR-Hit | Others | params | paper Valid | paper AR-Hit | paper Others |\n");
+        fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < r->n_rows; i++) {
+            Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
+            char cells[3][64];
+            for (int k = 0; k < 3; k++) format_cell(cells[k], sizeof(cells[k]), &res[i], k);
+            double pv[3] = {NAN, NAN, NAN};
+            const char* paper = get(&r->rows[i], "paper");
+            if (paper) sscanf(paper, "%lf %lf %lf", &pv[0], &pv[1], &pv[2]);
+            fprintf(f, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %.3f | %.3f | %.3f |\n", get(&r->rows[i], "label"),
+                    cfg.n_head, config_head_dim(&cfg), cfg.head_norm ? "✓" : "✗", res[i].n, cells[0], cells[1], cells[2],
+                    params[i], pv[0], pv[1], pv[2]);
+        }
+        fprintf(f, "\n### The paper's claims against these runs\n\n");
+        fprintf(f, "| claim | gap (ours) | seed spread | paper gap | agrees |\n|---|---|---|---|---|\n");
+        for (size_t c = 0; c < sizeof(CLAIMS) / sizeof(CLAIMS[0]); c++) {
+            const Claim* cl = &CLAIMS[c];
+            const RowResult *a = &res[cl->a], *b = &res[cl->b];
+            double gap = a->mean[cl->metric] - b->mean[cl->metric];
+            double spread = fmax(a->std[cl->metric], b->std[cl->metric]);
+            double pa[3] = {NAN, NAN, NAN}, pb[3] = {NAN, NAN, NAN};
+            sscanf(get(&r->rows[cl->a], "paper"), "%lf %lf %lf", &pa[0], &pa[1], &pa[2]);
+            sscanf(get(&r->rows[cl->b], "paper"), "%lf %lf %lf", &pb[0], &pb[1], &pb[2]);
+            double noise = opt->seeds > 1 ? 2 * spread : 0.01;
+            char spread_text[32];
+            if (opt->seeds > 1) snprintf(spread_text, sizeof(spread_text), "%.4f", spread);
+            else snprintf(spread_text, sizeof(spread_text), "n/a (1 seed)");
+            fprintf(f, "| %s | %+.4f | %s | %+.3f | %s |\n", cl->text, gap, spread_text, pa[cl->metric] - pb[cl->metric],
+                    verdict(cl->kind, gap, noise));
+        }
+        fprintf(f, "\nGaps are the first row named minus the second (negative = lower loss). The noise level is %s: "
+                "\"beats\" claims agree when the gap is below minus the noise, \"does not help\" when it is above it, "
+                "\"barely matters\" when |gap| is within it.\n",
+                opt->seeds > 1 ? "2 x the larger seed std" : "0.01 nats (one seed: no spread measured)");
+    }
+    fcloseCheck(md, tmp);
+    renameCheck(tmp, path);
+
+    // ---- figures: data files then gnuplot ----
+    char bars[4096], curves[4096];
+    snprintf(bars, sizeof(bars), "%s/table6_bars.dat", opt->results);
+    snprintf(curves, sizeof(curves), "%s/table6_curves.dat", opt->results);
+    FILE* f = fopenCheck(bars, "w");
+    fprintf(f, "# row label valid valid_std arhit arhit_std others others_std\n");
+    for (int i = 0; i < r->n_rows; i++) {
+        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
+        fprintf(f, "%d \"%s %dx%d%s\" %.6f %.6f %.6f %.6f %.6f %.6f\n", i, get(&r->rows[i], "label"), cfg.n_head,
+                config_head_dim(&cfg), cfg.head_norm ? " GN" : "", res[i].mean[0], res[i].std[0],
+                res[i].mean[1], res[i].std[1], res[i].mean[2], res[i].std[2]);
+    }
+    fcloseCheck(f, bars);
+    f = fopenCheck(curves, "w");
+    for (int i = 0; i < r->n_rows; i++) {
+        fprintf(f, "\"%s (%s)\"\n", get(&r->rows[i], "label"), r->rows[i].name);
+        sqlite3_stmt* st;
+        sqlite3_prepare_v2(reg.db,
+            "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs r ON m.run_id = r.id WHERE r.experiment_id = ? AND"
+            " r.row = ? AND m.key = 'val_loss' AND r.seed >= ? AND r.seed < ? GROUP BY m.step ORDER BY m.step", -1, &st, NULL);
+        sqlite3_bind_int64(st, 1, experiment);
+        sqlite3_bind_text(st, 2, r->rows[i].name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 3, first.seed);
+        sqlite3_bind_int(st, 4, first.seed + opt->seeds);
+        while (sqlite3_step(st) == SQLITE_ROW) fprintf(f, "%lld %.6f\n", (long long)sqlite3_column_int64(st, 0), sqlite3_column_double(st, 1));
+        sqlite3_finalize(st);
+        fprintf(f, "\n\n");
+    }
+    fcloseCheck(f, curves);
+    char cmd[16384];
+    snprintf(cmd, sizeof(cmd), "gnuplot -e \"bars='%s'; curves='%s'; rows=%d; out_bars='%s/table6.png'; "
+             "out_curves='%s/table6_curves.png'; title_text='Table 6, preset %s, %d seed(s)'\" plots/table6.gp", bars, curves,
+             r->n_rows, opt->plots, opt->plots, opt->preset, opt->seeds);
+    if (system(cmd) != 0) die("gnuplot failed: %s", cmd);
+    printf("\nwrote %s, %s/table6.png, %s/table6_curves.png; runs in %s/registry.sqlite\n", path, opt->plots, opt->plots, opt->results);
+    registry_close(&reg);
+    int missing = 0;
+    for (int i = 0; i < r->n_rows; i++) {
+        if (res[i].n < opt->seeds) {
+            fprintf(stderr, "row %s: %d of %d seeds finished\n", r->rows[i].name, res[i].n, opt->seeds);
+            missing = 1;
+        }
+    }
+    free(r);
+    return missing;
+}

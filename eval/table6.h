@@ -1,0 +1,17 @@
+// `difftx table6`: trains the rows of a Table-6 recipe (experiments/table6.ini) that the
+// registry does not hold as FINISHED, evaluates Valid / AR-Hit / Others loss, and prints and
+// plots the table beside the paper's numbers.
+#ifndef TABLE6_H
+#define TABLE6_H
+
+typedef struct {
+    const char* recipe;   // experiments/table6.ini
+    const char* preset;   // smoke, small, paper
+    int seeds;            // rows are trained with seeds seed, seed+1, ...
+    const char* results;  // folder for registry.sqlite, run folders and table6.md
+    const char* plots;    // folder for table6.png and table6_curves.png
+} Table6Options;
+
+int table6_main(const Table6Options* opt);
+
+#endif

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# make table6 end to end on the smoke preset: table, database rows and figures; a table killed
+# with SIGKILL mid-row never shows the row FINISHED and resumes from its checkpoint; a rerun of
+# a finished table trains nothing. Needs the prepared tiny corpus of test_cli.sh's kind, made here.
+set -u
+cd "$(dirname "$0")/.."
+bin=build/difftx
+work=build/test_table6
+rm -rf "$work" && mkdir -p "$work/corpus"
+passed=0 failed=0
+expect() {  # expect NAME COMMAND...
+    local name=$1
+    shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; fi
+}
+sql() { sqlite3 "$work/results/registry.sqlite" "$1"; }
+
+# a corpus with enough validation text for the smoke preset's 64 windows of 64 tokens
+for d in $(seq -w 0 59); do
+    for i in $(seq 1 150); do echo "Record $d, entry $i: the $((i * 7 % 13)) ships sailed past harbour $((10#$d % 5)) at dawn."; done > "$work/corpus/doc$d.txt"
+done
+$bin prepare --vocab 400 "$work/data" "$work/corpus" >/dev/null || { echo "prepare failed"; exit 1; }
+sed "s#^data = .*#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
+run_table() { $bin table6 "$work/table6.ini" --preset smoke --results "$work/results" --plots "$work/plots"; }
+
+# 1. interrupted: SIGKILL once the first row has written a checkpoint
+setsid bash -c "$(declare -f run_table); bin=$bin work=$work; run_table" > "$work/killed.log" 2>&1 &
+leader=$!
+ckpt="$work/results/table6/smoke/transformer/seed1000/checkpoint.h5"
+for _ in $(seq 1 600); do [ -f "$ckpt" ] && break; sleep 0.1; done
+kill -KILL -- -"$leader" 2>/dev/null
+wait "$leader" 2>/dev/null
+expect "checkpoint written before the kill" test -f "$ckpt"
+expect "killed row is not FINISHED" test "$(sql "SELECT COUNT(*) FROM runs WHERE row = 'transformer' AND status = 'FINISHED'")" = 0
+expect "killed row shows RUNNING until reaped" test "$(sql "SELECT status FROM runs WHERE row = 'transformer'")" = RUNNING
+
+# 2. rerun: reaps the killed attempt, resumes it, finishes the table
+run_table > "$work/resumed.log" 2>&1
+expect "rerun exits 0" test $? -eq 0
+expect "rerun reports the interrupted run" grep -q "marked 1 interrupted run(s) KILLED" "$work/resumed.log"
+expect "interrupted row resumed from its checkpoint" grep -q "resuming $ckpt from step" "$work/resumed.log"
+expect "killed attempt kept as KILLED" test "$(sql "SELECT status FROM runs WHERE row = 'transformer' AND attempt = 1")" = KILLED
+expect "every row FINISHED once" test "$(sql "SELECT COUNT(DISTINCT row) FROM runs WHERE status = 'FINISHED'")" = 7
+expect "evaluations stored" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('valid', 'arhit', 'others')")" = 21
+expect "no validation step stored twice" test "$(sql "SELECT COUNT(*) FROM (SELECT r.row, m.step FROM metrics m JOIN runs r ON r.id = m.run_id WHERE m.key = 'val_loss' GROUP BY r.row, m.step HAVING COUNT(*) > 1)")" = 0
+expect "3 validation points per row" test "$(sql "SELECT COUNT(*) FROM metrics WHERE key = 'val_loss'")" = 21
+expect "checkpoint artifacts with sha256" test "$(sql "SELECT COUNT(*) FROM artifacts WHERE length(sha256) = 64")" = 7
+expect "provenance recorded" test "$(sql "SELECT COUNT(*) FROM runs WHERE git_commit != '' AND cpu_model != '' AND threads > 0 AND recipe_text LIKE '%attention = %'")" -ge 8
+expect "table written" grep -q "| DIFF | 2 | 16 | ✓ | 1 |" "$work/results/table6.md"
+expect "claims written" grep -q "DIFF beats Transformer overall" "$work/results/table6.md"
+expect "bar figure" test -s "$work/plots/table6.png"
+expect "curve figure" test -s "$work/plots/table6_curves.png"
+is_png() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = "211PNG" ]; }
+expect "figures are PNG" bash -c "$(declare -f is_png); is_png '$work/plots/table6.png' && is_png '$work/plots/table6_curves.png'"
+
+# 3. a finished table trains nothing when rerun
+run_table > "$work/again.log" 2>&1
+expect "finished rows are skipped" bash -c "! grep -q '^== ' '$work/again.log'"
+expect "table reprinted" grep -q "Table 6 (preset smoke)" "$work/again.log"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
