@@ -10,7 +10,13 @@
 
 // Shapes and strides of one attention call, derived once.
 typedef struct {
-    int B, T, H, D, M, Dv, QK, QKV, HDv;
+    int B, T, H, D, M, shared_kv;
+    int Dv;       // value width per head
+    int QK;       // query columns, M*H*D
+    int KW;       // key columns
+    int HDv;      // output columns
+    int lam;      // lambda columns offset, -1 without
+    int QKV;      // row width
     float scale;
 } Dims;
 
@@ -27,31 +33,50 @@ static float* thread_scratch(size_t floats) {
     return buffer;
 }
 
-static Dims dims_of(int B, int T, int H, int D, int M) {
-    Dims d = {B, T, H, D, M, M * D, M * H * D, 0, 0, 1.0f / sqrtf((float)D)};
-    d.QKV = 2 * d.QK + H * d.Dv;
-    d.HDv = H * d.Dv;
+static Dims dims_of(const AttnShape* s) {
+    Dims d;
+    d.B = s->B; d.T = s->T; d.H = s->H; d.D = s->D; d.M = s->M; d.shared_kv = s->shared_kv;
+    d.Dv = s->shared_kv ? s->D : s->M * s->D;
+    d.QK = s->M * s->H * s->D;
+    d.KW = s->shared_kv ? s->H * s->D : d.QK;
+    d.HDv = s->H * d.Dv;
+    d.lam = s->shared_kv ? d.QK + d.KW + d.HDv : -1;
+    d.QKV = d.QK + d.KW + d.HDv + (s->shared_kv ? s->H : 0);
+    d.scale = 1.0f / sqrtf((float)s->D);
     return d;
+}
+
+int attention_qkv_width(const AttnShape* s) { return dims_of(s).QKV; }
+int attention_lambda_offset(const AttnShape* s) { return dims_of(s).lam; }
+
+static size_t q_col(const Dims* d, int h, int m) { return (size_t)(h * d->M + m) * d->D; }
+static size_t k_col(const Dims* d, int h, int m) { return d->QK + (size_t)(d->shared_kv ? h : h * d->M + m) * d->D; }
+static size_t v_col(const Dims* d, int h) { return d->QK + d->KW + (size_t)h * d->Dv; }
+
+// lambda of query row t of sequence b, head h
+static float row_lambda(const Dims* d, const float* qkv, float lambda, int b, int h, int t) {
+    return d->lam < 0 ? lambda : qkv[((size_t)b * d->T + t) * d->QKV + d->lam + h];
 }
 
 // S (nq, kn) = scale * Q_blk K^T for map m of head h, rows i0.. of sequence b
 static void block_scores(float* S, const float* qkv, const Dims* d, int b, int h, int m, int i0, int nq, int kn) {
     const float* base = qkv + (size_t)b * d->T * d->QKV;
-    const float* q = base + (size_t)i0 * d->QKV + (size_t)(h * d->M + m) * d->D;
-    const float* k = base + d->QK + (size_t)(h * d->M + m) * d->D;
+    const float* q = base + (size_t)i0 * d->QKV + q_col(d, h, m);
+    const float* k = base + k_col(d, h, m);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->D, d->scale, q, d->QKV, k, d->QKV, 0.0f, S, kn);
 }
 
-void attention_forward(float* y, float* lse, const float* qkv, float lambda, int B, int T, int H, int D, int M) {
-    Dims d = dims_of(B, T, H, D, M);
+void attention_forward(float* y, float* lse, const float* qkv, float lambda, const AttnShape* s) {
+    Dims d = dims_of(s);
+    int T = d.T, H = d.H, M = d.M;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     #pragma omp parallel
     {
         float* P = thread_scratch((size_t)M * block * T);  // (M, block, T)
         #pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++) {
+        for (int b = 0; b < d.B; b++) {
             for (int h = 0; h < H; h++) {
-                const float* v = qkv + (size_t)b * T * d.QKV + 2 * d.QK + (size_t)h * d.Dv;
+                const float* v = qkv + (size_t)b * T * d.QKV + v_col(&d, h);
                 for (int i0 = 0; i0 < T; i0 += block) {
                     int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
                     for (int m = 0; m < M; m++) {
@@ -59,23 +84,26 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, int
                         float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
                         block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
                         for (int r = 0; r < nq; r++) {
-                            float* s = S + (size_t)r * kn;
+                            float* sr = S + (size_t)r * kn;
                             int visible = i0 + r + 1;
-                            float maxv = s[0];
-                            for (int j = 1; j < visible; j++) maxv = s[j] > maxv ? s[j] : maxv;
-                            for (int j = 0; j < visible; j++) s[j] -= maxv;
-                            exp_inplace(s, visible);
+                            float maxv = sr[0];
+                            for (int j = 1; j < visible; j++) maxv = sr[j] > maxv ? sr[j] : maxv;
+                            for (int j = 0; j < visible; j++) sr[j] -= maxv;
+                            exp_inplace(sr, visible);
                             float sum = 0.0f;
-                            for (int j = 0; j < visible; j++) sum += s[j];
+                            for (int j = 0; j < visible; j++) sum += sr[j];
                             float inv = 1.0f / sum;
-                            for (int j = 0; j < visible; j++) s[j] *= inv;
-                            for (int j = visible; j < kn; j++) s[j] = 0.0f;
+                            for (int j = 0; j < visible; j++) sr[j] *= inv;
+                            for (int j = visible; j < kn; j++) sr[j] = 0.0f;
                             row_lse[i0 + r] = maxv + logf(sum);
                         }
                     }
                     if (M == 2) {
-                        float* P1 = P + (size_t)block * T;
-                        for (size_t i = 0; i < (size_t)nq * kn; i++) P[i] -= lambda * P1[i];
+                        const float* P1 = P + (size_t)block * T;
+                        for (int r = 0; r < nq; r++) {
+                            float lam = row_lambda(&d, qkv, lambda, b, h, i0 + r);
+                            for (int j = 0; j < kn; j++) P[(size_t)r * kn + j] -= lam * P1[(size_t)r * kn + j];
+                        }
                     }
                     float* out = y + ((size_t)b * T + i0) * d.HDv + (size_t)h * d.Dv;
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d.Dv, kn, 1.0f, P, kn, v, d.QKV, 0.0f, out, d.HDv);
@@ -86,27 +114,28 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, int
 }
 
 float attention_backward(float* dqkv, const float* dy, const float* qkv, const float* lse, float lambda,
-                         int B, int T, int H, int D, int M) {
-    Dims d = dims_of(B, T, H, D, M);
+                         const AttnShape* s) {
+    Dims d = dims_of(s);
+    int T = d.T, H = d.H, M = d.M, D = d.D;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
-    float* dlambda_part = callocCheck((size_t)B * H, sizeof(float));  // summed in fixed order below
+    float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below
     #pragma omp parallel
     {
         // P_m (M, block, T), dPV = dy V^T (block, T), the combined map for dV (block, T)
         float* P = thread_scratch((size_t)(M + 2) * block * T);
         float* dPV = P + (size_t)M * block * T;
         float* Pc = dPV + (size_t)block * T;
-        float rowsum[ATTN_BLOCK];
+        float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK];
         #pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++) {
+        for (int b = 0; b < d.B; b++) {
             for (int h = 0; h < H; h++) {
                 const float* base = qkv + (size_t)b * T * d.QKV;
                 float* dbase = dqkv + (size_t)b * T * d.QKV;
-                const float* v = base + 2 * d.QK + (size_t)h * d.Dv;
-                float* dv = dbase + 2 * d.QK + (size_t)h * d.Dv;
+                const float* v = base + v_col(&d, h);
+                float* dv = dbase + v_col(&d, h);
                 // dK and dV of this head gather contributions from every query block
                 for (int t = 0; t < T; t++) {
-                    for (int m = 0; m < M; m++) memset(dbase + (size_t)t * d.QKV + d.QK + (size_t)(h * M + m) * D, 0, D * sizeof(float));
+                    for (int m = 0; m < (d.shared_kv ? 1 : M); m++) memset(dbase + (size_t)t * d.QKV + k_col(&d, h, m), 0, D * sizeof(float));
                     memset(dv + (size_t)t * d.QKV, 0, d.Dv * sizeof(float));
                 }
                 float dlambda = 0.0f;
@@ -114,43 +143,49 @@ float attention_backward(float* dqkv, const float* dy, const float* qkv, const f
                     int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
                     const float* dyb = dy + ((size_t)b * T + i0) * d.HDv + (size_t)h * d.Dv;
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d.Dv, 1.0f, dyb, d.HDv, v, d.QKV, 0.0f, dPV, kn);
+                    for (int r = 0; r < nq; r++) lam[r] = row_lambda(&d, qkv, lambda, b, h, i0 + r);
                     for (int m = 0; m < M; m++) {
                         float* S = P + (size_t)m * block * T;
                         const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
                         block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
                         for (int r = 0; r < nq; r++) {
-                            float* s = S + (size_t)r * kn;
+                            float* sr = S + (size_t)r * kn;
                             const float* g = dPV + (size_t)r * kn;
                             int visible = i0 + r + 1;
                             float l = row_lse[i0 + r], acc = 0.0f;
-                            for (int j = 0; j < visible; j++) s[j] -= l;
-                            exp_inplace(s, visible);
-                            for (int j = 0; j < visible; j++) acc += s[j] * g[j];
-                            for (int j = visible; j < kn; j++) s[j] = 0.0f;
+                            for (int j = 0; j < visible; j++) sr[j] -= l;
+                            exp_inplace(sr, visible);
+                            for (int j = 0; j < visible; j++) acc += sr[j] * g[j];
+                            for (int j = visible; j < kn; j++) sr[j] = 0.0f;
                             rowsum[r] = acc;
-                            if (m == 1) dlambda -= acc;  // y = O_0 - lambda O_1, and rowsum = dy . O_1
+                            if (m == 1) {
+                                // y = O_0 - lambda O_1, and rowsum = dy . O_1
+                                if (d.lam < 0) dlambda -= acc;
+                                else dbase[(size_t)(i0 + r) * d.QKV + d.lam + h] = -acc;
+                            }
                         }
                         if (m == 0) {
                             memcpy(Pc, S, (size_t)nq * kn * sizeof(float));
                         } else {
-                            for (size_t i = 0; i < (size_t)nq * kn; i++) Pc[i] -= lambda * S[i];
+                            for (int r = 0; r < nq; r++) {
+                                for (int j = 0; j < kn; j++) Pc[(size_t)r * kn + j] -= lam[r] * S[(size_t)r * kn + j];
+                            }
                         }
                         // dS_m = c_m P_m (dPV - rowsum), c_0 = 1, c_1 = -lambda
-                        float c = m == 0 ? 1.0f : -lambda;
                         for (int r = 0; r < nq; r++) {
-                            float* s = S + (size_t)r * kn;
+                            float c = m == 0 ? 1.0f : -lam[r];
+                            float* sr = S + (size_t)r * kn;
                             const float* g = dPV + (size_t)r * kn;
-                            for (int j = 0; j < kn; j++) s[j] = c * s[j] * (g[j] - rowsum[r]);
+                            for (int j = 0; j < kn; j++) sr[j] = c * sr[j] * (g[j] - rowsum[r]);
                         }
                     }
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d.Dv, nq, 1.0f, Pc, kn, dyb, d.HDv, 1.0f, dv, d.QKV);
                     for (int m = 0; m < M; m++) {
                         const float* dS = P + (size_t)m * block * T;
-                        size_t sub = (size_t)(h * M + m) * D;
-                        const float* q = base + (size_t)i0 * d.QKV + sub;
-                        const float* k = base + d.QK + sub;
-                        float* dq = dbase + (size_t)i0 * d.QKV + sub;
-                        float* dk = dbase + d.QK + sub;
+                        const float* q = base + (size_t)i0 * d.QKV + q_col(&d, h, m);
+                        const float* k = base + k_col(&d, h, m);
+                        float* dq = dbase + (size_t)i0 * d.QKV + q_col(&d, h, m);
+                        float* dk = dbase + k_col(&d, h, m);
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d.scale, dS, kn, k, d.QKV, 0.0f, dq, d.QKV);
                         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d.scale, dS, kn, q, d.QKV, 1.0f, dk, d.QKV);
                     }
@@ -160,7 +195,7 @@ float attention_backward(float* dqkv, const float* dy, const float* qkv, const f
         }
     }
     float dlambda = 0.0f;
-    for (int i = 0; i < B * H; i++) dlambda += dlambda_part[i];
+    for (int i = 0; i < d.B * H; i++) dlambda += dlambda_part[i];
     free(dlambda_part);
     return dlambda;
 }

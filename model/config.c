@@ -15,12 +15,12 @@ typedef struct {
     const char* name;
     KeyType type;
     size_t offset;
-    const char* choices[3];  // KEY_CHOICE: value i is stored as int i
+    const char* choices[4];  // KEY_CHOICE: value i is stored as int i
 } Key;
 
 #define K(name, type) {#name, type, offsetof(Config, name), {0}}
-static const Key KEYS[] = {
-    {"attention", KEY_CHOICE, offsetof(Config, attention), {"standard", "diff", 0}},
+static const Key KEYS[] = {  // attention first: config_attention_name reads its choices
+    {"attention", KEY_CHOICE, offsetof(Config, attention), {"standard", "diff", "diff2", 0}},
     K(n_layer, KEY_INT), K(d_model, KEY_INT), K(n_head, KEY_INT), K(head_dim, KEY_INT),
     K(head_norm, KEY_BOOL), K(lambda_init, KEY_STRING), K(ffn_hidden, KEY_INT),
     K(rope_theta, KEY_FLOAT), K(seq_len, KEY_INT), K(init_std, KEY_FLOAT),
@@ -106,7 +106,8 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
     }
     static const char* expected[] = {"an integer", "a finite number", "true or false", "a string under 256 bytes"};
     if (key->type == KEY_CHOICE) {
-        snprintf(msg, sizeof(msg), "key '%s': '%s' is not one of %s, %s", name, value, key->choices[0], key->choices[1]);
+        int n = snprintf(msg, sizeof(msg), "key '%s': '%s' is not one of", name, value);
+        for (int i = 0; key->choices[i]; i++) n += snprintf(msg + n, sizeof(msg) - n, "%s %s", i ? "," : "", key->choices[i]);
     } else {
         snprintf(msg, sizeof(msg), "key '%s': '%s' is not %s", name, value, expected[key->type]);
     }
@@ -156,11 +157,17 @@ void config_apply_override(Config* cfg, const char* kv) {
     if (err) die("command-line override '%s': %s", kv, err);
 }
 
-int config_maps(const Config* cfg) { return cfg->attention == ATTN_DIFF ? 2 : 1; }
+const char* config_attention_name(const Config* cfg) { return KEYS[0].choices[cfg->attention]; }
+
+int config_maps(const Config* cfg) { return cfg->attention == ATTN_STANDARD ? 1 : 2; }
+
+// DIFF V2 has n_head key/value heads of width D (its 2 n_head query heads share them), so
+// d_model = n_head x D; the others have n_head x maps sub-heads: d_model = maps x n_head x D.
+static int head_multiple(const Config* cfg) { return cfg->attention == ATTN_DIFF2 ? 1 : config_maps(cfg); }
 
 int config_head_dim(const Config* cfg) {
     if (cfg->head_dim) return cfg->head_dim;
-    int per = config_maps(cfg) * cfg->n_head;
+    int per = head_multiple(cfg) * cfg->n_head;
     return per > 0 ? cfg->d_model / per : 0;
 }
 
@@ -195,7 +202,7 @@ void config_validate(const Config* cfg) {
     for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++) {
         if (positive[i].value <= 0) die("key '%s' must be positive, got %d", positive[i].key, positive[i].value);
     }
-    int M = config_maps(cfg), D = config_head_dim(cfg);
+    int M = head_multiple(cfg), D = config_head_dim(cfg);
     const char* times = M == 2 ? "2 x n_head x head_dim (diff attention)" : "n_head x head_dim";
     if (D <= 0 || M * cfg->n_head * D != cfg->d_model) {
         die("key 'd_model': %d must equal %s = %d x %d x %d", cfg->d_model, times, M, cfg->n_head, D);

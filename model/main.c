@@ -208,7 +208,7 @@ static int cmd_bench(int argc, char** argv) {
     double step_s = timed / (steps - 1), tok_s = N / step_s;
     double peak = peak_rss_bytes() / (1024.0 * 1024.0);
     printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d\n",
-           forward_only ? "forward" : "train", cfg.attention == ATTN_DIFF ? "diff" : "standard", model.L, model.C,
+           forward_only ? "forward" : "train", config_attention_name(&cfg), model.L, model.C,
            model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads());
     if (forward_only) {
         printf("  %.3f s per forward pass, %.0f tokens/s, peak RSS %.0f MiB\n", step_s, tok_s, peak);

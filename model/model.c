@@ -8,6 +8,8 @@
 #include "layers.h"
 #include "util.h"
 
+static int is_diff2(const Model* m) { return m->cfg.attention == ATTN_DIFF2; }
+
 // Appends one tensor to the layout; returns its place in base (NULL while only counting)
 static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1, int decay) {
     ParamTensor* t = &m->tensors[m->n_tensors++];
@@ -25,7 +27,7 @@ static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1
 // The one place that fixes the order of the parameter block. Run with base = NULL to count,
 // then once per block (parameters, gradients) to point p into it.
 static void layout(Model* m, float* base, Params* p) {
-    int L = m->L, C = m->C, HDv = m->H * m->Dv, QK = m->M * m->H * m->D;
+    int L = m->L, C = m->C, HDv = m->H * m->Dv, QK = m->M * m->H * m->D, KW = m->KH * m->D;
     m->n_tensors = 0;
     m->n_params = 0;
     p->tok_embedding = add_tensor(m, base, "tok_embedding", m->V, C, 1);
@@ -36,10 +38,11 @@ static void layout(Model* m, float* base, Params* p) {
 #define NAME(s) (snprintf(name, sizeof(name), "layer_%02d/%s", l, s), name)
         lp->attn_norm = add_tensor(m, base, NAME("attn_norm"), C, 0, 0);
         lp->wqkv = add_tensor(m, base, NAME("wq"), QK, C, 1);
-        add_tensor(m, base, NAME("wk"), QK, C, 1);
+        add_tensor(m, base, NAME("wk"), KW, C, 1);
         add_tensor(m, base, NAME("wv"), HDv, C, 1);
+        if (is_diff2(m)) add_tensor(m, base, NAME("w_lambda"), m->H, C, 1);
         lp->wo = add_tensor(m, base, NAME("wo"), C, HDv, 1);
-        if (m->M == 2) {
+        if (m->cfg.attention == ATTN_DIFF) {
             lp->lambda = add_tensor(m, base, NAME("lambda_q1"), m->D, 0, 0);
             add_tensor(m, base, NAME("lambda_k1"), m->D, 0, 0);
             add_tensor(m, base, NAME("lambda_q2"), m->D, 0, 0);
@@ -56,7 +59,8 @@ static void layout(Model* m, float* base, Params* p) {
     p->lm_head = add_tensor(m, base, "lm_head", m->V, C, 1);
 }
 
-void model_build(Model* m, const Config* cfg, int vocab_size) {
+// Shapes from the config; no parameter memory yet
+static void model_shape(Model* m, const Config* cfg, int vocab_size) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->V = vocab_size;
@@ -65,19 +69,33 @@ void model_build(Model* m, const Config* cfg, int vocab_size) {
     m->H = cfg->n_head;
     m->D = config_head_dim(cfg);
     m->M = config_maps(cfg);
-    m->Dv = m->M * m->D;
+    m->KH = is_diff2(m) ? m->H : m->M * m->H;
+    m->Dv = is_diff2(m) ? m->D : m->M * m->D;
     m->F = config_ffn_hidden(cfg);
-    m->QKV = 2 * m->M * m->H * m->D + m->H * m->Dv;
+    AttnShape shape = {0, 0, m->H, m->D, m->M, is_diff2(m)};
+    m->shape = shape;
+    m->QKV = attention_qkv_width(&shape);
     m->loss = NAN;
+    m->tensors = callocCheck(17 * (size_t)m->L + 3, sizeof(ParamTensor));
+    m->params.layers = callocCheck(m->L, sizeof(LayerParams));
+    m->grads.layers = callocCheck(m->L, sizeof(LayerParams));
+    layout(m, NULL, &m->params);
+}
+
+size_t model_param_count(const Config* cfg, int vocab_size) {
+    Model m;
+    model_shape(&m, cfg, vocab_size);
+    size_t n = m.n_params;
+    model_free(&m);
+    return n;
+}
+
+void model_build(Model* m, const Config* cfg, int vocab_size) {
+    model_shape(m, cfg, vocab_size);
     m->lambda_init = mallocCheck(m->L * sizeof(float));
     m->lambda = callocCheck(m->L, sizeof(float));
     m->dlambda = callocCheck(m->L, sizeof(float));
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);
-
-    m->tensors = callocCheck(16 * (size_t)m->L + 3, sizeof(ParamTensor));
-    m->params.layers = callocCheck(m->L, sizeof(LayerParams));
-    m->grads.layers = callocCheck(m->L, sizeof(LayerParams));
-    layout(m, NULL, &m->params);
     m->params_memory = callocCheck(m->n_params, sizeof(float));
     m->grads_memory = callocCheck(m->n_params, sizeof(float));
     layout(m, m->params_memory, &m->params);
@@ -130,6 +148,8 @@ static void alloc_acts(Model* m, int B, int T, int training) {
     free_acts(m);
     m->B = B;
     m->T = T;
+    m->shape.B = B;
+    m->shape.T = T;
     m->training = training;
     size_t N = (size_t)B * T, C = m->C, HDv = (size_t)m->H * m->Dv;
     int slots = training ? m->L : 1;
@@ -183,17 +203,40 @@ static float layer_lambda(const Model* m, int l) {
     return expf(dot(lam, lam + D, D)) - expf(dot(lam + 2 * D, lam + 3 * D, D)) + m->lambda_init[l];
 }
 
-// DIFF scales the head norm's output by (1 - lambda_init); standard attention does not
-static float head_norm_scale(const Model* m, int l) { return m->M == 2 ? 1.0f - m->lambda_init[l] : 1.0f; }
+// DIFF scales the head norm's output by (1 - lambda_init); standard attention and DIFF V2 do not
+static float head_norm_scale(const Model* m, int l) { return m->cfg.attention == ATTN_DIFF ? 1.0f - m->lambda_init[l] : 1.0f; }
+
+// DIFF V2: lambda = sigmoid(x W_lambda) per token and head, in place on the qkv columns that
+// held the projection
+static void lambda_sigmoid(Model* m, float* qkv) {
+    int lam = attention_lambda_offset(&m->shape), N = m->B * m->T;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* x = qkv + (size_t)n * m->QKV + lam;
+        for (int h = 0; h < m->H; h++) x[h] = 1.0f / (1.0f + expf(-x[h]));
+    }
+}
+
+// dlogit = dlambda * sigma (1 - sigma), in place on dqkv's lambda columns
+static void lambda_sigmoid_backward(Model* m, float* dqkv, const float* qkv) {
+    int lam = attention_lambda_offset(&m->shape), N = m->B * m->T;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* sig = qkv + (size_t)n * m->QKV + lam;
+        float* d = dqkv + (size_t)n * m->QKV + lam;
+        for (int h = 0; h < m->H; h++) d[h] *= sig[h] * (1.0f - sig[h]);
+    }
+}
 
 static void layer_forward(Model* m, int l, LayerActs* a, float* out) {
     const LayerParams* p = &m->params.layers[l];
     int N = m->B * m->T, C = m->C, HDv = m->H * m->Dv;
     rmsnorm_forward(a->ln1, a->ln1_rstd, a->x, p->attn_norm, 1.0f, N, C);
     matmul_forward(a->qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
-    rope_apply(a->qkv, m->rope, N, m->T, 2 * m->M * m->H, m->D, m->QKV, 0);
-    m->lambda[l] = m->M == 2 ? layer_lambda(m, l) : 0.0f;
-    attention_forward(a->y, a->lse, a->qkv, m->lambda[l], m->B, m->T, m->H, m->D, m->M);
+    rope_apply(a->qkv, m->rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 0);
+    if (is_diff2(m)) lambda_sigmoid(m, a->qkv);
+    m->lambda[l] = m->cfg.attention == ATTN_DIFF ? layer_lambda(m, l) : 0.0f;
+    attention_forward(a->y, a->lse, a->qkv, m->lambda[l], &m->shape);
     if (m->cfg.head_norm) rmsnorm_forward(a->hn, a->hn_rstd, a->y, p->head_norm, head_norm_scale(m, l), N * m->H, m->Dv);
     memcpy(a->mid, a->x, (size_t)N * C * sizeof(float));
     matmul_forward(a->mid, a->hn, p->wo, N, HDv, C, 1);
@@ -250,9 +293,10 @@ static void layer_backward(Model* m, int l, float* dres) {
     } else {
         dy = dhn;
     }
-    float dlambda = attention_backward(dqkv, dy, a->qkv, a->lse, m->lambda[l], m->B, m->T, m->H, m->D, m->M);
+    float dlambda = attention_backward(dqkv, dy, a->qkv, a->lse, m->lambda[l], &m->shape);
     m->dlambda[l] = dlambda;
-    if (m->M == 2) {
+    if (is_diff2(m)) lambda_sigmoid_backward(m, dqkv, a->qkv);
+    if (m->cfg.attention == ATTN_DIFF) {
         int D = m->D;
         const float* lam = p->lambda;  // q1, k1, q2, k2
         float e1 = expf(dot(lam, lam + D, D)), e2 = expf(dot(lam + 2 * D, lam + 3 * D, D));
@@ -263,7 +307,7 @@ static void layer_backward(Model* m, int l, float* dres) {
             g->lambda[3 * D + i] -= dlambda * e2 * lam[2 * D + i];
         }
     }
-    rope_apply(dqkv, m->rope, N, m->T, 2 * m->M * m->H, m->D, m->QKV, 1);
+    rope_apply(dqkv, m->rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 1);
     matmul_backward(dln, g->wqkv, dqkv, a->ln1, p->wqkv, N, C, m->QKV);
     rmsnorm_backward(dres, g->attn_norm, dln, a->x, p->attn_norm, a->ln1_rstd, 1.0f, N, C);
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attention.h"
 #include "config.h"
 
 // One named parameter tensor inside the contiguous parameter block; the names are the HDF5
@@ -18,11 +19,12 @@ typedef struct {
     int decay;  // weight matrices get AdamW weight decay, gains and lambda vectors do not
 } ParamTensor;
 
-// Pointers of one layer into the parameter (or gradient) block. wq, wk, wv are stored back to
-// back so that wqkv is one (QKV, C) matrix; w_gate and w_up likewise form one (2F, C) matrix.
+// Pointers of one layer into the parameter (or gradient) block. wq, wk, wv (and DIFF V2's
+// w_lambda) are stored back to back so that wqkv is one (QKV, C) matrix; w_gate and w_up
+// likewise form one (2F, C) matrix.
 typedef struct {
     float* attn_norm;   // (C)
-    float* wqkv;        // (QKV, C) = [wq (M*H*D, C); wk (M*H*D, C); wv (H*Dv, C)]
+    float* wqkv;        // (QKV, C) = [wq (M*H*D, C); wk (KH*D, C); wv (H*Dv, C); DIFF V2: w_lambda (H, C)]
     float* wo;          // (C, H*Dv)
     float* lambda;      // (4, D) = lambda_q1, lambda_k1, lambda_q2, lambda_k2; diff only
     float* head_norm;   // (Dv); only with head_norm
@@ -43,7 +45,7 @@ typedef struct {
     float* x;          // (N, C) layer input (residual stream)
     float* ln1;        // (N, C)
     float* ln1_rstd;   // (N)
-    float* qkv;        // (N, QKV), q and k after RoPE
+    float* qkv;        // (N, QKV), q and k after RoPE, DIFF V2's lambda after its sigmoid
     float* lse;        // (B, H, M, T)
     float* y;          // (N, H*Dv) attention output before the head norm
     float* hn;         // (N, H*Dv) after the head norm; aliases y without head_norm
@@ -58,6 +60,8 @@ typedef struct {
 typedef struct {
     Config cfg;
     int V, L, C, H, D, M, Dv, F, QKV;
+    int KH;              // key heads: M*H, or H for DIFF V2 whose two maps share a key/value head
+    AttnShape shape;     // of the allocated activations
     float* lambda_init;  // (L)
     float* lambda;       // (L) this forward's lambda per layer
     float* dlambda;      // (L) dloss/dlambda of the last backward
@@ -89,6 +93,8 @@ typedef struct {
 // Shapes and parameter layout from a validated config; parameters allocated, not initialised.
 void model_build(Model* model, const Config* cfg, int vocab_size);
 void model_init_params(Model* model, uint64_t seed);
+// Parameter count of a config without allocating anything
+size_t model_param_count(const Config* cfg, int vocab_size);
 void model_free(Model* model);
 // tokens, targets (B, T); targets may be NULL (no loss). training keeps every layer's
 // activations for backward.

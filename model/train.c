@@ -117,7 +117,7 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     int B = cfg->batch_size, T = cfg->seq_len;
     size_t tokens_per_step = (size_t)B * T * cfg->grad_accum;
     printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, %d threads\n",
-           cfg->attention == ATTN_DIFF ? "diff" : "standard", model.L, model.C, model.H, model.D, model.F,
+           config_attention_name(cfg), model.L, model.C, model.H, model.D, model.F,
            model.n_params, tokens_per_step, threads);
     if (info.finished) {
         printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);

@@ -8,8 +8,10 @@ maps, so it shares no code with the C implementation. Each file is a valid difft
   tokens, targets (B, T) int32; logits (B*T, V); loss (scalar);
   grads/<tensor> (same names as params/); adamw_losses (STEPS,) losses of STEPS AdamW steps
   with warmup, linear decay, weight decay and gradient clipping.
-Run with Debian's python3-torch and python3-h5py: /usr/bin/python3 tests/make_reference.py
+Run with Debian's python3-torch and python3-h5py: /usr/bin/python3 tests/make_reference.py [CASE...]
+(all cases without arguments).
 """
+import sys
 import math
 import os
 
@@ -24,6 +26,7 @@ CASES = {
     "standard_headnorm": dict(attention="standard", n_head=2, head_dim=16, head_norm=True, lambda_init="schedule"),
     "diff": dict(attention="diff", n_head=2, head_dim=8, head_norm=True, lambda_init="schedule"),
     "diff_no_headnorm": dict(attention="diff", n_head=2, head_dim=8, head_norm=False, lambda_init="0.5"),
+    "diff2": dict(attention="diff2", n_head=2, head_dim=16, head_norm=False, lambda_init="schedule"),
 }
 COMMON = dict(n_layer=2, d_model=32, ffn_hidden=64, rope_theta=10000.0, seq_len=T, batch_size=B, steps=STEPS,
               lr=1e-2, lr_final=1e-3, warmup_steps=2, beta1=0.9, beta2=0.98, adam_eps=1e-8, weight_decay=0.1,
@@ -51,21 +54,25 @@ def lambda_init_of(cfg, depth):
 
 
 def param_shapes(cfg):
-    M = 2 if cfg["attention"] == "diff" else 1
+    M = 1 if cfg["attention"] == "standard" else 2
+    v2 = cfg["attention"] == "diff2"  # 2H query heads share H key/value heads of width D
     H, D, C, F = cfg["n_head"], cfg["head_dim"], cfg["d_model"], cfg["ffn_hidden"]
+    KH, Dv = (H, D) if v2 else (M * H, M * D)
     shapes = {"tok_embedding": (V, C)}
     for l in range(cfg["n_layer"]):
         p = f"layer_{l:02d}/"
         shapes[p + "attn_norm"] = (C,)
         shapes[p + "wq"] = (M * H * D, C)
-        shapes[p + "wk"] = (M * H * D, C)
-        shapes[p + "wv"] = (H * M * D, C)
-        shapes[p + "wo"] = (C, H * M * D)
-        if M == 2:
+        shapes[p + "wk"] = (KH * D, C)
+        shapes[p + "wv"] = (H * Dv, C)
+        if v2:
+            shapes[p + "w_lambda"] = (H, C)
+        shapes[p + "wo"] = (C, H * Dv)
+        if cfg["attention"] == "diff":
             for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
                 shapes[p + name] = (D,)
         if cfg["head_norm"]:
-            shapes[p + "head_norm"] = (M * D,)
+            shapes[p + "head_norm"] = (Dv,)
         shapes[p + "ffn_norm"] = (C,)
         shapes[p + "w_gate"] = (F, C)
         shapes[p + "w_up"] = (F, C)
@@ -76,8 +83,10 @@ def param_shapes(cfg):
 
 
 def forward(cfg, P, tokens, targets):
-    M = 2 if cfg["attention"] == "diff" else 1
+    M = 1 if cfg["attention"] == "standard" else 2
+    v2 = cfg["attention"] == "diff2"
     H, D = cfg["n_head"], cfg["head_dim"]
+    KH, Dv = (H, D) if v2 else (M * H, M * D)
     Bn, Tn = tokens.shape
     x = P["tok_embedding"][tokens]
     causal = torch.ones(Tn, Tn, dtype=torch.bool).tril()
@@ -85,20 +94,26 @@ def forward(cfg, P, tokens, targets):
         p = lambda name: P[f"layer_{l:02d}/{name}"]
         h = rmsnorm(x, p("attn_norm"))
         q = rope((h @ p("wq").T).view(Bn, Tn, M * H, D), cfg["rope_theta"]).transpose(1, 2)
-        k = rope((h @ p("wk").T).view(Bn, Tn, M * H, D), cfg["rope_theta"]).transpose(1, 2)
-        v = (h @ p("wv").T).view(Bn, Tn, H, M * D).transpose(1, 2)
+        k = rope((h @ p("wk").T).view(Bn, Tn, KH, D), cfg["rope_theta"]).transpose(1, 2)
+        v = (h @ p("wv").T).view(Bn, Tn, H, Dv).transpose(1, 2)
+        if v2:  # query heads 2i and 2i+1 share key head i
+            k = k.repeat_interleave(2, dim=1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         attn = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)  # (B, M*H, T, T)
         lam_init = lambda_init_of(cfg, l)
-        if M == 2:
+        if v2:  # lambda per token and head: sigmoid(x W_lambda), (B, H, T, 1)
+            attn = attn.view(Bn, H, 2, Tn, Tn)
+            lam = torch.sigmoid(h @ p("w_lambda").T).transpose(1, 2).unsqueeze(-1)
+            attn = attn[:, :, 0] - lam * attn[:, :, 1]
+        elif M == 2:
             attn = attn.view(Bn, H, 2, Tn, Tn)
             lam = (torch.exp(torch.dot(p("lambda_q1"), p("lambda_k1"))) -
                    torch.exp(torch.dot(p("lambda_q2"), p("lambda_k2"))) + lam_init)
             attn = attn[:, :, 0] - lam * attn[:, :, 1]
-        y = attn @ v  # (B, H, T, M*D)
+        y = attn @ v  # (B, H, T, Dv)
         if cfg["head_norm"]:
-            y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if M == 2 else 1.0)
-        x = x + y.transpose(1, 2).reshape(Bn, Tn, H * M * D) @ p("wo").T
+            y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if cfg["attention"] == "diff" else 1.0)
+        x = x + y.transpose(1, 2).reshape(Bn, Tn, H * Dv) @ p("wo").T
         h = rmsnorm(x, p("ffn_norm"))
         x = x + (torch.nn.functional.silu(h @ p("w_gate").T) * (h @ p("w_up").T)) @ p("w_down").T
     logits = rmsnorm(x, P["final_norm"]) @ P["lm_head"].T
@@ -184,8 +199,8 @@ def main():
     torch.set_num_threads(1)
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref")
     os.makedirs(out, exist_ok=True)
-    for name, case in CASES.items():
-        write_case(name, {**case, **COMMON}, os.path.join(out, name + ".h5"))
+    for name in sys.argv[1:] or CASES:
+        write_case(name, {**CASES[name], **COMMON}, os.path.join(out, name + ".h5"))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ expect_fail "unknown key" "unknown.ini:14: unknown key 'colour'" $bin train "$wo
 recipe "$work/type.ini" "n_layer = two"
 expect_fail "wrong type" "type.ini:14: key 'n_layer': 'two' is not an integer" $bin train "$work/type.ini"
 recipe "$work/choice.ini" "attention = triple"
-expect_fail "bad choice" "choice.ini:14: key 'attention': 'triple' is not one of standard, diff" $bin train "$work/choice.ini"
+expect_fail "bad choice" "choice.ini:14: key 'attention': 'triple' is not one of standard, diff, diff2" $bin train "$work/choice.ini"
 recipe "$work/section.ini" "[model]" "n_layer = 2"
 expect_fail "section" "section.ini:15: sections are not used" $bin train "$work/section.ini"
 recipe "$work/ok.ini"

@@ -138,33 +138,39 @@ static void test_crossentropy(void) {
 }
 
 // ---- attention ----
-typedef struct { float *qkv, *y, *lse, *R; float lambda; int B, T, H, D, M; } AttnCase;
+typedef struct { float *qkv, *y, *lse, *R; float lambda; AttnShape shape; size_t ny; } AttnCase;
 static double attn_loss(void* p) {
     AttnCase* c = p;
-    attention_forward(c->y, c->lse, c->qkv, c->lambda, c->B, c->T, c->H, c->D, c->M);
-    return weighted_sum(c->y, c->R, (size_t)c->B * c->T * c->H * c->M * c->D);
+    attention_forward(c->y, c->lse, c->qkv, c->lambda, &c->shape);
+    return weighted_sum(c->y, c->R, c->ny);
 }
-static double attn_loss_lambda(void* p) { return attn_loss(p); }
 
-static void test_attention(int M, int T) {
-    int B = 2, H = 2, D = 4, Dv = M * D, QKV = 2 * M * H * D + H * Dv;
-    size_t N = (size_t)B * T;
-    AttnCase c = {random_array(N * QKV, 1), random_array(N * H * Dv, 1), random_array(N * H * M, 1),
-                  random_array(N * H * Dv, 1), 0.6f, B, T, H, D, M};
+// M = 1 standard, M = 2 DIFF, M = 2 with shared_kv DIFF V2 (its per-token lambda columns are
+// part of qkv and so are checked with the rest of d_qkv)
+static void test_attention(int M, int shared_kv, int T) {
+    AttnShape shape = {2, T, 2, 4, M, shared_kv};
+    int QKV = attention_qkv_width(&shape), Dv = shared_kv ? 4 : M * 4, lam = attention_lambda_offset(&shape);
+    size_t N = (size_t)shape.B * T, ny = N * shape.H * Dv;
+    AttnCase c = {random_array(N * QKV, 1), random_array(ny, 1), random_array(N * shape.H * M, 1), random_array(ny, 1), 0.6f, shape, ny};
+    for (size_t n = 0; lam >= 0 && n < N; n++) {
+        for (int h = 0; h < shape.H; h++) c.qkv[n * QKV + lam + h] = 0.2f + 0.6f * rng_uniform(&rng_state);
+    }
     attn_loss(&c);
     float* dqkv = random_array(N * QKV, 1);  // must be overwritten entirely
-    float dlambda = attention_backward(dqkv, c.R, c.qkv, c.lse, c.lambda, B, T, H, D, M);
+    float dlambda = attention_backward(dqkv, c.R, c.qkv, c.lse, c.lambda, &shape);
     char what[96];
-    snprintf(what, sizeof(what), "attention M=%d T=%d d_qkv", M, T);
+    const char* name = M == 1 ? "standard" : shared_kv ? "diff2" : "diff";
+    snprintf(what, sizeof(what), "attention %s T=%d d_qkv", name, T);
     grad_check(what, attn_loss, &c, c.qkv, dqkv, N * QKV, 400, 1e-2, 1e-2, 1e-3);
-    if (M == 2) {
-        snprintf(what, sizeof(what), "attention M=%d T=%d d_lambda", M, T);
-        grad_check(what, attn_loss_lambda, &c, &c.lambda, &dlambda, 1, 1, 1e-2, 1e-2, 1e-3);
+    if (M == 2 && !shared_kv) {
+        snprintf(what, sizeof(what), "attention %s T=%d d_lambda", name, T);
+        grad_check(what, attn_loss, &c, &c.lambda, &dlambda, 1, 1, 1e-2, 1e-2, 1e-3);
     }
     // hand case: the first query sees only the first key, so y[0] = v[0] (M=1) or (1 - lambda) v[0]
     attn_loss(&c);
-    float expect = c.qkv[2 * M * H * D] * (M == 2 ? 1.0f - c.lambda : 1.0f);
-    CHECK(fabsf(c.y[0] - expect) < 1e-5f, "attention position 0: %g vs %g", c.y[0], expect);
+    float lambda0 = lam >= 0 ? c.qkv[lam] : c.lambda;
+    float expect = c.qkv[QKV - shape.H * Dv - (lam >= 0 ? shape.H : 0)] * (M == 2 ? 1.0f - lambda0 : 1.0f);
+    CHECK(fabsf(c.y[0] - expect) < 1e-5f, "attention %s position 0: %g vs %g", name, c.y[0], expect);
     free(c.qkv); free(c.y); free(c.lse); free(c.R); free(dqkv);
 }
 
@@ -202,7 +208,7 @@ static void test_model(int attention, int head_norm, const char* lambda_init) {
     model_backward(&model, 1.0f);
     float* grads = mallocCheck(model.n_params * sizeof(float));
     memcpy(grads, model.grads_memory, model.n_params * sizeof(float));
-    printf(" model %s head_norm=%d lambda_init=%s, loss %.4f\n", attention ? "diff" : "standard", head_norm, lambda_init, model.loss);
+    printf(" model %s head_norm=%d lambda_init=%s, loss %.4f\n", config_attention_name(&cfg), head_norm, lambda_init, model.loss);
     for (int i = 0; i < model.n_tensors; i++) {
         const ParamTensor* t = &model.tensors[i];
         grad_check(t->name, model_loss, &c, model.params_memory + t->offset, grads + t->offset, t->size, 12, 1e-3, 1e-2, 2e-4);
@@ -218,16 +224,20 @@ int main(void) {
     test_rope();
     test_swiglu();
     test_crossentropy();
-    test_attention(1, 5);
-    test_attention(1, 70);
-    test_attention(2, 5);
-    test_attention(2, 70);
-    test_attention(2, 130);
+    test_attention(1, 0, 5);
+    test_attention(1, 0, 70);
+    test_attention(2, 0, 5);
+    test_attention(2, 0, 70);
+    test_attention(2, 0, 130);
+    test_attention(2, 1, 5);
+    test_attention(2, 1, 130);
     printf("model gradients (finite differences)\n");
     test_model(ATTN_STANDARD, 0, "schedule");
     test_model(ATTN_STANDARD, 1, "schedule");
     test_model(ATTN_DIFF, 1, "schedule");
     test_model(ATTN_DIFF, 0, "schedule");
     test_model(ATTN_DIFF, 1, "0.5");
+    test_model(ATTN_DIFF2, 0, "schedule");
+    test_model(ATTN_DIFF2, 1, "schedule");
     return check_summary();
 }

@@ -108,5 +108,6 @@ int main(void) {
     test_case("standard_headnorm");
     test_case("diff");
     test_case("diff_no_headnorm");
+    test_case("diff2");
     return check_summary();
 }
