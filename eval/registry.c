@@ -140,14 +140,17 @@ int registry_reap(Registry* reg) {
     return reaped;
 }
 
-int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed) {
+int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg) {
+    char* text = config_to_text(cfg);
     sqlite3_stmt* st = prepare(reg, "SELECT id FROM runs WHERE experiment_id = ? AND row = ? AND seed = ? AND "
-                                    "status = 'FINISHED' ORDER BY attempt DESC LIMIT 1");
+                                    "status = 'FINISHED' AND recipe_text = ? ORDER BY attempt DESC LIMIT 1");
     sqlite3_bind_int64(st, 1, experiment);
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, seed);
+    sqlite3_bind_text(st, 4, text, -1, SQLITE_TRANSIENT);
     int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
     sqlite3_finalize(st);
+    free(text);
     return id;
 }
 

@@ -25,8 +25,8 @@ int64_t registry_experiment(Registry* reg, const char* name, const char* preset,
 // Marks RUNNING attempts whose process is gone (same host, pid not alive) as KILLED; returns
 // how many.
 int registry_reap(Registry* reg);
-// The id of a FINISHED attempt of (experiment, row, seed), or 0.
-int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed);
+// The id of a FINISHED attempt of (experiment, row, seed) trained with exactly this config, or 0.
+int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg);
 // Starts a new RUNNING attempt with full provenance; returns its id.
 int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg);
 void registry_end_run(Registry* reg, int64_t run, RunStatus status);

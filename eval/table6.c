@@ -212,43 +212,45 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
 // ---- aggregation ----
 typedef struct {
     double mean[3], std[3];  // valid, arhit, others
-    double arhit_fraction, threshold, params;
+    double arhit_fraction, threshold;
     int n;
+    int64_t runs[256];       // the FINISHED run of each seed with the current config
 } RowResult;
 
-static RowResult row_result(Registry* reg, int64_t experiment, const char* row, int base_seed, int seeds) {
-    RowResult r = {{0}, {0}, 0, 0, 0, 0};
-    static const char* keys[3] = {"valid", "arhit", "others"};
-    double values[3][256];
+static double evaluation(Registry* reg, int64_t run, const char* key) {
     sqlite3_stmt* st;
-    sqlite3_prepare_v2(reg->db,
-        "SELECT e.key, e.value, r.seed FROM runs r JOIN evaluations e ON e.run_id = r.id WHERE r.experiment_id = ?"
-        " AND r.row = ? AND r.status = 'FINISHED' AND r.seed >= ? AND r.seed < ? ORDER BY r.seed", -1, &st, NULL);
-    sqlite3_bind_int64(st, 1, experiment);
-    sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 3, base_seed);
-    sqlite3_bind_int(st, 4, base_seed + seeds);
-    int count[3] = {0, 0, 0};
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char* key = (const char*)sqlite3_column_text(st, 0);
-        double v = sqlite3_column_double(st, 1);
-        for (int k = 0; k < 3; k++) {
-            if (strcmp(key, keys[k]) == 0 && count[k] < 256) values[k][count[k]++] = v;
-        }
-        if (strcmp(key, "arhit_fraction") == 0) r.arhit_fraction += v / seeds;
-        if (strcmp(key, "arhit_threshold") == 0) r.threshold = v;
-        if (strcmp(key, "params") == 0) r.params = v;
-    }
+    sqlite3_prepare_v2(reg->db, "SELECT value FROM evaluations WHERE run_id = ? AND key = ?", -1, &st, NULL);
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+    double v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_double(st, 0) : NAN;
     sqlite3_finalize(st);
-    r.n = count[0];
+    return v;
+}
+
+// Mean and sample std over the seeds whose run finished with the row's current config
+static RowResult row_result(Registry* reg, int64_t experiment, const Recipe* r, const Section* preset, int row,
+                            const Table6Options* opt) {
+    static const char* keys[3] = {"valid", "arhit", "others"};
+    RowResult res = {{0}, {0}, 0, 0, 0, {0}};
+    double values[3][256];
+    for (int s = 0; s < opt->seeds; s++) {
+        Config cfg = row_config(r, preset, &r->rows[row], s, opt->recipe, opt->results);
+        int64_t run = registry_finished_run(reg, experiment, r->rows[row].name, cfg.seed, &cfg);
+        if (!run) continue;
+        for (int k = 0; k < 3; k++) values[k][res.n] = evaluation(reg, run, keys[k]);
+        res.arhit_fraction += evaluation(reg, run, "arhit_fraction");
+        res.threshold = evaluation(reg, run, "arhit_threshold");
+        res.runs[res.n++] = run;
+    }
+    if (res.n) res.arhit_fraction /= res.n;
     for (int k = 0; k < 3; k++) {
         double sum = 0, sq = 0;
-        for (int i = 0; i < count[k]; i++) sum += values[k][i];
-        r.mean[k] = count[k] ? sum / count[k] : NAN;
-        for (int i = 0; i < count[k]; i++) sq += (values[k][i] - r.mean[k]) * (values[k][i] - r.mean[k]);
-        r.std[k] = count[k] > 1 ? sqrt(sq / (count[k] - 1)) : 0.0;
+        for (int i = 0; i < res.n; i++) sum += values[k][i];
+        res.mean[k] = res.n ? sum / res.n : NAN;
+        for (int i = 0; i < res.n; i++) sq += (values[k][i] - res.mean[k]) * (values[k][i] - res.mean[k]);
+        res.std[k] = res.n > 1 ? sqrt(sq / (res.n - 1)) : 0.0;
     }
-    return r;
+    return res;
 }
 
 static void format_cell(char* buf, size_t n, const RowResult* r, int k) {
@@ -346,7 +348,7 @@ int table6_main(const Table6Options* opt) {
     for (int s = 0; s < opt->seeds; s++) {
         for (int i = 0; i < r->n_rows; i++) {
             Config cfg = row_config(r, preset, &r->rows[i], s, opt->recipe, opt->results);
-            if (registry_finished_run(&reg, experiment, r->rows[i].name, cfg.seed)) continue;
+            if (registry_finished_run(&reg, experiment, r->rows[i].name, cfg.seed, &cfg)) continue;
             printf("== %s, seed %d (%s)\n", r->rows[i].name, cfg.seed, cfg.out);
             fflush(stdout);
             pid_t pid = fork();
@@ -366,7 +368,7 @@ int table6_main(const Table6Options* opt) {
 
     // ---- the table ----
     RowResult res[MAX_SECTIONS];
-    for (int i = 0; i < r->n_rows; i++) res[i] = row_result(&reg, experiment, r->rows[i].name, first.seed, opt->seeds);
+    for (int i = 0; i < r->n_rows; i++) res[i] = row_result(&reg, experiment, r, preset, i, opt);
     snprintf(path, sizeof(path), "%s/table6.md", opt->results);
     char tmp[4200];
     tmp_path(tmp, sizeof(tmp), path);
@@ -439,14 +441,19 @@ int table6_main(const Table6Options* opt) {
     f = fopenCheck(curves, "w");
     for (int i = 0; i < r->n_rows; i++) {
         fprintf(f, "\"%s (%s)\"\n", get(&r->rows[i], "label"), r->rows[i].name);
+        // every attempt of the row's finished runs contributes the steps it checkpointed
         sqlite3_stmt* st;
         sqlite3_prepare_v2(reg.db,
-            "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs r ON m.run_id = r.id WHERE r.experiment_id = ? AND"
-            " r.row = ? AND m.key = 'val_loss' AND r.seed >= ? AND r.seed < ? GROUP BY m.step ORDER BY m.step", -1, &st, NULL);
-        sqlite3_bind_int64(st, 1, experiment);
-        sqlite3_bind_text(st, 2, r->rows[i].name, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 3, first.seed);
-        sqlite3_bind_int(st, 4, first.seed + opt->seeds);
+            "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs a ON a.id = m.run_id JOIN runs f ON f.experiment_id ="
+            " a.experiment_id AND f.row = a.row AND f.seed = a.seed AND f.recipe_text = a.recipe_text WHERE f.id IN"
+            " (SELECT value FROM json_each(?)) AND m.key = 'val_loss' GROUP BY m.step ORDER BY m.step", -1, &st, NULL);
+        char ids[256 * 24] = "[";
+        for (int k = 0; k < res[i].n; k++) {
+            size_t len = strlen(ids);
+            snprintf(ids + len, sizeof(ids) - len, "%s%lld", k ? "," : "", (long long)res[i].runs[k]);
+        }
+        strcat(ids, "]");
+        sqlite3_bind_text(st, 1, ids, -1, SQLITE_TRANSIENT);
         while (sqlite3_step(st) == SQLITE_ROW) fprintf(f, "%lld %.6f\n", (long long)sqlite3_column_int64(st, 0), sqlite3_column_double(st, 1));
         sqlite3_finalize(st);
         fprintf(f, "\n\n");
