@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers.h"
 #include "util.h"
 #include "vecmath.h"
 
@@ -86,16 +87,8 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, con
                         for (int r = 0; r < nq; r++) {
                             float* sr = S + (size_t)r * kn;
                             int visible = i0 + r + 1;
-                            float maxv = sr[0];
-                            for (int j = 1; j < visible; j++) maxv = sr[j] > maxv ? sr[j] : maxv;
-                            for (int j = 0; j < visible; j++) sr[j] -= maxv;
-                            exp_inplace(sr, visible);
-                            float sum = 0.0f;
-                            for (int j = 0; j < visible; j++) sum += sr[j];
-                            float inv = 1.0f / sum;
-                            for (int j = 0; j < visible; j++) sr[j] *= inv;
+                            row_lse[i0 + r] = softmax_inplace(sr, visible);
                             for (int j = visible; j < kn; j++) sr[j] = 0.0f;
-                            row_lse[i0 + r] = maxv + logf(sum);
                         }
                     }
                     if (M == 2) {

@@ -122,20 +122,24 @@ void embedding_backward(float* dtok_embedding, const float* dx, const int* token
     }
 }
 
+float softmax_inplace(float* x, int n) {
+    float maxv = x[0];
+    for (int i = 1; i < n; i++) maxv = x[i] > maxv ? x[i] : maxv;
+    for (int i = 0; i < n; i++) x[i] -= maxv;
+    exp_inplace(x, n);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += x[i];
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+    return maxv + logf(sum);
+}
+
 double crossentropy_forward(float* probs, float* row_loss, const int* targets, int N, int V) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* p = probs + (size_t)n * V;
         float target_logit = p[targets[n]];
-        float maxv = p[0];
-        for (int i = 1; i < V; i++) maxv = p[i] > maxv ? p[i] : maxv;
-        for (int i = 0; i < V; i++) p[i] -= maxv;
-        exp_inplace(p, V);
-        float sum = 0.0f;
-        for (int i = 0; i < V; i++) sum += p[i];
-        float inv = 1.0f / sum;
-        for (int i = 0; i < V; i++) p[i] *= inv;
-        row_loss[n] = logf(sum) + maxv - target_logit;
+        row_loss[n] = softmax_inplace(p, V) - target_logit;
     }
     double total = 0.0;  // serial: the sum must not depend on the thread count
     for (int n = 0; n < N; n++) total += row_loss[n];

@@ -37,6 +37,9 @@ void embedding_forward(float* x, const int* tokens, const float* tok_embedding, 
 // dtok_embedding (V, C) += scatter of dx
 void embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
 
+// x (n) turned into softmax(x) in place; returns log(sum(exp(x))), the log-sum-exp
+float softmax_inplace(float* x, int n);
+
 // logits (N, V) are turned into probabilities in place; row_loss (N) gets each row's
 // cross-entropy against targets (N); returns their sum in double.
 double crossentropy_forward(float* probs_inout, float* row_loss, const int* targets, int N, int V);

@@ -119,16 +119,7 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, %d threads\n",
            config_attention_name(cfg), model.L, model.C, model.H, model.D, model.F,
            model.n_params, tokens_per_step, threads);
-    if (info.finished) {
-        printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);
-        double loss = info.train_loss;
-        model_free(&model);
-        adamw_free(&opt);
-        tokenizer_free(&tok);
-        shard_free(&train);
-        shard_free(&val);
-        return loss;
-    }
+    if (info.finished) printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);
 
     Loader loader;
     loader_init(&loader, &train, T, (uint64_t)cfg->seed);
