@@ -42,12 +42,17 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
         dot /= W;
         for (int i = 0; i < W; i++) dx[i] += s * (d[i] * weight[i] * out_scale - x[i] * s * dot);
     }
-    // serial over rows so the sum's order never depends on the thread count
-    for (int r = 0; r < rows; r++) {
-        const float* x = inp + (size_t)r * W;
-        const float* d = dout + (size_t)r * W;
-        float k = rstd[r] * out_scale;
-        for (int i = 0; i < W; i++) dweight[i] += d[i] * x[i] * k;
+    // threads split the channels and each sums its channels over the rows in order, so the
+    // result never depends on the thread count
+    #pragma omp parallel for schedule(static)
+    for (int i0 = 0; i0 < W; i0 += 16) {
+        int i1 = i0 + 16 < W ? i0 + 16 : W;
+        for (int r = 0; r < rows; r++) {
+            const float* x = inp + (size_t)r * W;
+            const float* d = dout + (size_t)r * W;
+            float k = rstd[r] * out_scale;
+            for (int i = i0; i < i1; i++) dweight[i] += d[i] * x[i] * k;
+        }
     }
 }
 

@@ -24,12 +24,25 @@ float lr_at(const Config* cfg, int step) {
 }
 
 float clip_grad_norm(Model* model, float max_norm) {
+    // partial sums over fixed chunks, added in order: the same result for any thread count
+    size_t n = model->n_params, chunk = 1 << 16, n_chunks = (n + chunk - 1) / chunk;
+    double* partial = callocCheck(n_chunks, sizeof(double));
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < n_chunks; c++) {
+        const float* g = model->grads_memory + c * chunk;
+        size_t len = c + 1 < n_chunks ? chunk : n - c * chunk;
+        double s = 0.0;
+        for (size_t i = 0; i < len; i++) s += (double)g[i] * g[i];
+        partial[c] = s;
+    }
     double sum = 0.0;
-    for (size_t i = 0; i < model->n_params; i++) sum += (double)model->grads_memory[i] * model->grads_memory[i];
+    for (size_t c = 0; c < n_chunks; c++) sum += partial[c];
+    free(partial);
     float norm = (float)sqrt(sum);
     float coef = max_norm / (norm + 1e-6f);
     if (max_norm > 0 && coef < 1.0f) {
-        for (size_t i = 0; i < model->n_params; i++) model->grads_memory[i] *= coef;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) model->grads_memory[i] *= coef;
     }
     return norm;
 }
