@@ -78,7 +78,11 @@ static void test_registry(void) {
     sqlite3_step(st);
     CHECK(strcmp((const char*)sqlite3_column_text(st, 0), "ok") == 0, "database integrity after concurrent writes");
     sqlite3_finalize(st);
-    CHECK(registry_finished_run(&reg, exp, "row0", 1) > 0 && registry_finished_run(&reg, exp, "row0", 2) == 0, "finished runs are found by seed");
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg) > 0 && registry_finished_run(&reg, exp, "row0", 2, &cfg) == 0,
+          "finished runs are found by seed");
+    Config other = cfg;
+    other.lr *= 2;
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &other) == 0, "a run with another config does not count as finished");
 
     // a worker killed with SIGKILL leaves its run RUNNING; reaping marks it KILLED, never FINISHED
     pid_t victim = fork();
@@ -98,7 +102,7 @@ static void test_registry(void) {
     }
     kill(victim, SIGKILL);
     waitpid(victim, NULL, 0);
-    CHECK(running == 1 && registry_finished_run(&reg, exp, "victim", 1) == 0, "a killed run never shows FINISHED");
+    CHECK(running == 1 && registry_finished_run(&reg, exp, "victim", 1, &cfg) == 0, "a killed run never shows FINISHED");
     CHECK(registry_reap(&reg) == 1, "reaping finds the dead worker");
     sqlite3_prepare_v2(reg.db, "SELECT status, ended IS NOT NULL FROM runs WHERE row = 'victim'", -1, &st, NULL);
     sqlite3_step(st);
