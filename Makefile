@@ -57,10 +57,10 @@ build/obj/%.o: %.c $(HEADERS) | build/deps.stamp
 	$(CC) $(CFLAGS) -c -o $@ $<
 build/obj/model/vecmath.o: CFLAGS += -ffast-math
 
-# checkpoint.c records the commit: rebuild it whenever `git describe` changes
+# checkpoint.c and registry.c record the commit: rebuild them whenever `git describe` changes
 build/commit.txt: FORCE | build/deps.stamp
 	@echo '$(GIT_COMMIT)' | cmp -s - $@ || echo '$(GIT_COMMIT)' > $@
-build/obj/model/checkpoint.o: build/commit.txt
+build/obj/model/checkpoint.o build/obj/eval/registry.o: build/commit.txt
 FORCE:
 
 build/difftx: build/obj/model/main.o $(OBJS)
