@@ -257,12 +257,21 @@ void registry_evaluation(Registry* reg, int64_t run, const char* key, double val
 }
 
 void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path) {
-    size_t len;
-    char* bytes = read_text_file(path, &len);
+    // streamed: a paper-size checkpoint is tens of GB
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) die("cannot hash '%s'", path);
+    FILE* f = fopenCheck(path, "rb");
+    static char chunk[1 << 20];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (!EVP_DigestUpdate(ctx, chunk, got)) die("cannot hash '%s'", path);
+    }
+    if (ferror(f)) die("cannot read '%s' to hash it", path);
+    fcloseCheck(f, path);
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int dlen = 0;
-    if (!EVP_Digest(bytes, len, digest, &dlen, EVP_sha256(), NULL)) die("cannot hash '%s'", path);
-    free(bytes);
+    if (!EVP_DigestFinal_ex(ctx, digest, &dlen)) die("cannot hash '%s'", path);
+    EVP_MD_CTX_free(ctx);
     char hex[2 * EVP_MAX_MD_SIZE + 1];
     for (unsigned int i = 0; i < dlen; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
     exec(reg, "BEGIN IMMEDIATE;");

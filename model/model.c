@@ -94,7 +94,6 @@ void model_build(Model* m, const Config* cfg, int vocab_size) {
     model_shape(m, cfg, vocab_size);
     m->lambda_init = mallocCheck(m->L * sizeof(float));
     m->lambda = callocCheck(m->L, sizeof(float));
-    m->dlambda = callocCheck(m->L, sizeof(float));
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);
     m->params_memory = callocCheck(m->n_params, sizeof(float));
     m->grads_memory = callocCheck(m->n_params, sizeof(float));
@@ -135,7 +134,6 @@ void model_free(Model* m) {
     free(m->tensors);
     free(m->lambda_init);
     free(m->lambda);
-    free(m->dlambda);
     free(m->rope);
 }
 
@@ -294,7 +292,6 @@ static void layer_backward(Model* m, int l, float* dres) {
         dy = dhn;
     }
     float dlambda = attention_backward(dqkv, dy, a->qkv, a->lse, m->lambda[l], &m->shape);
-    m->dlambda[l] = dlambda;
     if (is_diff2(m)) lambda_sigmoid_backward(m, dqkv, a->qkv);
     if (m->cfg.attention == ATTN_DIFF) {
         int D = m->D;

@@ -64,7 +64,6 @@ typedef struct {
     AttnShape shape;     // of the allocated activations
     float* lambda_init;  // (L)
     float* lambda;       // (L) this forward's lambda per layer
-    float* dlambda;      // (L) dloss/dlambda of the last backward
 
     ParamTensor* tensors;
     int n_tensors;

@@ -6,27 +6,7 @@ cd "$(dirname "$0")/.."
 bin=build/difftx
 work=build/test_cli
 rm -rf "$work" && mkdir -p "$work/corpus"
-passed=0 failed=0
-
-# expect_fail NAME PATTERN CMD...: CMD must exit non-zero and print PATTERN (grep -E) on stderr
-expect_fail() {
-    local name=$1 pattern=$2
-    shift 2
-    local err rc
-    err=$("$@" 2>&1 >/dev/null)
-    rc=$?
-    if [ $rc -ne 0 ] && grep -qE -- "$pattern" <<<"$err"; then
-        passed=$((passed + 1))
-    else
-        failed=$((failed + 1))
-        echo "FAIL $name: exit $rc, stderr: $err"
-    fi
-}
-expect() {  # expect NAME CONDITION-COMMAND...
-    local name=$1
-    shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; fi
-}
+source tests/harness.sh
 
 for d in $(seq -w 0 24); do
     for i in $(seq 1 30); do echo "Document $d has line $i of a small corpus."; done > "$work/corpus/doc$d.txt"
@@ -96,5 +76,4 @@ step=$(h5dump -a step "$work/diverge/checkpoint.h5" 2>/dev/null | grep -oE '\(0\
 expect "last good checkpoint kept (step ${step:-none})" test -n "$step"
 expect "last good checkpoint not finished" bash -c "h5dump -a finished '$work/diverge/checkpoint.h5' | grep -q '(0): 0'"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+summary

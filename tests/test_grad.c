@@ -92,12 +92,11 @@ static void test_rope(void) {
     rope_apply(grad, cs, rows, T, heads, D, stride, 1);
     grad_check("rope d_x (inverse rotation)", rope_loss, &c, c.x, grad, 60, 100, 1e-2, 1e-2, 1e-3);
     // hand case: position 1, pair j=1 of D=4 turns by angle 1 * 10000^(-1/2) = 0.01 rad
-    float v[4] = {0, 0, 1, 0}, cs2[2 * 4];
+    float cs2[2 * 4];
     rope_precompute(cs2, 2, 4, 10000.0f);
     float row2[8] = {0, 0, 0, 0, 0, 0, 1, 0};
     rope_apply(row2, cs2, 2, 2, 1, 4, 4, 0);
     CHECK(fabsf(row2[6] - cosf(0.01f)) < 1e-6f && fabsf(row2[7] - sinf(0.01f)) < 1e-6f, "rope hand case: %g %g", row2[6], row2[7]);
-    (void)v;
     free(c.x); free(c.work); free(c.R); free(grad);
 }
 

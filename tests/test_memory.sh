@@ -5,7 +5,7 @@
 # against its 8 GiB bound; it takes minutes, too long for the test suite.)
 set -u
 cd "$(dirname "$0")/.."
-passed=0 failed=0
+source tests/harness.sh
 limit_mib=2048
 
 check_peak() {  # NAME ARGS...: runs difftx bench and checks the peak RSS it reports
@@ -26,5 +26,4 @@ check_peak() {  # NAME ARGS...: runs difftx bench and checks the peak RSS it rep
 check_peak "diff training step, T=4096 B=1" experiments/bench_diff.ini seq_len=4096 batch_size=1 --steps 2
 check_peak "standard training step, T=4096 B=1" experiments/bench_standard.ini seq_len=4096 batch_size=1 --steps 2
 check_peak "diff forward pass, T=16384 B=1" experiments/bench_diff.ini seq_len=16384 batch_size=1 --steps 2 --forward
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+summary

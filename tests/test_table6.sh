@@ -7,12 +7,7 @@ cd "$(dirname "$0")/.."
 bin=build/difftx
 work=build/test_table6
 rm -rf "$work" && mkdir -p "$work/corpus"
-passed=0 failed=0
-expect() {  # expect NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; fi
-}
+source tests/harness.sh
 sql() { sqlite3 "$work/results/registry.sqlite" "$1"; }
 
 # a corpus with enough validation text for the smoke preset's 64 windows of 64 tokens
@@ -60,5 +55,4 @@ run_table > "$work/again.log" 2>&1
 expect "finished rows are skipped" bash -c "! grep -q '^== ' '$work/again.log'"
 expect "table reprinted" grep -q "Table 6 (preset smoke)" "$work/again.log"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+summary

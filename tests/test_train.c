@@ -1,6 +1,8 @@
 // Training runs end to end on a tiny corpus: bitwise determinism, exact resume from a
 // checkpoint, checkpoint save/load equality, and the loss going down.
+#define _DEFAULT_SOURCE
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../data/dataset.h"
@@ -107,8 +109,16 @@ static void test_variant(int attention) {
     CHECK(loss_a < first - 0.5, "%s: loss falls from %.3f to %.3f in 8 steps", name, first, loss_a);
     printf("%s: loss %.4f -> %.4f over 8 steps; resume and determinism exact\n", name, first, loss_a);
 
-    // a finished run is not trained again
+    // a finished run is not trained again: same result, log and checkpoint untouched
+    snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", a_dir);
+    struct stat before, after;
+    stat(ckpt, &before);
     CHECK(train_run(&a, 0, NULL) == loss_a, "%s: rerunning a finished run returns its result", name);
+    stat(ckpt, &after);
+    char* log_again = read_log(a_dir);
+    CHECK(strcmp(log_again, log_a) == 0 && before.st_mtim.tv_sec == after.st_mtim.tv_sec &&
+          before.st_mtim.tv_nsec == after.st_mtim.tv_nsec, "%s: rerunning a finished run writes nothing", name);
+    free(log_again);
     free(text_a); free(text_r); free(log_a); free(log_b); free(log_c); free(partial);
     model_free(&ma); model_free(&mc2); model_free(&mr);
     adamw_free(&oa); adamw_free(&oc); adamw_free(&orr);

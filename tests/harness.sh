@@ -1,0 +1,28 @@
+# Sourced by the shell tests: counters, checks and the closing "N passed, M failed" line.
+passed=0 failed=0
+
+expect() {  # expect NAME COMMAND...: COMMAND must succeed
+    local name=$1
+    shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; fi
+}
+
+# expect_fail NAME PATTERN CMD...: CMD must exit non-zero and print PATTERN (grep -E) on stderr
+expect_fail() {
+    local name=$1 pattern=$2
+    shift 2
+    local err rc
+    err=$("$@" 2>&1 >/dev/null)
+    rc=$?
+    if [ $rc -ne 0 ] && grep -qE -- "$pattern" <<<"$err"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name: exit $rc, stderr: $err"
+    fi
+}
+
+summary() {  # prints the totals; the exit status says whether all passed
+    echo "$passed passed, $failed failed"
+    [ $failed -eq 0 ]
+}
