@@ -47,6 +47,22 @@ static void collect(PathList* list, const char* path) {
 
 static int compare_paths(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 
+void shard_write(const char* path, const int* ids, size_t n, int n_docs, int vocab_size, int block) {
+    if (n > 0x7FFFFFFFu) die("'%s': too many tokens for one shard (%zu)", path, n);
+    uint16_t* out = mallocCheck(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) out[i] = (uint16_t)ids[i];
+    int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n, n_docs, vocab_size, block};
+    char tmp[4096];
+    tmp_path(tmp, sizeof(tmp), path);
+    FILE* f = fopenCheck(tmp, "wb");
+    fwriteCheck(header, sizeof(int32_t), 256, f, tmp);
+    fwriteCheck(out, sizeof(uint16_t), n, f, tmp);
+    fcloseCheck(f, tmp);
+    renameCheck(tmp, path);
+    printf("  %s: %d documents, %zu tokens\n", path, n_docs, n);
+    free(out);
+}
+
 static void write_shard(const char* path, const Tokenizer* tok, char** texts, size_t* lens, const int* docs, int n_docs) {
     size_t cap = 1;
     for (int i = 0; i < n_docs; i++) cap += lens[docs[i]] + 1;
@@ -56,20 +72,8 @@ static void write_shard(const char* path, const Tokenizer* tok, char** texts, si
         ids[n++] = TOKEN_EOT;
         n += tokenizer_encode(tok, texts[docs[i]], lens[docs[i]], ids + n);
     }
-    if (n > 0xFFFFFFFFu / 2) die("'%s': corpus too large for one shard (%zu tokens)", path, n);
-    uint16_t* out = mallocCheck(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) out[i] = (uint16_t)ids[i];
-    int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n, n_docs, tok->vocab_size};
-    char tmp[4096];
-    tmp_path(tmp, sizeof(tmp), path);
-    FILE* f = fopenCheck(tmp, "wb");
-    fwriteCheck(header, sizeof(int32_t), 256, f, tmp);
-    fwriteCheck(out, sizeof(uint16_t), n, f, tmp);
-    fcloseCheck(f, tmp);
-    renameCheck(tmp, path);
-    printf("  %s: %d documents, %zu tokens\n", path, n_docs, n);
+    shard_write(path, ids, n, n_docs, tok->vocab_size, 0);
     free(ids);
-    free(out);
 }
 
 void dataset_prepare(const char* out_dir, const char* const* inputs, int n_inputs, int vocab_size) {
@@ -134,6 +138,7 @@ void shard_load(Shard* s, const char* path) {
     s->n_tokens = (size_t)header[2];
     s->n_documents = header[3];
     s->vocab_size = header[4];
+    s->block = header[5];
     s->tokens = mallocCheck(s->n_tokens * sizeof(uint16_t));
     freadCheck(s->tokens, sizeof(uint16_t), s->n_tokens, f, path);
     fcloseCheck(f, path);

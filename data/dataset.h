@@ -5,7 +5,7 @@
 // trains the BPE tokenizer on the training documents and writes, into one folder:
 //   tokenizer.bin, train.bin, val.bin
 // A shard is a 1024-byte header of 256 int32 (magic, version, n_tokens, n_documents,
-// vocab_size, then zeros) followed by n_tokens uint16 ids; every document starts with the
+// vocab_size, block, then zeros) followed by n_tokens uint16 ids; every document starts with the
 // <|endoftext|> id, so document boundaries survive.
 #ifndef DATASET_H
 #define DATASET_H
@@ -23,10 +23,13 @@ typedef struct {
     uint16_t* tokens;
     size_t n_tokens;
     int n_documents, vocab_size;
+    int block;  // > 0: the shard is made of self-contained blocks of this many tokens (needle training)
 } Shard;
 
 void shard_load(Shard* s, const char* path);
 void shard_free(Shard* s);
+// ids (n) written as a shard of n_docs documents, via a temporary file and rename
+void shard_write(const char* path, const int* ids, size_t n, int n_docs, int vocab_size, int block);
 
 // Training batches: the shard is cut into windows of T+1 tokens (T inputs, T targets shifted
 // by one); each epoch visits every window once in an order drawn from (seed, epoch). Row r of

@@ -11,7 +11,7 @@
 
 // Shapes and strides of one attention call, derived once.
 typedef struct {
-    int B, T, H, D, M, shared_kv;
+    int B, T, H, D, M, shared_kv, q0;
     int Dv;       // value width per head
     int QK;       // query columns, M*H*D
     int KW;       // key columns
@@ -36,7 +36,7 @@ static float* thread_scratch(size_t floats) {
 
 static Dims dims_of(const AttnShape* s) {
     Dims d;
-    d.B = s->B; d.T = s->T; d.H = s->H; d.D = s->D; d.M = s->M; d.shared_kv = s->shared_kv;
+    d.B = s->B; d.T = s->T; d.H = s->H; d.D = s->D; d.M = s->M; d.shared_kv = s->shared_kv; d.q0 = s->q0;
     d.Dv = s->shared_kv ? s->D : s->M * s->D;
     d.QK = s->M * s->H * s->D;
     d.KW = s->shared_kv ? s->H * s->D : d.QK;
@@ -67,9 +67,21 @@ static void block_scores(float* S, const float* qkv, const Dims* d, int b, int h
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->D, d->scale, q, d->QKV, k, d->QKV, 0.0f, S, kn);
 }
 
+// Softmax of each row of S (nq, kn) over the keys row i0 + r can see; the rest zeroed.
+// Saves the log-sum-exp at row_lse[i0 + r] unless row_lse is NULL.
+static void causal_softmax(float* S, int i0, int nq, int kn, float* row_lse) {
+    for (int r = 0; r < nq; r++) {
+        float* sr = S + (size_t)r * kn;
+        int visible = i0 + r + 1;
+        float l = softmax_inplace(sr, visible);
+        if (row_lse) row_lse[i0 + r] = l;
+        for (int j = visible; j < kn; j++) sr[j] = 0.0f;
+    }
+}
+
 void attention_forward(float* y, float* lse, const float* qkv, float lambda, const AttnShape* s) {
     Dims d = dims_of(s);
-    int T = d.T, H = d.H, M = d.M;
+    int T = d.T, H = d.H, M = d.M, rows = T - d.q0;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     #pragma omp parallel
     {
@@ -78,18 +90,12 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, con
         for (int b = 0; b < d.B; b++) {
             for (int h = 0; h < H; h++) {
                 const float* v = qkv + (size_t)b * T * d.QKV + v_col(&d, h);
-                for (int i0 = 0; i0 < T; i0 += block) {
+                for (int i0 = d.q0; i0 < T; i0 += block) {
                     int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
                     for (int m = 0; m < M; m++) {
                         float* S = P + (size_t)m * block * T;
-                        float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
                         block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
-                        for (int r = 0; r < nq; r++) {
-                            float* sr = S + (size_t)r * kn;
-                            int visible = i0 + r + 1;
-                            row_lse[i0 + r] = softmax_inplace(sr, visible);
-                            for (int j = visible; j < kn; j++) sr[j] = 0.0f;
-                        }
+                        causal_softmax(S, i0, nq, kn, lse ? lse + (((size_t)b * H + h) * M + m) * T : NULL);
                     }
                     if (M == 2) {
                         const float* P1 = P + (size_t)block * T;
@@ -98,7 +104,7 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, con
                             for (int j = 0; j < kn; j++) P[(size_t)r * kn + j] -= lam * P1[(size_t)r * kn + j];
                         }
                     }
-                    float* out = y + ((size_t)b * T + i0) * d.HDv + (size_t)h * d.Dv;
+                    float* out = y + ((size_t)b * rows + i0 - d.q0) * d.HDv + (size_t)h * d.Dv;
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d.Dv, kn, 1.0f, P, kn, v, d.QKV, 0.0f, out, d.HDv);
                 }
             }
@@ -106,9 +112,20 @@ void attention_forward(float* y, float* lse, const float* qkv, float lambda, con
     }
 }
 
+void attention_maps(float* P, const float* qkv, const AttnShape* s, int h) {
+    Dims d = dims_of(s);
+    int T = d.T, rows = T - d.q0;
+    for (int m = 0; m < d.M; m++) {
+        float* Pm = P + (size_t)m * rows * T;
+        block_scores(Pm, qkv, &d, 0, h, m, d.q0, rows, T);
+        causal_softmax(Pm, d.q0, rows, T, NULL);
+    }
+}
+
 float attention_backward(float* dqkv, const float* dy, const float* qkv, const float* lse, float lambda,
                          const AttnShape* s) {
     Dims d = dims_of(s);
+    if (d.q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", d.q0);
     int T = d.T, H = d.H, M = d.M, D = d.D;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below

@@ -27,6 +27,8 @@ typedef struct {
     int B, T, H, D;
     int M;          // maps per head: 1 or 2
     int shared_kv;  // DIFF V2
+    int q0;         // first query row: rows q0..T-1 attend to keys 0..row (decoding on a
+                    // cache of T - q0 new rows after q0 cached ones); 0 in training
 } AttnShape;
 
 // Columns of one qkv row for this shape
@@ -34,10 +36,14 @@ int attention_qkv_width(const AttnShape* s);
 // Offset of the per-token lambda columns in a qkv row (DIFF V2), -1 otherwise
 int attention_lambda_offset(const AttnShape* s);
 
-// y (N, H*Dv); lse (B, H, M, T) saved for backward. lambda: the layer's lambda for DIFF,
-// ignored for M = 1 and DIFF V2.
+// y (B*(T-q0), H*Dv); lse (B, H, M, T) saved for backward, or NULL. lambda: the layer's
+// lambda for DIFF, ignored for M = 1 and DIFF V2.
 void attention_forward(float* y, float* lse, const float* qkv, float lambda, const AttnShape* s);
-// dqkv (N, QKV) overwritten, its lambda columns with dloss/dlambda (DIFF V2); returns
+// The softmax maps of head h for query rows q0..T-1 of sequence 0, each row zero beyond its
+// own position: P (M, T-q0, T). The fused output of row i is (P_0 - lambda_i P_1) V_h; the
+// analysis of attention allocation reads these maps.
+void attention_maps(float* P, const float* qkv, const AttnShape* s, int h);
+// q0 = 0 only. dqkv (N, QKV) overwritten, its lambda columns with dloss/dlambda (DIFF V2); returns
 // dloss/dlambda of the layer's lambda (DIFF), 0 otherwise.
 float attention_backward(float* dqkv, const float* dy, const float* qkv, const float* lse, float lambda,
                          const AttnShape* s);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../data/dataset.h"
+#include "../data/needle.h"
 #include "../data/tokenizer.h"
 #include "../eval/table6.h"
 #include "checkpoint.h"
@@ -19,6 +20,8 @@
 static const char* USAGE =
     "usage:\n"
     "  difftx prepare [--vocab N] OUT_DIR INPUT...   tokenizer + token shards from text files/folders\n"
+    "  difftx needle-data [--seq-len T] [--max-needles N] [--seed S] OUT_DIR DATA_DIR\n"
+    "                                                DATA_DIR's training text mixed with needle training episodes\n"
     "  difftx train RECIPE [key=value ...] [--until STEP]\n"
     "                                                train (resumes from OUT/checkpoint.h5 if present)\n"
     "  difftx sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]\n"
@@ -53,6 +56,23 @@ static int cmd_prepare(int argc, char** argv) {
     }
     if (argc - optind < 2) die("prepare needs OUT_DIR and at least one INPUT\n%s", USAGE);
     dataset_prepare(argv[optind], (const char* const*)argv + optind + 1, argc - optind - 1, vocab);
+    return 0;
+}
+
+static int cmd_needle_data(int argc, char** argv) {
+    int seq_len = 1024, max_needles = 8, seed = 1;
+    static struct option opts[] = {{"seq-len", required_argument, 0, 't'}, {"max-needles", required_argument, 0, 'n'},
+                                   {"seed", required_argument, 0, 's'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 't') seq_len = parse_int_arg("--seq-len", optarg);
+        else if (c == 'n') max_needles = parse_int_arg("--max-needles", optarg);
+        else if (c == 's') seed = parse_int_arg("--seed", optarg);
+        else die("%s", USAGE);
+    }
+    if (argc - optind != 2) die("needle-data needs OUT_DIR and DATA_DIR\n%s", USAGE);
+    if (max_needles < 1 || max_needles > NEEDLE_MAX) die("option --max-needles: must lie in 1..%d", NEEDLE_MAX);
+    needle_prepare(argv[optind], argv[optind + 1], "data/cities.txt", seq_len, max_needles, (uint64_t)seed);
     return 0;
 }
 
@@ -253,6 +273,7 @@ int main(int argc, char** argv) {
     argc--;
     argv++;
     if (strcmp(cmd, "prepare") == 0) return cmd_prepare(argc, argv);
+    if (strcmp(cmd, "needle-data") == 0) return cmd_needle_data(argc, argv);
     if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc, argv);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc, argv);

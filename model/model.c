@@ -72,7 +72,7 @@ static void model_shape(Model* m, const Config* cfg, int vocab_size) {
     m->KH = is_diff2(m) ? m->H : m->M * m->H;
     m->Dv = is_diff2(m) ? m->D : m->M * m->D;
     m->F = config_ffn_hidden(cfg);
-    AttnShape shape = {0, 0, m->H, m->D, m->M, is_diff2(m)};
+    AttnShape shape = {0, 0, m->H, m->D, m->M, is_diff2(m), 0};
     m->shape = shape;
     m->QKV = attention_qkv_width(&shape);
     m->loss = NAN;
@@ -135,6 +135,8 @@ void model_free(Model* m) {
     free(m->lambda_init);
     free(m->lambda);
     free(m->rope);
+    free(m->cache);
+    free(m->cache_rope);
 }
 
 // Sizes of the grad scratch: dres, dln (N, C); dgate_up (N, 2F); dh (N, F); dhn, dy (N, H*Dv); dqkv (N, QKV)
@@ -226,15 +228,28 @@ static void lambda_sigmoid_backward(Model* m, float* dqkv, const float* qkv) {
     }
 }
 
-static void layer_forward(Model* m, int l, LayerActs* a, float* out) {
+// pos < 0: a plain forward over B x T rows with qkv in the layer's activations. pos >= 0:
+// T new rows of one sequence at positions pos.., their qkv written into the cache after the
+// pos cached rows, attending to all of them.
+static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
     const LayerParams* p = &m->params.layers[l];
     int N = m->B * m->T, C = m->C, HDv = m->H * m->Dv;
+    float* cache = m->cache + (size_t)l * m->cache_T * m->QKV;  // (cache_T, QKV)
+    float* qkv = pos < 0 ? a->qkv : cache + (size_t)pos * m->QKV;
+    const float* rope = pos < 0 ? m->rope : m->cache_rope + (size_t)pos * m->D;
     rmsnorm_forward(a->ln1, a->ln1_rstd, a->x, p->attn_norm, 1.0f, N, C);
-    matmul_forward(a->qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
-    rope_apply(a->qkv, m->rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 0);
-    if (is_diff2(m)) lambda_sigmoid(m, a->qkv);
+    matmul_forward(qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
+    rope_apply(qkv, rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 0);
+    if (is_diff2(m)) lambda_sigmoid(m, qkv);
     m->lambda[l] = m->cfg.attention == ATTN_DIFF ? layer_lambda(m, l) : 0.0f;
-    attention_forward(a->y, a->lse, a->qkv, m->lambda[l], &m->shape);
+    if (pos < 0) {
+        attention_forward(a->y, a->lse, qkv, m->lambda[l], &m->shape);
+    } else {
+        AttnShape shape = m->shape;
+        shape.T = pos + m->T;
+        shape.q0 = pos;
+        attention_forward(a->y, NULL, cache, m->lambda[l], &shape);
+    }
     if (m->cfg.head_norm) rmsnorm_forward(a->hn, a->hn_rstd, a->y, p->head_norm, head_norm_scale(m, l), N * m->H, m->Dv);
     memcpy(a->mid, a->x, (size_t)N * C * sizeof(float));
     matmul_forward(a->mid, a->hn, p->wo, N, HDv, C, 1);
@@ -245,27 +260,51 @@ static void layer_forward(Model* m, int l, LayerActs* a, float* out) {
     matmul_forward(out, a->h, p->w_down, N, m->F, C, 1);
 }
 
-void model_forward(Model* m, const int* tokens, const int* targets, int B, int T, int training) {
-    if (!m->acts || m->B != B || m->T != T || m->training != training) alloc_acts(m, B, T, training);
-    int N = B * T, C = m->C;
+// Embedding, layers and LM head over the allocated B x T rows; pos as in layer_forward
+static void forward_rows(Model* m, const int* tokens, int pos) {
+    int N = m->B * m->T, C = m->C;
     for (int n = 0; n < N; n++) {
         if (tokens[n] < 0 || tokens[n] >= m->V) die("token id %d at position %d is outside the vocabulary (%d)", tokens[n], n, m->V);
     }
     memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
     embedding_forward(m->acts[0].x, tokens, m->params.tok_embedding, N, C);
     for (int l = 0; l < m->L; l++) {
-        LayerActs* a = &m->acts[training ? l : 0];
-        float* out = l + 1 == m->L ? m->x_final : training ? m->acts[l + 1].x : a->x;
-        layer_forward(m, l, a, out);
+        LayerActs* a = &m->acts[m->training ? l : 0];
+        float* out = l + 1 == m->L ? m->x_final : m->training ? m->acts[l + 1].x : a->x;
+        layer_forward(m, l, a, out, pos);
     }
     rmsnorm_forward(m->lnf, m->lnf_rstd, m->x_final, m->params.final_norm, 1.0f, N, C);
     matmul_forward(m->logits, m->lnf, m->params.lm_head, N, C, m->V, 0);
+}
+
+void model_forward(Model* m, const int* tokens, const int* targets, int B, int T, int training) {
+    if (!m->acts || m->B != B || m->T != T || m->training != training) alloc_acts(m, B, T, training);
+    forward_rows(m, tokens, -1);
+    int N = B * T;
     m->loss = NAN;
     m->have_targets = targets != NULL;
     if (targets) {
         memcpy(m->targets, targets, (size_t)N * sizeof(int));
         m->loss = crossentropy_forward(m->logits, m->row_loss, targets, N, m->V) / N;
     }
+}
+
+void model_cache_init(Model* m, int max_T) {
+    free(m->cache);
+    free(m->cache_rope);
+    m->cache_T = max_T;
+    m->cache = mallocCheck((size_t)m->L * max_T * m->QKV * sizeof(float));
+    m->cache_rope = mallocCheck((size_t)max_T * m->D * sizeof(float));
+    rope_precompute(m->cache_rope, max_T, m->D, m->cfg.rope_theta);
+}
+
+void model_forward_cached(Model* m, const int* tokens, int n, int pos) {
+    if (!m->cache) die("model_forward_cached: call model_cache_init first");
+    if (pos < 0 || n < 1 || pos + n > m->cache_T) die("positions %d..%d do not fit the cache of %d", pos, pos + n - 1, m->cache_T);
+    if (!m->acts || m->B != 1 || m->T != n || m->training) alloc_acts(m, 1, n, 0);
+    forward_rows(m, tokens, pos);
+    m->loss = NAN;
+    m->have_targets = 0;
 }
 
 static void layer_backward(Model* m, int l, float* dres) {

@@ -85,6 +85,11 @@ typedef struct {
     float* grad_scratch;  // backward-only buffers for one layer
     int* targets;         // (N) copy of the last forward's targets
     int* tokens;          // (N)
+    // decoding cache: every layer's qkv rows (queries too, which the attention-map analysis
+    // reads) for positions 0..cache_T-1 of one sequence
+    int cache_T;
+    float* cache;         // (L, cache_T, QKV)
+    float* cache_rope;    // (cache_T, D/2, 2)
     double loss;          // mean loss of the last forward, NaN without targets
     int have_targets;     // the last forward had targets, so backward may run
 } Model;
@@ -98,6 +103,12 @@ void model_free(Model* model);
 // tokens, targets (B, T); targets may be NULL (no loss). training keeps every layer's
 // activations for backward.
 void model_forward(Model* model, const int* tokens, const int* targets, int B, int T, int training);
+// Decoding with a cache of up to max_T positions of one sequence
+void model_cache_init(Model* model, int max_T);
+// tokens (n) at positions pos..pos+n-1 of the cached sequence, whose rows 0..pos-1 hold an
+// earlier call's tokens (rows from pos on are overwritten, so pos may step back to reuse a
+// prefix); logits (n, V) in model->logits.
+void model_forward_cached(Model* model, const int* tokens, int n, int pos);
 // Accumulates (+=) dloss/dparams into grads; dloss_scale multiplies the mean loss gradient
 // (1 / grad_accum for gradient accumulation).
 void model_backward(Model* model, float dloss_scale);

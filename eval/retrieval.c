@@ -1,0 +1,122 @@
+#include "retrieval.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/util.h"
+
+int episode_cache_need(const Episode* e) {
+    int longest = 0;
+    for (int r = 0; r < e->n_queries; r++) longest = e->question_len[r] > longest ? e->question_len[r] : longest;
+    return e->n_context + longest + ANSWER_TOKENS;
+}
+
+static int argmax_last_row(const Model* m, int n) {
+    const float* logits = m->logits + (size_t)(n - 1) * m->V;
+    int best = 0;
+    for (int v = 1; v < m->V; v++) best = logits[v] > logits[best] ? v : best;
+    return best;
+}
+
+// A digit run followed by something else: the number is complete
+static int has_complete_number(const char* s) {
+    for (; *s; s++) {
+        if (isdigit((unsigned char)s[0]) && s[1] && !isdigit((unsigned char)s[1])) return 1;
+    }
+    return 0;
+}
+
+int episode_answer(Model* m, const Tokenizer* tok, const Episode* e, char (*text)[ANSWER_TEXT], int* correct) {
+    if (m->cache_T < episode_cache_need(e)) die("episode needs a cache of %d positions, the model has %d", episode_cache_need(e), m->cache_T);
+    model_forward_cached(m, e->tokens, e->n_context, 0);
+    int right = 0;
+    for (int r = 0; r < e->n_queries; r++) {
+        int pos = e->n_context;
+        model_forward_cached(m, e->question[r], e->question_len[r], pos);
+        pos += e->question_len[r];
+        size_t len = 0;
+        text[r][0] = 0;
+        for (int k = 0; k < ANSWER_TOKENS; k++) {
+            int next = argmax_last_row(m, k == 0 ? e->question_len[r] : 1);
+            if (next == TOKEN_EOT || len + tok->length[next] >= ANSWER_TEXT) break;
+            len += tokenizer_decode(tok, &next, 1, text[r] + len);
+            text[r][len] = 0;
+            if (has_complete_number(text[r]) || k + 1 == ANSWER_TOKENS) break;
+            model_forward_cached(m, &next, 1, pos++);
+        }
+        correct[r] = needle_answer_correct(text[r], e->number[e->query[r]]);
+        right += correct[r];
+    }
+    return right;
+}
+
+Allocation allocation_of_row(const float* row, int visible, int context, int answer_start, int answer_len) {
+    Allocation a = {0, 0, 0, 0};
+    for (int j = 0; j < visible; j++) {
+        if (j == 0) a.bos += row[j];
+        else if (j >= context) a.question += row[j];
+        else if (j >= answer_start && j < answer_start + answer_len) a.answer += row[j];
+        else a.noise += row[j];
+    }
+    return a;
+}
+
+void combined_row(float* out, const HeadMaps* maps, int row) {
+    const float* a0 = maps->A + (size_t)row * maps->T;
+    if (maps->M == 1) {
+        memcpy(out, a0, maps->T * sizeof(float));
+        return;
+    }
+    const float* a1 = a0 + (size_t)maps->rows * maps->T;
+    float lam = maps->lambda[row], norm = 1.0f / (1.0f - lam);
+    for (int j = 0; j < maps->T; j++) out[j] = (a0[j] - lam * a1[j]) * norm;
+}
+
+Allocation episode_allocation(Model* m, const Episode* e, int all_rows, MapsCallback maps_cb, void* ctx) {
+    int T = e->n_context + e->question_len[0];
+    if (m->cache_T < T) die("episode needs a cache of %d positions, the model has %d", T, m->cache_T);
+    model_forward_cached(m, e->tokens, e->n_context, 0);
+    model_forward_cached(m, e->question[0], e->question_len[0], e->n_context);
+    HeadMaps maps;
+    maps.T = T;
+    maps.M = m->M;
+    maps.first_row = all_rows ? 0 : e->n_context;
+    maps.rows = T - maps.first_row;
+    maps.A = mallocCheck((size_t)m->M * maps.rows * T * sizeof(float));
+    maps.lambda = mallocCheck(maps.rows * sizeof(float));
+    float* row = mallocCheck(T * sizeof(float));
+    AttnShape shape = m->shape;
+    shape.B = 1;
+    shape.T = T;
+    shape.q0 = maps.first_row;
+    int lam_col = attention_lambda_offset(&shape);
+    Allocation total = {0, 0, 0, 0};
+    for (int l = 0; l < m->L; l++) {
+        const float* qkv = m->cache + (size_t)l * m->cache_T * m->QKV;  // (T, QKV)
+        for (int h = 0; h < m->H; h++) {
+            attention_maps(maps.A, qkv, &shape, h);
+            for (int r = 0; r < maps.rows; r++) {
+                int t = maps.first_row + r;
+                maps.lambda[r] = lam_col >= 0 ? qkv[(size_t)t * m->QKV + lam_col + h] : m->M == 2 ? m->lambda[l] : 0.0f;
+                if (t < e->n_context) continue;
+                combined_row(row, &maps, r);
+                Allocation a = allocation_of_row(row, t + 1, e->n_context, e->start[0], e->len[0]);
+                total.answer += a.answer;
+                total.noise += a.noise;
+                total.question += a.question;
+                total.bos += a.bos;
+            }
+            if (maps_cb) maps_cb(ctx, l, h, &maps);
+        }
+    }
+    double n = (double)m->L * m->H * e->question_len[0];
+    total.answer /= n;
+    total.noise /= n;
+    total.question /= n;
+    total.bos /= n;
+    free(row);
+    free(maps.A);
+    free(maps.lambda);
+    return total;
+}

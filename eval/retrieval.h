@@ -1,0 +1,54 @@
+// Answering needle episodes with a model: greedy decoding on the KV cache, and the attention
+// allocation of the question's tokens (Table 3, Figure 1).
+#ifndef RETRIEVAL_H
+#define RETRIEVAL_H
+
+#include "../data/needle.h"
+#include "../model/model.h"
+
+#define ANSWER_TOKENS 12  // greedy tokens decoded per query, enough for ": " and 7 digits
+#define ANSWER_TEXT 128
+
+// The cache size an episode needs: context, longest question, decoded tokens
+int episode_cache_need(const Episode* e);
+
+// Prefills the context once, then for each query r appends question r at the end of the
+// context (the cache steps back, so queries do not see each other) and decodes greedily until
+// a complete number or ANSWER_TOKENS. text[r] gets the continuation, correct[r] its score.
+// Returns how many queries were answered. model_cache_init(model, >= episode_cache_need(e)).
+int episode_answer(Model* model, const Tokenizer* tok, const Episode* e, char (*text)[ANSWER_TEXT], int* correct);
+
+// Where one attention row's weight goes. Rows are normalised to sum to 1: a softmax row as
+// it is, a DIFF row A1 - lambda A2 divided by its sum 1 - lambda.
+typedef struct {
+    double answer;    // the answer needle's tokens
+    double noise;     // every other context token after BOS, distractor needles included
+    double question;  // the question's own tokens
+    double bos;       // position 0
+} Allocation;
+
+// row (visible) over positions 0..visible-1; context = BOS + haystack + needles; the answer
+// needle occupies answer_start .. answer_start + answer_len - 1
+Allocation allocation_of_row(const float* row, int visible, int context, int answer_start, int answer_len);
+
+// Maps of one layer and head for the rows of question 0, read from the cache after
+// episode_allocation's forward: A (M, rows, T) softmax maps, lambda (rows) of each row
+// (DIFF: the layer's; DIFF V2: the token's; standard: 0).
+typedef struct {
+    int rows, T, M;
+    int first_row;   // position of the first question token
+    float* A;        // (M, rows, T)
+    float* lambda;   // (rows)
+} HeadMaps;
+
+// Prefills context + question 0 (no decoding) and returns the allocation of the question's
+// tokens averaged over its rows, every head and every layer. With maps_cb, each (layer,
+// head)'s maps are handed over before they are freed: the question's rows, or with all_rows
+// every row of the prompt.
+typedef void (*MapsCallback)(void* ctx, int layer, int head, const HeadMaps* maps);
+Allocation episode_allocation(Model* model, const Episode* e, int all_rows, MapsCallback maps_cb, void* ctx);
+
+// The normalised combined map of one row: (A_0 - lambda A_1) / (1 - lambda), or A_0
+void combined_row(float* out, const HeadMaps* maps, int row);
+
+#endif

@@ -1,0 +1,291 @@
+// Needle episodes and retrieval: generator (depth placement at sentence ends, unique cities,
+// train/eval disjointness, determinism), the answer scorer on hand cases, cached decoding
+// equal to the full forward pass, the analysis maps times V equal to the fused attention
+// output, and attention allocation on a hand-made row.
+#define _DEFAULT_SOURCE
+#include <math.h>
+#include <string.h>
+
+#include "../data/needle.h"
+#include "../eval/retrieval.h"
+#include "../model/util.h"
+#include "check.h"
+#include "fixtures.h"
+
+static void test_scorer(void) {
+    CHECK(needle_answer_correct(": 1234567.", 1234567), "plain answer");
+    CHECK(needle_answer_correct(" 1234567 and 99", 1234567), "first number counts");
+    CHECK(!needle_answer_correct(": 12345678.", 1234567), "longer number is wrong");
+    CHECK(!needle_answer_correct(": 123456.", 1234567), "prefix of the number is wrong");
+    CHECK(!needle_answer_correct(": 7654321, 1234567", 1234567), "right number second is wrong");
+    CHECK(!needle_answer_correct(": unknown.", 1234567), "no number");
+    CHECK(needle_answer_correct("1234567", 1234567), "number at the very end");
+}
+
+static void test_split(const NeedleSource* train, const NeedleSource* eval) {
+    int unique = 1, disjoint = 1, split_ok = 1;
+    for (int i = 0; i < eval->n_cities; i++) {
+        for (int j = i + 1; j < eval->n_cities; j++) unique &= strcmp(eval->cities[i], eval->cities[j]) != 0;
+        for (int j = 0; j < train->n_cities; j++) disjoint &= strcmp(eval->cities[i], train->cities[j]) != 0;
+        split_ok &= needle_split_of(eval->cities[i]) == NEEDLE_EVAL;
+    }
+    CHECK(unique, "evaluation cities are unique after de-duplication");
+    CHECK(disjoint, "no city is both a training and an evaluation city");
+    CHECK(split_ok, "evaluation cities hash to the evaluation split");
+}
+
+static int ends_sentence(const Tokenizer* tok, int id) {
+    return tok->length[id] > 0 && strchr(".?!", tok->bytes[id][tok->length[id] - 1]) != NULL;
+}
+
+static void test_episodes(const NeedleSource* src, const NeedleSource* train_src, const Tokenizer* tok) {
+    static const double depths[] = {0.0, 0.25, 0.5, 0.75, 1.0};
+    for (int k = 0; k < 5; k++) {
+        Episode e, f;
+        episode_make(&e, src, 400, 4, 2, depths[k], 0, 100 + k);
+        episode_make(&f, src, 400, 4, 2, depths[k], 0, 100 + k);
+        CHECK(e.n_context == f.n_context && memcmp(e.tokens, f.tokens, e.n_context * sizeof(int)) == 0 &&
+              memcmp(e.number, f.number, sizeof(e.number)) == 0, "depth %g: same seed, same episode", depths[k]);
+        int longest = e.question_len[0] > e.question_len[1] ? e.question_len[0] : e.question_len[1];
+        CHECK(e.n_context + longest == 400, "depth %g: context %d + question %d fill the length", depths[k], e.n_context, longest);
+        CHECK(e.tokens[0] == TOKEN_EOT, "episode starts with BOS");
+        int distinct = 1, numbers_eval = 1;
+        for (int i = 0; i < e.n_needles; i++) {
+            char text[16];
+            snprintf(text, sizeof(text), "%d", e.number[i]);
+            numbers_eval &= needle_split_of(text) == NEEDLE_EVAL && e.number[i] >= 1000000 && e.number[i] <= 9999999;
+            for (int j = i + 1; j < e.n_needles; j++) distinct &= e.city[i] != e.city[j] && e.number[i] != e.number[j];
+        }
+        CHECK(distinct, "depth %g: needles have distinct cities and numbers", depths[k]);
+        CHECK(numbers_eval, "depth %g: numbers are 7-digit evaluation numbers", depths[k]);
+        CHECK(e.query[0] == 0 && e.query[1] != 0, "query 0 asks for the answer needle, query 1 a distractor");
+        // the answer needle's text is where start says, after a sentence end or BOS
+        char got[256], want[256];
+        size_t n = tokenizer_decode(tok, e.tokens + e.start[0], e.len[0], got);
+        got[n] = 0;
+        snprintf(want, sizeof(want), " The special magic %s number is: %d.", src->cities[e.city[0]], e.number[0]);
+        CHECK(strcmp(got, want) == 0, "depth %g: answer needle text '%s'", depths[k], got);
+        // depth: haystack tokens before the needle, over the haystack, at or below the depth,
+        // and no sentence end between the needle and the depth's position
+        int hay_before = 0, hay_total = e.n_context - 1;
+        for (int i = 0; i < e.n_needles; i++) hay_total -= e.len[i];
+        for (int i = 1; i < e.start[0]; i++) {
+            int in_needle = 0;
+            for (int j = 1; j < e.n_needles; j++) in_needle |= i >= e.start[j] && i < e.start[j] + e.len[j];
+            hay_before += !in_needle;
+        }
+        if (depths[k] >= 1.0) {
+            CHECK(e.start[0] + e.len[0] == e.n_context, "depth 100%%: the answer needle ends the context");
+        } else {
+            int target = (int)(depths[k] * hay_total);
+            CHECK(hay_before <= target && (k == 0 ? hay_before == 0 : hay_before > target - 120),
+                  "depth %g: needle after %d of %d haystack tokens (target %d)", depths[k], hay_before, hay_total, target);
+            // the nearest sentence end: none among haystack tokens hay_before .. target - 1
+            int later_end = 0, index = hay_before;
+            for (int i = e.start[0] + e.len[0]; i < e.n_context && index < target; i++) {
+                int in_needle = 0;
+                for (int j = 1; j < e.n_needles; j++) in_needle |= i >= e.start[j] && i < e.start[j] + e.len[j];
+                if (in_needle) continue;
+                later_end |= ends_sentence(tok, e.tokens[i]);
+                index++;
+            }
+            CHECK(!later_end, "depth %g: moved back to the nearest sentence end", depths[k]);
+        }
+        episode_free(&e);
+        episode_free(&f);
+    }
+    Episode g;
+    episode_make(&g, src, 400, 4, 2, 0.5, 0, 999);
+    Episode h;
+    episode_make(&h, src, 400, 4, 2, 0.5, 0, 1000);
+    CHECK(memcmp(g.tokens, h.tokens, 50 * sizeof(int)) != 0 || g.number[0] != h.number[0], "different seeds, different episodes");
+    episode_free(&g);
+    episode_free(&h);
+
+    Episode t;
+    episode_make(&t, train_src, 600, 3, 3, -1.0, 1, 5);
+    CHECK(t.n_tokens == 600, "training episode fills its block (%d)", t.n_tokens);
+    char* text = mallocCheck(8192);
+    size_t n = tokenizer_decode(tok, t.tokens, t.n_tokens, text);
+    text[n] = 0;
+    char answer[128];
+    snprintf(answer, sizeof(answer), "The special magic %s number is: %d.", train_src->cities[t.city[t.query[2]]], t.number[t.query[2]]);
+    CHECK(n > strlen(answer) && strcmp(text + n - strlen(answer), answer) == 0, "training episode ends with the last answer");
+    free(text);
+    episode_free(&t);
+}
+
+// Needles sit at sentence ends of the haystack: every needle token is preceded by BOS, a
+// sentence end or another needle
+static void test_sentence_ends(const NeedleSource* src, const Tokenizer* tok) {
+    int ok = 1;
+    for (int s = 0; s < 20; s++) {
+        Episode e;
+        episode_make(&e, src, 600, 6, 2, 0.25 * (s % 5), 0, 7000 + s);
+        for (int i = e.depth >= 1.0; i < e.n_needles; i++) {  // at 100% the answer needle just ends the context
+            int p = e.start[i] - 1, after_needle = 0;
+            for (int j = 0; j < e.n_needles; j++) after_needle |= e.start[j] + e.len[j] == e.start[i];
+            ok &= p == 0 || after_needle || ends_sentence(tok, e.tokens[p]);
+        }
+        episode_free(&e);
+    }
+    CHECK(ok, "every needle follows BOS, a sentence end or another needle");
+}
+
+static Config tiny(int attention) {
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.attention = attention;
+    cfg.n_layer = 2;
+    cfg.d_model = 32;
+    cfg.n_head = attention == ATTN_DIFF ? 2 : 4;  // DIFF's heads are two maps wide
+    cfg.head_dim = 8;
+    cfg.seq_len = 96;
+    config_validate(&cfg);
+    return cfg;
+}
+
+// Prefill in pieces, then one token at a time, gives the full forward pass's logits
+static void test_cache(int attention) {
+    Config cfg = tiny(attention);
+    Model m;
+    model_build(&m, &cfg, 300);
+    model_init_params(&m, 11);
+    for (size_t i = 0; i < m.n_params; i++) m.params_memory[i] *= 6.0f;  // peaked attention
+    int T = 90, tokens[90];
+    uint64_t rng = 3;
+    for (int t = 0; t < T; t++) tokens[t] = (int)(rng_next(&rng) % 300);
+    model_forward(&m, tokens, NULL, 1, T, 0);
+    float* full = mallocCheck((size_t)T * m.V * sizeof(float));
+    memcpy(full, m.logits, (size_t)T * m.V * sizeof(float));
+    model_cache_init(&m, 128);
+    double worst = 0;
+    int pieces[] = {70, 13, 1, 1, 1, 4};  // 70 > ATTN_BLOCK: the prefill crosses a block
+    int pos = 0;
+    for (int k = 0; k < 6; k++) {
+        model_forward_cached(&m, tokens + pos, pieces[k], pos);
+        for (size_t i = 0; i < (size_t)pieces[k] * m.V; i++) worst = fmax(worst, fabs(m.logits[i] - full[(size_t)pos * m.V + i]));
+        pos += pieces[k];
+    }
+    CHECK(pos == T && worst < 2e-4, "%s: cached decoding matches the full forward (max |diff| %.2e)", config_attention_name(&cfg), worst);
+    // stepping back reuses the prefix: rows from pos on are replaced
+    model_forward_cached(&m, tokens + 80, 10, 80);
+    double back = 0;
+    for (size_t i = 0; i < (size_t)10 * m.V; i++) back = fmax(back, fabs(m.logits[i] - full[(size_t)80 * m.V + i]));
+    CHECK(back < 2e-4, "%s: stepping the cache back gives the same logits (%.2e)", config_attention_name(&cfg), back);
+    free(full);
+    model_free(&m);
+}
+
+// attention_maps' rows combined with lambda and multiplied by V equal attention_forward's
+// output for the same rows, q0 > 0 included
+static void test_maps_times_v(int M, int shared_kv) {
+    AttnShape s = {1, 80, 2, 8, M, shared_kv, 30};
+    int QKV = attention_qkv_width(&s), lam = attention_lambda_offset(&s);
+    int Dv = shared_kv ? s.D : M * s.D, HDv = s.H * Dv, rows = s.T - s.q0;
+    float* qkv = mallocCheck((size_t)s.T * QKV * sizeof(float));
+    uint64_t rng = 17 + M + shared_kv;
+    for (int i = 0; i < s.T * QKV; i++) qkv[i] = 1.5f * rng_normal(&rng);
+    if (lam >= 0) {
+        for (int t = 0; t < s.T; t++) for (int h = 0; h < s.H; h++) qkv[(size_t)t * QKV + lam + h] = rng_uniform(&rng);
+    }
+    float lambda = 0.37f;
+    float* y = mallocCheck((size_t)rows * HDv * sizeof(float));
+    attention_forward(y, NULL, qkv, lambda, &s);
+    float* P = mallocCheck((size_t)M * rows * s.T * sizeof(float));
+    double worst = 0, row_sum_err = 0;
+    for (int h = 0; h < s.H; h++) {
+        attention_maps(P, qkv, &s, h);
+        int v_col = M * s.H * s.D + (shared_kv ? s.H : M * s.H) * s.D + h * Dv;
+        for (int r = 0; r < rows; r++) {
+            int t = s.q0 + r;
+            float lam_r = M == 1 ? 0.0f : lam >= 0 ? qkv[(size_t)t * QKV + lam + h] : lambda;
+            for (int m = 0; m < M; m++) {
+                double sum = 0;
+                for (int j = 0; j < s.T; j++) sum += P[((size_t)m * rows + r) * s.T + j];
+                row_sum_err = fmax(row_sum_err, fabs(sum - 1.0));
+            }
+            for (int c = 0; c < Dv; c++) {
+                double acc = 0;
+                for (int j = 0; j <= t; j++) {
+                    double p = P[(size_t)r * s.T + j] - (M == 2 ? lam_r * P[((size_t)rows + r) * s.T + j] : 0.0);
+                    acc += p * qkv[(size_t)j * QKV + v_col + c];
+                }
+                worst = fmax(worst, fabs(acc - y[(size_t)r * HDv + h * Dv + c]));
+            }
+        }
+    }
+    CHECK(worst < 1e-4, "M=%d shared_kv=%d: maps x V equal the fused output (max |diff| %.2e)", M, shared_kv, worst);
+    CHECK(row_sum_err < 1e-5, "M=%d shared_kv=%d: every map row sums to 1 (%.2e)", M, shared_kv, row_sum_err);
+    free(qkv);
+    free(y);
+    free(P);
+}
+
+static void test_allocation(void) {
+    // BOS, 3 noise, answer at 4..5, 1 noise, question at 7..8: a row of the question token 8
+    float row[9] = {0.30f, 0.05f, 0.05f, 0.10f, 0.20f, 0.15f, 0.05f, 0.04f, 0.06f};
+    Allocation a = allocation_of_row(row, 9, 7, 4, 2);
+    CHECK(fabs(a.bos - 0.30) < 1e-6 && fabs(a.answer - 0.35) < 1e-6 && fabs(a.noise - 0.25) < 1e-6 &&
+          fabs(a.question - 0.10) < 1e-6, "hand-made row: bos %.2f answer %.2f noise %.2f question %.2f", a.bos, a.answer,
+          a.noise, a.question);
+    // a DIFF row is normalised by 1 - lambda: A1 all on the answer, A2 uniform over 4 positions
+    float A[2 * 4] = {0, 0, 1, 0, 0.25f, 0.25f, 0.25f, 0.25f}, lam = 0.5f, out[4];
+    HeadMaps maps = {1, 4, 2, 3, A, &lam};
+    combined_row(out, &maps, 0);
+    Allocation d = allocation_of_row(out, 4, 3, 2, 1);
+    CHECK(fabs(d.answer - 1.75) < 1e-6 && fabs(d.bos + 0.25) < 1e-6 && fabs(d.noise + 0.25) < 1e-6 &&
+          fabs(d.question + 0.25) < 1e-6 && fabs(d.answer + d.bos + d.noise + d.question - 1.0) < 1e-6,
+          "DIFF row (1 - 0.5 x 0.25) / 0.5 on the answer: %.3f, the row sums to 1", d.answer);
+}
+
+int main(void) {
+    const char* dir = "build/needle_fixture";
+    char corpus[128], data[128], cities[128];
+    snprintf(corpus, sizeof(corpus), "%s/corpus", dir);
+    snprintf(data, sizeof(data), "%s/data", dir);
+    snprintf(cities, sizeof(cities), "%s/cities.txt", dir);
+    write_test_corpus(corpus, 40);
+    const char* inputs[] = {corpus};
+    dataset_prepare(data, inputs, 1, 400);
+    Tokenizer tok;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", data);
+    tokenizer_load(&tok, path);
+    Shard val, train;
+    snprintf(path, sizeof(path), "%s/val.bin", data);
+    shard_load(&val, path);
+    snprintf(path, sizeof(path), "%s/train.bin", data);
+    shard_load(&train, path);
+    NeedleSource eval_src, train_src;
+    needle_source_init(&eval_src, &tok, &val, "data/cities.txt", NEEDLE_EVAL);
+    needle_source_init(&train_src, &tok, &train, "data/cities.txt", NEEDLE_TRAIN);
+
+    // the real list with three evaluation cities repeated, padded with blanks: same split
+    char* list = read_text_file("data/cities.txt", NULL);
+    FILE* f = fopenCheck(cities, "w");
+    fprintf(f, "%s\n%s\n  %s \n# comment\n\n%s\n", list, eval_src.cities[0], eval_src.cities[1], eval_src.cities[0]);
+    fcloseCheck(f, cities);
+    free(list);
+    NeedleSource dup_src;
+    needle_source_init(&dup_src, &tok, &val, cities, NEEDLE_EVAL);
+    int same = dup_src.n_cities == eval_src.n_cities;
+    for (int i = 0; same && i < dup_src.n_cities; i++) same = strcmp(dup_src.cities[i], eval_src.cities[i]) == 0;
+    CHECK(same, "duplicates are dropped: %d evaluation cities with them, %d without", dup_src.n_cities, eval_src.n_cities);
+    test_split(&train_src, &dup_src);
+    needle_source_free(&dup_src);
+    test_scorer();
+    test_episodes(&eval_src, &train_src, &tok);
+    test_sentence_ends(&eval_src, &tok);
+    for (int a = 0; a < 3; a++) test_cache(a);
+    test_maps_times_v(1, 0);
+    test_maps_times_v(2, 0);
+    test_maps_times_v(2, 1);
+    test_allocation();
+    needle_source_free(&eval_src);
+    needle_source_free(&train_src);
+    shard_free(&val);
+    shard_free(&train);
+    tokenizer_free(&tok);
+    return check_summary();
+}
