@@ -23,8 +23,8 @@ CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COM
 LDLIBS = $(PKG_LIBS) -lmvec -fopenmp
 
 CORE := model/util.c model/config.c model/layers.c model/attention.c model/model.c model/optim.c \
-        model/checkpoint.c model/train.c model/vecmath.c data/tokenizer.c data/dataset.c data/needle.c \
-        eval/registry.c eval/arhit.c eval/table6.c eval/retrieval.c
+        model/checkpoint.c model/h5.c model/train.c model/vecmath.c data/tokenizer.c data/dataset.c data/needle.c \
+        eval/registry.c eval/arhit.c eval/table6.c eval/retrieval.c eval/recipe.c eval/attnmap.c eval/needle_tasks.c
 OBJS := $(patsubst %.c,build/obj/%.o,$(CORE))
 HEADERS := $(wildcard model/*.h data/*.h eval/*.h tests/*.h)
 TESTS := test_grad test_reference test_tokenizer test_train test_eval test_needle

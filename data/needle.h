@@ -19,7 +19,8 @@
 #include "tokenizer.h"
 
 #define NEEDLE_MAX 16
-#define NEEDLE_DIGITS 7
+#define NEEDLE_DATA_SEED 1  // of the training episodes in `difftx needle-data` and `difftx needle`
+#define NEEDLE_TRAIN_NEEDLES 8  // training episodes hold 1..8 needles
 
 typedef enum { NEEDLE_TRAIN, NEEDLE_EVAL } NeedleSplit;
 

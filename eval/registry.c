@@ -29,6 +29,11 @@ static const char* SCHEMA =
     "CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run_id, key, step);"
     "CREATE TABLE IF NOT EXISTS evaluations (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
     "  value REAL NOT NULL, PRIMARY KEY (run_id, key));"
+    "CREATE TABLE IF NOT EXISTS episodes (run_id INTEGER NOT NULL REFERENCES runs(id), task TEXT NOT NULL,"
+    " length INTEGER NOT NULL, n_needles INTEGER NOT NULL, n_queries INTEGER NOT NULL, depth REAL NOT NULL,"
+    " sample INTEGER NOT NULL, seed INTEGER NOT NULL, query INTEGER NOT NULL, city TEXT NOT NULL, number INTEGER NOT NULL,"
+    " output TEXT, correct INTEGER, answer REAL, noise REAL, question REAL, bos REAL);"
+    "CREATE INDEX IF NOT EXISTS episodes_run ON episodes (run_id, task);"
     "CREATE TABLE IF NOT EXISTS artifacts (run_id INTEGER NOT NULL REFERENCES runs(id), kind TEXT NOT NULL,"
     "  path TEXT NOT NULL, sha256 TEXT NOT NULL);";
 
@@ -281,5 +286,46 @@ void registry_artifact(Registry* reg, int64_t run, const char* kind, const char*
     sqlite3_bind_text(st, 3, path, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 4, hex, -1, SQLITE_TRANSIENT);
     step_done(reg, st, "insert artifact");
+    exec(reg, "COMMIT;");
+}
+
+void registry_episodes(Registry* reg, int64_t run, const char* task, int n, const EpisodeRecord* rec) {
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* del = prepare(reg, "DELETE FROM episodes WHERE run_id = ? AND task = ?");
+    sqlite3_bind_int64(del, 1, run);
+    sqlite3_bind_text(del, 2, task, -1, SQLITE_STATIC);
+    step_done(reg, del, "delete episodes");
+    sqlite3_stmt* st = prepare(reg, "INSERT INTO episodes (run_id, task, length, n_needles, n_queries, depth, sample, seed,"
+                                    " query, city, number, output, correct, answer, noise, question, bos)"
+                                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (int i = 0; i < n; i++) {
+        const EpisodeRecord* r = &rec[i];
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_text(st, 2, task, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, r->length);
+        sqlite3_bind_int(st, 4, r->n_needles);
+        sqlite3_bind_int(st, 5, r->n_queries);
+        sqlite3_bind_double(st, 6, r->depth);
+        sqlite3_bind_int(st, 7, r->sample);
+        sqlite3_bind_int64(st, 8, (sqlite3_int64)r->seed);
+        sqlite3_bind_int(st, 9, r->query);
+        sqlite3_bind_text(st, 10, r->city, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 11, r->number);
+        if (r->correct >= 0) {
+            sqlite3_bind_text(st, 12, r->output, -1, SQLITE_STATIC);
+            sqlite3_bind_int(st, 13, r->correct);
+        } else {
+            sqlite3_bind_null(st, 12);
+            sqlite3_bind_null(st, 13);
+        }
+        const double alloc[4] = {r->answer, r->noise, r->question, r->bos};
+        for (int k = 0; k < 4; k++) {
+            if (r->correct < 0) sqlite3_bind_double(st, 14 + k, alloc[k]);
+            else sqlite3_bind_null(st, 14 + k);
+        }
+        sql_check(reg, sqlite3_step(st), "insert episode");
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
     exec(reg, "COMMIT;");
 }

@@ -40,4 +40,17 @@ void registry_evaluation(Registry* reg, int64_t run, const char* key, double val
 void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path);
 const char* run_status_name(RunStatus status);
 
+// One query of one needle episode: retrieval (correct >= 0, output the decoded text) or
+// attention allocation (correct < 0, answer/noise/question/bos set).
+typedef struct {
+    int length, n_needles, n_queries, sample, query, number, correct;
+    double depth;
+    uint64_t seed;
+    const char* city;
+    const char* output;
+    double answer, noise, question, bos;
+} EpisodeRecord;
+// Replaces the run's records of task (table2, fig5, table3) with rec, in one transaction
+void registry_episodes(Registry* reg, int64_t run, const char* task, int n, const EpisodeRecord* rec);
+
 #endif

@@ -1,7 +1,6 @@
 #define _GNU_SOURCE
 #include "table6.h"
 
-#include <ini.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,99 +14,26 @@
 #include "../model/train.h"
 #include "../model/util.h"
 #include "arhit.h"
+#include "recipe.h"
 #include "registry.h"
-
-#define MAX_KEYS 64
-#define MAX_SECTIONS 32
-
-// ---- the recipe: shared keys, presets and rows, each a list of key = value ----
-typedef struct {
-    char name[64];
-    char key[MAX_KEYS][64];
-    char value[MAX_KEYS][CONFIG_STR];
-    int n;
-} Section;
-
-typedef struct {
-    Section common;
-    Section presets[MAX_SECTIONS], rows[MAX_SECTIONS];
-    int n_presets, n_rows;
-    char error[512];
-} Recipe;
-
-static const char* get(const Section* s, const char* key) {
-    for (int i = 0; i < s->n; i++) {
-        if (strcmp(s->key[i], key) == 0) return s->value[i];
-    }
-    return NULL;
-}
 
 static int is_row_key(const char* k) {
     return !strcmp(k, "label") || !strcmp(k, "heads") || !strcmp(k, "width") || !strcmp(k, "paper") ||
            !strcmp(k, "match_params");
 }
 static int is_preset_key(const char* k) { return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows"); }
-
-static int on_line(void* user, const char* section, const char* key, const char* value) {
-    Recipe* r = user;
-    Section* s = &r->common;
-    const char* err = NULL;
-    if (section[0]) {
-        int is_row = strncmp(section, "row ", 4) == 0, is_preset = strncmp(section, "preset ", 7) == 0;
-        if (!is_row && !is_preset) {
-            snprintf(r->error, sizeof(r->error), "section [%s]: expected [preset NAME] or [row NAME]", section);
-            return 0;
-        }
-        Section* list = is_row ? r->rows : r->presets;
-        int* n = is_row ? &r->n_rows : &r->n_presets;
-        const char* name = section + (is_row ? 4 : 7);
-        if (*n == 0 || strcmp(list[*n - 1].name, name) != 0) {
-            if (*n == MAX_SECTIONS) { snprintf(r->error, sizeof(r->error), "too many sections"); return 0; }
-            snprintf(list[(*n)++].name, sizeof(list[0].name), "%s", name);
-        }
-        s = &list[*n - 1];
-        if (is_row && is_row_key(key)) goto store;
-        if (is_preset && is_preset_key(key)) goto store;
-    }
-    Config scratch;
-    config_defaults(&scratch);
-    err = config_set(&scratch, key, value);
-    if (err) {
-        snprintf(r->error, sizeof(r->error), "%s", err);
-        return 0;
-    }
-store:
-    if (s->n == MAX_KEYS || strlen(value) >= CONFIG_STR) { snprintf(r->error, sizeof(r->error), "key '%s': too many keys or value too long", key); return 0; }
-    snprintf(s->key[s->n], sizeof(s->key[0]), "%s", key);
-    snprintf(s->value[s->n], sizeof(s->value[0]), "%s", value);
-    s->n++;
-    return 1;
-}
-
-static void apply(Config* cfg, const Section* s) {
-    for (int i = 0; i < s->n; i++) {
-        if (is_row_key(s->key[i]) || is_preset_key(s->key[i])) continue;
-        const char* err = config_set(cfg, s->key[i], s->value[i]);
-        if (err) die("%s", err);
-    }
-}
-
-static int preset_int(const Section* preset, const char* key, const char* recipe) {
-    const char* v = get(preset, key);
-    if (!v || atoi(v) <= 0) die("%s: [preset %s] needs a positive '%s'", recipe, preset->name, key);
-    return atoi(v);
-}
+static int extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
 
 // The row's full config for one seed index
 static Config row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index,
                          const char* recipe, const char* results) {
     Config cfg;
     config_defaults(&cfg);
-    apply(&cfg, &r->common);
-    apply(&cfg, preset);
-    apply(&cfg, row);
-    int h = preset_int(preset, "h", recipe), d = preset_int(preset, "d", recipe);
-    const char *heads = get(row, "heads"), *width = get(row, "width");
+    section_apply(&cfg, &r->common, extra_key);
+    section_apply(&cfg, preset, extra_key);
+    section_apply(&cfg, row, extra_key);
+    int h = section_int(preset, "h", recipe), d = section_int(preset, "d", recipe);
+    const char *heads = section_get(row, "heads"), *width = section_get(row, "width");
     if (!heads || (strcmp(heads, "h") && strcmp(heads, "h/2"))) die("%s: [row %s]: 'heads' must be h or h/2", recipe, row->name);
     if (!width || (strcmp(width, "d") && strcmp(width, "2d"))) die("%s: [row %s]: 'width' must be d or 2d", recipe, row->name);
     cfg.n_head = strcmp(heads, "h") == 0 ? h : h / 2;
@@ -116,7 +42,7 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
     cfg.seed += seed_index;
     snprintf(cfg.out, sizeof(cfg.out), "%s/table6/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
     config_validate(&cfg);
-    const char* match = get(row, "match_params");
+    const char* match = section_get(row, "match_params");
     if (match && strcmp(match, "true") == 0 && row != &r->rows[0]) {
         // one unit of ffn_hidden is 3 x d_model parameters per layer; the vocabulary cancels
         Config reference = row_config(r, preset, &r->rows[0], seed_index, recipe, results);
@@ -127,40 +53,6 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
     return cfg;
 }
 
-// ---- metrics go to the registry at each checkpoint, so a killed run stores no step twice ----
-typedef struct {
-    Registry* reg;
-    int64_t run;
-    int n, cap;
-    const char** keys;
-    int* steps;
-    int64_t* tokens;
-    double* values;
-} MetricBuffer;
-
-static void buffer_metric(void* ctx, const char* key, int step, long tokens, double value) {
-    MetricBuffer* b = ctx;
-    if (b->n == b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 256;
-        b->keys = realloc(b->keys, b->cap * sizeof(char*));
-        b->steps = realloc(b->steps, b->cap * sizeof(int));
-        b->tokens = realloc(b->tokens, b->cap * sizeof(int64_t));
-        b->values = realloc(b->values, b->cap * sizeof(double));
-        if (!b->keys || !b->steps || !b->tokens || !b->values) die("out of memory buffering metrics");
-    }
-    b->keys[b->n] = key;  // string literals from the training loop
-    b->steps[b->n] = step;
-    b->tokens[b->n] = tokens;
-    b->values[b->n] = value;
-    b->n++;
-}
-
-static void flush_metrics(void* ctx) {
-    MetricBuffer* b = ctx;
-    registry_metrics(b->reg, b->run, b->n, b->keys, b->steps, b->tokens, b->values);
-    b->n = 0;
-}
-
 // The worker process of one (row, seed): train (resuming), evaluate, record. Exits.
 static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows) {
     Registry reg;
@@ -168,11 +60,7 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     snprintf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     registry_open(&reg, path);
     int64_t run = registry_begin_run(&reg, experiment, row, cfg->seed, cfg);
-    MetricBuffer buffer = {&reg, run, 0, 0, NULL, NULL, NULL, NULL};
-    TrainObserver observer = {buffer_metric, flush_metrics, &buffer};
-    double t0 = wall_time();
-    train_run(cfg, 0, &observer);
-    double train_seconds = wall_time() - t0;
+    double train_seconds = train_recorded(&reg, run, cfg);
 
     Model model;
     CheckpointInfo info;
@@ -205,7 +93,6 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     shard_free(&val);
     model_free(&model);
     registry_close(&reg);
-    free(buffer.keys); free(buffer.steps); free(buffer.tokens); free(buffer.values);
     exit(0);
 }
 
@@ -291,18 +178,11 @@ static const char* verdict(ClaimKind kind, double gap, double noise) {
 }
 
 int table6_main(const Table6Options* opt) {
-    Recipe* r = callocCheck(1, sizeof(Recipe));
-    int line = ini_parse(opt->recipe, on_line, r);
-    if (line < 0) die("cannot open recipe '%s'", opt->recipe);
-    if (line > 0) die("%s:%d: %s", opt->recipe, line, r->error[0] ? r->error : "syntax error");
-    const Section* preset = NULL;
-    for (int i = 0; i < r->n_presets; i++) {
-        if (strcmp(r->presets[i].name, opt->preset) == 0) preset = &r->presets[i];
-    }
-    if (!preset) die("%s: no [preset %s]", opt->recipe, opt->preset);
+    Recipe* r = recipe_load(opt->recipe, extra_key);
+    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
     if (r->n_rows < 7) die("%s: expected the 7 rows of Table 6 first, found %d rows", opt->recipe, r->n_rows);
     if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);
-    int eval_windows = preset_int(preset, "eval_windows", opt->recipe);
+    int eval_windows = section_int(preset, "eval_windows", opt->recipe);
 
     // parameter counts, checked before anything trains
     Config first = row_config(r, preset, &r->rows[0], 0, opt->recipe, opt->results);
@@ -311,7 +191,7 @@ int table6_main(const Table6Options* opt) {
     if (access(path, R_OK) != 0) die("key 'data': '%s' has no readable tokenizer.bin; run `make data` first", first.data);
     Tokenizer tok;
     tokenizer_load(&tok, path);
-    size_t params[MAX_SECTIONS];
+    size_t params[RECIPE_SECTIONS];
     printf("Table 6, preset %s, %d seed(s): parameters per row\n", opt->preset, opt->seeds);
     for (int i = 0; i < r->n_rows; i++) {
         Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
@@ -367,20 +247,20 @@ int table6_main(const Table6Options* opt) {
     printf("training and evaluation: %.1f minutes\n", (wall_time() - t_start) / 60);
 
     // ---- the table ----
-    RowResult res[MAX_SECTIONS];
+    RowResult res[RECIPE_SECTIONS];
     for (int i = 0; i < r->n_rows; i++) res[i] = row_result(&reg, experiment, r, preset, i, opt);
     snprintf(path, sizeof(path), "%s/table6.md", opt->results);
     char tmp[4200];
     tmp_path(tmp, sizeof(tmp), path);
     FILE* md = fopenCheck(tmp, "w");
     FILE* outs[2] = {stdout, md};
-    int h = preset_int(preset, "h", opt->recipe), d = preset_int(preset, "d", opt->recipe);
+    int h = section_int(preset, "h", opt->recipe), d = section_int(preset, "d", opt->recipe);
     double threshold = res[0].threshold;
     for (int o = 0; o < 2; o++) {
         FILE* f = outs[o];
         fprintf(f, "\n## Table 6 (preset %s): validation loss, %d seed(s) per row, mean ± sample std\n\n", opt->preset, opt->seeds);
         fprintf(f, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
-                get(preset, "n_layer"), h * d, h, d, (long long)first.steps * first.batch_size * first.seq_len * first.grad_accum,
+                section_get(preset, "n_layer"), h * d, h, d, (long long)first.steps * first.batch_size * first.seq_len * first.grad_accum,
                 eval_windows, first.seq_len);
         fprintf(f, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
                 "rescaled to the training shard); %.2f%% of evaluated tokens.\n\n", threshold, 100 * res[0].arhit_fraction);
@@ -391,12 +271,12 @@ int table6_main(const Table6Options* opt) {
             char cells[3][64];
             for (int k = 0; k < 3; k++) format_cell(cells[k], sizeof(cells[k]), &res[i], k);
             double pv[3];
-            const char* paper = get(&r->rows[i], "paper");
+            const char* paper = section_get(&r->rows[i], "paper");
             char paper_cells[64] = "not in the paper | | ";
             if (paper && sscanf(paper, "%lf %lf %lf", &pv[0], &pv[1], &pv[2]) == 3) {
                 snprintf(paper_cells, sizeof(paper_cells), "%.3f | %.3f | %.3f", pv[0], pv[1], pv[2]);
             }
-            fprintf(f, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", get(&r->rows[i], "label"), cfg.n_head,
+            fprintf(f, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", section_get(&r->rows[i], "label"), cfg.n_head,
                     config_head_dim(&cfg), cfg.head_norm ? "✓" : "✗", res[i].n, cells[0], cells[1], cells[2], params[i],
                     paper_cells);
         }
@@ -408,8 +288,8 @@ int table6_main(const Table6Options* opt) {
             double gap = a->mean[cl->metric] - b->mean[cl->metric];
             double spread = fmax(a->std[cl->metric], b->std[cl->metric]);
             double pa[3] = {NAN, NAN, NAN}, pb[3] = {NAN, NAN, NAN};
-            sscanf(get(&r->rows[cl->a], "paper"), "%lf %lf %lf", &pa[0], &pa[1], &pa[2]);
-            sscanf(get(&r->rows[cl->b], "paper"), "%lf %lf %lf", &pb[0], &pb[1], &pb[2]);
+            sscanf(section_get(&r->rows[cl->a], "paper"), "%lf %lf %lf", &pa[0], &pa[1], &pa[2]);
+            sscanf(section_get(&r->rows[cl->b], "paper"), "%lf %lf %lf", &pb[0], &pb[1], &pb[2]);
             double noise = opt->seeds > 1 ? 2 * spread : 0.01;
             char spread_text[32];
             if (opt->seeds > 1) snprintf(spread_text, sizeof(spread_text), "%.4f", spread);
@@ -433,14 +313,14 @@ int table6_main(const Table6Options* opt) {
     fprintf(f, "# row label valid valid_std arhit arhit_std others others_std\n");
     for (int i = 0; i < r->n_rows; i++) {
         Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-        fprintf(f, "%d \"%s %dx%d%s\" %.6f %.6f %.6f %.6f %.6f %.6f\n", i, get(&r->rows[i], "label"), cfg.n_head,
+        fprintf(f, "%d \"%s %dx%d%s\" %.6f %.6f %.6f %.6f %.6f %.6f\n", i, section_get(&r->rows[i], "label"), cfg.n_head,
                 config_head_dim(&cfg), cfg.head_norm ? " GN" : "", res[i].mean[0], res[i].std[0],
                 res[i].mean[1], res[i].std[1], res[i].mean[2], res[i].std[2]);
     }
     fcloseCheck(f, bars);
     f = fopenCheck(curves, "w");
     for (int i = 0; i < r->n_rows; i++) {
-        fprintf(f, "\"%s (%s)\"\n", get(&r->rows[i], "label"), r->rows[i].name);
+        fprintf(f, "\"%s (%s)\"\n", section_get(&r->rows[i], "label"), r->rows[i].name);
         // every attempt of the row's finished runs contributes the steps it checkpointed
         sqlite3_stmt* st;
         sqlite3_prepare_v2(reg.db,

@@ -10,6 +10,8 @@
 #include "../data/dataset.h"
 #include "../data/needle.h"
 #include "../data/tokenizer.h"
+#include "../eval/attnmap.h"
+#include "../eval/needle_tasks.h"
 #include "../eval/table6.h"
 #include "checkpoint.h"
 #include "model.h"
@@ -28,7 +30,11 @@ static const char* USAGE =
     "  difftx bench RECIPE [key=value ...] [--vocab N] [--steps N] [--forward]\n"
     "                                                speed and peak memory on random tokens\n"
     "  difftx table6 RECIPE [--preset P] [--seeds N] [--results DIR] [--plots DIR]\n"
-    "                                                the paper's Table 6 ablations (make table6)\n";
+    "                                                the paper's Table 6 ablations (make table6)\n"
+    "  difftx needle RECIPE --task table2|fig5|table3 [--preset P] [--results DIR] [--plots DIR]\n"
+    "                                                multi-needle retrieval and attention allocation\n"
+    "  difftx attn FILE --sample S --layer L --head H [--out PNG]\n"
+    "                                                heatmap of saved attention maps, without the model\n";
 
 // Recipe file, then key=value overrides, then validation
 static void load_config(Config* cfg, int argc, char** argv, int first) {
@@ -60,7 +66,7 @@ static int cmd_prepare(int argc, char** argv) {
 }
 
 static int cmd_needle_data(int argc, char** argv) {
-    int seq_len = 1024, max_needles = 8, seed = 1;
+    int seq_len = 1024, max_needles = NEEDLE_TRAIN_NEEDLES, seed = NEEDLE_DATA_SEED;
     static struct option opts[] = {{"seq-len", required_argument, 0, 't'}, {"max-needles", required_argument, 0, 'n'},
                                    {"seed", required_argument, 0, 's'}, {0, 0, 0, 0}};
     int c;
@@ -264,6 +270,50 @@ static int cmd_table6(int argc, char** argv) {
     return table6_main(&opt);
 }
 
+static int cmd_needle(int argc, char** argv) {
+    NeedleOptions opt = {NULL, "default", NULL, "results", "plots"};
+    static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"task", required_argument, 0, 't'},
+                                   {"results", required_argument, 0, 'r'}, {"plots", required_argument, 0, 'g'},
+                                   {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'p') opt.preset = optarg;
+        else if (c == 't') opt.task = optarg;
+        else if (c == 'r') opt.results = optarg;
+        else if (c == 'g') opt.plots = optarg;
+        else die("%s", USAGE);
+    }
+    if (optind >= argc) die("needle needs a RECIPE\n%s", USAGE);
+    if (!opt.task) die("needle needs --task table2, fig5 or table3\n%s", USAGE);
+    opt.recipe = argv[optind];
+    return needle_main(&opt);
+}
+
+static int cmd_attn(int argc, char** argv) {
+    int sample = -1, layer = -1, head = -1;
+    const char* out = NULL;
+    static struct option opts[] = {{"sample", required_argument, 0, 's'}, {"layer", required_argument, 0, 'l'},
+                                   {"head", required_argument, 0, 'h'}, {"out", required_argument, 0, 'o'},
+                                   {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 's') sample = parse_int_arg("--sample", optarg);
+        else if (c == 'l') layer = parse_int_arg("--layer", optarg);
+        else if (c == 'h') head = parse_int_arg("--head", optarg);
+        else if (c == 'o') out = optarg;
+        else die("%s", USAGE);
+    }
+    if (optind >= argc) die("attn needs a FILE\n%s", USAGE);
+    if (sample < 0 || layer < 0 || head < 0) die("attn needs --sample, --layer and --head\n%s", USAGE);
+    const char* file = argv[optind];
+    char png[4200];
+    if (out) snprintf(png, sizeof(png), "%s", out);
+    else snprintf(png, sizeof(png), "%.*s_s%d_l%d_h%d.png", (int)(strlen(file) - (strstr(file, ".h5") ? 3 : 0)), file, sample, layer, head);
+    attn_render(file, sample, layer, head, png);
+    printf("wrote %s\n", png);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
@@ -278,5 +328,7 @@ int main(int argc, char** argv) {
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc, argv);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc, argv);
     if (strcmp(cmd, "table6") == 0) return cmd_table6(argc, argv);
+    if (strcmp(cmd, "needle") == 0) return cmd_needle(argc, argv);
+    if (strcmp(cmd, "attn") == 0) return cmd_attn(argc, argv);
     die("unknown subcommand '%s'\n%s", cmd, USAGE);
 }

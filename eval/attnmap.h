@@ -1,0 +1,43 @@
+// Attention maps of selected episodes in one HDF5 file, and their rendering without the model
+// (`difftx attn`). Layout (docs/attention_maps.md):
+//   /                        attrs format, attention, checkpoint, git_commit, machine, n_layer, n_head
+//   /sample_SSS              attrs depth, n_context, n_needles, length, seed
+//   /sample_SSS/tokens       int32 (T)      prompt ids: BOS, haystack with needles, question 0
+//   /sample_SSS/text         string (T)     each token's text
+//   /sample_SSS/needles      int32 (N, 2)   start and length of each needle; row 0 the answer
+//   /sample_SSS/rows         int32 (R)      positions of the saved query rows
+//   /sample_SSS/layer_LL/head_HH/map     float32 (R, T)  standard: the softmax map; DIFF: the
+//                                                         combined A1 - lambda A2 the forward uses
+//   /sample_SSS/layer_LL/head_HH/A1, A2  float32 (R, T)  DIFF only, each a softmax map
+//   /sample_SSS/layer_LL/head_HH/lambda  float32 (R)     DIFF only, lambda of each row
+// Row r of a map is query position rows[r]; entries beyond it are zero.
+#ifndef ATTNMAP_H
+#define ATTNMAP_H
+
+#include <hdf5.h>
+
+#include "../data/needle.h"
+#include "../model/model.h"
+#include "retrieval.h"
+
+#define ATTNMAP_FORMAT "difftx-attention-maps"
+#define ATTNMAP_FULL_ROWS 256  // prompts up to this length keep every row, longer ones the question's
+
+typedef struct {
+    hid_t file, sample;
+    char path[4096], tmp[4096], label[4200];
+    int n_samples;
+} MapsFile;
+
+void maps_file_create(MapsFile* f, const char* path, const Model* model, const char* checkpoint);
+// Starts the next sample group; returns whether it keeps every row (short prompts)
+int maps_file_sample(MapsFile* f, const Episode* e, const Tokenizer* tok, int length, uint64_t seed);
+// MapsCallback: writes one layer and head of the current sample
+void maps_file_head(void* f, int layer, int head, const HeadMaps* maps);
+// Closes and renames into place
+void maps_file_close(MapsFile* f);
+
+// Renders sample / layer / head of a maps file to png with gnuplot (plots/attn.gp)
+void attn_render(const char* path, int sample, int layer, int head, const char* png);
+
+#endif

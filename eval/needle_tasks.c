@@ -1,0 +1,518 @@
+#define _GNU_SOURCE
+#include "needle_tasks.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../data/needle.h"
+#include "../model/checkpoint.h"
+#include "../model/util.h"
+#include "attnmap.h"
+#include "recipe.h"
+#include "registry.h"
+#include "retrieval.h"
+
+#define CITIES "data/cities.txt"
+#define N_DEPTHS 5
+#define MAX_LENGTHS 16
+static const double DEPTHS[N_DEPTHS] = {0.0, 0.25, 0.5, 0.75, 1.0};
+
+// Table 2's settings (N, R) and the paper's accuracies (3B models, 4K context)
+#define N_SETTINGS 4
+static const int SETTING_N[N_SETTINGS] = {1, 2, 4, 6}, SETTING_R[N_SETTINGS] = {1, 2, 2, 2};
+static const double PAPER_TABLE2[2][N_SETTINGS] = {{1.00, 0.85, 0.62, 0.55}, {1.00, 0.92, 0.84, 0.85}};
+// Table 3: attention to the answer and noise per depth, Transformer then DIFF
+static const double PAPER_ANSWER[2][N_DEPTHS] = {{0.03, 0.03, 0.03, 0.07, 0.09}, {0.27, 0.30, 0.31, 0.32, 0.40}};
+static const double PAPER_NOISE[2][N_DEPTHS] = {{0.51, 0.54, 0.52, 0.49, 0.49}, {0.01, 0.02, 0.02, 0.02, 0.01}};
+
+static int extra_key(int is_row, const char* k) {
+    static const char* keys[] = {"corpus", "context", "lengths", "samples", "fig5_samples", "maps", "eval_seed"};
+    for (size_t i = 0; !is_row && i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (strcmp(k, keys[i]) == 0) return 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    char name[64];
+    Config cfg;
+    Model model;
+    int64_t run;
+    char checkpoint[4200];
+} Row;
+
+static Config row_config(const Recipe* r, const Section* preset, const Section* row, const char* results) {
+    Config cfg;
+    config_defaults(&cfg);
+    section_apply(&cfg, &r->common, extra_key);
+    section_apply(&cfg, preset, extra_key);
+    section_apply(&cfg, row, extra_key);
+    snprintf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s", results, preset->name, row->name);
+    config_validate(&cfg);
+    return cfg;
+}
+
+// The training mix: made from the preset's corpus when missing, and it must be cut for seq_len
+static void ensure_data(const Config* cfg, const Section* preset, const char* recipe) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/train.bin", cfg->data);
+    if (access(path, R_OK) != 0) {
+        const char* corpus = section_get(preset, "corpus");
+        if (!corpus) die("%s: [preset %s] needs 'corpus', the prepared data the training mix is made from", recipe, preset->name);
+        printf("making the needle training mix %s from %s\n", cfg->data, corpus);
+        needle_prepare(cfg->data, corpus, CITIES, cfg->seq_len, NEEDLE_TRAIN_NEEDLES, NEEDLE_DATA_SEED);
+    }
+    Shard s;
+    shard_load(&s, path);
+    if (s.block != cfg->seq_len) {
+        die("'%s' holds needle blocks of %d tokens but the recipe trains at seq_len %d; delete '%s' to remake it", path,
+            s.block, cfg->seq_len, cfg->data);
+    }
+    shard_free(&s);
+}
+
+static uint64_t episode_seed(int eval_seed, int length, int n_needles, int n_queries, int depth, int sample) {
+    uint64_t h = hash64((uint64_t)eval_seed);
+    h = hash64(h ^ (uint64_t)length);
+    h = hash64(h ^ ((uint64_t)n_needles << 8 | (uint64_t)n_queries));
+    h = hash64(h ^ (uint64_t)depth);
+    return hash64(h ^ (uint64_t)sample);
+}
+
+static void ensure_cache(Model* m, const Episode* e) {
+    int need = episode_cache_need(e);
+    if (m->cache_T < need) model_cache_init(m, need);
+}
+
+// ---- retrieval: one cell is (length, N, R, depth), `samples` episodes ----
+typedef struct {
+    int length, n_needles, n_queries, depth;
+    int queries, correct, samples, all_correct;
+} Cell;
+
+typedef struct {
+    EpisodeRecord* rec;
+    char (*output)[ANSWER_TEXT];
+    int n, cap;
+} Records;
+
+static EpisodeRecord* add_record(Records* r) {
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 1024;
+        r->rec = realloc(r->rec, r->cap * sizeof(EpisodeRecord));
+        r->output = realloc(r->output, r->cap * sizeof(*r->output));
+        if (!r->rec || !r->output) die("out of memory holding episode records");
+    }
+    memset(&r->rec[r->n], 0, sizeof(EpisodeRecord));
+    return &r->rec[r->n++];
+}
+
+static void store_records(Registry* reg, int64_t run, const char* task, Records* r) {
+    for (int i = 0; i < r->n; i++) r->rec[i].output = r->output[i];  // realloc may have moved them
+    registry_episodes(reg, run, task, r->n, r->rec);
+    free(r->rec);
+    free(r->output);
+    memset(r, 0, sizeof(*r));
+}
+
+static void run_cells(Row* row, const NeedleSource* src, const Tokenizer* tok, Cell* cells, int n_cells, int samples,
+                      int eval_seed, Records* records) {
+    double t0 = wall_time();
+    for (int c = 0; c < n_cells; c++) {
+        Cell* cell = &cells[c];
+        cell->queries = cell->correct = cell->all_correct = 0;
+        cell->samples = samples;
+        for (int s = 0; s < samples; s++) {
+            uint64_t seed = episode_seed(eval_seed, cell->length, cell->n_needles, cell->n_queries, cell->depth, s);
+            Episode e;
+            episode_make(&e, src, cell->length, cell->n_needles, cell->n_queries, DEPTHS[cell->depth], 0, seed);
+            ensure_cache(&row->model, &e);
+            char text[NEEDLE_MAX][ANSWER_TEXT];
+            int correct[NEEDLE_MAX];
+            int right = episode_answer(&row->model, tok, &e, text, correct);
+            cell->queries += e.n_queries;
+            cell->correct += right;
+            cell->all_correct += right == e.n_queries;
+            for (int q = 0; q < e.n_queries; q++) {
+                EpisodeRecord* r = add_record(records);
+                r->length = cell->length;
+                r->n_needles = cell->n_needles;
+                r->n_queries = cell->n_queries;
+                r->depth = DEPTHS[cell->depth];
+                r->sample = s;
+                r->seed = seed;
+                r->query = q;
+                r->city = src->cities[e.city[e.query[q]]];
+                r->number = e.number[e.query[q]];
+                r->correct = correct[q];
+                snprintf(records->output[records->n - 1], ANSWER_TEXT, "%s", text[q]);
+            }
+            episode_free(&e);
+        }
+        printf("  %-10s length %5d  N=%d R=%d  depth %3.0f%%: %.2f of %d queries, all %d asked right in %.2f of %d samples (%.0f s)\n",
+               row->name, cell->length, cell->n_needles, cell->n_queries, 100 * DEPTHS[cell->depth],
+               (double)cell->correct / cell->queries, cell->queries, cell->n_queries, (double)cell->all_correct / samples, samples,
+               wall_time() - t0);
+        fflush(stdout);
+    }
+}
+
+static void gnuplot(const char* vars, const char* script) {
+    char cmd[16384 + 256];
+    snprintf(cmd, sizeof(cmd), "gnuplot -e \"%s\" %s", vars, script);
+    if (system(cmd) != 0) die("gnuplot failed: %s", cmd);
+}
+
+static FILE* open_md(char* tmp, size_t n, const char* path) {
+    tmp_path(tmp, n, path);
+    return fopenCheck(tmp, "w");
+}
+
+static void provenance(FILE* f, const Row* rows, int n_rows, const NeedleOptions* opt, int samples) {
+    fprintf(f, "Recipe %s, preset %s, git %s; %d samples per cell, depths 0/25/50/75/100%%, greedy decoding on a KV cache.\n",
+            opt->recipe, opt->preset, GIT_COMMIT, samples);
+    for (int i = 0; i < n_rows; i++) {
+        fprintf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained at context %d for %d steps (%s, registry run %lld)\n",
+                rows[i].name, config_attention_name(&rows[i].cfg), rows[i].cfg.n_layer, rows[i].cfg.d_model, rows[i].cfg.n_head,
+                config_head_dim(&rows[i].cfg), rows[i].model.n_params, rows[i].cfg.seq_len, rows[i].cfg.steps,
+                rows[i].checkpoint, (long long)rows[i].run);
+    }
+    fprintf(f, "\n");
+}
+
+// index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
+static int paper_row(const Row* row) { return row->cfg.attention == ATTN_STANDARD ? 0 : 1; }
+
+static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+                        const Section* preset, const NeedleOptions* opt) {
+    int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
+    int eval_seed = section_int(preset, "eval_seed", opt->recipe);
+    Cell cells[RECIPE_SECTIONS][N_SETTINGS * N_DEPTHS];
+    for (int i = 0; i < n_rows; i++) {
+        for (int k = 0; k < N_SETTINGS * N_DEPTHS; k++) {
+            Cell c = {context, SETTING_N[k / N_DEPTHS], SETTING_R[k / N_DEPTHS], k % N_DEPTHS, 0, 0, 0, 0};
+            cells[i][k] = c;
+        }
+        Records rec = {0};
+        run_cells(&rows[i], src, tok, cells[i], N_SETTINGS * N_DEPTHS, samples, eval_seed, &rec);
+        store_records(reg, rows[i].run, "table2", &rec);
+    }
+    char path[4200], tmp[4300], dat[4200];
+    snprintf(path, sizeof(path), "%s/table2.md", opt->results);
+    snprintf(dat, sizeof(dat), "%s/table2.dat", opt->results);
+    FILE* md = open_md(tmp, sizeof(tmp), path);
+    FILE* bars = fopenCheck(dat, "w");
+    fprintf(bars, "# setting, then per row: accuracy, standard error, paper\n");
+    FILE* outs[2] = {stdout, md};
+    for (int o = 0; o < 2; o++) {
+        FILE* f = outs[o];
+        fprintf(f, "\n## Table 2 (preset %s): multi-needle retrieval at context %d\n\n", opt->preset, context);
+        provenance(f, rows, n_rows, opt, samples);
+        fprintf(f, "Each cell: accuracy = fraction of queried numbers reproduced exactly (± its binomial standard error), "
+                   "then [fraction of samples with all R queries right]; averaged over the 5 depths. Paper: 3B models at 4K.\n\n");
+        fprintf(f, "| Model | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|\n");
+        for (int i = 0; i < n_rows; i++) {
+            fprintf(f, "| %s |", rows[i].name);
+            for (int s = 0; s < N_SETTINGS; s++) {
+                int q = 0, right = 0, all = 0, n = 0;
+                for (int d = 0; d < N_DEPTHS; d++) {
+                    const Cell* c = &cells[i][s * N_DEPTHS + d];
+                    q += c->queries; right += c->correct; all += c->all_correct; n += c->samples;
+                }
+                double p = (double)right / q;
+                fprintf(f, " %.2f ± %.2f [%.2f] |", p, sqrt(p * (1 - p) / q), (double)all / n);
+            }
+            fprintf(f, "\n");
+        }
+        for (int p = 0; p < 2; p++) {
+            fprintf(f, "| paper %s |", p ? "DIFF" : "Transformer");
+            for (int s = 0; s < N_SETTINGS; s++) fprintf(f, " %.2f |", PAPER_TABLE2[p][s]);
+            fprintf(f, "\n");
+        }
+        fprintf(f, "\nPer depth (accuracy of the queried numbers):\n\n| Model | N, R |");
+        for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.0f%% |", 100 * DEPTHS[d]);
+        fprintf(f, "\n|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < n_rows; i++) {
+            for (int s = 0; s < N_SETTINGS; s++) {
+                fprintf(f, "| %s | %d, %d |", rows[i].name, SETTING_N[s], SETTING_R[s]);
+                for (int d = 0; d < N_DEPTHS; d++) {
+                    const Cell* c = &cells[i][s * N_DEPTHS + d];
+                    fprintf(f, " %.2f |", (double)c->correct / c->queries);
+                }
+                fprintf(f, "\n");
+            }
+        }
+    }
+    for (int s = 0; s < N_SETTINGS; s++) {
+        fprintf(bars, "\"N=%d, R=%d\"", SETTING_N[s], SETTING_R[s]);
+        for (int i = 0; i < n_rows; i++) {
+            int q = 0, right = 0;
+            for (int d = 0; d < N_DEPTHS; d++) { q += cells[i][s * N_DEPTHS + d].queries; right += cells[i][s * N_DEPTHS + d].correct; }
+            double p = (double)right / q;
+            fprintf(bars, " %.4f %.4f %.2f", p, sqrt(p * (1 - p) / q), PAPER_TABLE2[paper_row(&rows[i])][s]);
+        }
+        fprintf(bars, "\n");
+    }
+    fcloseCheck(bars, dat);
+    fcloseCheck(md, tmp);
+    renameCheck(tmp, path);
+    char vars[16384], names[512] = "";
+    for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
+    snprintf(vars, sizeof(vars), "data='%s'; names='%s'; out='%s/table2.png'; title_text='Table 2, preset %s: retrieval at context %d, %d samples per depth'",
+             dat, names, opt->plots, opt->preset, context, samples);
+    gnuplot(vars, "plots/table2.gp");
+    printf("\nwrote %s, %s/table2.png; every query in table 'episodes' of %s/registry.sqlite\n", path, opt->plots, opt->results);
+}
+
+static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+                      const Section* preset, const NeedleOptions* opt) {
+    int samples = section_int(preset, "fig5_samples", opt->recipe), eval_seed = section_int(preset, "eval_seed", opt->recipe);
+    const char* list = section_get(preset, "lengths");
+    if (!list) die("%s: [preset %s] needs 'lengths'", opt->recipe, preset->name);
+    int lengths[MAX_LENGTHS], n_lengths = 0;
+    char copy[CONFIG_STR];
+    snprintf(copy, sizeof(copy), "%s", list);
+    for (char* t = strtok(copy, " "); t; t = strtok(NULL, " ")) {
+        if (n_lengths == MAX_LENGTHS || atoi(t) <= 0) die("%s: [preset %s] 'lengths' must be up to %d positive integers", opt->recipe, preset->name, MAX_LENGTHS);
+        lengths[n_lengths++] = atoi(t);
+    }
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/fig5.md", opt->results);
+    FILE* md = open_md(tmp, sizeof(tmp), path);
+    fprintf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
+    provenance(md, rows, n_rows, opt, samples);
+    for (int i = 0; i < n_rows; i++) {
+        Cell cells[MAX_LENGTHS * N_DEPTHS];
+        for (int k = 0; k < n_lengths * N_DEPTHS; k++) {
+            Cell c = {lengths[k / N_DEPTHS], 8, 1, k % N_DEPTHS, 0, 0, 0, 0};
+            cells[k] = c;
+        }
+        Records rec = {0};
+        run_cells(&rows[i], src, tok, cells, n_lengths * N_DEPTHS, samples, eval_seed, &rec);
+        store_records(reg, rows[i].run, "fig5", &rec);
+        char dat[4200];
+        snprintf(dat, sizeof(dat), "%s/fig5_%s.dat", opt->results, rows[i].name);
+        FILE* f = fopenCheck(dat, "w");
+        fprintf(md, "### %s (trained at context %d)\n\n| depth |", rows[i].name, rows[i].cfg.seq_len);
+        for (int l = 0; l < n_lengths; l++) fprintf(md, " %d |", lengths[l]);
+        fprintf(md, "\n|---|");
+        for (int l = 0; l < n_lengths; l++) fprintf(md, "---|");
+        fprintf(md, "\n");
+        // rows: depths then the average, as in the paper's figure (y = 0 is the top row)
+        for (int d = 0; d <= N_DEPTHS; d++) {
+            fprintf(md, d < N_DEPTHS ? "| %.0f%% |" : "| average |", 100 * (d < N_DEPTHS ? DEPTHS[d] : 0));
+            for (int l = 0; l < n_lengths; l++) {
+                double acc = 0;
+                if (d < N_DEPTHS) {
+                    acc = (double)cells[l * N_DEPTHS + d].correct / cells[l * N_DEPTHS + d].queries;
+                } else {
+                    for (int k = 0; k < N_DEPTHS; k++) acc += (double)cells[l * N_DEPTHS + k].correct / cells[l * N_DEPTHS + k].queries / N_DEPTHS;
+                }
+                fprintf(md, " %.2f |", acc);
+                fprintf(f, "%d %d %.4f\n", l, d, acc);
+            }
+            fprintf(f, "\n");
+        }
+        fprintf(md, "\n");
+        fcloseCheck(f, dat);
+        char vars[16384], tics[2048] = "";
+        for (int l = 0; l < n_lengths; l++) snprintf(tics + strlen(tics), sizeof(tics) - strlen(tics), "%s'%d' %d", l ? ", " : "", lengths[l], l);
+        snprintf(vars, sizeof(vars), "data='%s'; n_lengths=%d; out='%s/fig5_%s.png'; xtics_text=\\\"%s\\\"; "
+                 "title_text='Figure 5, %s (trained at %d): N = 8, R = 1, %d samples per cell'", dat, n_lengths, opt->plots,
+                 rows[i].name, tics, rows[i].name, rows[i].cfg.seq_len, samples);
+        gnuplot(vars, "plots/fig5.gp");
+        printf("wrote %s/fig5_%s.png\n", opt->plots, rows[i].name);
+    }
+    fcloseCheck(md, tmp);
+    renameCheck(tmp, path);
+    printf("wrote %s\n", path);
+}
+
+static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+                        const Section* preset, const NeedleOptions* opt) {
+    int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
+    int eval_seed = section_int(preset, "eval_seed", opt->recipe), keep_maps = section_int(preset, "maps", opt->recipe);
+    Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];
+    for (int i = 0; i < n_rows; i++) {
+        Row* row = &rows[i];
+        char maps_path[4200];
+        snprintf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
+        MapsFile maps;
+        maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
+        Records rec = {0};
+        double t0 = wall_time();
+        for (int d = 0; d < N_DEPTHS; d++) {
+            Allocation sum = {0, 0, 0, 0};
+            for (int s = 0; s < N_SETTINGS; s++) {
+                for (int k = 0; k < samples; k++) {
+                    uint64_t seed = episode_seed(eval_seed, context, SETTING_N[s], SETTING_R[s], d, k);
+                    Episode e;
+                    episode_make(&e, src, context, SETTING_N[s], SETTING_R[s], DEPTHS[d], 0, seed);
+                    ensure_cache(&row->model, &e);
+                    // maps of the first samples of the most distracting setting go to HDF5
+                    int save = s == N_SETTINGS - 1 && k < keep_maps;
+                    int all_rows = save ? maps_file_sample(&maps, &e, tok, context, seed) : 0;
+                    Allocation a = episode_allocation(&row->model, &e, all_rows, save ? maps_file_head : NULL, &maps);
+                    sum.answer += a.answer; sum.noise += a.noise; sum.question += a.question; sum.bos += a.bos;
+                    EpisodeRecord* r = add_record(&rec);
+                    r->length = context;
+                    r->n_needles = SETTING_N[s];
+                    r->n_queries = SETTING_R[s];
+                    r->depth = DEPTHS[d];
+                    r->sample = k;
+                    r->seed = seed;
+                    r->city = src->cities[e.city[0]];
+                    r->number = e.number[0];
+                    r->correct = -1;
+                    rec.output[rec.n - 1][0] = 0;
+                    r->answer = a.answer; r->noise = a.noise; r->question = a.question; r->bos = a.bos;
+                    episode_free(&e);
+                }
+            }
+            double n = N_SETTINGS * samples;
+            Allocation mean = {sum.answer / n, sum.noise / n, sum.question / n, sum.bos / n};
+            by_depth[i][d] = mean;
+            printf("  %-10s depth %3.0f%%: answer %.3f  noise %.3f  question %.3f  BOS %.3f (%.0f s)\n", row->name, 100 * DEPTHS[d],
+                   mean.answer, mean.noise, mean.question, mean.bos, wall_time() - t0);
+            fflush(stdout);
+        }
+        maps_file_close(&maps);
+        registry_artifact(reg, row->run, "attention_maps", maps_path);
+        store_records(reg, row->run, "table3", &rec);
+        printf("  attention maps of %d episodes in %s\n", maps.n_samples, maps_path);
+    }
+    char path[4200], tmp[4300], dat[4200], fig1[4200];
+    snprintf(path, sizeof(path), "%s/table3.md", opt->results);
+    snprintf(dat, sizeof(dat), "%s/table3.dat", opt->results);
+    snprintf(fig1, sizeof(fig1), "%s/fig1.dat", opt->results);
+    FILE* md = open_md(tmp, sizeof(tmp), path);
+    FILE* outs[2] = {stdout, md};
+    for (int o = 0; o < 2; o++) {
+        FILE* f = outs[o];
+        fprintf(f, "\n## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d\n\n",
+                opt->preset, context);
+        provenance(f, rows, n_rows, opt, samples * N_SETTINGS);
+        fprintf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
+                   "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
+                   "are, DIFF rows A1 - lambda A2 divided by 1 - lambda. Answer = the answer needle's tokens; noise = every "
+                   "other context token after BOS, distractor needles included; the rest goes to BOS and the question itself.\n\n");
+        fprintf(f, "| Model | answer 0%% | 25%% | 50%% | 75%% | 100%% | noise 0%% | 25%% | 50%% | 75%% | 100%% |\n");
+        fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < n_rows; i++) {
+            fprintf(f, "| %s |", rows[i].name);
+            for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.3f |", by_depth[i][d].answer);
+            for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.3f |", by_depth[i][d].noise);
+            fprintf(f, "\n");
+        }
+        for (int p = 0; p < 2; p++) {
+            fprintf(f, "| paper %s |", p ? "DIFF" : "Transformer");
+            for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.2f |", PAPER_ANSWER[p][d]);
+            for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.2f |", PAPER_NOISE[p][d]);
+            fprintf(f, "\n");
+        }
+        fprintf(f, "\nFigure 1 breakdown (mean over depths): | Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
+        for (int i = 0; i < n_rows; i++) {
+            Allocation m = {0, 0, 0, 0};
+            for (int d = 0; d < N_DEPTHS; d++) {
+                m.answer += by_depth[i][d].answer / N_DEPTHS; m.noise += by_depth[i][d].noise / N_DEPTHS;
+                m.question += by_depth[i][d].question / N_DEPTHS; m.bos += by_depth[i][d].bos / N_DEPTHS;
+            }
+            fprintf(f, "| %s | %.3f | %.3f | %.3f | %.3f |\n", rows[i].name, m.answer, m.noise, m.question, m.bos);
+        }
+    }
+    fcloseCheck(md, tmp);
+    renameCheck(tmp, path);
+    FILE* f = fopenCheck(dat, "w");
+    FILE* g = fopenCheck(fig1, "w");
+    for (int d = 0; d < N_DEPTHS; d++) {
+        fprintf(f, "\"%.0f%%\"", 100 * DEPTHS[d]);
+        for (int i = 0; i < n_rows; i++) fprintf(f, " %.4f %.4f", by_depth[i][d].answer, by_depth[i][d].noise);
+        fprintf(f, "\n");
+    }
+    for (int i = 0; i < n_rows; i++) {
+        Allocation m = {0, 0, 0, 0};
+        for (int d = 0; d < N_DEPTHS; d++) {
+            m.answer += by_depth[i][d].answer / N_DEPTHS; m.noise += by_depth[i][d].noise / N_DEPTHS;
+            m.question += by_depth[i][d].question / N_DEPTHS; m.bos += by_depth[i][d].bos / N_DEPTHS;
+        }
+        fprintf(g, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[i].name, m.answer, m.noise, m.question, m.bos);
+    }
+    fcloseCheck(f, dat);
+    fcloseCheck(g, fig1);
+    char vars[16384], names[512] = "";
+    for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
+    snprintf(vars, sizeof(vars), "data='%s'; fig1='%s'; names='%s'; out='%s/table3.png'; out_fig1='%s/fig1.png'; "
+             "title_text='Table 3, preset %s: attention of the question tokens, context %d'", dat, fig1, names, opt->plots,
+             opt->plots, opt->preset, context);
+    gnuplot(vars, "plots/table3.gp");
+    printf("\nwrote %s, %s/table3.png, %s/fig1.png\n", path, opt->plots, opt->plots);
+}
+
+int needle_main(const NeedleOptions* opt) {
+    int task = strcmp(opt->task, "table2") == 0 ? 0 : strcmp(opt->task, "fig5") == 0 ? 1 : strcmp(opt->task, "table3") == 0 ? 2 : -1;
+    if (task < 0) die("--task '%s': expected table2, fig5 or table3", opt->task);
+    Recipe* r = recipe_load(opt->recipe, extra_key);
+    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
+    if (r->n_rows < 1) die("%s: no [row NAME] sections", opt->recipe);
+    Row* rows = callocCheck(r->n_rows, sizeof(Row));
+    for (int i = 0; i < r->n_rows; i++) {
+        snprintf(rows[i].name, sizeof(rows[i].name), "%s", r->rows[i].name);
+        rows[i].cfg = row_config(r, preset, &r->rows[i], opt->results);
+        size_t a = model_param_count(&rows[i].cfg, 1), b = model_param_count(&rows[0].cfg, 1);
+        if (fabs((double)a - (double)b) > 0.01 * (double)b) {
+            die("%s: row '%s' has %zu parameters (without the vocabulary), more than 1%% from row '%s' (%zu)", opt->recipe,
+                rows[i].name, a, rows[0].name, b);
+        }
+    }
+    ensure_data(&rows[0].cfg, preset, opt->recipe);
+    mkdir_p(opt->results);
+    mkdir_p(opt->plots);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/registry.sqlite", opt->results);
+    Registry reg;
+    registry_open(&reg, path);
+    int reaped = registry_reap(&reg);
+    if (reaped) printf("marked %d interrupted run(s) KILLED; they resume from their last checkpoint\n", reaped);
+    char* recipe_text = read_text_file(opt->recipe, NULL);
+    int64_t experiment = registry_experiment(&reg, "needle", opt->preset, opt->recipe, recipe_text);
+    free(recipe_text);
+    for (int i = 0; i < r->n_rows; i++) {
+        Row* row = &rows[i];
+        snprintf(row->checkpoint, sizeof(row->checkpoint), "%s/checkpoint.h5", row->cfg.out);
+        row->run = registry_finished_run(&reg, experiment, row->name, row->cfg.seed, &row->cfg);
+        if (!row->run) {
+            printf("== training %s (%s)\n", row->name, row->cfg.out);
+            fflush(stdout);
+            row->run = registry_begin_run(&reg, experiment, row->name, row->cfg.seed, &row->cfg);
+            double seconds = train_recorded(&reg, row->run, &row->cfg);
+            registry_evaluation(&reg, row->run, "train_seconds", seconds);
+            registry_artifact(&reg, row->run, "checkpoint", row->checkpoint);
+            registry_end_run(&reg, row->run, RUN_FINISHED);
+        }
+        CheckpointInfo info;
+        checkpoint_load(row->checkpoint, &row->model, NULL, &info);
+        if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);
+    }
+    Tokenizer tok;
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", rows[0].cfg.data);
+    tokenizer_load(&tok, path);
+    Shard val;
+    snprintf(path, sizeof(path), "%s/val.bin", rows[0].cfg.data);
+    shard_load(&val, path);
+    NeedleSource src;
+    needle_source_init(&src, &tok, &val, CITIES, NEEDLE_EVAL);
+    printf("%s, preset %s: %d evaluation cities, haystacks from %s\n", opt->task, opt->preset, src.n_cities, path);
+    if (task == 0) task_table2(rows, r->n_rows, &src, &tok, &reg, preset, opt);
+    if (task == 1) task_fig5(rows, r->n_rows, &src, &tok, &reg, preset, opt);
+    if (task == 2) task_table3(rows, r->n_rows, &src, &tok, &reg, preset, opt);
+    needle_source_free(&src);
+    shard_free(&val);
+    tokenizer_free(&tok);
+    for (int i = 0; i < r->n_rows; i++) model_free(&rows[i].model);
+    free(rows);
+    free(r);
+    registry_close(&reg);
+    return 0;
+}

@@ -1,0 +1,20 @@
+// `difftx needle`: trains the rows of experiments/needle.ini that the registry does not hold
+// as FINISHED, then runs one task on them:
+//   table2  multi-needle retrieval, (N, R) = (1,1) (2,2) (4,2) (6,2) at the preset's context
+//   fig5    N = 8, R = 1 across the preset's context lengths, a depth x length heatmap per row
+//   table3  attention allocation of the question to the answer needle and to the noise on
+//           Table 2's episodes, Figure 1's breakdown, attention maps saved to HDF5
+#ifndef NEEDLE_TASKS_H
+#define NEEDLE_TASKS_H
+
+typedef struct {
+    const char* recipe;   // experiments/needle.ini
+    const char* preset;   // smoke, default
+    const char* task;     // table2, fig5, table3
+    const char* results;  // registry.sqlite, run folders, tables, maps
+    const char* plots;    // figures
+} NeedleOptions;
+
+int needle_main(const NeedleOptions* opt);
+
+#endif

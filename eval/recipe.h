@@ -1,0 +1,48 @@
+// Experiment recipes (experiments/table6.ini, experiments/needle.ini): `difftx train` keys
+// shared by every run, [preset NAME] sections for model size and budget, [row NAME] sections
+// for the compared models. Each kind of recipe adds its own non-training keys (extra_key).
+// Also: training one row with its metrics recorded in the registry.
+#ifndef RECIPE_H
+#define RECIPE_H
+
+#include <stdint.h>
+
+#include "../model/config.h"
+#include "registry.h"
+
+#define RECIPE_KEYS 64
+#define RECIPE_SECTIONS 32
+
+typedef struct {
+    char name[64];
+    char key[RECIPE_KEYS][64];
+    char value[RECIPE_KEYS][CONFIG_STR];
+    int n;
+} Section;
+
+// 1 when key is a recipe key (not a training key) allowed in a row (is_row) or preset section
+typedef int (*ExtraKey)(int is_row, const char* key);
+
+typedef struct {
+    Section common;
+    Section presets[RECIPE_SECTIONS], rows[RECIPE_SECTIONS];
+    int n_presets, n_rows;
+    ExtraKey extra_key;
+    char error[512];
+} Recipe;
+
+// Parses path; every training key is checked; dies naming the file and line. Caller frees.
+Recipe* recipe_load(const char* path, ExtraKey extra_key);
+// The preset called name, or dies naming the recipe
+const Section* recipe_preset(const Recipe* r, const char* name, const char* path);
+const char* section_get(const Section* s, const char* key);
+// A positive integer key, or dies naming the recipe and section
+int section_int(const Section* s, const char* key, const char* path);
+// Applies the section's training keys to cfg
+void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
+
+// Trains cfg (resuming from its checkpoint) as registry run `run`, whose metrics are stored
+// at each checkpoint so a killed run stores no step twice; returns the wall seconds.
+double train_recorded(Registry* reg, int64_t run, const Config* cfg);
+
+#endif

@@ -1,0 +1,94 @@
+#include "h5.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void h5_check(herr_t status, const char* what, const char* label) {
+    if (status < 0) die("%s: HDF5 error while %s", label, what);
+}
+
+hid_t h5_id(hid_t id, const char* what, const char* label) {
+    if (id < 0) die("%s: HDF5 error while %s", label, what);
+    return id;
+}
+
+void h5_write_attr(hid_t obj, const char* name, hid_t type, const void* value, const char* label) {
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t attr = h5_id(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), name, label);
+    h5_check(H5Awrite(attr, type, value), name, label);
+    H5Aclose(attr);
+    H5Sclose(space);
+}
+
+void h5_write_string_attr(hid_t obj, const char* name, const char* value, const char* label) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, strlen(value) + 1);
+    h5_write_attr(obj, name, type, value, label);
+    H5Tclose(type);
+}
+
+void h5_read_attr(hid_t obj, const char* name, hid_t type, void* value, const char* label) {
+    if (H5Aexists(obj, name) <= 0) die("%s: attribute '%s' is missing", label, name);
+    hid_t attr = h5_id(H5Aopen(obj, name, H5P_DEFAULT), name, label);
+    h5_check(H5Aread(attr, type, value), name, label);
+    H5Aclose(attr);
+}
+
+char* h5_read_string_attr(hid_t obj, const char* name, const char* label) {
+    if (H5Aexists(obj, name) <= 0) die("%s: attribute '%s' is missing", label, name);
+    hid_t attr = h5_id(H5Aopen(obj, name, H5P_DEFAULT), name, label);
+    hid_t type = H5Aget_type(attr);
+    size_t size = H5Tget_size(type);
+    char* value = callocCheck(size + 1, 1);
+    hid_t mem = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mem, size + 1);
+    h5_check(H5Aread(attr, mem, value), name, label);
+    H5Tclose(mem);
+    H5Tclose(type);
+    H5Aclose(attr);
+    return value;
+}
+
+void h5_write_dataset(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, int ndim, const int* dims,
+                      const void* data, const char* label) {
+    hsize_t d[2] = {(hsize_t)dims[0], ndim > 1 ? (hsize_t)dims[1] : 1};
+    hid_t space = H5Screate_simple(ndim, d, NULL);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (d[0] > 0 && d[1] > 0) {
+        H5Pset_chunk(dcpl, ndim, d);
+        H5Pset_deflate(dcpl, 4);
+    }
+    hid_t ds = h5_id(H5Dcreate2(loc, name, file_type, space, lcpl, dcpl, H5P_DEFAULT), name, label);
+    h5_check(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name, label);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    H5Sclose(space);
+}
+
+size_t h5_dataset_dims(hid_t loc, const char* name, int* dims, const char* label) {
+    if (H5Oexists_by_name(loc, name, H5P_DEFAULT) <= 0) die("%s: dataset '%s' is missing", label, name);
+    hid_t ds = h5_id(H5Dopen2(loc, name, H5P_DEFAULT), name, label);
+    hid_t space = H5Dget_space(ds);
+    hsize_t d[2] = {0, 0};
+    int ndim = H5Sget_simple_extent_dims(space, d, NULL);
+    H5Sclose(space);
+    H5Dclose(ds);
+    if (ndim < 1 || ndim > 2) die("%s: dataset '%s' has %d dimensions, expected 1 or 2", label, name, ndim);
+    dims[0] = (int)d[0];
+    dims[1] = ndim > 1 ? (int)d[1] : 0;
+    return (size_t)d[0] * (ndim > 1 ? d[1] : 1);
+}
+
+void h5_read_dataset(hid_t loc, const char* name, hid_t mem_type, size_t count, void* data, const char* label) {
+    int dims[2];
+    size_t n = h5_dataset_dims(loc, name, dims, label);
+    if (n != count) die("%s: dataset '%s' holds %zu values, expected %zu", label, name, n, count);
+    hid_t ds = h5_id(H5Dopen2(loc, name, H5P_DEFAULT), name, label);
+    if (H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) die("%s: cannot read dataset '%s' (corrupt data)", label, name);
+    H5Dclose(ds);
+}

@@ -1,0 +1,22 @@
+// Checked HDF5 helpers shared by checkpoints and attention-map files. `label` names the file
+// in errors, e.g. "checkpoint 'out/checkpoint.h5'".
+#ifndef H5_H
+#define H5_H
+
+#include <hdf5.h>
+
+void h5_check(herr_t status, const char* what, const char* label);
+hid_t h5_id(hid_t id, const char* what, const char* label);
+void h5_write_attr(hid_t obj, const char* name, hid_t type, const void* value, const char* label);
+void h5_write_string_attr(hid_t obj, const char* name, const char* value, const char* label);
+void h5_read_attr(hid_t obj, const char* name, hid_t type, void* value, const char* label);
+char* h5_read_string_attr(hid_t obj, const char* name, const char* label);  // caller frees
+// A dataset of ndim (<= 2) dims under loc, deflate-compressed, intermediate groups created
+void h5_write_dataset(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, int ndim, const int* dims,
+                      const void* data, const char* label);
+// Reads a whole dataset of the expected element count, dying on any other shape
+void h5_read_dataset(hid_t loc, const char* name, hid_t mem_type, size_t count, void* data, const char* label);
+// Element count of a dataset (dims[0..1] filled, 0 where absent), dying when it is missing
+size_t h5_dataset_dims(hid_t loc, const char* name, int* dims, const char* label);
+
+#endif
