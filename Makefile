@@ -3,6 +3,7 @@
 #   make test    build and run every test (prints "N passed, M failed")
 #   make bench   training speed, MFU and peak memory of the two attention variants
 #   make data    only the default corpus, tokenizer and token shards
+#   make table6 | table2 | fig5 | table3   the paper's tables and figures from models trained here
 # PORTABLE=1 builds without -march=native.
 
 PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libinih-dev libsqlite3-dev libssl-dev \
@@ -29,7 +30,7 @@ OBJS := $(patsubst %.c,build/obj/%.o,$(CORE))
 HEADERS := $(wildcard model/*.h data/*.h eval/*.h tests/*.h)
 TESTS := test_grad test_reference test_tokenizer test_train test_eval test_needle
 
-.PHONY: all deps data train test bench table6 clean FORCE
+.PHONY: all deps data train test bench table6 table2 fig5 table3 clean FORCE
 .SECONDARY:
 all: build/difftx
 
@@ -84,6 +85,12 @@ PRESET ?= small
 SEEDS ?= 1
 table6: build/difftx data/default/train.bin
 	build/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
+
+# Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
+# NEEDLE_PRESET=smoke|default. The first of them trains both models (about an hour).
+NEEDLE_PRESET ?= default
+table2 fig5 table3: build/difftx data/default/train.bin
+	build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --task $@
 
 test: build/difftx $(addprefix build/,$(TESTS))
 	tests/run.sh $(TESTS)

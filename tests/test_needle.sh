@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# make table2 / fig5 / table3 end to end on the smoke preset, and `difftx attn` on the maps
+# they save: tables, figures, every query's outcome in the database (the tables agree with
+# it), attention-map layout, rendering without the model, clear errors on bad input, and a
+# rerun that trains nothing. A tiny corpus holding the needles' words is made here.
+set -u
+cd "$(dirname "$0")/.."
+bin=build/difftx
+work=build/test_needle_sh
+rm -rf "$work" && mkdir -p "$work/corpus"
+source tests/harness.sh
+sql() { sqlite3 "$work/results/registry.sqlite" "$1"; }
+is_png() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = "211PNG" ]; }
+
+for d in $(seq -w 0 39); do
+    for i in $(seq 1 40); do echo "Record $d, entry $i: the special magic number $((i * 7919 % 10000)) is what the city of harbour $((10#$d % 5)) kept. What is the number? It is $i."; done > "$work/corpus/doc$d.txt"
+done
+$bin prepare --vocab 512 "$work/data" "$work/corpus" >/dev/null || { echo "prepare failed"; exit 1; }
+sed "s#^data = data/needle_smoke#data = $work/mix#; s#^corpus = data/default#corpus = $work/data#" experiments/needle.ini > "$work/needle.ini"
+task() { $bin needle "$work/needle.ini" --preset smoke --task "$1" --results "$work/results" --plots "$work/plots"; }
+
+task table2 > "$work/table2.log" 2>&1
+expect "table2 exits 0" test $? -eq 0
+expect "training mix made from the corpus" test -s "$work/mix/train.bin"
+expect "both rows trained and FINISHED" test "$(sql "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = 2
+expect "table2 written" grep -q "| N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |" "$work/results/table2.md"
+expect "paper row beside" grep -q "| paper DIFF | 1.00 | 0.92 | 0.84 | 0.85 |" "$work/results/table2.md"
+# queries per row: 2 samples x 5 depths x (1 + 2 + 2 + 2)
+expect "every query stored" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table2' GROUP BY run_id" | sort -u)" = 70
+expect "outcomes are 0/1 with the decoded text" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table2' AND correct IN (0, 1) AND output IS NOT NULL")" = 140
+expect "answers are evaluation numbers of 7 digits" test "$(sql "SELECT COUNT(*) FROM episodes WHERE number < 1000000 OR number > 9999999")" = 0
+for row in standard diff; do
+    acc=$(sql "SELECT printf('%.2f', AVG(e.correct)) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$row' AND e.task = 'table2' AND e.n_needles = 6")
+    expect "$row: N=6 cell equals the database" bash -c "grep -E '^\\| $row \\|' '$work/results/table2.md' | head -1 | grep -qE '\\| $acc ± [0-9.]+ \\[[0-9.]+\\] \\|\$'"
+done
+expect "table2 figure is PNG" is_png "$work/plots/table2.png"
+
+task fig5 > "$work/fig5.log" 2>&1
+expect "fig5 exits 0" test $? -eq 0
+expect "fig5 trains nothing again" bash -c "! grep -q '^== training' '$work/fig5.log'"
+expect "fig5 heatmaps" bash -c "$(declare -f is_png); is_png '$work/plots/fig5_standard.png' && is_png '$work/plots/fig5_diff.png'"
+expect "fig5 sweeps 3 lengths x 5 depths" test "$(sql "SELECT COUNT(DISTINCT length || '/' || depth) FROM episodes WHERE task = 'fig5'")" = 15
+expect "fig5 has 8 needles" test "$(sql "SELECT DISTINCT n_needles FROM episodes WHERE task = 'fig5'")" = 8
+expect "fig5 table has the average row" grep -q "| average |" "$work/results/fig5.md"
+
+task table3 > "$work/table3.log" 2>&1
+expect "table3 exits 0" test $? -eq 0
+expect "table3 written" grep -q "| paper DIFF | 0.27 | 0.30 | 0.31 | 0.32 | 0.40 | 0.01 |" "$work/results/table3.md"
+expect "table3 and fig1 figures" bash -c "$(declare -f is_png); is_png '$work/plots/table3.png' && is_png '$work/plots/fig1.png'"
+# per episode, answer + noise + question + BOS = 1 (rows are normalised)
+expect "allocations sum to 1" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3' AND abs(answer + noise + question + bos - 1) > 1e-4")" = 0
+expect "allocation of every episode stored" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3'")" = 80
+maps="$work/results/needle/smoke/maps_diff.h5"
+expect "maps artifact recorded" test "$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'attention_maps' AND length(sha256) = 64")" = 2
+expect "maps: 5 samples" test "$(h5ls "$maps" | grep -c sample_)" = 5
+expect "maps: DIFF keeps A1, A2, lambda and the map" bash -c "h5ls -r '$maps/sample_000/layer_00/head_03' | grep -c 'A1\|A2\|lambda\|map' | grep -qx 4"
+expect "maps: standard keeps the map only" bash -c "h5ls -r '$work/results/needle/smoke/maps_standard.h5/sample_000/layer_00/head_07' | grep -qx '/map .*'"
+expect "maps: tokens, text, needles, rows" bash -c "h5ls '$maps/sample_002' | grep -c 'tokens\|text\|needles\|rows' | grep -qx 4"
+# map = A1 - lambda A2 in the file, checked on one entry of row 200
+entry() { h5dump -d "/sample_000/layer_00/head_01/$1" -s "$2" -c "$3" -y -w 0 "$maps" | sed -n '/DATA {/,/}/p' | grep -oE '^[[:space:]]*[-0-9.e]+' | tr -d ' '; }
+a1=$(entry A1 200,3 1,1) a2=$(entry A2 200,3 1,1) map=$(entry map 200,3 1,1) lam=$(entry lambda 200 1)
+expect "stored map is A1 - lambda A2 ($map = $a1 - $lam x $a2)" awk -v a="$a1" -v b="$a2" -v m="$map" -v l="$lam" \
+    'BEGIN { d = a - l * b - m; exit !(a != "" && (d < 1e-6 && d > -1e-6)) }'
+
+# the inspector reads the file alone
+$bin attn "$maps" --sample 2 --layer 0 --head 1 --out "$work/attn.png" > "$work/attn.log" 2>&1
+expect "attn renders a PNG" is_png "$work/attn.png"
+$bin attn "$work/results/needle/smoke/maps_standard.h5" --sample 0 --layer 0 --head 0 > /dev/null 2>&1
+expect "attn default output name" is_png "$work/results/needle/smoke/maps_standard_s0_l0_h0.png"
+expect_fail "attn: missing sample" "has no group 'sample_009'" $bin attn "$maps" --sample 9 --layer 0 --head 0
+expect_fail "attn: bad head" "--head 9: .* has heads 0..3" $bin attn "$maps" --sample 0 --layer 0 --head 9
+expect_fail "attn: not a maps file" "not an attention-maps file" $bin attn "$work/results/needle/smoke/diff/checkpoint.h5" --sample 0 --layer 0 --head 0
+expect_fail "attn: missing file" "cannot read attention maps" $bin attn "$work/none.h5" --sample 0 --layer 0 --head 0
+expect_fail "needle: bad task" "--task 'table9'" $bin needle "$work/needle.ini" --preset smoke --task table9
+expect_fail "needle: bad preset" "no \\[preset huge\\]" $bin needle "$work/needle.ini" --preset huge --task table2
+sed 's/^context = 256/context = 40/' "$work/needle.ini" > "$work/short.ini"
+expect_fail "needle: context too short" "context of 40 tokens has no room" $bin needle "$work/short.ini" --preset smoke --task table2 --results "$work/results"
+sed 's/^seq_len = 768/seq_len = 512/' "$work/needle.ini" > "$work/other_len.ini"
+expect_fail "needle: mix cut for another seq_len" "holds needle blocks of 768 tokens but the recipe trains at seq_len 512" \
+    $bin needle "$work/other_len.ini" --preset smoke --task table2 --results "$work/results"
+
+summary
