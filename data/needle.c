@@ -219,22 +219,29 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     shard_load(&train, path);
     NeedleSource src;
     needle_source_init(&src, &tok, &train, cities_path, NEEDLE_TRAIN);
-    size_t blocks = train.n_tokens / seq_len;
-    int* ids = mallocCheck(2 * blocks * seq_len * sizeof(int));
+    size_t blocks = train.n_tokens / seq_len, episodes = NEEDLE_EPISODES_PER_BLOCK * blocks;
+    int* ids = mallocCheck((blocks + episodes) * seq_len * sizeof(int));
     size_t n = 0;
     for (; n < blocks * seq_len; n++) ids[n] = train.tokens[n];
-    for (size_t b = 0; b < blocks; b++) {
+    for (size_t b = 0; b < episodes; b++) {
+        // an episode of `length` tokens ends the block; corpus text from a random place fills
+        // the rest. Short episodes are the easy cases a small model learns to retrieve from first.
         uint64_t s = hash64(seed + b);
         int needles = 1 + (int)(s % (uint64_t)max_needles);
+        int length = 128 + (int)(hash64(s) % (uint64_t)(seq_len > 128 ? seq_len - 127 : 1));
+        length = length < 80 * needles ? 80 * needles : length;
+        length = length > seq_len ? seq_len : length;
+        size_t from = hash64(s ^ 1) % (train.n_tokens - seq_len);
+        for (int i = 0; i < seq_len - length; i++) ids[n + i] = train.tokens[from + i];
         Episode e;
-        episode_make(&e, &src, seq_len, needles, needles, -1.0, 1, s);
-        memcpy(ids + n, e.tokens, seq_len * sizeof(int));
+        episode_make(&e, &src, length, needles, needles, -1.0, 1, s);
+        memcpy(ids + n + seq_len - length, e.tokens, length * sizeof(int));
         n += seq_len;
         episode_free(&e);
     }
     mkdir_p(out_dir);
     snprintf(out, sizeof(out), "%s/train.bin", out_dir);
-    shard_write(out, ids, n, train.n_documents + (int)blocks, tok.vocab_size, seq_len);
+    shard_write(out, ids, n, train.n_documents + (int)episodes, tok.vocab_size, seq_len);
     snprintf(path, sizeof(path), "%s/val.bin", data_dir);
     snprintf(out, sizeof(out), "%s/val.bin", out_dir);
     copy_file(path, out);

@@ -21,6 +21,7 @@
 #define NEEDLE_MAX 16
 #define NEEDLE_DATA_SEED 1  // of the training episodes in `difftx needle-data` and `difftx needle`
 #define NEEDLE_TRAIN_NEEDLES 8  // training episodes hold 1..8 needles
+#define NEEDLE_EPISODES_PER_BLOCK 2  // episode blocks per block of plain training text
 
 typedef enum { NEEDLE_TRAIN, NEEDLE_EVAL } NeedleSplit;
 
@@ -66,8 +67,9 @@ void episode_free(Episode* e);
 int needle_answer_correct(const char* continuation, int number);
 
 // Writes OUT_DIR/{tokenizer.bin, train.bin, val.bin}: DATA_DIR's training text cut into blocks
-// of seq_len tokens, plus as many training episodes (N uniform in 1..max_needles, every
-// needle asked, depth random) of seq_len tokens each; validation text copied.
+// of seq_len tokens, plus NEEDLE_EPISODES_PER_BLOCK times as many blocks that each end with a
+// training episode (N uniform in 1..max_needles, every needle asked, depth random, length
+// uniform in 128..seq_len) after corpus text; validation text copied.
 void needle_prepare(const char* out_dir, const char* data_dir, const char* cities_path, int seq_len, int max_needles,
                     uint64_t seed);
 
