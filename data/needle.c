@@ -63,11 +63,15 @@ static int is_sentence_end(const Tokenizer* tok, int id) {
     return last == '.' || last == '?' || last == '!';
 }
 
+static int starts_blank(const Tokenizer* tok, int id) { return tok->length[id] > 0 && isspace(tok->bytes[id][0]); }
+
 // n haystack tokens from src->text starting after a sentence end, skipping document separators
 static void take_haystack(int* out, int n, const NeedleSource* src, uint64_t* rng) {
     const Shard* s = src->text;
     size_t pos = rng_next(rng) % s->n_tokens;
-    for (size_t k = 0; k < s->n_tokens && !is_sentence_end(src->tok, s->tokens[pos]); k++) pos = (pos + 1) % s->n_tokens;
+    for (size_t k = 0; k < s->n_tokens; k++, pos = (pos + 1) % s->n_tokens) {
+        if (is_sentence_end(src->tok, s->tokens[pos]) && starts_blank(src->tok, s->tokens[(pos + 1) % s->n_tokens])) break;
+    }
     for (int i = 0; i < n;) {
         pos = (pos + 1) % s->n_tokens;
         if (s->tokens[pos] != TOKEN_EOT) out[i++] = s->tokens[pos];
@@ -140,11 +144,12 @@ void episode_make(Episode* e, const NeedleSource* src, int length, int n_needles
     int* hay = mallocCheck(H * sizeof(int));
     take_haystack(hay, H, src, &rng);
 
-    // insertion points are sentence ends: b = 0 or hay[b - 1] ends a sentence
+    // insertion points are sentence ends: b = 0, or hay[b - 1] ends a sentence and hay[b]
+    // starts with whitespace (not the "00" of "$10.00")
     int* bounds = mallocCheck((H + 1) * sizeof(int));
     int n_bounds = 0;
     for (int b = 0; b <= H; b++) {
-        if (b == 0 || is_sentence_end(src->tok, hay[b - 1])) bounds[n_bounds++] = b;
+        if (b == 0 || (is_sentence_end(src->tok, hay[b - 1]) && (b == H || starts_blank(src->tok, hay[b])))) bounds[n_bounds++] = b;
     }
     int at[NEEDLE_MAX];
     for (int i = 0; i < n_needles; i++) at[i] = bounds[rng_next(&rng) % n_bounds];
@@ -196,6 +201,17 @@ int needle_answer_correct(const char* continuation, int number) {
     return strncmp(p, expected, n) == 0 && !isdigit((unsigned char)p[n]);
 }
 
+// A training episode of exactly `length` tokens at out: 1..max_needles needles (at least 80
+// tokens each), every one asked and answered
+static void add_episode(int* out, const NeedleSource* src, int length, int max_needles, uint64_t seed) {
+    int fit = length / 80 < max_needles ? length / 80 : max_needles;
+    int needles = 1 + (int)(seed % (uint64_t)(fit > 1 ? fit : 1));
+    Episode e;
+    episode_make(&e, src, length, needles, needles, -1.0, 1, seed);
+    memcpy(out, e.tokens, length * sizeof(int));
+    episode_free(&e);
+}
+
 static void copy_file(const char* from, const char* to) {
     size_t len;
     char* bytes = read_text_file(from, &len);
@@ -224,20 +240,26 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     size_t n = 0;
     for (; n < blocks * seq_len; n++) ids[n] = train.tokens[n];
     for (size_t b = 0; b < episodes; b++) {
-        // an episode of `length` tokens ends the block; corpus text from a random place fills
-        // the rest. Short episodes are the easy cases a small model learns to retrieve from first.
         uint64_t s = hash64(seed + b);
-        int needles = 1 + (int)(s % (uint64_t)max_needles);
-        int length = 128 + (int)(hash64(s) % (uint64_t)(seq_len > 128 ? seq_len - 127 : 1));
-        length = length < 80 * needles ? 80 * needles : length;
-        length = length > seq_len ? seq_len : length;
-        size_t from = hash64(s ^ 1) % (train.n_tokens - seq_len);
-        for (int i = 0; i < seq_len - length; i++) ids[n + i] = train.tokens[from + i];
-        Episode e;
-        episode_make(&e, &src, length, needles, needles, -1.0, 1, s);
-        memcpy(ids + n + seq_len - length, e.tokens, length * sizeof(int));
+        if (b % 2 == 0) {
+            // one episode of 128..seq_len tokens ends the block; corpus text from a random
+            // place fills the rest
+            int length = 128 + (int)(hash64(s) % (uint64_t)(seq_len > 128 ? seq_len - 127 : 1));
+            size_t from = hash64(s ^ 1) % (train.n_tokens - seq_len);
+            for (int i = 0; i < seq_len - length; i++) ids[n + i] = train.tokens[from + i];
+            add_episode(ids + n + seq_len - length, &src, length, max_needles, s);
+        } else {
+            // short episodes back to back: every token of the block is retrieval practice,
+            // which is what makes induction (copy) heads form in a small model
+            int at = 0;
+            while (at < seq_len) {
+                int left = seq_len - at, length = left;
+                if (left >= 2 * 160) length = 160 + (int)(hash64(s + at) % (uint64_t)((left - 160 < 640 ? left - 160 : 640) - 159));
+                add_episode(ids + n + at, &src, length, max_needles, s + at);
+                at += length;
+            }
+        }
         n += seq_len;
-        episode_free(&e);
     }
     mkdir_p(out_dir);
     snprintf(out, sizeof(out), "%s/train.bin", out_dir);

@@ -67,9 +67,10 @@ void episode_free(Episode* e);
 int needle_answer_correct(const char* continuation, int number);
 
 // Writes OUT_DIR/{tokenizer.bin, train.bin, val.bin}: DATA_DIR's training text cut into blocks
-// of seq_len tokens, plus NEEDLE_EPISODES_PER_BLOCK times as many blocks that each end with a
-// training episode (N uniform in 1..max_needles, every needle asked, depth random, length
-// uniform in 128..seq_len) after corpus text; validation text copied.
+// of seq_len tokens, plus NEEDLE_EPISODES_PER_BLOCK times as many blocks of training episodes
+// (N uniform in 1..max_needles, every needle asked and answered, needles at random places):
+// alternately one episode of 128..seq_len tokens after corpus text, and episodes of 160..800
+// tokens back to back; validation text copied.
 void needle_prepare(const char* out_dir, const char* data_dir, const char* cities_path, int seq_len, int max_needles,
                     uint64_t seed);
 

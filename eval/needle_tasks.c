@@ -171,8 +171,8 @@ static FILE* open_md(char* tmp, size_t n, const char* path) {
 }
 
 static void provenance(FILE* f, const Row* rows, int n_rows, const NeedleOptions* opt, int samples) {
-    fprintf(f, "Recipe %s, preset %s, git %s; %d samples per cell, depths 0/25/50/75/100%%, greedy decoding on a KV cache.\n",
-            opt->recipe, opt->preset, GIT_COMMIT, samples);
+    fprintf(f, "Recipe %s, preset %s, git %s; %d episodes per cell, answer depths 0/25/50/75/100%%.\n", opt->recipe,
+            opt->preset, GIT_COMMIT, samples);
     for (int i = 0; i < n_rows; i++) {
         fprintf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained at context %d for %d steps (%s, registry run %lld)\n",
                 rows[i].name, config_attention_name(&rows[i].cfg), rows[i].cfg.n_layer, rows[i].cfg.d_model, rows[i].cfg.n_head,
@@ -210,8 +210,9 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
         FILE* f = outs[o];
         fprintf(f, "\n## Table 2 (preset %s): multi-needle retrieval at context %d\n\n", opt->preset, context);
         provenance(f, rows, n_rows, opt, samples);
-        fprintf(f, "Each cell: accuracy = fraction of queried numbers reproduced exactly (± its binomial standard error), "
-                   "then [fraction of samples with all R queries right]; averaged over the 5 depths. Paper: 3B models at 4K.\n\n");
+        fprintf(f, "Greedy decoding on a KV cache, each query after the context on its own. Each cell: accuracy = fraction "
+                   "of queried numbers reproduced exactly (± its binomial standard error), then [fraction of samples with all "
+                   "R queries right]; averaged over the 5 depths. Paper: 3B models at 4K.\n\n");
         fprintf(f, "| Model | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|\n");
         for (int i = 0; i < n_rows; i++) {
             fprintf(f, "| %s |", rows[i].name);

@@ -38,6 +38,8 @@ static int ends_sentence(const Tokenizer* tok, int id) {
     return tok->length[id] > 0 && strchr(".?!", tok->bytes[id][tok->length[id] - 1]) != NULL;
 }
 
+static int starts_blank(const Tokenizer* tok, int id) { return tok->length[id] > 0 && strchr(" \n\t", tok->bytes[id][0]) != NULL; }
+
 static void test_episodes(const NeedleSource* src, const NeedleSource* train_src, const Tokenizer* tok) {
     static const double depths[] = {0.0, 0.25, 0.5, 0.75, 1.0};
     for (int k = 0; k < 5; k++) {
@@ -80,13 +82,15 @@ static void test_episodes(const NeedleSource* src, const NeedleSource* train_src
             int target = (int)(depths[k] * hay_total);
             CHECK(hay_before <= target && (k == 0 ? hay_before == 0 : hay_before > target - 120),
                   "depth %g: needle after %d of %d haystack tokens (target %d)", depths[k], hay_before, hay_total, target);
-            // the nearest sentence end: none among haystack tokens hay_before .. target - 1
-            int later_end = 0, index = hay_before;
-            for (int i = e.start[0] + e.len[0]; i < e.n_context && index < target; i++) {
+            // the nearest sentence end: no haystack token hay_before .. target - 1 ends a sentence
+            // with whitespace after it
+            int later_end = 0, index = hay_before, prev_end = 0;
+            for (int i = e.start[0] + e.len[0]; i < e.n_context && index <= target; i++) {
                 int in_needle = 0;
                 for (int j = 1; j < e.n_needles; j++) in_needle |= i >= e.start[j] && i < e.start[j] + e.len[j];
                 if (in_needle) continue;
-                later_end |= ends_sentence(tok, e.tokens[i]);
+                later_end |= prev_end && starts_blank(tok, e.tokens[i]);
+                prev_end = ends_sentence(tok, e.tokens[i]);
                 index++;
             }
             CHECK(!later_end, "depth %g: moved back to the nearest sentence end", depths[k]);
@@ -125,11 +129,14 @@ static void test_sentence_ends(const NeedleSource* src, const Tokenizer* tok) {
         for (int i = e.depth >= 1.0; i < e.n_needles; i++) {  // at 100% the answer needle just ends the context
             int p = e.start[i] - 1, after_needle = 0;
             for (int j = 0; j < e.n_needles; j++) after_needle |= e.start[j] + e.len[j] == e.start[i];
+            int q = e.start[i] + e.len[i], before_needle = 0;  // and whitespace (or a needle) follows
+            for (int j = 0; j < e.n_needles; j++) before_needle |= e.start[j] == q;
             ok &= p == 0 || after_needle || ends_sentence(tok, e.tokens[p]);
+            ok &= q == e.n_context || before_needle || starts_blank(tok, e.tokens[q]);
         }
         episode_free(&e);
     }
-    CHECK(ok, "every needle follows BOS, a sentence end or another needle");
+    CHECK(ok, "every needle sits between a sentence end (or BOS, or a needle) and whitespace (or a needle, or the end)");
 }
 
 static Config tiny(int attention) {
