@@ -241,7 +241,20 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     for (; n < blocks * seq_len; n++) ids[n] = train.tokens[n];
     for (size_t b = 0; b < episodes; b++) {
         uint64_t s = hash64(seed + b);
-        if (b % 2 == 0) {
+        if (b % 3 == 2) {
+            // copy practice: spans of 8..64 tokens drawn from the training text, each
+            // followed by itself; every second copy is predictable only by copying, the
+            // signal that makes induction heads form in a small model within a few M tokens
+            int at = 0;
+            while (at < seq_len) {
+                int span = 8 + (int)(hash64(s + at) % 57);
+                size_t from = hash64(s ^ (uint64_t)at) % (train.n_tokens - span);
+                ids[n + at++] = TOKEN_EOT;
+                for (int copy = 0; copy < 2; copy++) {
+                    for (int i = 0; i < span && at < seq_len; i++) ids[n + at++] = train.tokens[from + i];
+                }
+            }
+        } else if (b % 3 == 0) {
             // one episode of 128..seq_len tokens ends the block; corpus text from a random
             // place fills the rest
             int length = 128 + (int)(hash64(s) % (uint64_t)(seq_len > 128 ? seq_len - 127 : 1));
@@ -249,8 +262,7 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
             for (int i = 0; i < seq_len - length; i++) ids[n + i] = train.tokens[from + i];
             add_episode(ids + n + seq_len - length, &src, length, max_needles, s);
         } else {
-            // short episodes back to back: every token of the block is retrieval practice,
-            // which is what makes induction (copy) heads form in a small model
+            // short episodes back to back: every token of the block is retrieval practice
             int at = 0;
             while (at < seq_len) {
                 int left = seq_len - at, length = left;

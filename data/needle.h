@@ -21,7 +21,7 @@
 #define NEEDLE_MAX 16
 #define NEEDLE_DATA_SEED 1  // of the training episodes in `difftx needle-data` and `difftx needle`
 #define NEEDLE_TRAIN_NEEDLES 8  // training episodes hold 1..8 needles
-#define NEEDLE_EPISODES_PER_BLOCK 2  // episode blocks per block of plain training text
+#define NEEDLE_EPISODES_PER_BLOCK 3  // training blocks (episodes, copy practice) per block of plain text
 
 typedef enum { NEEDLE_TRAIN, NEEDLE_EVAL } NeedleSplit;
 
@@ -67,10 +67,11 @@ void episode_free(Episode* e);
 int needle_answer_correct(const char* continuation, int number);
 
 // Writes OUT_DIR/{tokenizer.bin, train.bin, val.bin}: DATA_DIR's training text cut into blocks
-// of seq_len tokens, plus NEEDLE_EPISODES_PER_BLOCK times as many blocks of training episodes
-// (N uniform in 1..max_needles, every needle asked and answered, needles at random places):
-// alternately one episode of 128..seq_len tokens after corpus text, and episodes of 160..800
-// tokens back to back; validation text copied.
+// of seq_len tokens, plus NEEDLE_EPISODES_PER_BLOCK times as many blocks, in turn: one
+// training episode of 128..seq_len tokens after corpus text; training episodes of 160..800
+// tokens back to back (N uniform in 1..max_needles, every needle asked and answered, needles
+// at random places); copy practice (spans of training text, each followed by itself).
+// Validation text copied.
 void needle_prepare(const char* out_dir, const char* data_dir, const char* cities_path, int seq_len, int max_needles,
                     uint64_t seed);
 
