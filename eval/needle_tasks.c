@@ -17,6 +17,7 @@
 #define CITIES "data/cities.txt"
 #define N_DEPTHS 5
 #define MAX_LENGTHS 16
+#define COPY_HALF 100
 static const double DEPTHS[N_DEPTHS] = {0.0, 0.25, 0.5, 0.75, 1.0};
 
 // Table 2's settings (N, R) and the paper's accuracies (3B models, 4K context)
@@ -41,6 +42,7 @@ typedef struct {
     Model model;
     int64_t run;
     char checkpoint[4200];
+    double copy;  // copy_score: the least retrieval needs
 } Row;
 
 static Config row_config(const Recipe* r, const Section* preset, const Section* row, const char* results) {
@@ -174,12 +176,14 @@ static void provenance(FILE* f, const Row* rows, int n_rows, const NeedleOptions
     fprintf(f, "Recipe %s, preset %s, git %s; %d episodes per cell, answer depths 0/25/50/75/100%%.\n", opt->recipe,
             opt->preset, GIT_COMMIT, samples);
     for (int i = 0; i < n_rows; i++) {
-        fprintf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained at context %d for %d steps (%s, registry run %lld)\n",
+        fprintf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained at context %d for %d steps (%s, registry run %lld); "
+                "copying check %.2f\n",
                 rows[i].name, config_attention_name(&rows[i].cfg), rows[i].cfg.n_layer, rows[i].cfg.d_model, rows[i].cfg.n_head,
                 config_head_dim(&rows[i].cfg), rows[i].model.n_params, rows[i].cfg.seq_len, rows[i].cfg.steps,
-                rows[i].checkpoint, (long long)rows[i].run);
+                rows[i].checkpoint, (long long)rows[i].run, rows[i].copy);
     }
-    fprintf(f, "\n");
+    fprintf(f, "\nCopying check: greedy accuracy on the second copy of %d random tokens repeated (an induction head, the "
+               "least retrieval needs; 0 means the model cannot copy from its context).\n\n", COPY_HALF);
 }
 
 // index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
@@ -495,6 +499,9 @@ int needle_main(const NeedleOptions* opt) {
         CheckpointInfo info;
         checkpoint_load(row->checkpoint, &row->model, NULL, &info);
         if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);
+        row->copy = copy_score(&row->model, COPY_HALF, 4, (uint64_t)row->cfg.seed);
+        registry_evaluation(&reg, row->run, "copy_score", row->copy);
+        printf("%s: copying check %.2f\n", row->name, row->copy);
     }
     Tokenizer tok;
     snprintf(path, sizeof(path), "%s/tokenizer.bin", rows[0].cfg.data);

@@ -229,6 +229,25 @@ static void test_maps_times_v(int M, int shared_kv) {
     free(P);
 }
 
+// A model whose every prediction is fixed by its LM head: all residuals are the embedding's
+// ones, so logit v = sum of lm_head row v. Predicting the only drawable token (V = 258) scores
+// 1, predicting BOS scores 0.
+static void test_copy_score(void) {
+    Config cfg = tiny(ATTN_STANDARD);
+    Model m;
+    model_build(&m, &cfg, 258);
+    memset(m.params_memory, 0, m.n_params * sizeof(float));
+    for (int i = 0; i < 258 * m.C; i++) m.params.tok_embedding[i] = 1.0f;
+    for (int i = 0; i < m.C; i++) m.params.final_norm[i] = 1.0f;
+    for (int i = 0; i < m.C; i++) m.params.lm_head[257 * m.C + i] = 1.0f;
+    double always_right = copy_score(&m, 16, 2, 3);
+    for (int i = 0; i < m.C; i++) m.params.lm_head[256 * m.C + i] = 2.0f;
+    double always_wrong = copy_score(&m, 16, 2, 3);
+    CHECK(always_right == 1.0 && always_wrong == 0.0, "copy score %.2f when every guess is the copy, %.2f when none is",
+          always_right, always_wrong);
+    model_free(&m);
+}
+
 static void test_allocation(void) {
     // BOS, 3 noise, answer at 4..5, 1 noise, question at 7..8: a row of the question token 8
     float row[9] = {0.30f, 0.05f, 0.05f, 0.10f, 0.20f, 0.15f, 0.05f, 0.04f, 0.06f};
@@ -289,6 +308,7 @@ int main(void) {
     test_maps_times_v(2, 0);
     test_maps_times_v(2, 1);
     test_allocation();
+    test_copy_score();
     needle_source_free(&eval_src);
     needle_source_free(&train_src);
     shard_free(&val);
