@@ -318,6 +318,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
                 fprintf(md, " %.2f |", acc);
                 fprintf(f, "%d %d %.4f\n", l, d, acc);
             }
+            fprintf(md, "\n");
             fprintf(f, "\n");
         }
         fprintf(md, "\n");
