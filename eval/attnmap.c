@@ -143,10 +143,8 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     int T = (int)h5_dataset_dims(g, "tokens", dims, label);
     int R = (int)h5_dataset_dims(g, "rows", dims, label);
     int N = (int)h5_dataset_dims(g, "needles", dims, label) / 2;
-    int* rows = mallocCheck(R * sizeof(int));
     int* needles = mallocCheck(2 * N * sizeof(int));
     char** text = mallocCheck(T * sizeof(char*));
-    h5_read_dataset(g, "rows", H5T_NATIVE_INT, R, rows, label);
     h5_read_dataset(g, "needles", H5T_NATIVE_INT, 2 * N, needles, label);
     hid_t str = H5Tcopy(H5T_C_S1);
     H5Tset_size(str, H5T_VARIABLE);
@@ -222,7 +220,6 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     for (int t = 0; t < T; t++) free(text[t]);
     free(text);
     free(A);
-    free(rows);
     free(needles);
     free(attention);
     H5Gclose(g);

@@ -203,6 +203,20 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
         run_cells(&rows[i], src, tok, cells[i], N_SETTINGS * N_DEPTHS, samples, eval_seed, &rec);
         store_records(reg, rows[i].run, "table2", &rec);
     }
+    Cell totals[RECIPE_SECTIONS][N_SETTINGS];  // each setting summed over the depths
+    for (int i = 0; i < n_rows; i++) {
+        for (int st = 0; st < N_SETTINGS; st++) {
+            Cell t = {context, SETTING_N[st], SETTING_R[st], -1, 0, 0, 0, 0};
+            for (int d = 0; d < N_DEPTHS; d++) {
+                const Cell* c = &cells[i][st * N_DEPTHS + d];
+                t.queries += c->queries;
+                t.correct += c->correct;
+                t.samples += c->samples;
+                t.all_correct += c->all_correct;
+            }
+            totals[i][st] = t;
+        }
+    }
     char path[4200], tmp[4300], dat[4200];
     snprintf(path, sizeof(path), "%s/table2.md", opt->results);
     snprintf(dat, sizeof(dat), "%s/table2.dat", opt->results);
@@ -221,13 +235,9 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
         for (int i = 0; i < n_rows; i++) {
             fprintf(f, "| %s |", rows[i].name);
             for (int s = 0; s < N_SETTINGS; s++) {
-                int q = 0, right = 0, all = 0, n = 0;
-                for (int d = 0; d < N_DEPTHS; d++) {
-                    const Cell* c = &cells[i][s * N_DEPTHS + d];
-                    q += c->queries; right += c->correct; all += c->all_correct; n += c->samples;
-                }
-                double p = (double)right / q;
-                fprintf(f, " %.2f ± %.2f [%.2f] |", p, sqrt(p * (1 - p) / q), (double)all / n);
+                const Cell* t = &totals[i][s];
+                double p = (double)t->correct / t->queries;
+                fprintf(f, " %.2f ± %.2f [%.2f] |", p, sqrt(p * (1 - p) / t->queries), (double)t->all_correct / t->samples);
             }
             fprintf(f, "\n");
         }
@@ -253,10 +263,9 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     for (int s = 0; s < N_SETTINGS; s++) {
         fprintf(bars, "\"N=%d, R=%d\"", SETTING_N[s], SETTING_R[s]);
         for (int i = 0; i < n_rows; i++) {
-            int q = 0, right = 0;
-            for (int d = 0; d < N_DEPTHS; d++) { q += cells[i][s * N_DEPTHS + d].queries; right += cells[i][s * N_DEPTHS + d].correct; }
-            double p = (double)right / q;
-            fprintf(bars, " %.4f %.4f %.2f", p, sqrt(p * (1 - p) / q), PAPER_TABLE2[paper_row(&rows[i])][s]);
+            const Cell* t = &totals[i][s];
+            double p = (double)t->correct / t->queries;
+            fprintf(bars, " %.4f %.4f %.2f", p, sqrt(p * (1 - p) / t->queries), PAPER_TABLE2[paper_row(&rows[i])][s]);
         }
         fprintf(bars, "\n");
     }
@@ -389,6 +398,17 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         store_records(reg, row->run, "table3", &rec);
         printf("  attention maps of %d episodes in %s\n", maps.n_samples, maps_path);
     }
+    Allocation overall[RECIPE_SECTIONS];  // Figure 1: each model's mean over depths
+    for (int i = 0; i < n_rows; i++) {
+        Allocation m = {0, 0, 0, 0};
+        for (int d = 0; d < N_DEPTHS; d++) {
+            m.answer += by_depth[i][d].answer / N_DEPTHS;
+            m.noise += by_depth[i][d].noise / N_DEPTHS;
+            m.question += by_depth[i][d].question / N_DEPTHS;
+            m.bos += by_depth[i][d].bos / N_DEPTHS;
+        }
+        overall[i] = m;
+    }
     char path[4200], tmp[4300], dat[4200], fig1[4200];
     snprintf(path, sizeof(path), "%s/table3.md", opt->results);
     snprintf(dat, sizeof(dat), "%s/table3.dat", opt->results);
@@ -420,12 +440,8 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         }
         fprintf(f, "\nFigure 1 breakdown (mean over depths): | Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
         for (int i = 0; i < n_rows; i++) {
-            Allocation m = {0, 0, 0, 0};
-            for (int d = 0; d < N_DEPTHS; d++) {
-                m.answer += by_depth[i][d].answer / N_DEPTHS; m.noise += by_depth[i][d].noise / N_DEPTHS;
-                m.question += by_depth[i][d].question / N_DEPTHS; m.bos += by_depth[i][d].bos / N_DEPTHS;
-            }
-            fprintf(f, "| %s | %.3f | %.3f | %.3f | %.3f |\n", rows[i].name, m.answer, m.noise, m.question, m.bos);
+            const Allocation* m = &overall[i];
+            fprintf(f, "| %s | %.3f | %.3f | %.3f | %.3f |\n", rows[i].name, m->answer, m->noise, m->question, m->bos);
         }
     }
     fcloseCheck(md, tmp);
@@ -438,12 +454,8 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         fprintf(f, "\n");
     }
     for (int i = 0; i < n_rows; i++) {
-        Allocation m = {0, 0, 0, 0};
-        for (int d = 0; d < N_DEPTHS; d++) {
-            m.answer += by_depth[i][d].answer / N_DEPTHS; m.noise += by_depth[i][d].noise / N_DEPTHS;
-            m.question += by_depth[i][d].question / N_DEPTHS; m.bos += by_depth[i][d].bos / N_DEPTHS;
-        }
-        fprintf(g, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[i].name, m.answer, m.noise, m.question, m.bos);
+        const Allocation* m = &overall[i];
+        fprintf(g, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[i].name, m->answer, m->noise, m->question, m->bos);
     }
     fcloseCheck(f, dat);
     fcloseCheck(g, fig1);
@@ -473,17 +485,10 @@ int needle_main(const NeedleOptions* opt) {
         }
     }
     ensure_data(&rows[0].cfg, preset, opt->recipe);
-    mkdir_p(opt->results);
     mkdir_p(opt->plots);
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     Registry reg;
-    registry_open(&reg, path);
-    int reaped = registry_reap(&reg);
-    if (reaped) printf("marked %d interrupted run(s) KILLED; they resume from their last checkpoint\n", reaped);
-    char* recipe_text = read_text_file(opt->recipe, NULL);
-    int64_t experiment = registry_experiment(&reg, "needle", opt->preset, opt->recipe, recipe_text);
-    free(recipe_text);
+    int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe);
+    char path[4200];
     for (int i = 0; i < r->n_rows; i++) {
         Row* row = &rows[i];
         snprintf(row->checkpoint, sizeof(row->checkpoint), "%s/checkpoint.h5", row->cfg.out);

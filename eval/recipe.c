@@ -1,6 +1,7 @@
 #include "recipe.h"
 
 #include <ini.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,19 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key) {
         const char* err = config_set(cfg, s->key[i], s->value[i]);
         if (err) die("%s", err);
     }
+}
+
+int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path) {
+    char path[4200];
+    mkdir_p(results);
+    snprintf(path, sizeof(path), "%s/registry.sqlite", results);
+    registry_open(reg, path);
+    int reaped = registry_reap(reg);
+    if (reaped) printf("marked %d interrupted run(s) KILLED; they resume from their last checkpoint\n", reaped);
+    char* recipe_text = read_text_file(recipe_path, NULL);
+    int64_t experiment = registry_experiment(reg, name, preset, recipe_path, recipe_text);
+    free(recipe_text);
+    return experiment;
 }
 
 typedef struct {

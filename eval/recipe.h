@@ -41,6 +41,10 @@ int section_int(const Section* s, const char* key, const char* path);
 // Applies the section's training keys to cfg
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
 
+// Opens results/registry.sqlite (creating results/), marks interrupted attempts KILLED and
+// returns the id of experiment `name` for this preset and recipe file
+int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path);
+
 // Trains cfg (resuming from its checkpoint) as registry run `run`, whose metrics are stored
 // at each checkpoint so a killed run stores no step twice; returns the wall seconds.
 double train_recorded(Registry* reg, int64_t run, const Config* cfg);

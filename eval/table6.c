@@ -213,16 +213,9 @@ int table6_main(const Table6Options* opt) {
     }
     shard_free(&val);
 
-    mkdir_p(opt->results);
     mkdir_p(opt->plots);
-    snprintf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     Registry reg;
-    registry_open(&reg, path);
-    int reaped = registry_reap(&reg);
-    if (reaped) printf("marked %d interrupted run(s) KILLED; they resume from their last checkpoint\n", reaped);
-    char* recipe_text = read_text_file(opt->recipe, NULL);
-    int64_t experiment = registry_experiment(&reg, "table6", opt->preset, opt->recipe, recipe_text);
-    free(recipe_text);
+    int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe);
 
     double t_start = wall_time();
     for (int s = 0; s < opt->seeds; s++) {
