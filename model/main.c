@@ -128,18 +128,19 @@ static int cmd_sample(int argc, char** argv) {
     int* prompt_ids = mallocCheck((plen + 1) * sizeof(int));
     prompt_ids[0] = TOKEN_EOT;  // documents start with <|endoftext|> in training
     int n = 1 + (int)tokenizer_encode(&tok, prompt, plen, prompt_ids + 1);
-    int* window = mallocCheck((size_t)T * sizeof(int));
     int* history = mallocCheck(((size_t)n + n_tokens) * sizeof(int));
     memcpy(history, prompt_ids, n * sizeof(int));
     uint64_t rng = hash64((uint64_t)seed);
     char* text = mallocCheck(65536);
     fwrite(prompt, 1, plen, stdout);
+    model_cache_init(&model, T);
     for (int i = 0; i < n_tokens; i++) {
-        // causal attention: padding after the last real token does not change its logits
+        // the window is the last T tokens; once it slides, every cached position moves, so the
+        // whole window is run again
         int start = n > T ? n - T : 0, len = n - start;
-        for (int t = 0; t < T; t++) window[t] = t < len ? history[start + t] : TOKEN_EOT;
-        model_forward(&model, window, NULL, 1, T, 0);
-        const float* logits = model.logits + (size_t)(len - 1) * model.V;
+        if (i == 0 || start > 0) model_forward_cached(&model, history + start, len, 0);
+        else model_forward_cached(&model, history + n - 1, 1, n - 1);
+        const float* logits = model.logits + (size_t)(model.T - 1) * model.V;
         int next = 0;
         if (temperature == 0.0f) {
             for (int v = 1; v < model.V; v++) next = logits[v] > logits[next] ? v : next;
@@ -162,7 +163,6 @@ static int cmd_sample(int argc, char** argv) {
     printf("\n");
     free(text);
     free(history);
-    free(window);
     free(prompt_ids);
     tokenizer_free(&tok);
     model_free(&model);
