@@ -224,15 +224,40 @@ static void copy_file(const char* from, const char* to) {
     free(bytes);
 }
 
+// Fills out (n) with copy practice: <|endoftext|>, a span of span_min..span_max tokens of
+// text, the same span again, and so on. Every second copy is predictable only by copying,
+// the signal that makes induction heads form.
+static void copy_practice(int* out, size_t n, const Shard* text, int span_min, int span_max, uint64_t seed) {
+    size_t at = 0;
+    while (at < n) {
+        int span = span_min + (int)(hash64(seed + at) % (uint64_t)(span_max - span_min + 1));
+        size_t from = hash64(seed ^ (uint64_t)at) % (text->n_tokens - span);
+        out[at++] = TOKEN_EOT;
+        for (int copy = 0; copy < 2; copy++) {
+            for (int i = 0; i < span && at < n; i++) out[at++] = text->tokens[from + i];
+        }
+    }
+}
+
+// The copy stage's data: copy practice of as many tokens as the text
+static void write_copy_shard(const char* path, const Shard* text, uint64_t seed) {
+    int* ids = mallocCheck(text->n_tokens * sizeof(int));
+    copy_practice(ids, text->n_tokens, text, 8, NEEDLE_COPY_SPAN_MAX, seed);
+    shard_write(path, ids, text->n_tokens, 1, text->vocab_size, 0);
+    free(ids);
+}
+
 void needle_prepare(const char* out_dir, const char* data_dir, const char* cities_path, int seq_len, int max_needles,
                     uint64_t seed) {
     char path[4096], out[4096];
     Tokenizer tok;
     snprintf(path, sizeof(path), "%s/tokenizer.bin", data_dir);
     tokenizer_load(&tok, path);
-    Shard train;
+    Shard train, val;
     snprintf(path, sizeof(path), "%s/train.bin", data_dir);
     shard_load(&train, path);
+    snprintf(path, sizeof(path), "%s/val.bin", data_dir);
+    shard_load(&val, path);
     NeedleSource src;
     needle_source_init(&src, &tok, &train, cities_path, NEEDLE_TRAIN);
     size_t blocks = train.n_tokens / seq_len, episodes = NEEDLE_EPISODES_PER_BLOCK * blocks;
@@ -242,18 +267,8 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     for (size_t b = 0; b < episodes; b++) {
         uint64_t s = hash64(seed + b);
         if (b % 3 == 2) {
-            // copy practice: spans of 8..64 tokens drawn from the training text, each
-            // followed by itself; every second copy is predictable only by copying, the
-            // signal that makes induction heads form in a small model within a few M tokens
-            int at = 0;
-            while (at < seq_len) {
-                int span = 8 + (int)(hash64(s + at) % 57);
-                size_t from = hash64(s ^ (uint64_t)at) % (train.n_tokens - span);
-                ids[n + at++] = TOKEN_EOT;
-                for (int copy = 0; copy < 2; copy++) {
-                    for (int i = 0; i < span && at < seq_len; i++) ids[n + at++] = train.tokens[from + i];
-                }
-            }
+            // copy practice keeps the induction heads of the copy stage at long range
+            copy_practice(ids + n, seq_len, &train, 8, 64, s);
         } else if (b % 3 == 0) {
             // one episode of 128..seq_len tokens ends the block; corpus text from a random
             // place fills the rest
@@ -276,14 +291,22 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     mkdir_p(out_dir);
     snprintf(out, sizeof(out), "%s/train.bin", out_dir);
     shard_write(out, ids, n, train.n_documents + (int)episodes, tok.vocab_size, seq_len);
-    snprintf(path, sizeof(path), "%s/val.bin", data_dir);
     snprintf(out, sizeof(out), "%s/val.bin", out_dir);
     copy_file(path, out);
     snprintf(path, sizeof(path), "%s/tokenizer.bin", data_dir);
     snprintf(out, sizeof(out), "%s/tokenizer.bin", out_dir);
     copy_file(path, out);
+    snprintf(out, sizeof(out), "%s/copy", out_dir);
+    mkdir_p(out);
+    snprintf(out, sizeof(out), "%s/copy/tokenizer.bin", out_dir);
+    copy_file(path, out);
+    snprintf(out, sizeof(out), "%s/copy/train.bin", out_dir);
+    write_copy_shard(out, &train, hash64(seed ^ 2));
+    snprintf(out, sizeof(out), "%s/copy/val.bin", out_dir);
+    write_copy_shard(out, &val, hash64(seed ^ 3));
     free(ids);
     needle_source_free(&src);
     shard_free(&train);
+    shard_free(&val);
     tokenizer_free(&tok);
 }

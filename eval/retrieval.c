@@ -51,22 +51,24 @@ int episode_answer(Model* m, const Tokenizer* tok, const Episode* e, char (*text
     return right;
 }
 
-double copy_score(Model* m, int half, int sequences, uint64_t seed) {
-    int T = 2 * half + 1, right = 0, total = 0;
+CopyScore copy_score(Model* m, const Shard* text, int half, int sequences, uint64_t seed) {
+    int T = 2 * half + 1, right[2] = {0, 0}, total = 0;
+    if (text->n_tokens <= (size_t)half) die("copying check: a text of %zu tokens has no span of %d", text->n_tokens, half);
     int* tokens = mallocCheck(T * sizeof(int));
     uint64_t rng = hash64(seed);
     for (int s = 0; s < sequences; s++) {
+        size_t from = rng_next(&rng) % (text->n_tokens - half);
         tokens[0] = TOKEN_EOT;
-        for (int i = 1; i <= half; i++) tokens[i] = TOKEN_EOT + 1 + (int)(rng_next(&rng) % (uint64_t)(m->V - TOKEN_EOT - 1));
-        for (int i = half + 1; i < T; i++) tokens[i] = tokens[i - half];
+        for (int i = 1; i <= half; i++) tokens[i] = tokens[i + half] = text->tokens[from + i - 1];
         model_forward(m, tokens, NULL, 1, T, 0);
-        for (int t = half + 1; t + 1 < T; t++) {  // row t predicts token t + 1, a copy of t + 1 - half
-            right += argmax_last_row(m, t + 1) == tokens[t + 1];
+        for (int i = 1; i < half; i++) {  // row c*half + i predicts token i + 1 of copy c
+            for (int c = 0; c < 2; c++) right[c] += argmax_last_row(m, c * half + i + 1) == tokens[c * half + i + 1];
             total++;
         }
     }
     free(tokens);
-    return (double)right / total;
+    CopyScore score = {(double)right[0] / total, (double)right[1] / total};
+    return score;
 }
 
 Allocation allocation_of_row(const float* row, int visible, int context, int answer_start, int answer_len) {

@@ -18,10 +18,15 @@ int episode_cache_need(const Episode* e);
 // Returns how many queries were answered. model_cache_init(model, >= episode_cache_need(e)).
 int episode_answer(Model* model, const Tokenizer* tok, const Episode* e, char (*text)[ANSWER_TEXT], int* correct);
 
-// Copying check: BOS, `half` random tokens, the same tokens again; the fraction of the second
-// copy's tokens (after its first) that greedy prediction gets right, over `sequences` draws.
-// Retrieval needs at least this (an induction head); a model at 0 cannot retrieve.
-double copy_score(Model* model, int half, int sequences, uint64_t seed);
+// Copying check: BOS, a span of `half` tokens of `text` from a random place, the same span
+// again; the fraction of each copy's tokens (after its first) that greedy prediction gets
+// right, over `sequences` draws. The first copy is what the language model guesses alone;
+// retrieval needs copying (an induction head), and a model whose second copy scores no better
+// than its first cannot retrieve.
+typedef struct {
+    double first, second;
+} CopyScore;
+CopyScore copy_score(Model* model, const Shard* text, int half, int sequences, uint64_t seed);
 
 // Where one attention row's weight goes. Rows are normalised to sum to 1: a softmax row as
 // it is, a DIFF row A1 - lambda A2 divided by its sum 1 - lambda.

@@ -23,7 +23,7 @@ static const Key KEYS[] = {  // attention first: config_attention_name reads its
     {"attention", KEY_CHOICE, offsetof(Config, attention), {"standard", "diff", "diff2", 0}},
     K(n_layer, KEY_INT), K(d_model, KEY_INT), K(n_head, KEY_INT), K(head_dim, KEY_INT),
     K(head_norm, KEY_BOOL), K(lambda_init, KEY_STRING), K(ffn_hidden, KEY_INT),
-    K(rope_theta, KEY_FLOAT), K(seq_len, KEY_INT), K(init_std, KEY_FLOAT),
+    K(rope_theta, KEY_FLOAT), K(seq_len, KEY_INT), K(init_std, KEY_FLOAT), K(init_from, KEY_STRING),
     K(data, KEY_STRING), K(out, KEY_STRING),
     K(batch_size, KEY_INT), K(grad_accum, KEY_INT), K(steps, KEY_INT), K(lr, KEY_FLOAT),
     K(lr_final, KEY_FLOAT), K(warmup_steps, KEY_INT),

@@ -21,6 +21,8 @@ typedef struct {
     float rope_theta;
     int seq_len;         // T
     float init_std;
+    char init_from[CONFIG_STR];  // "" = random init (init_std); else a finished run's checkpoint whose
+                                 // parameters start this run (same architecture; fresh optimizer)
     // data
     char data[CONFIG_STR];  // directory made by `difftx prepare`
     char out[CONFIG_STR];   // run directory: checkpoint and log

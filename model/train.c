@@ -53,6 +53,26 @@ static void truncate_log(const char* path, int step) {
     free(text);
 }
 
+// Warm start: the parameters of a finished run with the same tensor layout; nothing else of
+// that run (step, optimizer moments, data position) carries over
+static void init_from_checkpoint(Model* model, const char* path, uint64_t tokenizer_hash) {
+    Model src;
+    CheckpointInfo info;
+    checkpoint_load(path, &src, NULL, &info);
+    if (!info.finished) die("key 'init_from': '%s' is not a finished run's checkpoint (step %d of %d)", path, info.step, src.cfg.steps);
+    if (info.tokenizer_hash != tokenizer_hash) die("key 'init_from': '%s' was trained with another tokenizer than this run's data", path);
+    if (src.V != model->V || src.n_tensors != model->n_tensors) die("key 'init_from': '%s' has another architecture than this config", path);
+    for (int i = 0; i < model->n_tensors; i++) {
+        const ParamTensor *a = &src.tensors[i], *b = &model->tensors[i];
+        if (strcmp(a->name, b->name) || a->shape[0] != b->shape[0] || a->shape[1] != b->shape[1]) {
+            die("key 'init_from': '%s' has tensor %s (%d, %d) where this config has %s (%d, %d)", path, a->name,
+                a->shape[0], a->shape[1], b->name, b->shape[0], b->shape[1]);
+        }
+    }
+    memcpy(model->params_memory, src.params_memory, model->n_params * sizeof(float));
+    model_free(&src);
+}
+
 static double evaluate(Model* model, const Shard* val, int* inputs, int* targets) {
     const Config* cfg = &model->cfg;
     double total = 0.0;
@@ -110,7 +130,8 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
         printf("resuming %s from step %d\n", ckpt, info.step);
     } else {
         model_build(&model, cfg, tok.vocab_size);
-        model_init_params(&model, (uint64_t)cfg->seed);
+        if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok.hash);
+        else model_init_params(&model, (uint64_t)cfg->seed);
         adamw_alloc(&opt, &model);
         truncate_log(log_path, 0);
     }

@@ -230,8 +230,8 @@ static void test_maps_times_v(int M, int shared_kv) {
 }
 
 // A model whose every prediction is fixed by its LM head: all residuals are the embedding's
-// ones, so logit v = sum of lm_head row v. Predicting the only drawable token (V = 258) scores
-// 1, predicting BOS scores 0.
+// ones, so logit v = sum of lm_head row v. On a text made of token 257 only, predicting 257
+// scores 1, predicting BOS scores 0.
 static void test_copy_score(void) {
     Config cfg = tiny(ATTN_STANDARD);
     Model m;
@@ -240,11 +240,15 @@ static void test_copy_score(void) {
     for (int i = 0; i < 258 * m.C; i++) m.params.tok_embedding[i] = 1.0f;
     for (int i = 0; i < m.C; i++) m.params.final_norm[i] = 1.0f;
     for (int i = 0; i < m.C; i++) m.params.lm_head[257 * m.C + i] = 1.0f;
-    double always_right = copy_score(&m, 16, 2, 3);
+    uint16_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = 257;
+    Shard text = {.tokens = ids, .n_tokens = 40, .vocab_size = 258};
+    CopyScore always_right = copy_score(&m, &text, 16, 2, 3);
     for (int i = 0; i < m.C; i++) m.params.lm_head[256 * m.C + i] = 2.0f;
-    double always_wrong = copy_score(&m, 16, 2, 3);
-    CHECK(always_right == 1.0 && always_wrong == 0.0, "copy score %.2f when every guess is the copy, %.2f when none is",
-          always_right, always_wrong);
+    CopyScore always_wrong = copy_score(&m, &text, 16, 2, 3);
+    CHECK(always_right.first == 1.0 && always_right.second == 1.0 && always_wrong.first == 0.0 && always_wrong.second == 0.0,
+          "copy score %.2f/%.2f when every guess is the copy, %.2f/%.2f when none is", always_right.first,
+          always_right.second, always_wrong.first, always_wrong.second);
     model_free(&m);
 }
 

@@ -22,7 +22,11 @@ task() { $bin needle "$work/needle.ini" --preset smoke --task "$1" --results "$w
 task table2 > "$work/table2.log" 2>&1
 expect "table2 exits 0" test $? -eq 0
 expect "training mix made from the corpus" test -s "$work/mix/train.bin"
-expect "both rows trained and FINISHED" test "$(sql "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = 2
+expect "copy stage data made from the corpus" test -s "$work/mix/copy/train.bin" -a -s "$work/mix/copy/val.bin"
+expect "both rows trained and FINISHED, each after its copy stage" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT row FROM runs WHERE status = 'FINISHED' ORDER BY id)")" = "standard_copy standard diff_copy diff"
+expect "copy stage: 64-token windows of copy practice at a constant lr" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff_copy'\" | grep -c '^seq_len = 64\$\|^data = $work/mix/copy\$\|^lr_final = 0.00200000009\$\|^steps = 4\$' | grep -qx 4"
+expect "needle run starts from the copy stage's checkpoint" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff'\" | grep -qx 'init_from = $work/results/needle/smoke/diff_copy/checkpoint.h5'"
+expect "copying check stored with its first-copy baseline" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('copy_score', 'copy_score_first') AND value BETWEEN 0 AND 1")" = 4
 expect "table2 written" grep -q "| N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |" "$work/results/table2.md"
 expect "paper row beside" grep -q "| paper DIFF | 1.00 | 0.92 | 0.84 | 0.85 |" "$work/results/table2.md"
 # queries per row: 2 samples x 5 depths x (1 + 2 + 2 + 2)
