@@ -76,4 +76,19 @@ step=$(h5dump -a step "$work/diverge/checkpoint.h5" 2>/dev/null | grep -oE '\(0\
 expect "last good checkpoint kept (step ${step:-none})" test -n "$step"
 expect "last good checkpoint not finished" bash -c "h5dump -a finished '$work/diverge/checkpoint.h5' | grep -q '(0): 0'"
 
+# warm start (init_from): only a finished run of the same architecture and tokenizer; the new
+# run starts from its parameters (with lr 1e-20 they stay those after one step)
+expect_fail "init_from an unfinished run" "key 'init_from': '$work/diverge/checkpoint.h5' is not a finished run's checkpoint" \
+    $bin train "$work/ok.ini" out=$work/warm init_from=$work/diverge/checkpoint.h5
+expect_fail "init_from another width" "key 'init_from': '$work/run/checkpoint.h5' has tensor tok_embedding \(300, 32\) where this config has tok_embedding \(300, 64\)" \
+    $bin train "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 d_model=64
+$bin prepare --vocab 290 "$work/data290" "$work/corpus" >/dev/null
+expect_fail "init_from another tokenizer" "key 'init_from': '$work/run/checkpoint.h5' was trained with another tokenizer" \
+    $bin train "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 data=$work/data290
+expect "nothing written by refused warm starts" test ! -e "$work/warm/checkpoint.h5"
+$bin train "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 steps=1 lr=1e-20 >/dev/null 2>&1
+expect "warm start keeps the source parameters" h5diff -d 1e-12 "$work/run/checkpoint.h5" "$work/warm/checkpoint.h5" /params /params
+$bin train "$work/ok.ini" out=$work/cold steps=1 lr=1e-20 >/dev/null 2>&1
+expect "without init_from the same run starts elsewhere" bash -c "! h5diff -q -d 1e-3 '$work/run/checkpoint.h5' '$work/cold/checkpoint.h5' /params /params"
+
 summary
