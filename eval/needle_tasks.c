@@ -61,18 +61,16 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
 // The copy stage: the row's model on copy practice in NEEDLE_COPY_SEQ_LEN windows at the
 // constant peak learning rate, so that induction heads form before the needle mix
 // (docs/needle.md says why); the needle run starts from its checkpoint
-static Config copy_stage_config(Config* cfg, const Section* preset, const char* recipe) {
+static Config copy_stage_config(const Config* cfg, const Section* preset, const char* recipe) {
     Config copy = *cfg;
     copy.steps = section_int(preset, "copy_steps", recipe);
     copy.batch_size = section_int(preset, "copy_batch_size", recipe);
     copy.seq_len = NEEDLE_COPY_SEQ_LEN;
     copy.grad_accum = 1;
     copy.lr_final = copy.lr;
-    if (copy.warmup_steps > copy.steps) copy.warmup_steps = copy.steps;
     snprintf(copy.data, sizeof(copy.data), "%.*s/copy", (int)sizeof(copy.data) - 6, cfg->data);
     snprintf(copy.out, sizeof(copy.out), "%.*s_copy", (int)sizeof(copy.out) - 6, cfg->out);
     config_validate(&copy);
-    snprintf(cfg->init_from, sizeof(cfg->init_from), "%.*s/checkpoint.h5", (int)sizeof(cfg->init_from) - 15, copy.out);
     return copy;
 }
 
@@ -85,8 +83,8 @@ static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, c
     fflush(stdout);
     run = registry_begin_run(reg, experiment, row, cfg->seed, cfg);
     double seconds = train_recorded(reg, run, cfg);
-    char checkpoint[4200];
-    snprintf(checkpoint, sizeof(checkpoint), "%s/checkpoint.h5", cfg->out);
+    char checkpoint[CONFIG_STR + 16];
+    config_checkpoint_path(cfg, checkpoint, sizeof(checkpoint));
     registry_evaluation(reg, run, "train_seconds", seconds);
     registry_artifact(reg, run, "checkpoint", checkpoint);
     registry_end_run(reg, run, RUN_FINISHED);
@@ -95,11 +93,10 @@ static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, c
 
 // The training mix: made from the preset's corpus when missing, and it must be cut for seq_len
 static void ensure_data(const Config* cfg, const Section* preset, const char* recipe) {
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/copy/train.bin", cfg->data);
-    int complete = access(path, R_OK) == 0;
+    char path[4200], copy_path[4200];
     snprintf(path, sizeof(path), "%s/train.bin", cfg->data);
-    if (!complete || access(path, R_OK) != 0) {
+    snprintf(copy_path, sizeof(copy_path), "%s/copy/train.bin", cfg->data);
+    if (access(path, R_OK) != 0 || access(copy_path, R_OK) != 0) {
         const char* corpus = section_get(preset, "corpus");
         if (!corpus) die("%s: [preset %s] needs 'corpus', the prepared data the training mix is made from", recipe, preset->name);
         printf("making the needle training mix %s from %s\n", cfg->data, corpus);
@@ -521,6 +518,7 @@ int needle_main(const NeedleOptions* opt) {
         snprintf(rows[i].name, sizeof(rows[i].name), "%s", r->rows[i].name);
         rows[i].cfg = row_config(r, preset, &r->rows[i], opt->results);
         rows[i].copy_cfg = copy_stage_config(&rows[i].cfg, preset, opt->recipe);
+        config_checkpoint_path(&rows[i].copy_cfg, rows[i].cfg.init_from, sizeof(rows[i].cfg.init_from));
         size_t a = model_param_count(&rows[i].cfg, 1), b = model_param_count(&rows[0].cfg, 1);
         if (fabs((double)a - (double)b) > 0.01 * (double)b) {
             die("%s: row '%s' has %zu parameters (without the vocabulary), more than 1%% from row '%s' (%zu)", opt->recipe,
@@ -544,7 +542,7 @@ int needle_main(const NeedleOptions* opt) {
         snprintf(copy_name, sizeof(copy_name), "%s_copy", row->name);
         trained_run(&reg, experiment, copy_name, &row->copy_cfg);
         row->run = trained_run(&reg, experiment, row->name, &row->cfg);
-        snprintf(row->checkpoint, sizeof(row->checkpoint), "%s/checkpoint.h5", row->cfg.out);
+        config_checkpoint_path(&row->cfg, row->checkpoint, sizeof(row->checkpoint));
         CheckpointInfo info;
         checkpoint_load(row->checkpoint, &row->model, NULL, &info);
         if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);

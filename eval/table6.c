@@ -64,7 +64,7 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
 
     Model model;
     CheckpointInfo info;
-    snprintf(path, sizeof(path), "%s/checkpoint.h5", cfg->out);
+    config_checkpoint_path(cfg, path, sizeof(path));
     checkpoint_load(path, &model, NULL, &info);
     Shard train, val;
     char shard[4096];

@@ -219,6 +219,8 @@ void config_validate(const Config* cfg) {
     parse_lambda_init(cfg, &constant);
 }
 
+void config_checkpoint_path(const Config* cfg, char* path, size_t n) { snprintf(path, n, "%s/checkpoint.h5", cfg->out); }
+
 char* config_to_text(const Config* cfg) {
     size_t cap = N_KEYS * (CONFIG_STR + 64), len = 0;
     char* text = mallocCheck(cap);

@@ -3,6 +3,8 @@
 #ifndef CONFIG_H
 #define CONFIG_H
 
+#include <stddef.h>
+
 #define CONFIG_STR 256
 
 typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2 } AttentionKind;
@@ -49,6 +51,8 @@ const char* config_set(Config* cfg, const char* key, const char* value);
 void config_validate(const Config* cfg);
 // "key = value" lines for every key, loadable again with config_load_string.
 char* config_to_text(const Config* cfg);
+// "<out>/checkpoint.h5": where a run of this config keeps its checkpoint
+void config_checkpoint_path(const Config* cfg, char* path, size_t n);
 void config_load_string(Config* cfg, const char* text, const char* origin);
 
 const char* config_attention_name(const Config* cfg);  // "standard", "diff", "diff2"

@@ -61,7 +61,7 @@ static void init_from_checkpoint(Model* model, const char* path, uint64_t tokeni
     checkpoint_load(path, &src, NULL, &info);
     if (!info.finished) die("key 'init_from': '%s' is not a finished run's checkpoint (step %d of %d)", path, info.step, src.cfg.steps);
     if (info.tokenizer_hash != tokenizer_hash) die("key 'init_from': '%s' was trained with another tokenizer than this run's data", path);
-    if (src.V != model->V || src.n_tensors != model->n_tensors) die("key 'init_from': '%s' has another architecture than this config", path);
+    if (src.n_tensors != model->n_tensors) die("key 'init_from': '%s' has another architecture than this config", path);
     for (int i = 0; i < model->n_tensors; i++) {
         const ParamTensor *a = &src.tensors[i], *b = &model->tensors[i];
         if (strcmp(a->name, b->name) || a->shape[0] != b->shape[0] || a->shape[1] != b->shape[1]) {
@@ -112,7 +112,7 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     if (train.vocab_size != tok.vocab_size || val.vocab_size != tok.vocab_size) die("key 'data': shards and tokenizer in '%s' disagree on the vocabulary", cfg->data);
 
     mkdir_p(cfg->out);
-    snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", cfg->out);
+    config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
     snprintf(log_path, sizeof(log_path), "%s/log.tsv", cfg->out);
     Model model;
     AdamW opt;

@@ -89,9 +89,9 @@ expect_fail "needle: copy stage unset" "\\[smoke\\] needs a positive 'copy_steps
 # kill -9 during a copy stage, then rerun: the killed attempt is KILLED (never FINISHED), the
 # next one resumes from its checkpoint, and its log equals that of a run that never stopped
 sed 's/^copy_steps = 4$/copy_steps = 300/' "$work/needle.ini" > "$work/long.ini"
-long() { $bin needle "$work/long.ini" --preset smoke --task table2 --results "$work/$1" --plots "$work/plots_$1"; }
-$bin needle "$work/long.ini" --preset smoke --task table2 --results "$work/killed" --plots "$work/plots_killed" > "$work/killed.log" 2>&1 &
-pid=$!
+long=($bin needle "$work/long.ini" --preset smoke --task table2)
+"${long[@]}" --results "$work/killed" --plots "$work/plots_killed" > "$work/killed.log" 2>&1 &
+pid=$!  # the binary itself, so kill -9 reaches it
 ckpt="$work/killed/needle/smoke/standard_copy/checkpoint.h5"
 for _ in $(seq 1 600); do [ -e "$ckpt" ] && break; sleep 0.05; done
 kill -9 $pid
@@ -99,11 +99,11 @@ wait $pid 2>/dev/null
 status() { sqlite3 "$work/$1/registry.sqlite" "SELECT group_concat(status, ' ') FROM (SELECT status FROM runs WHERE row = 'standard_copy' ORDER BY attempt)"; }
 expect "killed copy stage is not FINISHED" test "$(status killed)" = RUNNING
 expect "killed copy stage's checkpoint is not finished" bash -c "h5dump -a finished '$ckpt' | grep -q '(0): 0'"
-long killed > "$work/resumed.log" 2>&1
+"${long[@]}" --results "$work/killed" --plots "$work/plots_killed" > "$work/resumed.log" 2>&1
 expect "rerun after the kill exits 0" test $? -eq 0
 expect "rerun resumes from the checkpoint" grep -q "^resuming $ckpt from step [1-9]" "$work/resumed.log"
 expect "attempts: KILLED, then FINISHED" test "$(status killed)" = "KILLED FINISHED"
-long nonstop > /dev/null 2>&1
+"${long[@]}" --results "$work/nonstop" --plots "$work/plots_nonstop" > /dev/null 2>&1
 expect "resumed copy stage's log equals a non-stop run's" cmp -s "$work/killed/needle/smoke/standard_copy/log.tsv" "$work/nonstop/needle/smoke/standard_copy/log.tsv"
 expect "resumed table equals a non-stop run's" cmp -s <(grep '^| standard' "$work/killed/table2.md") <(grep '^| standard' "$work/nonstop/table2.md")
 
