@@ -270,12 +270,10 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
             // copy practice keeps the induction heads of the copy stage at long range
             copy_practice(ids + n, seq_len, &train, 8, 64, s);
         } else if (b % 3 == 0) {
-            // one episode of 128..seq_len tokens ends the block; corpus text from a random
-            // place fills the rest
-            int length = 128 + (int)(hash64(s) % (uint64_t)(seq_len > 128 ? seq_len - 127 : 1));
-            size_t from = hash64(s ^ 1) % (train.n_tokens - seq_len);
-            for (int i = 0; i < seq_len - length; i++) ids[n + i] = train.tokens[from + i];
-            add_episode(ids + n + seq_len - length, &src, length, max_needles, s);
+            // one episode fills the block, so needles up to seq_len tokens before their
+            // question are as common as near ones: the far ones are what evaluation asks
+            // at depth 0% and what episodes of random length rarely show
+            add_episode(ids + n, &src, seq_len, max_needles, s);
         } else {
             // short episodes back to back: every token of the block is retrieval practice
             int at = 0;

@@ -70,7 +70,7 @@ int needle_answer_correct(const char* continuation, int number);
 
 // Writes OUT_DIR/{tokenizer.bin, train.bin, val.bin}: DATA_DIR's training text cut into blocks
 // of seq_len tokens, plus NEEDLE_EPISODES_PER_BLOCK times as many blocks, in turn: one
-// training episode of 128..seq_len tokens after corpus text; training episodes of 160..800
+// training episode of seq_len tokens; training episodes of 160..800
 // tokens back to back (N uniform in 1..max_needles, every needle asked and answered, needles
 // at random places); copy practice (spans of 8..64 tokens of training text, each followed by
 // itself). Validation text copied. OUT_DIR/copy/ holds the copy stage's data: copy practice
