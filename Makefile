@@ -58,10 +58,11 @@ build/obj/%.o: %.c $(HEADERS) | build/deps.stamp
 	$(CC) $(CFLAGS) -c -o $@ $<
 build/obj/model/vecmath.o: CFLAGS += -ffast-math
 
-# checkpoint.c and registry.c record the commit: rebuild them whenever `git describe` changes
+# these files record the commit: rebuild them whenever `git describe` changes
+COMMIT_OBJS := $(patsubst %.c,build/obj/%.o,$(shell grep -l GIT_COMMIT $(CORE)))
 build/commit.txt: FORCE | build/deps.stamp
 	@echo '$(GIT_COMMIT)' | cmp -s - $@ || echo '$(GIT_COMMIT)' > $@
-build/obj/model/checkpoint.o build/obj/eval/registry.o: build/commit.txt
+$(COMMIT_OBJS): build/commit.txt
 FORCE:
 
 build/difftx: build/obj/model/main.o $(OBJS)
