@@ -88,7 +88,7 @@ table6: build/difftx data/default/train.bin
 	build/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
-# NEEDLE_PRESET=smoke|default. The first of them trains both models (about 90 minutes).
+# NEEDLE_PRESET=smoke|default. The first of them trains both models (about 110 minutes).
 NEEDLE_PRESET ?= default
 table2 fig5 table3: build/difftx data/default/train.bin
 	build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --task $@

@@ -1,7 +1,7 @@
 // Needle episodes and retrieval: generator (depth placement at sentence ends, unique cities,
 // train/eval disjointness, determinism), the answer scorer on hand cases, cached decoding
 // equal to the full forward pass, the analysis maps times V equal to the fused attention
-// output, and attention allocation on a hand-made row.
+// output, attention allocation on a hand-made row, and the training mix's episode blocks.
 #define _DEFAULT_SOURCE
 #include <math.h>
 #include <string.h>
@@ -269,6 +269,47 @@ static void test_allocation(void) {
           "DIFF row (1 - 0.5 x 0.25) / 0.5 on the answer: %.3f, the row sums to 1", d.answer);
 }
 
+static int count_of(const char* text, const char* what) {
+    int n = 0;
+    for (const char* p = strstr(text, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+// The needle mix: after the text blocks, every third block is a single training episode that
+// fills it (BOS first, no other separator), so its needles can sit a whole block before their
+// questions; every needle is asked and answered, the questions come last.
+static void test_training_mix(const char* data_dir, const Tokenizer* tok, size_t text_tokens) {
+    // the fixture's 327-id tokenizer spends about 90 tokens on a needle, its question and
+    // answer, so the shortest episodes (160 tokens) hold one needle
+    const int T = 512;
+    char mix[256], path[300];
+    snprintf(mix, sizeof(mix), "%s/../mix", data_dir);
+    needle_prepare(mix, data_dir, "data/cities.txt", T, 1, 11);
+    Shard s;
+    snprintf(path, sizeof(path), "%s/train.bin", mix);
+    shard_load(&s, path);
+    size_t text_blocks = text_tokens / T, blocks = s.n_tokens / T;
+    CHECK(s.block == T && blocks == text_blocks * (1 + NEEDLE_EPISODES_PER_BLOCK), "mix: %zu blocks of %d after %zu of text",
+          blocks, s.block, text_blocks);
+    int ids[512], single = 1, asked = 1, last = 1, checked = 0;
+    char text[512 * 64];
+    for (size_t b = text_blocks; b < blocks; b += 3) {
+        int separators = 0;
+        for (int t = 0; t < T; t++) separators += (ids[t] = s.tokens[b * T + t]) == TOKEN_EOT;
+        single &= ids[0] == TOKEN_EOT && separators == 1;
+        text[tokenizer_decode(tok, ids, T, text)] = '\0';
+        int questions = count_of(text, "What is the special magic");
+        asked &= questions >= 1 && count_of(text, " number is: ") == 2 * questions;
+        const char* first = strstr(text, " What is");
+        last &= first && first - text > (long)strlen(text) / 2 && text[strlen(text) - 1] == '.';
+        checked++;
+    }
+    CHECK(checked > 10 && single, "mix: %d single-episode blocks, each one episode from BOS to its end", checked);
+    CHECK(asked, "mix: in every single-episode block each needle is asked and answered once");
+    CHECK(last, "mix: the questions close each single-episode block, its answer last");
+    shard_free(&s);
+}
+
 int main(void) {
     const char* dir = "build/needle_fixture";
     char corpus[128], data[128], cities[128];
@@ -313,6 +354,7 @@ int main(void) {
     test_maps_times_v(2, 1);
     test_allocation();
     test_copy_score();
+    test_training_mix(data, &tok, train.n_tokens);
     needle_source_free(&eval_src);
     needle_source_free(&train_src);
     shard_free(&val);
