@@ -133,6 +133,10 @@ double train_recorded(Registry* reg, int64_t run, const Config* cfg) {
     TrainObserver observer = {buffer_metric, flush_metrics, &buffer};
     double t0 = wall_time();
     train_run(cfg, 0, &observer);
+    // the mix is made from code that changes, so its hash is what says which data a run saw
+    char data[CONFIG_STR + 16];
+    snprintf(data, sizeof(data), "%s/train.bin", cfg->data);
+    registry_artifact(reg, run, "training_data", data);
     free(buffer.keys);
     free(buffer.steps);
     free(buffer.tokens);

@@ -46,7 +46,8 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
 int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path);
 
 // Trains cfg (resuming from its checkpoint) as registry run `run`, whose metrics are stored
-// at each checkpoint so a killed run stores no step twice; returns the wall seconds.
+// at each checkpoint so a killed run stores no step twice, and records its training shard as
+// artifact `training_data`; returns the wall seconds.
 double train_recorded(Registry* reg, int64_t run, const Config* cfg);
 
 #endif

@@ -26,6 +26,8 @@ expect "copy stage data made from the corpus" test -s "$work/mix/copy/train.bin"
 expect "both rows trained and FINISHED, each after its copy stage" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT row FROM runs WHERE status = 'FINISHED' ORDER BY id)")" = "standard_copy standard diff_copy diff"
 expect "copy stage: 64-token windows of copy practice at a constant lr" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff_copy'\" | grep -c '^seq_len = 64\$\|^data = $work/mix/copy\$\|^lr_final = 0.00200000009\$\|^steps = 4\$' | grep -qx 4"
 expect "needle run starts from the copy stage's checkpoint" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff'\" | grep -qx 'init_from = $work/results/needle/smoke/diff_copy/checkpoint.h5'"
+hash() { sha256sum "$1" | cut -c1-64; }
+expect "each stage's training data recorded by its sha256" test "$(sql "SELECT group_concat(r.row || ':' || (a.sha256 = CASE WHEN r.row LIKE '%_copy' THEN '$(hash "$work/mix/copy/train.bin")' ELSE '$(hash "$work/mix/train.bin")' END), ' ') FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE a.kind = 'training_data' ORDER BY a.rowid")" = "standard_copy:1 standard:1 diff_copy:1 diff:1"
 expect "copying check stored with its first-copy baseline" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('copy_score', 'copy_score_first') AND value BETWEEN 0 AND 1")" = 4
 expect "table2 written" grep -q "| N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |" "$work/results/table2.md"
 expect "paper row beside" grep -q "| paper DIFF | 1.00 | 0.92 | 0.84 | 0.85 |" "$work/results/table2.md"
