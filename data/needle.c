@@ -242,7 +242,7 @@ static void copy_practice(int* out, size_t n, const Shard* text, int span_min, i
 // The copy stage's data: copy practice of as many tokens as the text
 static void write_copy_shard(const char* path, const Shard* text, uint64_t seed) {
     int* ids = mallocCheck(text->n_tokens * sizeof(int));
-    copy_practice(ids, text->n_tokens, text, 8, NEEDLE_COPY_SPAN_MAX, seed);
+    copy_practice(ids, text->n_tokens, text, NEEDLE_COPY_SPAN_MIN, NEEDLE_COPY_SPAN_MAX, seed);
     shard_write(path, ids, text->n_tokens, 1, text->vocab_size, 0);
     free(ids);
 }
@@ -268,7 +268,7 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
         uint64_t s = hash64(seed + b);
         if (b % 3 == 2) {
             // copy practice keeps the induction heads of the copy stage at long range
-            copy_practice(ids + n, seq_len, &train, 8, 64, s);
+            copy_practice(ids + n, seq_len, &train, NEEDLE_COPY_SPAN_MIN, 64, s);
         } else if (b % 3 == 0) {
             // one episode fills the block, so needles up to seq_len tokens before their
             // question are as common as near ones: the far ones are what evaluation asks

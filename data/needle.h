@@ -23,7 +23,8 @@
 #define NEEDLE_TRAIN_NEEDLES 8  // training episodes hold 1..8 needles
 #define NEEDLE_EPISODES_PER_BLOCK 3  // training blocks (episodes, copy practice) per block of plain text
 #define NEEDLE_COPY_SEQ_LEN 64     // the copy stage's windows ...
-#define NEEDLE_COPY_SPAN_MAX 28    // ... hold a span of up to 28 tokens and its copy
+#define NEEDLE_COPY_SPAN_MIN 8     // ... hold a span of 8..28 tokens and its copy
+#define NEEDLE_COPY_SPAN_MAX 28
 
 typedef enum { NEEDLE_TRAIN, NEEDLE_EVAL } NeedleSplit;
 
@@ -70,12 +71,12 @@ int needle_answer_correct(const char* continuation, int number);
 
 // Writes OUT_DIR/{tokenizer.bin, train.bin, val.bin}: DATA_DIR's training text cut into blocks
 // of seq_len tokens, plus NEEDLE_EPISODES_PER_BLOCK times as many blocks, in turn: one
-// training episode of seq_len tokens; training episodes of 160..800
-// tokens back to back (N uniform in 1..max_needles, every needle asked and answered, needles
-// at random places); copy practice (spans of 8..64 tokens of training text, each followed by
-// itself). Validation text copied. OUT_DIR/copy/ holds the copy stage's data: copy practice
-// with spans of 8..NEEDLE_COPY_SPAN_MAX tokens, from the training text (train.bin) and from
-// the validation text (val.bin).
+// training episode of seq_len tokens; training episodes of 160..800 tokens back to back (N
+// uniform in 1..max_needles, every needle asked and answered, needles at random places); copy
+// practice (spans of 8..64 tokens of training text, each followed by itself). Validation text
+// copied. OUT_DIR/copy/ holds the copy stage's data: copy practice with spans of
+// NEEDLE_COPY_SPAN_MIN..NEEDLE_COPY_SPAN_MAX tokens, from the training text (train.bin) and
+// from the validation text (val.bin).
 void needle_prepare(const char* out_dir, const char* data_dir, const char* cities_path, int seq_len, int max_needles,
                     uint64_t seed);
 

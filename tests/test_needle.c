@@ -278,12 +278,11 @@ static int count_of(const char* text, const char* what) {
 // The needle mix: after the text blocks, every third block is a single training episode that
 // fills it (BOS first, no other separator), so its needles can sit a whole block before their
 // questions; every needle is asked and answered, the questions come last.
-static void test_training_mix(const char* data_dir, const Tokenizer* tok, size_t text_tokens) {
+static void test_training_mix(const char* mix, const char* data_dir, const Tokenizer* tok, size_t text_tokens) {
     // the fixture's 327-id tokenizer spends about 90 tokens on a needle, its question and
     // answer, so the shortest episodes (160 tokens) hold one needle
     const int T = 512;
-    char mix[256], path[300];
-    snprintf(mix, sizeof(mix), "%s/../mix", data_dir);
+    char path[300];
     needle_prepare(mix, data_dir, "data/cities.txt", T, 1, 11);
     Shard s;
     snprintf(path, sizeof(path), "%s/train.bin", mix);
@@ -354,7 +353,9 @@ int main(void) {
     test_maps_times_v(2, 1);
     test_allocation();
     test_copy_score();
-    test_training_mix(data, &tok, train.n_tokens);
+    char mix[128];
+    snprintf(mix, sizeof(mix), "%s/mix", dir);
+    test_training_mix(mix, data, &tok, train.n_tokens);
     needle_source_free(&eval_src);
     needle_source_free(&train_src);
     shard_free(&val);
