@@ -23,12 +23,19 @@ CFLAGS ?= -O3 $(ARCH)
 CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"'
 LDLIBS = $(PKG_LIBS) -lmvec -fopenmp
 
-CORE := model/util.c model/config.c model/layers.c model/attention.c model/model.c model/optim.c \
-        model/checkpoint.c model/h5.c model/train.c model/vecmath.c data/tokenizer.c data/dataset.c data/needle.c \
-        eval/registry.c eval/arhit.c eval/table6.c eval/retrieval.c eval/recipe.c eval/attnmap.c eval/needle_tasks.c
+# Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
+# experiments/, and the command line difftx.c.
+BACKENDS := model/cpu/backend_cpu.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
+MODEL := model/util.c model/h5.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
+         model/checkpoint.c $(BACKENDS)
+DATA := data/tokenizer.c data/dataset.c data/needle.c
+EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c
+EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
+               experiments/table6.c experiments/needle_tasks.c experiments/attn_plot.c
+CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,build/obj/%.o,$(CORE))
-HEADERS := $(wildcard model/*.h data/*.h eval/*.h tests/*.h)
-TESTS := test_grad test_reference test_tokenizer test_train test_eval test_needle
+HEADERS := $(wildcard model/*.h model/cpu/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
+TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes
 
 .PHONY: all deps data train test bench table6 table2 fig5 table3 clean FORCE
 .SECONDARY:
@@ -56,7 +63,7 @@ deps: build/deps.stamp
 build/obj/%.o: %.c $(HEADERS) | build/deps.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
-build/obj/model/vecmath.o: CFLAGS += -ffast-math
+build/obj/model/cpu/vecmath.o: CFLAGS += -ffast-math
 
 # these files record the commit: rebuild them whenever `git describe` changes
 COMMIT_OBJS := $(patsubst %.c,build/obj/%.o,$(shell grep -l GIT_COMMIT $(CORE)))
@@ -65,7 +72,7 @@ build/commit.txt: FORCE | build/deps.stamp
 $(COMMIT_OBJS): build/commit.txt
 FORCE:
 
-build/difftx: build/obj/model/main.o $(OBJS)
+build/difftx: build/obj/difftx.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 build/test_%: build/obj/tests/test_%.o $(OBJS)

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../model/util.h"
-#include "tokenizer.h"
 
 typedef struct {
     char** paths;
@@ -148,6 +148,33 @@ void shard_load(Shard* s, const char* path) {
 }
 
 void shard_free(Shard* s) { free(s->tokens); }
+
+void data_open(DataDir* d, const char* dir, int parts) {
+    memset(d, 0, sizeof(*d));
+    if ((size_t)snprintf(d->dir, sizeof(d->dir), "%s", dir) >= sizeof(d->dir)) die("key 'data': path too long: %s", dir);
+    d->parts = parts;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
+    if (access(path, R_OK) != 0) die("key 'data': '%s' has no readable tokenizer.bin; run `make data` or `difftx prepare` first", dir);
+    tokenizer_load(&d->tok, path);
+    Shard* shards[2] = {&d->train, &d->val};
+    static const char* names[2] = {"train.bin", "val.bin"};
+    for (int i = 0; i < 2; i++) {
+        if (!(parts & (1 << i))) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        shard_load(shards[i], path);
+        if (shards[i]->vocab_size != d->tok.vocab_size) {
+            die("key 'data': '%s' has vocabulary %d but '%s/tokenizer.bin' has %d", path, shards[i]->vocab_size, dir,
+                d->tok.vocab_size);
+        }
+    }
+}
+
+void data_close(DataDir* d) {
+    tokenizer_free(&d->tok);
+    if (d->parts & DATA_TRAIN) shard_free(&d->train);
+    if (d->parts & DATA_VAL) shard_free(&d->val);
+}
 
 void loader_init(Loader* l, const Shard* shard, int T, uint64_t seed) {
     if (shard->n_tokens < (size_t)T + 1) die("shard of %zu tokens is shorter than one window of seq_len + 1 = %d", shard->n_tokens, T + 1);

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tokenizer.h"
+
 #define SHARD_MAGIC 20261121
 #define SHARD_VERSION 1
 #define VAL_EVERY 20
@@ -30,6 +32,18 @@ void shard_load(Shard* s, const char* path);
 void shard_free(Shard* s);
 // ids (n) written as a shard of n_docs documents, via a temporary file and rename
 void shard_write(const char* path, const int* ids, size_t n, int n_docs, int vocab_size, int block);
+
+// A folder made by `prepare`: its tokenizer and the shards asked for (DATA_TRAIN, DATA_VAL),
+// whose vocabularies must be the tokenizer's. Dies naming the folder as the `data` key.
+enum { DATA_TRAIN = 1, DATA_VAL = 2 };
+typedef struct {
+    char dir[4096];
+    Tokenizer tok;
+    Shard train, val;  // loaded as asked
+    int parts;
+} DataDir;
+void data_open(DataDir* d, const char* dir, int parts);
+void data_close(DataDir* d);
 
 // Training batches: the shard is cut into windows of T+1 tokens (T inputs, T targets shifted
 // by one); each epoch visits every window once in an order drawn from (seed, epoch). Row r of

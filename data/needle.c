@@ -249,15 +249,11 @@ static void write_copy_shard(const char* path, const Shard* text, uint64_t seed)
 
 void needle_prepare(const char* out_dir, const char* data_dir, const char* cities_path, int seq_len, int max_needles,
                     uint64_t seed) {
-    char path[4096], out[4096];
-    Tokenizer tok;
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", data_dir);
-    tokenizer_load(&tok, path);
-    Shard train, val;
-    snprintf(path, sizeof(path), "%s/train.bin", data_dir);
-    shard_load(&train, path);
-    snprintf(path, sizeof(path), "%s/val.bin", data_dir);
-    shard_load(&val, path);
+    char path[4200], out[4096];
+    DataDir data;
+    data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
+    const Tokenizer tok = data.tok;
+    const Shard train = data.train, val = data.val;
     NeedleSource src;
     needle_source_init(&src, &tok, &train, cities_path, NEEDLE_TRAIN);
     size_t blocks = train.n_tokens / seq_len, episodes = NEEDLE_EPISODES_PER_BLOCK * blocks;
@@ -290,6 +286,7 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     snprintf(out, sizeof(out), "%s/train.bin", out_dir);
     shard_write(out, ids, n, train.n_documents + (int)episodes, tok.vocab_size, seq_len);
     snprintf(out, sizeof(out), "%s/val.bin", out_dir);
+    snprintf(path, sizeof(path), "%s/val.bin", data_dir);
     copy_file(path, out);
     snprintf(path, sizeof(path), "%s/tokenizer.bin", data_dir);
     snprintf(out, sizeof(out), "%s/tokenizer.bin", out_dir);
@@ -304,7 +301,5 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     write_copy_shard(out, &val, hash64(seed ^ 3));
     free(ids);
     needle_source_free(&src);
-    shard_free(&train);
-    shard_free(&val);
-    tokenizer_free(&tok);
+    data_close(&data);
 }

@@ -41,18 +41,20 @@ SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* tab
     int* targets = mallocCheck(N * sizeof(int));
     int* window = mallocCheck(((size_t)T + 1) * sizeof(int));
     unsigned char* hit = mallocCheck(T);
+    float* row_loss = mallocCheck(N * sizeof(float));
     double sum_all = 0, sum_hit = 0;
     long n_all = 0, n_hit = 0;
     for (int first = 0; first < n_windows; first += batch) {
         int rows = n_windows - first < batch ? n_windows - first : batch;
         loader_eval_rows(val, T, first, rows, inputs, targets);
         model_forward(model, inputs, targets, rows, T, 0);
+        model_row_losses(model, row_loss);
         for (int b = 0; b < rows; b++) {
             window[0] = inputs[(size_t)b * T];
             memcpy(window + 1, targets + (size_t)b * T, T * sizeof(int));
             arhit_classify(table, window, T, hit);
             for (int t = 0; t < T; t++) {
-                double l = model->row_loss[(size_t)b * T + t];
+                double l = row_loss[(size_t)b * T + t];
                 sum_all += l;
                 n_all++;
                 if (hit[t]) { sum_hit += l; n_hit++; }
@@ -63,6 +65,7 @@ SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* tab
     free(targets);
     free(window);
     free(hit);
+    free(row_loss);
     SliceLoss s = {sum_all / n_all, n_hit ? sum_hit / n_hit : NAN, n_all > n_hit ? (sum_all - sum_hit) / (n_all - n_hit) : NAN,
                    (double)n_hit / n_all, n_all};
     return s;

@@ -1,5 +1,5 @@
-// Attention maps of selected episodes in one HDF5 file, and their rendering without the model
-// (`difftx attn`). Layout (docs/attention_maps.md):
+// Attention maps of selected episodes in one HDF5 file (drawn without the model by
+// `difftx attn`, experiments/attn_plot.c). Layout (docs/attention_maps.md):
 //   /                        attrs format, attention, checkpoint, git_commit, machine, n_layer, n_head
 //   /sample_SSS              attrs depth, n_context, n_needles, length, seed
 //   /sample_SSS/tokens       int32 (T)      prompt ids: BOS, haystack with needles, question 0
@@ -36,8 +36,5 @@ int maps_file_sample(MapsFile* f, const Episode* e, const Tokenizer* tok, int le
 void maps_file_head(void* f, int layer, int head, const HeadMaps* maps);
 // Closes and renames into place
 void maps_file_close(MapsFile* f);
-
-// Renders sample / layer / head of a maps file to png with gnuplot (plots/attn.gp)
-void attn_render(const char* path, int sample, int layer, int head, const char* png);
 
 #endif

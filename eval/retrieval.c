@@ -12,8 +12,9 @@ int episode_cache_need(const Episode* e) {
     return e->n_context + longest + ANSWER_TOKENS;
 }
 
-static int argmax_last_row(const Model* m, int n) {
-    const float* logits = m->logits + (size_t)(n - 1) * m->V;
+// The most likely next token after row n - 1 of the last forward; logits (V) is scratch
+static int argmax_last_row(const Model* m, int n, float* logits) {
+    model_logits(m, n - 1, logits);
     int best = 0;
     for (int v = 1; v < m->V; v++) best = logits[v] > logits[best] ? v : best;
     return best;
@@ -28,8 +29,9 @@ static int has_complete_number(const char* s) {
 }
 
 int episode_answer(Model* m, const Tokenizer* tok, const Episode* e, char (*text)[ANSWER_TEXT], int* correct) {
-    if (m->cache_T < episode_cache_need(e)) die("episode needs a cache of %d positions, the model has %d", episode_cache_need(e), m->cache_T);
+    if (model_cache_size(m) < episode_cache_need(e)) die("episode needs a cache of %d positions, the model has %d", episode_cache_need(e), model_cache_size(m));
     model_forward_cached(m, e->tokens, e->n_context, 0);
+    float* logits = mallocCheck((size_t)m->V * sizeof(float));
     int right = 0;
     for (int r = 0; r < e->n_queries; r++) {
         int pos = e->n_context;
@@ -38,7 +40,7 @@ int episode_answer(Model* m, const Tokenizer* tok, const Episode* e, char (*text
         size_t len = 0;
         text[r][0] = 0;
         for (int k = 0; k < ANSWER_TOKENS; k++) {
-            int next = argmax_last_row(m, k == 0 ? e->question_len[r] : 1);
+            int next = argmax_last_row(m, k == 0 ? e->question_len[r] : 1, logits);
             if (next == TOKEN_EOT || len + tok->length[next] >= ANSWER_TEXT) break;
             len += tokenizer_decode(tok, &next, 1, text[r] + len);
             text[r][len] = 0;
@@ -48,6 +50,7 @@ int episode_answer(Model* m, const Tokenizer* tok, const Episode* e, char (*text
         correct[r] = needle_answer_correct(text[r], e->number[e->query[r]]);
         right += correct[r];
     }
+    free(logits);
     return right;
 }
 
@@ -55,6 +58,7 @@ CopyScore copy_score(Model* m, const Shard* text, int half, int sequences, uint6
     int T = 2 * half + 1, right[2] = {0, 0}, total = 0;
     if (text->n_tokens <= (size_t)half) die("copying check: a text of %zu tokens has no span of %d", text->n_tokens, half);
     int* tokens = mallocCheck(T * sizeof(int));
+    float* logits = mallocCheck((size_t)m->V * sizeof(float));
     uint64_t rng = hash64(seed);
     for (int s = 0; s < sequences; s++) {
         size_t from = rng_next(&rng) % (text->n_tokens - half);
@@ -62,11 +66,12 @@ CopyScore copy_score(Model* m, const Shard* text, int half, int sequences, uint6
         for (int i = 1; i <= half; i++) tokens[i] = tokens[i + half] = text->tokens[from + i - 1];
         model_forward(m, tokens, NULL, 1, T, 0);
         for (int i = 1; i < half; i++) {  // row c*half + i predicts token i + 1 of copy c
-            for (int c = 0; c < 2; c++) right[c] += argmax_last_row(m, c * half + i + 1) == tokens[c * half + i + 1];
+            for (int c = 0; c < 2; c++) right[c] += argmax_last_row(m, c * half + i + 1, logits) == tokens[c * half + i + 1];
             total++;
         }
     }
     free(tokens);
+    free(logits);
     CopyScore score = {(double)right[0] / total, (double)right[1] / total};
     return score;
 }
@@ -82,20 +87,20 @@ Allocation allocation_of_row(const float* row, int visible, int context, int ans
     return a;
 }
 
-void combined_row(float* out, const HeadMaps* maps, int row) {
+void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out) {
     const float* a0 = maps->A + (size_t)row * maps->T;
     if (maps->M == 1) {
         memcpy(out, a0, maps->T * sizeof(float));
         return;
     }
     const float* a1 = a0 + (size_t)maps->rows * maps->T;
-    float lam = maps->lambda[row], norm = 1.0f / (1.0f - lam);
-    for (int j = 0; j < maps->T; j++) out[j] = (a0[j] - lam * a1[j]) * norm;
+    float lam = maps->lambda[row], norm = normalise ? 1.0f / (1.0f - lam) : 1.0f;
+    for (int j = 0; j < maps->T; j++) out[j] = normalise ? (a0[j] - lam * a1[j]) * norm : a0[j] - lam * a1[j];
 }
 
 Allocation episode_allocation(Model* m, const Episode* e, int all_rows, MapsCallback maps_cb, void* ctx) {
     int T = e->n_context + e->question_len[0];
-    if (m->cache_T < T) die("episode needs a cache of %d positions, the model has %d", T, m->cache_T);
+    if (model_cache_size(m) < T) die("episode needs a cache of %d positions, the model has %d", T, model_cache_size(m));
     model_forward_cached(m, e->tokens, e->n_context, 0);
     model_forward_cached(m, e->question[0], e->question_len[0], e->n_context);
     HeadMaps maps;
@@ -106,21 +111,14 @@ Allocation episode_allocation(Model* m, const Episode* e, int all_rows, MapsCall
     maps.A = mallocCheck((size_t)m->M * maps.rows * T * sizeof(float));
     maps.lambda = mallocCheck(maps.rows * sizeof(float));
     float* row = mallocCheck(T * sizeof(float));
-    AttnShape shape = m->shape;
-    shape.B = 1;
-    shape.T = T;
-    shape.q0 = maps.first_row;
-    int lam_col = attention_lambda_offset(&shape);
     Allocation total = {0, 0, 0, 0};
     for (int l = 0; l < m->L; l++) {
-        const float* qkv = m->cache + (size_t)l * m->cache_T * m->QKV;  // (T, QKV)
         for (int h = 0; h < m->H; h++) {
-            attention_maps(maps.A, qkv, &shape, h);
+            model_attention_maps(m, l, h, maps.first_row, T, maps.A, maps.lambda);
             for (int r = 0; r < maps.rows; r++) {
                 int t = maps.first_row + r;
-                maps.lambda[r] = lam_col >= 0 ? qkv[(size_t)t * m->QKV + lam_col + h] : m->M == 2 ? m->lambda[l] : 0.0f;
                 if (t < e->n_context) continue;
-                combined_row(row, &maps, r);
+                head_maps_combined_row(&maps, r, 1, row);
                 Allocation a = allocation_of_row(row, t + 1, e->n_context, e->start[0], e->len[0]);
                 total.answer += a.answer;
                 total.noise += a.noise;

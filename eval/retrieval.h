@@ -58,7 +58,8 @@ typedef struct {
 typedef void (*MapsCallback)(void* ctx, int layer, int head, const HeadMaps* maps);
 Allocation episode_allocation(Model* model, const Episode* e, int all_rows, MapsCallback maps_cb, void* ctx);
 
-// The normalised combined map of one row: (A_0 - lambda A_1) / (1 - lambda), or A_0
-void combined_row(float* out, const HeadMaps* maps, int row);
+// The combined map of one row, A_0 - lambda A_1 (A_0 with one map): the weights the forward
+// pass applies to V; normalise divides by its sum 1 - lambda
+void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out);
 
 #endif

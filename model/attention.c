@@ -1,211 +1,24 @@
 #include "attention.h"
 
-#include <cblas.h>
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
+const AttnVariant ATTN_VARIANTS[ATTN_VARIANT_COUNT] = {
+    [ATTN_STANDARD] = {"standard", 1, 0, LAMBDA_NONE, 0, 0},
+    [ATTN_DIFF] = {"diff", 2, 0, LAMBDA_PER_LAYER, 1, 1},
+    [ATTN_DIFF2] = {"diff2", 2, 1, LAMBDA_PER_TOKEN, 0, 0},
+};
 
-#include "layers.h"
-#include "util.h"
-#include "vecmath.h"
-
-// Shapes and strides of one attention call, derived once.
-typedef struct {
-    int B, T, H, D, M, shared_kv, q0;
-    int Dv;       // value width per head
-    int QK;       // query columns, M*H*D
-    int KW;       // key columns
-    int HDv;      // output columns
-    int lam;      // lambda columns offset, -1 without
-    int QKV;      // row width
-    float scale;
-} Dims;
-
-// Per-thread scratch kept between calls: freeing it each call would hand the pages back to
-// the kernel and fault them in again on every layer (several percent of a training step).
-static float* thread_scratch(size_t floats) {
-    static _Thread_local float* buffer;
-    static _Thread_local size_t capacity;
-    if (floats > capacity) {
-        free(buffer);
-        buffer = mallocCheck(floats * sizeof(float));
-        capacity = floats;
-    }
-    return buffer;
+AttnShape attention_shape(const AttnVariant* v, int H, int D) {
+    AttnShape s = {0, 0, H, D, v->maps, v->shared_kv, v->lambda == LAMBDA_PER_TOKEN, 0};
+    return s;
 }
 
-static Dims dims_of(const AttnShape* s) {
-    Dims d;
-    d.B = s->B; d.T = s->T; d.H = s->H; d.D = s->D; d.M = s->M; d.shared_kv = s->shared_kv; d.q0 = s->q0;
-    d.Dv = s->shared_kv ? s->D : s->M * s->D;
-    d.QK = s->M * s->H * s->D;
-    d.KW = s->shared_kv ? s->H * s->D : d.QK;
-    d.HDv = s->H * d.Dv;
-    d.lam = s->shared_kv ? d.QK + d.KW + d.HDv : -1;
-    d.QKV = d.QK + d.KW + d.HDv + (s->shared_kv ? s->H : 0);
-    d.scale = 1.0f / sqrtf((float)s->D);
-    return d;
+int attention_value_width(const AttnShape* s) { return s->shared_kv ? s->D : s->M * s->D; }
+int attention_key_heads(const AttnShape* s) { return s->shared_kv ? s->H : s->M * s->H; }
+
+int attention_lambda_offset(const AttnShape* s) {
+    if (!s->token_lambda) return -1;
+    return (s->M * s->H + attention_key_heads(s)) * s->D + s->H * attention_value_width(s);
 }
 
-int attention_qkv_width(const AttnShape* s) { return dims_of(s).QKV; }
-int attention_lambda_offset(const AttnShape* s) { return dims_of(s).lam; }
-
-static size_t q_col(const Dims* d, int h, int m) { return (size_t)(h * d->M + m) * d->D; }
-static size_t k_col(const Dims* d, int h, int m) { return d->QK + (size_t)(d->shared_kv ? h : h * d->M + m) * d->D; }
-static size_t v_col(const Dims* d, int h) { return d->QK + d->KW + (size_t)h * d->Dv; }
-
-// lambda of query row t of sequence b, head h
-static float row_lambda(const Dims* d, const float* qkv, float lambda, int b, int h, int t) {
-    return d->lam < 0 ? lambda : qkv[((size_t)b * d->T + t) * d->QKV + d->lam + h];
-}
-
-// S (nq, kn) = scale * Q_blk K^T for map m of head h, rows i0.. of sequence b
-static void block_scores(float* S, const float* qkv, const Dims* d, int b, int h, int m, int i0, int nq, int kn) {
-    const float* base = qkv + (size_t)b * d->T * d->QKV;
-    const float* q = base + (size_t)i0 * d->QKV + q_col(d, h, m);
-    const float* k = base + k_col(d, h, m);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->D, d->scale, q, d->QKV, k, d->QKV, 0.0f, S, kn);
-}
-
-// Softmax of each row of S (nq, kn) over the keys row i0 + r can see; the rest zeroed.
-// Saves the log-sum-exp at row_lse[i0 + r] unless row_lse is NULL.
-static void causal_softmax(float* S, int i0, int nq, int kn, float* row_lse) {
-    for (int r = 0; r < nq; r++) {
-        float* sr = S + (size_t)r * kn;
-        int visible = i0 + r + 1;
-        float l = softmax_inplace(sr, visible);
-        if (row_lse) row_lse[i0 + r] = l;
-        for (int j = visible; j < kn; j++) sr[j] = 0.0f;
-    }
-}
-
-void attention_forward(float* y, float* lse, const float* qkv, float lambda, const AttnShape* s) {
-    Dims d = dims_of(s);
-    int T = d.T, H = d.H, M = d.M, rows = T - d.q0;
-    int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
-    #pragma omp parallel
-    {
-        float* P = thread_scratch((size_t)M * block * T);  // (M, block, T)
-        #pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < d.B; b++) {
-            for (int h = 0; h < H; h++) {
-                const float* v = qkv + (size_t)b * T * d.QKV + v_col(&d, h);
-                for (int i0 = d.q0; i0 < T; i0 += block) {
-                    int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
-                    for (int m = 0; m < M; m++) {
-                        float* S = P + (size_t)m * block * T;
-                        block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
-                        causal_softmax(S, i0, nq, kn, lse ? lse + (((size_t)b * H + h) * M + m) * T : NULL);
-                    }
-                    if (M == 2) {
-                        const float* P1 = P + (size_t)block * T;
-                        for (int r = 0; r < nq; r++) {
-                            float lam = row_lambda(&d, qkv, lambda, b, h, i0 + r);
-                            for (int j = 0; j < kn; j++) P[(size_t)r * kn + j] -= lam * P1[(size_t)r * kn + j];
-                        }
-                    }
-                    float* out = y + ((size_t)b * rows + i0 - d.q0) * d.HDv + (size_t)h * d.Dv;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d.Dv, kn, 1.0f, P, kn, v, d.QKV, 0.0f, out, d.HDv);
-                }
-            }
-        }
-    }
-}
-
-void attention_maps(float* P, const float* qkv, const AttnShape* s, int h) {
-    Dims d = dims_of(s);
-    int T = d.T, rows = T - d.q0;
-    for (int m = 0; m < d.M; m++) {
-        float* Pm = P + (size_t)m * rows * T;
-        block_scores(Pm, qkv, &d, 0, h, m, d.q0, rows, T);
-        causal_softmax(Pm, d.q0, rows, T, NULL);
-    }
-}
-
-float attention_backward(float* dqkv, const float* dy, const float* qkv, const float* lse, float lambda,
-                         const AttnShape* s) {
-    Dims d = dims_of(s);
-    if (d.q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", d.q0);
-    int T = d.T, H = d.H, M = d.M, D = d.D;
-    int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
-    float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below
-    #pragma omp parallel
-    {
-        // P_m (M, block, T), dPV = dy V^T (block, T), the combined map for dV (block, T)
-        float* P = thread_scratch((size_t)(M + 2) * block * T);
-        float* dPV = P + (size_t)M * block * T;
-        float* Pc = dPV + (size_t)block * T;
-        float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK];
-        #pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < d.B; b++) {
-            for (int h = 0; h < H; h++) {
-                const float* base = qkv + (size_t)b * T * d.QKV;
-                float* dbase = dqkv + (size_t)b * T * d.QKV;
-                const float* v = base + v_col(&d, h);
-                float* dv = dbase + v_col(&d, h);
-                // dK and dV of this head gather contributions from every query block
-                for (int t = 0; t < T; t++) {
-                    for (int m = 0; m < (d.shared_kv ? 1 : M); m++) memset(dbase + (size_t)t * d.QKV + k_col(&d, h, m), 0, D * sizeof(float));
-                    memset(dv + (size_t)t * d.QKV, 0, d.Dv * sizeof(float));
-                }
-                float dlambda = 0.0f;
-                for (int i0 = 0; i0 < T; i0 += block) {
-                    int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
-                    const float* dyb = dy + ((size_t)b * T + i0) * d.HDv + (size_t)h * d.Dv;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d.Dv, 1.0f, dyb, d.HDv, v, d.QKV, 0.0f, dPV, kn);
-                    for (int r = 0; r < nq; r++) lam[r] = row_lambda(&d, qkv, lambda, b, h, i0 + r);
-                    for (int m = 0; m < M; m++) {
-                        float* S = P + (size_t)m * block * T;
-                        const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
-                        block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
-                        for (int r = 0; r < nq; r++) {
-                            float* sr = S + (size_t)r * kn;
-                            const float* g = dPV + (size_t)r * kn;
-                            int visible = i0 + r + 1;
-                            float l = row_lse[i0 + r], acc = 0.0f;
-                            for (int j = 0; j < visible; j++) sr[j] -= l;
-                            exp_inplace(sr, visible);
-                            for (int j = 0; j < visible; j++) acc += sr[j] * g[j];
-                            for (int j = visible; j < kn; j++) sr[j] = 0.0f;
-                            rowsum[r] = acc;
-                            if (m == 1) {
-                                // y = O_0 - lambda O_1, and rowsum = dy . O_1
-                                if (d.lam < 0) dlambda -= acc;
-                                else dbase[(size_t)(i0 + r) * d.QKV + d.lam + h] = -acc;
-                            }
-                        }
-                        if (m == 0) {
-                            memcpy(Pc, S, (size_t)nq * kn * sizeof(float));
-                        } else {
-                            for (int r = 0; r < nq; r++) {
-                                for (int j = 0; j < kn; j++) Pc[(size_t)r * kn + j] -= lam[r] * S[(size_t)r * kn + j];
-                            }
-                        }
-                        // dS_m = c_m P_m (dPV - rowsum), c_0 = 1, c_1 = -lambda
-                        for (int r = 0; r < nq; r++) {
-                            float c = m == 0 ? 1.0f : -lam[r];
-                            float* sr = S + (size_t)r * kn;
-                            const float* g = dPV + (size_t)r * kn;
-                            for (int j = 0; j < kn; j++) sr[j] = c * sr[j] * (g[j] - rowsum[r]);
-                        }
-                    }
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d.Dv, nq, 1.0f, Pc, kn, dyb, d.HDv, 1.0f, dv, d.QKV);
-                    for (int m = 0; m < M; m++) {
-                        const float* dS = P + (size_t)m * block * T;
-                        const float* q = base + (size_t)i0 * d.QKV + q_col(&d, h, m);
-                        const float* k = base + k_col(&d, h, m);
-                        float* dq = dbase + (size_t)i0 * d.QKV + q_col(&d, h, m);
-                        float* dk = dbase + k_col(&d, h, m);
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d.scale, dS, kn, k, d.QKV, 0.0f, dq, d.QKV);
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d.scale, dS, kn, q, d.QKV, 1.0f, dk, d.QKV);
-                    }
-                }
-                dlambda_part[b * H + h] = dlambda;
-            }
-        }
-    }
-    float dlambda = 0.0f;
-    for (int i = 0; i < d.B * H; i++) dlambda += dlambda_part[i];
-    free(dlambda_part);
-    return dlambda;
+int attention_qkv_width(const AttnShape* s) {
+    return (s->M * s->H + attention_key_heads(s)) * s->D + s->H * attention_value_width(s) + (s->token_lambda ? s->H : 0);
 }

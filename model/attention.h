@@ -1,51 +1,55 @@
-// Causal multi-head attention, memory-linear in T, for every variant in one kernel.
+// Attention variants and the layout of their projections: the one place that says what a
+// variant is. A new variant is a row of ATTN_VARIANTS plus whatever its kernel needs.
 //
 // M is the number of softmax maps per head: M = 1 is standard attention, M = 2 differential
 // attention, head_h = (A_{h,0} - lambda A_{h,1}) V_h. Two flavours of M = 2:
 //   DIFF (paper Eq. 1-3): each map has its own key sub-head; V is Dv = 2D wide; one lambda
-//     per layer.
+//     per layer, exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init.
 //   DIFF V2 (shared_kv): both maps use key/value head h; V is Dv = D wide; lambda is per token
-//     and head, read from qkv (a sigmoid of a projection, computed by the caller).
+//     and head, sigmoid(x W_lambda), held in the qkv row.
 // Layout of one token's row of qkv (N, QKV):
 //   [ q: M*H sub-heads of width D | k: KH heads of width D | v: H heads of width Dv | lambda: H ]
-// with KH = M*H (KH = H when shared_kv) and the lambda columns only when shared_kv. Query
-// sub-head h*M + m is map m of head h (the official code's pairing 2i, 2i+1); without
+// with KH = M*H (KH = H when shared_kv) and the lambda columns only for per-token lambda.
+// Query sub-head h*M + m is map m of head h (the official code's pairing 2i, 2i+1); without
 // shared_kv, key sub-head h*M + m pairs with it.
-//
-// Queries are processed in blocks of ATTN_BLOCK rows against all the keys they can see; the
-// probabilities of one block live in per-thread scratch (ATTN_BLOCK x T per map) and are
-// recomputed in the backward pass from the saved log-sum-exp, so nothing T x T is kept.
-// Both maps of a head are combined, P = P_0 - lambda P_1, before the single product with the
-// shared V block, so differential attention costs the same matmul FLOPs as standard
-// attention of equal width.
 #ifndef ATTENTION_H
 #define ATTENTION_H
 
-#define ATTN_BLOCK 64
+typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2, ATTN_VARIANT_COUNT } AttentionKind;
 
+typedef enum {
+    LAMBDA_NONE,       // one map
+    LAMBDA_PER_LAYER,  // the four reparameterisation vectors lambda_{q1,k1,q2,k2} (D) of a layer
+    LAMBDA_PER_TOKEN,  // sigmoid of a projection W_lambda (H, C), one per token and head
+} LambdaKind;
+
+typedef struct {
+    const char* name;       // the recipe's `attention` value
+    int maps;               // M
+    int shared_kv;          // the maps of a head share its key/value head
+    LambdaKind lambda;
+    int head_norm;          // default of the `head_norm` key: the paper's GroupNorm
+    int head_norm_scaled;   // the head norm's output is multiplied by (1 - lambda_init)
+} AttnVariant;
+
+extern const AttnVariant ATTN_VARIANTS[ATTN_VARIANT_COUNT];
+
+// Shape of one attention call. lambda_init is not needed: it only enters through lambda.
 typedef struct {
     int B, T, H, D;
     int M;          // maps per head: 1 or 2
-    int shared_kv;  // DIFF V2
+    int shared_kv;
+    int token_lambda;  // lambda columns in qkv (LAMBDA_PER_TOKEN)
     int q0;         // first query row: rows q0..T-1 attend to keys 0..row (decoding on a
                     // cache of T - q0 new rows after q0 cached ones); 0 in training
 } AttnShape;
 
-// Columns of one qkv row for this shape
-int attention_qkv_width(const AttnShape* s);
-// Offset of the per-token lambda columns in a qkv row (DIFF V2), -1 otherwise
+// The shape of a variant's attention for H heads of width D (B, T, q0 zero)
+AttnShape attention_shape(const AttnVariant* v, int H, int D);
+int attention_value_width(const AttnShape* s);  // Dv
+int attention_key_heads(const AttnShape* s);    // KH
+int attention_qkv_width(const AttnShape* s);    // columns of one qkv row
+// Offset of the per-token lambda columns in a qkv row, -1 without them
 int attention_lambda_offset(const AttnShape* s);
-
-// y (B*(T-q0), H*Dv); lse (B, H, M, T) saved for backward, or NULL. lambda: the layer's
-// lambda for DIFF, ignored for M = 1 and DIFF V2.
-void attention_forward(float* y, float* lse, const float* qkv, float lambda, const AttnShape* s);
-// The softmax maps of head h for query rows q0..T-1 of sequence 0, each row zero beyond its
-// own position: P (M, T-q0, T). The fused output of row i is (P_0 - lambda_i P_1) V_h; the
-// analysis of attention allocation reads these maps.
-void attention_maps(float* P, const float* qkv, const AttnShape* s, int h);
-// q0 = 0 only. dqkv (N, QKV) overwritten, its lambda columns with dloss/dlambda (DIFF V2); returns
-// dloss/dlambda of the layer's lambda (DIFF), 0 otherwise.
-float attention_backward(float* dqkv, const float* dy, const float* qkv, const float* lse, float lambda,
-                         const AttnShape* s);
 
 #endif

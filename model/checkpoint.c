@@ -81,11 +81,17 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     machine_description(machine, sizeof(machine));
     h5_write_string_attr(file, "machine", machine, label);
     free(config_text);
-    write_tensors(file, "params", model, model->params_memory, label);
+    size_t bytes = model->n_params * sizeof(float);
+    float* host = mallocCheck(bytes);
+    model_get_params(model, host);
+    write_tensors(file, "params", model, host, label);
     if (opt) {
-        write_tensors(file, "adam_m", model, opt->m, label);
-        write_tensors(file, "adam_v", model, opt->v, label);
+        opt->be->download(host, opt->m, bytes);
+        write_tensors(file, "adam_m", model, host, label);
+        opt->be->download(host, opt->v, bytes);
+        write_tensors(file, "adam_v", model, host, label);
     }
+    free(host);
     h5_check(H5Fclose(file), "closing", label);
     renameCheck(tmp, path);
 }
@@ -121,11 +127,17 @@ void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo*
     h5_read_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_read_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
     model_build(model, &cfg, vocab);
-    read_tensors(file, "params", model, model->params_memory, label);
+    size_t bytes = model->n_params * sizeof(float);
+    float* host = mallocCheck(bytes);
+    read_tensors(file, "params", model, host, label);
+    model_set_params(model, host);
     if (opt) {
         adamw_alloc(opt, model);
-        read_tensors(file, "adam_m", model, opt->m, label);
-        read_tensors(file, "adam_v", model, opt->v, label);
+        read_tensors(file, "adam_m", model, host, label);
+        opt->be->upload(opt->m, host, bytes);
+        read_tensors(file, "adam_v", model, host, label);
+        opt->be->upload(opt->v, host, bytes);
     }
+    free(host);
     H5Fclose(file);
 }

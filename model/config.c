@@ -9,7 +9,7 @@
 
 #include "util.h"
 
-typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_CHOICE } KeyType;
+typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_CHOICE, KEY_ATTENTION } KeyType;
 
 typedef struct {
     const char* name;
@@ -19,8 +19,8 @@ typedef struct {
 } Key;
 
 #define K(name, type) {#name, type, offsetof(Config, name), {0}}
-static const Key KEYS[] = {  // attention first: config_attention_name reads its choices
-    {"attention", KEY_CHOICE, offsetof(Config, attention), {"standard", "diff", "diff2", 0}},
+static const Key KEYS[] = {
+    {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}},  // a name of ATTN_VARIANTS
     K(n_layer, KEY_INT), K(d_model, KEY_INT), K(n_head, KEY_INT), K(head_dim, KEY_INT),
     K(head_norm, KEY_BOOL), K(lambda_init, KEY_STRING), K(ffn_hidden, KEY_INT),
     K(rope_theta, KEY_FLOAT), K(seq_len, KEY_INT), K(init_std, KEY_FLOAT), K(init_from, KEY_STRING),
@@ -41,7 +41,7 @@ void config_defaults(Config* cfg) {
     cfg->n_layer = 6;
     cfg->d_model = 256;
     cfg->n_head = 4;
-    cfg->head_norm = 1;
+    cfg->head_norm = -1;
     strcpy(cfg->lambda_init, "schedule");
     cfg->rope_theta = 10000.0f;
     cfg->seq_len = 256;
@@ -103,11 +103,21 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
             if (strcmp(key->choices[i], value) == 0) { *(int*)field = i; return NULL; }
         }
         break;
+    case KEY_ATTENTION:
+        for (int i = 0; i < ATTN_VARIANT_COUNT; i++) {
+            if (strcmp(ATTN_VARIANTS[i].name, value) == 0) { *(int*)field = i; return NULL; }
+        }
+        break;
     }
     static const char* expected[] = {"an integer", "a finite number", "true or false", "a string under 256 bytes"};
-    if (key->type == KEY_CHOICE) {
+    if (key->type == KEY_CHOICE || key->type == KEY_ATTENTION) {
         int n = snprintf(msg, sizeof(msg), "key '%s': '%s' is not one of", name, value);
-        for (int i = 0; key->choices[i]; i++) n += snprintf(msg + n, sizeof(msg) - n, "%s %s", i ? "," : "", key->choices[i]);
+        int count = key->type == KEY_ATTENTION ? ATTN_VARIANT_COUNT : 0;
+        while (key->type == KEY_CHOICE && key->choices[count]) count++;
+        for (int i = 0; i < count; i++) {
+            const char* choice = key->type == KEY_ATTENTION ? ATTN_VARIANTS[i].name : key->choices[i];
+            n += snprintf(msg + n, sizeof(msg) - n, "%s %s", i ? "," : "", choice);
+        }
     } else {
         snprintf(msg, sizeof(msg), "key '%s': '%s' is not %s", name, value, expected[key->type]);
     }
@@ -157,13 +167,15 @@ void config_apply_override(Config* cfg, const char* kv) {
     if (err) die("command-line override '%s': %s", kv, err);
 }
 
-const char* config_attention_name(const Config* cfg) { return KEYS[0].choices[cfg->attention]; }
+const AttnVariant* config_variant(const Config* cfg) { return &ATTN_VARIANTS[cfg->attention]; }
 
-int config_maps(const Config* cfg) { return cfg->attention == ATTN_STANDARD ? 1 : 2; }
+const char* config_attention_name(const Config* cfg) { return config_variant(cfg)->name; }
 
-// DIFF V2 has n_head key/value heads of width D (its 2 n_head query heads share them), so
-// d_model = n_head x D; the others have n_head x maps sub-heads: d_model = maps x n_head x D.
-static int head_multiple(const Config* cfg) { return cfg->attention == ATTN_DIFF2 ? 1 : config_maps(cfg); }
+int config_head_norm(const Config* cfg) { return cfg->head_norm < 0 ? config_variant(cfg)->head_norm : cfg->head_norm; }
+
+// With shared key/value heads (DIFF V2) n_head heads of width D (their maps share them) make
+// d_model = n_head x D; otherwise n_head x maps sub-heads: d_model = maps x n_head x D.
+static int head_multiple(const Config* cfg) { return config_variant(cfg)->shared_kv ? 1 : config_variant(cfg)->maps; }
 
 int config_head_dim(const Config* cfg) {
     if (cfg->head_dim) return cfg->head_dim;
@@ -221,7 +233,12 @@ void config_validate(const Config* cfg) {
 
 void config_checkpoint_path(const Config* cfg, char* path, size_t n) { snprintf(path, n, "%s/checkpoint.h5", cfg->out); }
 
+// Every key explicit, head_norm resolved: the text records what the run is, not which keys
+// were left to defaults
 char* config_to_text(const Config* cfg) {
+    Config resolved = *cfg;
+    resolved.head_norm = config_head_norm(cfg);
+    cfg = &resolved;
     size_t cap = N_KEYS * (CONFIG_STR + 64), len = 0;
     char* text = mallocCheck(cap);
     for (size_t i = 0; i < N_KEYS; i++) {
@@ -234,6 +251,7 @@ char* config_to_text(const Config* cfg) {
         case KEY_BOOL: snprintf(value, sizeof(value), "%s", *(const int*)field ? "true" : "false"); break;
         case KEY_STRING: snprintf(value, sizeof(value), "%s", field); break;
         case KEY_CHOICE: snprintf(value, sizeof(value), "%s", k->choices[*(const int*)field]); break;
+        case KEY_ATTENTION: snprintf(value, sizeof(value), "%s", config_attention_name(cfg)); break;
         }
         len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", k->name, value);
     }

@@ -5,19 +5,21 @@
 
 #include <stddef.h>
 
+#include "attention.h"
+
 #define CONFIG_STR 256
 
-typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2 } AttentionKind;
 typedef enum { SCHEDULE_LINEAR = 0, SCHEDULE_COSINE = 1 } ScheduleKind;
 
 typedef struct {
     // model
-    int attention;       // AttentionKind
+    int attention;       // AttentionKind: an index into ATTN_VARIANTS
     int n_layer;         // L
     int d_model;         // C
     int n_head;          // H
     int head_dim;        // D, width of one Q/K (sub-)head; 0 = d_model / (maps * H), d_model / H for diff2
-    int head_norm;       // per-head RMSNorm over the head's V width (the paper's GroupNorm)
+    int head_norm;       // per-head RMSNorm over the head's V width (the paper's GroupNorm);
+                         // -1 until set: the variant's default (config_head_norm)
     char lambda_init[CONFIG_STR];  // "schedule" (0.8 - 0.6 exp(-0.3 depth)) or a constant
     int ffn_hidden;      // F; 0 = 8/3 C rounded up to a multiple of 64
     float rope_theta;
@@ -55,11 +57,12 @@ char* config_to_text(const Config* cfg);
 void config_checkpoint_path(const Config* cfg, char* path, size_t n);
 void config_load_string(Config* cfg, const char* text, const char* origin);
 
+const AttnVariant* config_variant(const Config* cfg);
 const char* config_attention_name(const Config* cfg);  // "standard", "diff", "diff2"
-int config_maps(const Config* cfg);          // M: softmax maps per head, 1 standard, 2 diff and diff2
+int config_head_norm(const Config* cfg);     // head_norm after resolving the variant's default
 int config_head_dim(const Config* cfg);      // D after resolving 0
 int config_ffn_hidden(const Config* cfg);    // F after resolving 0
-// lambda_init for layer `depth` (from 0); only meaningful for diff
+// lambda_init for layer `depth` (from 0); used by per-layer lambda (diff)
 float config_lambda_init(const Config* cfg, int depth);
 
 #endif

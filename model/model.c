@@ -4,11 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
-#include "layers.h"
 #include "util.h"
-
-static int is_diff2(const Model* m) { return m->cfg.attention == ATTN_DIFF2; }
 
 // Appends one tensor to the layout; returns its place in base (NULL while only counting)
 static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1, int decay) {
@@ -40,15 +36,15 @@ static void layout(Model* m, float* base, Params* p) {
         lp->wqkv = add_tensor(m, base, NAME("wq"), QK, C, 1);
         add_tensor(m, base, NAME("wk"), KW, C, 1);
         add_tensor(m, base, NAME("wv"), HDv, C, 1);
-        if (is_diff2(m)) add_tensor(m, base, NAME("w_lambda"), m->H, C, 1);
+        if (m->variant->lambda == LAMBDA_PER_TOKEN) add_tensor(m, base, NAME("w_lambda"), m->H, C, 1);
         lp->wo = add_tensor(m, base, NAME("wo"), C, HDv, 1);
-        if (m->cfg.attention == ATTN_DIFF) {
+        if (m->variant->lambda == LAMBDA_PER_LAYER) {
             lp->lambda = add_tensor(m, base, NAME("lambda_q1"), m->D, 0, 0);
             add_tensor(m, base, NAME("lambda_k1"), m->D, 0, 0);
             add_tensor(m, base, NAME("lambda_q2"), m->D, 0, 0);
             add_tensor(m, base, NAME("lambda_k2"), m->D, 0, 0);
         }
-        if (m->cfg.head_norm) lp->head_norm = add_tensor(m, base, NAME("head_norm"), m->Dv, 0, 0);
+        if (m->head_norm) lp->head_norm = add_tensor(m, base, NAME("head_norm"), m->Dv, 0, 0);
         lp->ffn_norm = add_tensor(m, base, NAME("ffn_norm"), C, 0, 0);
         lp->w_gate_up = add_tensor(m, base, NAME("w_gate"), m->F, C, 1);
         add_tensor(m, base, NAME("w_up"), m->F, C, 1);
@@ -63,18 +59,20 @@ static void layout(Model* m, float* base, Params* p) {
 static void model_shape(Model* m, const Config* cfg, int vocab_size) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
+    m->variant = config_variant(cfg);
+    m->be = backend_at(0);
     m->V = vocab_size;
     m->L = cfg->n_layer;
     m->C = cfg->d_model;
     m->H = cfg->n_head;
     m->D = config_head_dim(cfg);
-    m->M = config_maps(cfg);
-    m->KH = is_diff2(m) ? m->H : m->M * m->H;
-    m->Dv = is_diff2(m) ? m->D : m->M * m->D;
+    m->head_norm = config_head_norm(cfg);
+    m->shape = attention_shape(m->variant, m->H, m->D);
+    m->M = m->shape.M;
+    m->KH = attention_key_heads(&m->shape);
+    m->Dv = attention_value_width(&m->shape);
     m->F = config_ffn_hidden(cfg);
-    AttnShape shape = {0, 0, m->H, m->D, m->M, is_diff2(m), 0};
-    m->shape = shape;
-    m->QKV = attention_qkv_width(&shape);
+    m->QKV = attention_qkv_width(&m->shape);
     m->loss = NAN;
     m->tensors = callocCheck(17 * (size_t)m->L + 3, sizeof(ParamTensor));
     m->params.layers = callocCheck(m->L, sizeof(LayerParams));
@@ -93,50 +91,75 @@ size_t model_param_count(const Config* cfg, int vocab_size) {
 void model_build(Model* m, const Config* cfg, int vocab_size) {
     model_shape(m, cfg, vocab_size);
     m->lambda_init = mallocCheck(m->L * sizeof(float));
-    m->lambda = callocCheck(m->L, sizeof(float));
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);
-    m->params_memory = callocCheck(m->n_params, sizeof(float));
-    m->grads_memory = callocCheck(m->n_params, sizeof(float));
+    m->lambda = m->be->alloc(m->L * sizeof(float));
+    m->dlambda = m->be->alloc(sizeof(float));
+    m->params_memory = m->be->alloc(m->n_params * sizeof(float));
+    m->grads_memory = m->be->alloc(m->n_params * sizeof(float));
     layout(m, m->params_memory, &m->params);
     layout(m, m->grads_memory, &m->grads);
 }
 
 void model_init_params(Model* m, uint64_t seed) {
     uint64_t rng = hash64(seed);
+    float* host = mallocCheck(m->n_params * sizeof(float));
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor* t = &m->tensors[i];
-        float* w = m->params_memory + t->offset;
+        float* w = host + t->offset;
         const char* leaf = strrchr(t->name, '/');
         leaf = leaf ? leaf + 1 : t->name;
         int is_gain = strstr(leaf, "norm") != NULL;
         float std = strncmp(leaf, "lambda_", 7) == 0 ? 0.1f : m->cfg.init_std;
         for (size_t j = 0; j < t->size; j++) w[j] = is_gain ? 1.0f : std * rng_normal(&rng);
     }
+    model_set_params(m, host);
+    free(host);
 }
 
 static void free_acts(Model* m) {
-    free(m->acts_memory);
+    const Backend* be = m->be;
+    be->release(m->acts_memory);
+    be->release(m->grad_scratch);
+    be->release(m->targets);
+    be->release(m->tokens);
+    be->release(m->rope);
     free(m->acts);
-    free(m->grad_scratch);
-    free(m->targets);
-    free(m->tokens);
-    m->acts_memory = m->grad_scratch = NULL;
+    m->acts_memory = m->grad_scratch = m->rope = NULL;
     m->acts = NULL;
     m->targets = m->tokens = NULL;
 }
 
 void model_free(Model* m) {
+    const Backend* be = m->be;
     free_acts(m);
-    free(m->params_memory);
-    free(m->grads_memory);
+    be->release(m->params_memory);
+    be->release(m->grads_memory);
+    be->release(m->lambda);
+    be->release(m->dlambda);
+    be->release(m->cache);
+    be->release(m->cache_rope);
+    be->release(m->maps_scratch);
     free(m->params.layers);
     free(m->grads.layers);
     free(m->tensors);
     free(m->lambda_init);
-    free(m->lambda);
-    free(m->rope);
-    free(m->cache);
-    free(m->cache_rope);
+}
+
+// cos_sin (T, D/2, 2) of RoPE's angles t * theta^(-2j/D), computed on the host
+static float* rope_table(const Model* m, int T) {
+    int D = m->D;
+    float* host = mallocCheck((size_t)T * D * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < D / 2; j++) {
+            double angle = t * pow(m->cfg.rope_theta, -2.0 * j / D);
+            host[((size_t)t * (D / 2) + j) * 2 + 0] = (float)cos(angle);
+            host[((size_t)t * (D / 2) + j) * 2 + 1] = (float)sin(angle);
+        }
+    }
+    float* table = m->be->alloc((size_t)T * D * sizeof(float));
+    m->be->upload(table, host, (size_t)T * D * sizeof(float));
+    free(host);
+    return table;
 }
 
 // Sizes of the grad scratch: dres, dln (N, C); dgate_up (N, 2F); dh (N, F); dhn, dy (N, H*Dv); dqkv (N, QKV)
@@ -153,10 +176,10 @@ static void alloc_acts(Model* m, int B, int T, int training) {
     m->training = training;
     size_t N = (size_t)B * T, C = m->C, HDv = (size_t)m->H * m->Dv;
     int slots = training ? m->L : 1;
-    int hn = m->cfg.head_norm;
+    int hn = m->head_norm;
     size_t per_layer = N * (4 * C + 3 + m->QKV + (size_t)m->H * m->M + HDv * (1 + hn) + (size_t)m->H * hn + 3 * (size_t)m->F);
     size_t total = slots * per_layer + N * (2 * C + 2 + (size_t)m->V);
-    m->acts_memory = mallocCheck(total * sizeof(float));
+    m->acts_memory = m->be->alloc(total * sizeof(float));
     m->acts = callocCheck(slots, sizeof(LayerActs));
     float* p = m->acts_memory;
 #define TAKE(n) (p += (n), p - (n))
@@ -182,99 +205,73 @@ static void alloc_acts(Model* m, int B, int T, int training) {
     m->logits = TAKE(N * m->V);
     m->row_loss = TAKE(N);
 #undef TAKE
-    m->grad_scratch = training ? mallocCheck(grad_scratch_floats(m, N) * sizeof(float)) : NULL;
-    m->targets = mallocCheck(N * sizeof(int));
-    m->tokens = mallocCheck(N * sizeof(int));
-    free(m->rope);
-    m->rope = mallocCheck((size_t)T * m->D * sizeof(float));
-    rope_precompute(m->rope, T, m->D, m->cfg.rope_theta);
+    m->grad_scratch = training ? m->be->alloc(grad_scratch_floats(m, N) * sizeof(float)) : NULL;
+    m->targets = m->be->alloc(N * sizeof(int));
+    m->tokens = m->be->alloc(N * sizeof(int));
+    m->rope = rope_table(m, T);
 }
 
-static float dot(const float* a, const float* b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+// DIFF scales the head norm's output by (1 - lambda_init); the other variants do not
+static float head_norm_scale(const Model* m, int l) { return m->variant->head_norm_scaled ? 1.0f - m->lambda_init[l] : 1.0f; }
 
-// lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init
-static float layer_lambda(const Model* m, int l) {
-    const float* lam = m->params.layers[l].lambda;
-    int D = m->D;
-    return expf(dot(lam, lam + D, D)) - expf(dot(lam + 2 * D, lam + 3 * D, D)) + m->lambda_init[l];
-}
-
-// DIFF scales the head norm's output by (1 - lambda_init); standard attention and DIFF V2 do not
-static float head_norm_scale(const Model* m, int l) { return m->cfg.attention == ATTN_DIFF ? 1.0f - m->lambda_init[l] : 1.0f; }
-
-// DIFF V2: lambda = sigmoid(x W_lambda) per token and head, in place on the qkv columns that
-// held the projection
-static void lambda_sigmoid(Model* m, float* qkv) {
-    int lam = attention_lambda_offset(&m->shape), N = m->B * m->T;
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float* x = qkv + (size_t)n * m->QKV + lam;
-        for (int h = 0; h < m->H; h++) x[h] = 1.0f / (1.0f + expf(-x[h]));
-    }
-}
-
-// dlogit = dlambda * sigma (1 - sigma), in place on dqkv's lambda columns
-static void lambda_sigmoid_backward(Model* m, float* dqkv, const float* qkv) {
-    int lam = attention_lambda_offset(&m->shape), N = m->B * m->T;
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* sig = qkv + (size_t)n * m->QKV + lam;
-        float* d = dqkv + (size_t)n * m->QKV + lam;
-        for (int h = 0; h < m->H; h++) d[h] *= sig[h] * (1.0f - sig[h]);
-    }
+static HookSite hook_site(const Model* m, int l) {
+    HookSite site = {m->hook, l};
+    return site;
 }
 
 // pos < 0: a plain forward over B x T rows with qkv in the layer's activations. pos >= 0:
 // T new rows of one sequence at positions pos.., their qkv written into the cache after the
 // pos cached rows, attending to all of them.
 static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
+    const Backend* be = m->be;
     const LayerParams* p = &m->params.layers[l];
     int N = m->B * m->T, C = m->C, HDv = m->H * m->Dv;
     float* cache = m->cache + (size_t)l * m->cache_T * m->QKV;  // (cache_T, QKV)
     float* qkv = pos < 0 ? a->qkv : cache + (size_t)pos * m->QKV;
     const float* rope = pos < 0 ? m->rope : m->cache_rope + (size_t)pos * m->D;
-    rmsnorm_forward(a->ln1, a->ln1_rstd, a->x, p->attn_norm, 1.0f, N, C);
-    matmul_forward(qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
-    rope_apply(qkv, rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 0);
-    if (is_diff2(m)) lambda_sigmoid(m, qkv);
-    m->lambda[l] = m->cfg.attention == ATTN_DIFF ? layer_lambda(m, l) : 0.0f;
+    be->rmsnorm_forward(a->ln1, a->ln1_rstd, a->x, p->attn_norm, 1.0f, N, C);
+    be->matmul_forward(qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
+    be->rope_apply(qkv, rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 0);
+    if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_forward(qkv, N, &m->shape);
+    if (m->variant->lambda == LAMBDA_PER_LAYER) be->lambda_forward(m->lambda + l, p->lambda, m->lambda_init[l], m->D);
     if (pos < 0) {
-        attention_forward(a->y, a->lse, qkv, m->lambda[l], &m->shape);
+        be->attention_forward(a->y, a->lse, qkv, m->lambda + l, &m->shape, hook_site(m, l));
     } else {
         AttnShape shape = m->shape;
         shape.T = pos + m->T;
         shape.q0 = pos;
-        attention_forward(a->y, NULL, cache, m->lambda[l], &shape);
+        be->attention_forward(a->y, NULL, cache, m->lambda + l, &shape, hook_site(m, l));
     }
-    if (m->cfg.head_norm) rmsnorm_forward(a->hn, a->hn_rstd, a->y, p->head_norm, head_norm_scale(m, l), N * m->H, m->Dv);
-    memcpy(a->mid, a->x, (size_t)N * C * sizeof(float));
-    matmul_forward(a->mid, a->hn, p->wo, N, HDv, C, 1);
-    rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, p->ffn_norm, 1.0f, N, C);
-    matmul_forward(a->gate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F, 0);
-    swiglu_forward(a->h, a->gate_up, N, m->F);
-    memcpy(out, a->mid, (size_t)N * C * sizeof(float));  // out may alias a->x at inference
-    matmul_forward(out, a->h, p->w_down, N, m->F, C, 1);
+    if (m->head_norm) be->rmsnorm_forward(a->hn, a->hn_rstd, a->y, p->head_norm, head_norm_scale(m, l), N * m->H, m->Dv);
+    be->copy(a->mid, a->x, (size_t)N * C * sizeof(float));
+    be->matmul_forward(a->mid, a->hn, p->wo, N, HDv, C, 1);
+    be->rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, p->ffn_norm, 1.0f, N, C);
+    be->matmul_forward(a->gate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F, 0);
+    be->swiglu_forward(a->h, a->gate_up, N, m->F);
+    be->copy(out, a->mid, (size_t)N * C * sizeof(float));  // out may alias a->x at inference
+    be->matmul_forward(out, a->h, p->w_down, N, m->F, C, 1);
+    if (m->hook) {
+        Activation act = {ACT_LAYER_OUTPUT, l, 0, 0, 0, pos < 0 ? 0 : pos, N, C, C, 0, out};
+        m->hook->fn(m->hook->ctx, &act);
+    }
 }
 
 // Embedding, layers and LM head over the allocated B x T rows; pos as in layer_forward
 static void forward_rows(Model* m, const int* tokens, int pos) {
+    const Backend* be = m->be;
     int N = m->B * m->T, C = m->C;
     for (int n = 0; n < N; n++) {
         if (tokens[n] < 0 || tokens[n] >= m->V) die("token id %d at position %d is outside the vocabulary (%d)", tokens[n], n, m->V);
     }
-    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
-    embedding_forward(m->acts[0].x, tokens, m->params.tok_embedding, N, C);
+    be->upload(m->tokens, tokens, (size_t)N * sizeof(int));
+    be->embedding_forward(m->acts[0].x, m->tokens, m->params.tok_embedding, N, C);
     for (int l = 0; l < m->L; l++) {
         LayerActs* a = &m->acts[m->training ? l : 0];
         float* out = l + 1 == m->L ? m->x_final : m->training ? m->acts[l + 1].x : a->x;
         layer_forward(m, l, a, out, pos);
     }
-    rmsnorm_forward(m->lnf, m->lnf_rstd, m->x_final, m->params.final_norm, 1.0f, N, C);
-    matmul_forward(m->logits, m->lnf, m->params.lm_head, N, C, m->V, 0);
+    be->rmsnorm_forward(m->lnf, m->lnf_rstd, m->x_final, m->params.final_norm, 1.0f, N, C);
+    be->matmul_forward(m->logits, m->lnf, m->params.lm_head, N, C, m->V, 0);
 }
 
 void model_forward(Model* m, const int* tokens, const int* targets, int B, int T, int training) {
@@ -284,19 +281,20 @@ void model_forward(Model* m, const int* tokens, const int* targets, int B, int T
     m->loss = NAN;
     m->have_targets = targets != NULL;
     if (targets) {
-        memcpy(m->targets, targets, (size_t)N * sizeof(int));
-        m->loss = crossentropy_forward(m->logits, m->row_loss, targets, N, m->V) / N;
+        m->be->upload(m->targets, targets, (size_t)N * sizeof(int));
+        m->loss = m->be->crossentropy_forward(m->logits, m->row_loss, m->targets, N, m->V) / N;
     }
 }
 
 void model_cache_init(Model* m, int max_T) {
-    free(m->cache);
-    free(m->cache_rope);
+    m->be->release(m->cache);
+    m->be->release(m->cache_rope);
     m->cache_T = max_T;
-    m->cache = mallocCheck((size_t)m->L * max_T * m->QKV * sizeof(float));
-    m->cache_rope = mallocCheck((size_t)max_T * m->D * sizeof(float));
-    rope_precompute(m->cache_rope, max_T, m->D, m->cfg.rope_theta);
+    m->cache = m->be->alloc((size_t)m->L * max_T * m->QKV * sizeof(float));
+    m->cache_rope = rope_table(m, max_T);
 }
+
+int model_cache_size(const Model* m) { return m->cache ? m->cache_T : 0; }
 
 void model_forward_cached(Model* m, const int* tokens, int n, int pos) {
     if (!m->cache) die("model_forward_cached: call model_cache_init first");
@@ -308,6 +306,7 @@ void model_forward_cached(Model* m, const int* tokens, int n, int pos) {
 }
 
 static void layer_backward(Model* m, int l, float* dres) {
+    const Backend* be = m->be;
     const LayerParams* p = &m->params.layers[l];
     LayerParams* g = &m->grads.layers[l];
     const LayerActs* a = &m->acts[l];
@@ -319,49 +318,89 @@ static void layer_backward(Model* m, int l, float* dres) {
     float* dy = dhn + N * HDv;         // (N, H*Dv)
     float* dqkv = dy + N * HDv;        // (N, QKV)
 
-    matmul_backward(dh, g->w_down, dres, a->h, p->w_down, N, m->F, C);
-    swiglu_backward(dgate_up, dh, a->gate_up, N, m->F);
-    matmul_backward(dln, g->w_gate_up, dgate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F);
-    rmsnorm_backward(dres, g->ffn_norm, dln, a->mid, p->ffn_norm, a->ln2_rstd, 1.0f, N, C);
-    matmul_backward(dhn, g->wo, dres, a->hn, p->wo, N, HDv, C);
-    if (m->cfg.head_norm) {
-        memset(dy, 0, N * HDv * sizeof(float));
-        rmsnorm_backward(dy, g->head_norm, dhn, a->y, p->head_norm, a->hn_rstd, head_norm_scale(m, l), N * m->H, m->Dv);
+    be->matmul_backward(dh, g->w_down, dres, a->h, p->w_down, N, m->F, C);
+    be->swiglu_backward(dgate_up, dh, a->gate_up, N, m->F);
+    be->matmul_backward(dln, g->w_gate_up, dgate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F);
+    be->rmsnorm_backward(dres, g->ffn_norm, dln, a->mid, p->ffn_norm, a->ln2_rstd, 1.0f, N, C);
+    be->matmul_backward(dhn, g->wo, dres, a->hn, p->wo, N, HDv, C);
+    if (m->head_norm) {
+        be->zero(dy, N * HDv * sizeof(float));
+        be->rmsnorm_backward(dy, g->head_norm, dhn, a->y, p->head_norm, a->hn_rstd, head_norm_scale(m, l), N * m->H, m->Dv);
     } else {
         dy = dhn;
     }
-    float dlambda = attention_backward(dqkv, dy, a->qkv, a->lse, m->lambda[l], &m->shape);
-    if (is_diff2(m)) lambda_sigmoid_backward(m, dqkv, a->qkv);
-    if (m->cfg.attention == ATTN_DIFF) {
-        int D = m->D;
-        const float* lam = p->lambda;  // q1, k1, q2, k2
-        float e1 = expf(dot(lam, lam + D, D)), e2 = expf(dot(lam + 2 * D, lam + 3 * D, D));
-        for (int i = 0; i < D; i++) {
-            g->lambda[i] += dlambda * e1 * lam[D + i];
-            g->lambda[D + i] += dlambda * e1 * lam[i];
-            g->lambda[2 * D + i] -= dlambda * e2 * lam[3 * D + i];
-            g->lambda[3 * D + i] -= dlambda * e2 * lam[2 * D + i];
-        }
-    }
-    rope_apply(dqkv, m->rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 1);
-    matmul_backward(dln, g->wqkv, dqkv, a->ln1, p->wqkv, N, C, m->QKV);
-    rmsnorm_backward(dres, g->attn_norm, dln, a->x, p->attn_norm, a->ln1_rstd, 1.0f, N, C);
+    int per_layer = m->variant->lambda == LAMBDA_PER_LAYER;
+    be->attention_backward(dqkv, per_layer ? m->dlambda : NULL, dy, a->qkv, a->lse, m->lambda + l, &m->shape, hook_site(m, l));
+    if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_backward(dqkv, a->qkv, N, &m->shape);
+    if (per_layer) be->lambda_backward(g->lambda, m->dlambda, p->lambda, m->D);
+    be->rope_apply(dqkv, m->rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 1);
+    be->matmul_backward(dln, g->wqkv, dqkv, a->ln1, p->wqkv, N, C, m->QKV);
+    be->rmsnorm_backward(dres, g->attn_norm, dln, a->x, p->attn_norm, a->ln1_rstd, 1.0f, N, C);
 }
 
 void model_backward(Model* m, float dloss_scale) {
     if (!m->training || !m->have_targets) die("model_backward needs a training forward pass with targets first");
+    const Backend* be = m->be;
     size_t N = (size_t)m->B * m->T, C = m->C;
     float* dres = m->grad_scratch;  // (N, C) gradient of the residual stream
     float* dln = dres + N * C;
-    crossentropy_backward(m->logits, m->targets, dloss_scale / (float)N, N, m->V);
-    matmul_backward(dln, m->grads.lm_head, m->logits, m->lnf, m->params.lm_head, N, C, m->V);
-    memset(dres, 0, N * C * sizeof(float));
-    rmsnorm_backward(dres, m->grads.final_norm, dln, m->x_final, m->params.final_norm, m->lnf_rstd, 1.0f, N, C);
+    be->crossentropy_backward(m->logits, m->targets, dloss_scale / (float)N, N, m->V);
+    be->matmul_backward(dln, m->grads.lm_head, m->logits, m->lnf, m->params.lm_head, N, C, m->V);
+    be->zero(dres, N * C * sizeof(float));
+    be->rmsnorm_backward(dres, m->grads.final_norm, dln, m->x_final, m->params.final_norm, m->lnf_rstd, 1.0f, N, C);
     for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l, dres);
-    embedding_backward(m->grads.tok_embedding, dres, m->tokens, N, C);
+    be->embedding_backward(m->grads.tok_embedding, dres, m->tokens, N, C);
 }
 
-void model_zero_grad(Model* m) { memset(m->grads_memory, 0, m->n_params * sizeof(float)); }
+void model_zero_grad(Model* m) { m->be->zero(m->grads_memory, m->n_params * sizeof(float)); }
+
+void model_set_hook(Model* m, const ActivationHook* hook) { m->hook = hook; }
+
+double model_loss(const Model* m) { return m->loss; }
+
+void model_logits(const Model* m, int n, float* logits) {
+    if (!m->acts || m->have_targets) die("model_logits: the last forward had targets, which turned its logits into probabilities");
+    if (n < 0 || n >= m->B * m->T) die("model_logits: row %d of a forward of %d rows", n, m->B * m->T);
+    m->be->download(logits, m->logits + (size_t)n * m->V, (size_t)m->V * sizeof(float));
+}
+
+void model_row_losses(const Model* m, float* row_loss) {
+    if (!m->acts || !m->have_targets) die("model_row_losses: the last forward had no targets");
+    m->be->download(row_loss, m->row_loss, (size_t)m->B * m->T * sizeof(float));
+}
+
+float model_lambda(const Model* m, int l, int h, int pos) {
+    float lambda = 0.0f;
+    if (m->variant->lambda == LAMBDA_PER_LAYER) m->be->download(&lambda, m->lambda + l, sizeof(float));
+    if (m->variant->lambda == LAMBDA_PER_TOKEN) {
+        if (!m->cache || pos < 0 || pos >= m->cache_T) die("model_lambda: position %d is not in the decoding cache", pos);
+        size_t at = ((size_t)l * m->cache_T + pos) * m->QKV + attention_lambda_offset(&m->shape) + h;
+        m->be->download(&lambda, m->cache + at, sizeof(float));
+    }
+    return lambda;
+}
+
+void model_attention_maps(Model* m, int l, int h, int first_row, int T, float* A, float* lambda) {
+    if (!m->cache || T > m->cache_T || first_row < 0 || first_row >= T) die("model_attention_maps: rows %d..%d of a cache of %d", first_row, T - 1, m->cache_T);
+    AttnShape shape = m->shape;
+    shape.B = 1;
+    shape.T = T;
+    shape.q0 = first_row;
+    int rows = T - first_row;
+    size_t bytes = (size_t)m->M * rows * T * sizeof(float);
+    if (bytes > m->maps_capacity) {
+        m->be->release(m->maps_scratch);
+        m->maps_scratch = m->be->alloc(bytes);
+        m->maps_capacity = bytes;
+    }
+    m->be->attention_maps(m->maps_scratch, m->cache + (size_t)l * m->cache_T * m->QKV, &shape, h, hook_site(m, l));
+    m->be->download(A, m->maps_scratch, bytes);
+    for (int r = 0; r < rows; r++) lambda[r] = model_lambda(m, l, h, first_row + r);
+}
+
+void model_get_params(const Model* m, float* params) { m->be->download(params, m->params_memory, m->n_params * sizeof(float)); }
+void model_set_params(Model* m, const float* params) { m->be->upload(m->params_memory, params, m->n_params * sizeof(float)); }
+void model_get_grads(const Model* m, float* grads) { m->be->download(grads, m->grads_memory, m->n_params * sizeof(float)); }
 
 size_t model_matmul_params(const Model* m) {
     size_t per_layer = (size_t)m->QKV * m->C + (size_t)m->C * m->H * m->Dv + 3 * (size_t)m->F * m->C;

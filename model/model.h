@@ -1,5 +1,7 @@
-// The decoder-only model: token embedding, L pre-RMSNorm layers of attention (standard or
-// differential) and SwiGLU, final RMSNorm, untied LM head. No biases.
+// The decoder-only model: token embedding, L pre-RMSNorm layers of attention (any variant of
+// attention.h) and SwiGLU, final RMSNorm, untied LM head. No biases. Parameters, gradients and
+// activations live in its backend's memory; host code reads the model through the functions
+// below, never through its buffers.
 #ifndef MODEL_H
 #define MODEL_H
 
@@ -7,6 +9,7 @@
 #include <stdint.h>
 
 #include "attention.h"
+#include "backend.h"
 #include "config.h"
 
 // One named parameter tensor inside the contiguous parameter block; the names are the HDF5
@@ -24,9 +27,9 @@ typedef struct {
 // likewise form one (2F, C) matrix.
 typedef struct {
     float* attn_norm;   // (C)
-    float* wqkv;        // (QKV, C) = [wq (M*H*D, C); wk (KH*D, C); wv (H*Dv, C); DIFF V2: w_lambda (H, C)]
+    float* wqkv;        // (QKV, C) = [wq (M*H*D, C); wk (KH*D, C); wv (H*Dv, C); per-token lambda: w_lambda (H, C)]
     float* wo;          // (C, H*Dv)
-    float* lambda;      // (4, D) = lambda_q1, lambda_k1, lambda_q2, lambda_k2; diff only
+    float* lambda;      // (4, D) = lambda_q1, lambda_k1, lambda_q2, lambda_k2; per-layer lambda only
     float* head_norm;   // (Dv); only with head_norm
     float* ffn_norm;    // (C)
     float* w_gate_up;   // (2F, C) = [w_gate (F, C); w_up (F, C)]
@@ -45,7 +48,7 @@ typedef struct {
     float* x;          // (N, C) layer input (residual stream)
     float* ln1;        // (N, C)
     float* ln1_rstd;   // (N)
-    float* qkv;        // (N, QKV), q and k after RoPE, DIFF V2's lambda after its sigmoid
+    float* qkv;        // (N, QKV), q and k after RoPE, per-token lambda after its sigmoid
     float* lse;        // (B, H, M, T)
     float* y;          // (N, H*Dv) attention output before the head norm
     float* hn;         // (N, H*Dv) after the head norm; aliases y without head_norm
@@ -59,11 +62,15 @@ typedef struct {
 
 typedef struct {
     Config cfg;
+    const AttnVariant* variant;
+    const Backend* be;
     int V, L, C, H, D, M, Dv, F, QKV;
-    int KH;              // key heads: M*H, or H for DIFF V2 whose two maps share a key/value head
+    int KH;              // key heads: M*H, or H when the maps share key/value heads
+    int head_norm;       // the config's, resolved
     AttnShape shape;     // of the allocated activations
-    float* lambda_init;  // (L)
-    float* lambda;       // (L) this forward's lambda per layer
+    float* lambda_init;  // (L) host
+    float* lambda;       // (L) this forward's lambda per layer (per-layer lambda)
+    float* dlambda;      // (1) backward scratch
 
     ParamTensor* tensors;
     int n_tensors;
@@ -85,34 +92,64 @@ typedef struct {
     float* grad_scratch;  // backward-only buffers for one layer
     int* targets;         // (N) copy of the last forward's targets
     int* tokens;          // (N)
-    // decoding cache: every layer's qkv rows (queries too, which the attention-map analysis
-    // reads) for positions 0..cache_T-1 of one sequence
+    // decoding cache: every layer's qkv rows (queries too, which the attention maps are
+    // computed from) for positions 0..cache_T-1 of one sequence
     int cache_T;
     float* cache;         // (L, cache_T, QKV)
     float* cache_rope;    // (cache_T, D/2, 2)
+    float* maps_scratch;  // (M, rows, T) of the last model_attention_maps
+    size_t maps_capacity;
     double loss;          // mean loss of the last forward, NaN without targets
     int have_targets;     // the last forward had targets, so backward may run
+    const ActivationHook* hook;
 } Model;
 
-// Shapes and parameter layout from a validated config; parameters allocated, not initialised.
+// Shapes and parameter layout from a validated config on the default backend; parameters
+// allocated, not initialised.
 void model_build(Model* model, const Config* cfg, int vocab_size);
 void model_init_params(Model* model, uint64_t seed);
 // Parameter count of a config without allocating anything
 size_t model_param_count(const Config* cfg, int vocab_size);
 void model_free(Model* model);
-// tokens, targets (B, T); targets may be NULL (no loss). training keeps every layer's
-// activations for backward.
+
+// tokens, targets (B, T) host arrays; targets may be NULL (no loss). training keeps every
+// layer's activations for backward.
 void model_forward(Model* model, const int* tokens, const int* targets, int B, int T, int training);
 // Decoding with a cache of up to max_T positions of one sequence
 void model_cache_init(Model* model, int max_T);
+int model_cache_size(const Model* model);  // max_T, 0 before model_cache_init
 // tokens (n) at positions pos..pos+n-1 of the cached sequence, whose rows 0..pos-1 hold an
 // earlier call's tokens (rows from pos on are overwritten, so pos may step back to reuse a
-// prefix); logits (n, V) in model->logits.
+// prefix); logits of rows 0..n-1 from model_logits.
 void model_forward_cached(Model* model, const int* tokens, int n, int pos);
-// Accumulates (+=) dloss/dparams into grads; dloss_scale multiplies the mean loss gradient
-// (1 / grad_accum for gradient accumulation).
+// Accumulates (+=) dloss/dparams into the gradients; dloss_scale multiplies the mean loss
+// gradient (1 / grad_accum for gradient accumulation).
 void model_backward(Model* model, float dloss_scale);
 void model_zero_grad(Model* model);
+// Every later forward (and the backward's recomputation) shows its activations to hook;
+// NULL removes it. The hook must outlive its use.
+void model_set_hook(Model* model, const ActivationHook* hook);
+
+// ---- reading the model ----
+// The shape fields (V, L, C, H, D, M, Dv, F) and cfg may be read directly; buffers only here.
+double model_loss(const Model* model);  // mean loss of the last forward, NaN without targets
+// logits (V) of row n of the last forward, which had no targets
+void model_logits(const Model* model, int n, float* logits);
+// row_loss (B*T) of the last forward, which had targets
+void model_row_losses(const Model* model, float* row_loss);
+// lambda of layer l: per-layer lambda of the last forward; per-token lambda of head h at
+// cache position pos; 0 with one map
+float model_lambda(const Model* model, int l, int h, int pos);
+// The softmax maps of layer l, head h over cache positions 0..T-1 for query rows
+// first_row..T-1: A (M, T - first_row, T) host, each row zero beyond its position; lambda
+// (T - first_row) each row's lambda (0 with one map). The fused attention output of row i is
+// (A_0 - lambda_i A_1) V.
+void model_attention_maps(Model* model, int l, int h, int first_row, int T, float* A, float* lambda);
+// The parameter (or gradient) block as host floats (n_params)
+void model_get_params(const Model* model, float* params);
+void model_set_params(Model* model, const float* params);
+void model_get_grads(const Model* model, float* grads);
+
 size_t model_matmul_params(const Model* model);  // every weight used in a matmul, LM head too
 double model_flops_per_token(const Model* model, int T);  // training: 6 N_matmul + attention
 

@@ -6,6 +6,7 @@
 #include "model.h"
 
 typedef struct {
+    const Backend* be;  // the model's, which holds the moments
     float* m;  // (n_params) first moment
     float* v;  // (n_params) second moment
 } AdamW;

@@ -37,7 +37,8 @@ double wall_time(void);
 void machine_description(char* buf, size_t n);
 size_t peak_rss_bytes(void);
 
-// splitmix64: stateless given the state word, so a checkpoint stores one uint64.
+// splitmix64: the whole state is one word. Initialisation and data order are pure functions
+// of (seed, index), so a checkpoint holds no RNG state.
 uint64_t rng_next(uint64_t* state);
 float rng_uniform(uint64_t* state);  // [0, 1)
 float rng_normal(uint64_t* state);   // N(0, 1), Box-Muller

@@ -46,6 +46,12 @@ expect_fail "missing checkpoint" "cannot read checkpoint '$work/none.h5'" $bin s
 echo "not hdf5" > "$work/text.h5"
 expect_fail "non-HDF5 checkpoint" "cannot read checkpoint '$work/text.h5'" $bin sample "$work/text.h5"
 expect_fail "unknown subcommand" "unknown subcommand 'fly'" $bin fly
+# a table row states every switch that defines it: Table 6's DIFF row without head_norm is refused
+awk -v data="$work/data" '/^\[row /{row=$0} /^data = /{$0="data = " data} !(row=="[row diff]" && /^head_norm/)' \
+    experiments/table6.ini > "$work/no_head_norm.ini"
+expect_fail "row without head_norm" "no_head_norm.ini: \[row diff\] must state 'head_norm'" \
+    $bin table6 "$work/no_head_norm.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+expect "a refused table trains nothing" test ! -e "$work/refused/table6"
 
 # a good run, then a corrupted copy of its checkpoint: Fletcher32 catches flipped data bytes
 $bin train "$work/ok.ini" >/dev/null 2>&1

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "../eval/arhit.h"
-#include "../eval/registry.h"
+#include "../experiments/registry.h"
 #include "../model/util.h"
 #include "check.h"
 

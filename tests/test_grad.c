@@ -8,13 +8,25 @@
 // error in a backward pass misses these bounds by orders of magnitude.
 #include <string.h>
 
-#include "../model/attention.h"
-#include "../model/layers.h"
+#include "../model/cpu/cpu.h"
 #include "../model/model.h"
 #include "../model/util.h"
 #include "check.h"
 
 static uint64_t rng_state = 42;
+static const Backend* be;  // the CPU backend: finite differences perturb its host memory
+static const HookSite NO_HOOK = {NULL, 0};
+
+// cos_sin (T, D/2, 2) of RoPE's angles t * theta^(-2j/D)
+static void rope_table(float* cos_sin, int T, int D, float theta) {
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < D / 2; j++) {
+            double angle = t * pow(theta, -2.0 * j / D);
+            cos_sin[(t * (D / 2) + j) * 2] = (float)cos(angle);
+            cos_sin[(t * (D / 2) + j) * 2 + 1] = (float)sin(angle);
+        }
+    }
+}
 
 static float* random_array(size_t n, float std) {
     float* a = mallocCheck(n * sizeof(float));
@@ -32,20 +44,20 @@ static double weighted_sum(const float* out, const float* R, size_t n) {
 typedef struct { float *inp, *w, *out, *R; int N, IC, OC; } MatmulCase;
 static double matmul_loss(void* p) {
     MatmulCase* c = p;
-    matmul_forward(c->out, c->inp, c->w, c->N, c->IC, c->OC, 0);
+    be->matmul_forward(c->out, c->inp, c->w, c->N, c->IC, c->OC, 0);
     return weighted_sum(c->out, c->R, (size_t)c->N * c->OC);
 }
 static void test_matmul(void) {
     MatmulCase c = {random_array(5 * 7, 1), random_array(6 * 7, 1), random_array(5 * 6, 1), random_array(5 * 6, 1), 5, 7, 6};
     float* dinp = random_array(5 * 7, 1);  // overwritten by backward
     float* dw = calloc(6 * 7, sizeof(float));
-    matmul_backward(dinp, dw, c.R, c.inp, c.w, 5, 7, 6);
+    be->matmul_backward(dinp, dw, c.R, c.inp, c.w, 5, 7, 6);
     grad_check("matmul d_inp", matmul_loss, &c, c.inp, dinp, 35, 100, 1e-2, 1e-2, 1e-3);
     grad_check("matmul d_w", matmul_loss, &c, c.w, dw, 42, 100, 1e-2, 1e-2, 1e-3);
     // accumulate adds to what out held
     float* base = random_array(5 * 6, 1);
     memcpy(c.out, base, sizeof(float) * 30);
-    matmul_forward(c.out, c.inp, c.w, 5, 7, 6, 1);
+    be->matmul_forward(c.out, c.inp, c.w, 5, 7, 6, 1);
     double expect = base[7];
     for (int i = 0; i < 7; i++) expect += (double)c.inp[1 * 7 + i] * c.w[1 * 7 + i];
     CHECK(fabs(c.out[7] - expect) < 1e-5, "matmul accumulate: %g vs %g", c.out[7], expect);
@@ -56,7 +68,7 @@ static void test_matmul(void) {
 typedef struct { float *inp, *w, *out, *rstd, *R; float scale; int rows, W; } NormCase;
 static double norm_loss(void* p) {
     NormCase* c = p;
-    rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->scale, c->rows, c->W);
+    be->rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->scale, c->rows, c->W);
     return weighted_sum(c->out, c->R, (size_t)c->rows * c->W);
 }
 static void test_rmsnorm(void) {
@@ -64,12 +76,12 @@ static void test_rmsnorm(void) {
     norm_loss(&c);
     float* dinp = calloc(48, sizeof(float));
     float* dw = calloc(8, sizeof(float));
-    rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, c.scale, 6, 8);
+    be->rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, c.scale, 6, 8);
     grad_check("rmsnorm d_inp (out_scale 0.7)", norm_loss, &c, c.inp, dinp, 48, 100, 1e-2, 1e-2, 1e-3);
     grad_check("rmsnorm d_weight", norm_loss, &c, c.w, dw, 8, 100, 1e-2, 1e-2, 1e-3);
     // hand case: x = (3, 4), weight 1: rms = sqrt(12.5 + eps)
     float x[2] = {3, 4}, one[2] = {1, 1}, out[2], rstd;
-    rmsnorm_forward(out, &rstd, x, one, 1.0f, 1, 2);
+    be->rmsnorm_forward(out, &rstd, x, one, 1.0f, 1, 2);
     CHECK(fabsf(out[0] - 3.0f / sqrtf(12.5f + RMSNORM_EPS)) < 1e-6f, "rmsnorm hand case: %g", out[0]);
     free(c.inp); free(c.w); free(c.out); free(c.rstd); free(c.R); free(dinp); free(dw);
 }
@@ -79,23 +91,23 @@ typedef struct { float *x, *work, *cs, *R; int rows, T, heads, D, stride; } Rope
 static double rope_loss(void* p) {
     RopeCase* c = p;
     memcpy(c->work, c->x, sizeof(float) * c->rows * c->stride);
-    rope_apply(c->work, c->cs, c->rows, c->T, c->heads, c->D, c->stride, 0);
+    be->rope_apply(c->work, c->cs, c->rows, c->T, c->heads, c->D, c->stride, 0);
     return weighted_sum(c->work, c->R, (size_t)c->rows * c->stride);
 }
 static void test_rope(void) {
     int rows = 6, T = 3, heads = 2, D = 4, stride = 10;  // 2 columns past the heads stay untouched
     float cs[3 * 4];
-    rope_precompute(cs, T, D, 10000.0f);
+    rope_table(cs, T, D, 10000.0f);
     RopeCase c = {random_array(60, 1), random_array(60, 1), cs, random_array(60, 1), rows, T, heads, D, stride};
     float* grad = mallocCheck(60 * sizeof(float));
     memcpy(grad, c.R, 60 * sizeof(float));
-    rope_apply(grad, cs, rows, T, heads, D, stride, 1);
+    be->rope_apply(grad, cs, rows, T, heads, D, stride, 1);
     grad_check("rope d_x (inverse rotation)", rope_loss, &c, c.x, grad, 60, 100, 1e-2, 1e-2, 1e-3);
     // hand case: position 1, pair j=1 of D=4 turns by angle 1 * 10000^(-1/2) = 0.01 rad
     float cs2[2 * 4];
-    rope_precompute(cs2, 2, 4, 10000.0f);
+    rope_table(cs2, 2, 4, 10000.0f);
     float row2[8] = {0, 0, 0, 0, 0, 0, 1, 0};
-    rope_apply(row2, cs2, 2, 2, 1, 4, 4, 0);
+    be->rope_apply(row2, cs2, 2, 2, 1, 4, 4, 0);
     CHECK(fabsf(row2[6] - cosf(0.01f)) < 1e-6f && fabsf(row2[7] - sinf(0.01f)) < 1e-6f, "rope hand case: %g %g", row2[6], row2[7]);
     free(c.x); free(c.work); free(c.R); free(grad);
 }
@@ -104,13 +116,13 @@ static void test_rope(void) {
 typedef struct { float *gu, *h, *R; int N, F; } SwigluCase;
 static double swiglu_loss(void* p) {
     SwigluCase* c = p;
-    swiglu_forward(c->h, c->gu, c->N, c->F);
+    be->swiglu_forward(c->h, c->gu, c->N, c->F);
     return weighted_sum(c->h, c->R, (size_t)c->N * c->F);
 }
 static void test_swiglu(void) {
     SwigluCase c = {random_array(4 * 10, 2), random_array(20, 1), random_array(20, 1), 4, 5};
     float* dgu = mallocCheck(40 * sizeof(float));
-    swiglu_backward(dgu, c.R, c.gu, 4, 5);
+    be->swiglu_backward(dgu, c.R, c.gu, 4, 5);
     grad_check("swiglu d_gate_up", swiglu_loss, &c, c.gu, dgu, 40, 100, 1e-2, 1e-2, 1e-3);
     free(c.gu); free(c.h); free(c.R); free(dgu);
 }
@@ -120,19 +132,19 @@ typedef struct { float *logits, *work, *row; int* targets; int N, V; } CeCase;
 static double ce_loss(void* p) {
     CeCase* c = p;
     memcpy(c->work, c->logits, sizeof(float) * c->N * c->V);
-    return crossentropy_forward(c->work, c->row, c->targets, c->N, c->V);
+    return be->crossentropy_forward(c->work, c->row, c->targets, c->N, c->V);
 }
 static void test_crossentropy(void) {
     int targets[3] = {0, 4, 2};
     CeCase c = {random_array(15, 2), random_array(15, 1), random_array(3, 1), targets, 3, 5};
     ce_loss(&c);
-    crossentropy_backward(c.work, targets, 1.0f, 3, 5);
+    be->crossentropy_backward(c.work, targets, 1.0f, 3, 5);
     float* grad = mallocCheck(15 * sizeof(float));
     memcpy(grad, c.work, 15 * sizeof(float));
     grad_check("crossentropy d_logits", ce_loss, &c, c.logits, grad, 15, 100, 1e-2, 1e-2, 1e-3);
     float uniform[4] = {0, 0, 0, 0}, row;
     int t = 1;
-    CHECK(fabs(crossentropy_forward(uniform, &row, &t, 1, 4) - log(4.0)) < 1e-6, "uniform logits give log V");
+    CHECK(fabs(be->crossentropy_forward(uniform, &row, &t, 1, 4) - log(4.0)) < 1e-6, "uniform logits give log V");
     free(c.logits); free(c.work); free(c.row); free(grad);
 }
 
@@ -140,14 +152,14 @@ static void test_crossentropy(void) {
 typedef struct { float *qkv, *y, *lse, *R; float lambda; AttnShape shape; size_t ny; } AttnCase;
 static double attn_loss(void* p) {
     AttnCase* c = p;
-    attention_forward(c->y, c->lse, c->qkv, c->lambda, &c->shape);
+    be->attention_forward(c->y, c->lse, c->qkv, &c->lambda, &c->shape, NO_HOOK);
     return weighted_sum(c->y, c->R, c->ny);
 }
 
 // M = 1 standard, M = 2 DIFF, M = 2 with shared_kv DIFF V2 (its per-token lambda columns are
 // part of qkv and so are checked with the rest of d_qkv)
 static void test_attention(int M, int shared_kv, int T) {
-    AttnShape shape = {2, T, 2, 4, M, shared_kv, 0};
+    AttnShape shape = {2, T, 2, 4, M, shared_kv, shared_kv, 0};
     int QKV = attention_qkv_width(&shape), Dv = shared_kv ? 4 : M * 4, lam = attention_lambda_offset(&shape);
     size_t N = (size_t)shape.B * T, ny = N * shape.H * Dv;
     AttnCase c = {random_array(N * QKV, 1), random_array(ny, 1), random_array(N * shape.H * M, 1), random_array(ny, 1), 0.6f, shape, ny};
@@ -156,7 +168,8 @@ static void test_attention(int M, int shared_kv, int T) {
     }
     attn_loss(&c);
     float* dqkv = random_array(N * QKV, 1);  // must be overwritten entirely
-    float dlambda = attention_backward(dqkv, c.R, c.qkv, c.lse, c.lambda, &shape);
+    float dlambda;
+    be->attention_backward(dqkv, &dlambda, c.R, c.qkv, c.lse, &c.lambda, &shape, NO_HOOK);
     char what[96];
     const char* name = M == 1 ? "standard" : shared_kv ? "diff2" : "diff";
     snprintf(what, sizeof(what), "attention %s T=%d d_qkv", name, T);
@@ -175,10 +188,10 @@ static void test_attention(int M, int shared_kv, int T) {
 
 // ---- whole model ----
 typedef struct { Model* model; int* tokens; int* targets; int B, T; } ModelCase;
-static double model_loss(void* p) {
+static double model_case_loss(void* p) {
     ModelCase* c = p;
     model_forward(c->model, c->tokens, c->targets, c->B, c->T, 1);
-    return c->model->loss;
+    return model_loss(c->model);
 }
 
 static void test_model(int attention, int head_norm, const char* lambda_init) {
@@ -203,20 +216,21 @@ static void test_model(int attention, int head_norm, const char* lambda_init) {
     }
     ModelCase c = {&model, tokens, targets, B, T};
     model_zero_grad(&model);
-    model_loss(&c);
+    model_case_loss(&c);
     model_backward(&model, 1.0f);
     float* grads = mallocCheck(model.n_params * sizeof(float));
-    memcpy(grads, model.grads_memory, model.n_params * sizeof(float));
-    printf(" model %s head_norm=%d lambda_init=%s, loss %.4f\n", config_attention_name(&cfg), head_norm, lambda_init, model.loss);
+    model_get_grads(&model, grads);
+    printf(" model %s head_norm=%d lambda_init=%s, loss %.4f\n", config_attention_name(&cfg), head_norm, lambda_init, model_loss(&model));
     for (int i = 0; i < model.n_tensors; i++) {
         const ParamTensor* t = &model.tensors[i];
-        grad_check(t->name, model_loss, &c, model.params_memory + t->offset, grads + t->offset, t->size, 12, 1e-3, 1e-2, 2e-4);
+        grad_check(t->name, model_case_loss, &c, model.params_memory + t->offset, grads + t->offset, t->size, 12, 1e-3, 1e-2, 2e-4);
     }
     free(grads);
     model_free(&model);
 }
 
 int main(void) {
+    be = backend_cpu();
     printf("layer gradients (finite differences)\n");
     test_matmul();
     test_rmsnorm();

@@ -8,6 +8,7 @@
 
 #include "../data/needle.h"
 #include "../eval/retrieval.h"
+#include "../model/cpu/cpu.h"
 #include "../model/util.h"
 #include "check.h"
 #include "fixtures.h"
@@ -158,36 +159,50 @@ static void test_cache(int attention) {
     Model m;
     model_build(&m, &cfg, 300);
     model_init_params(&m, 11);
-    for (size_t i = 0; i < m.n_params; i++) m.params_memory[i] *= 6.0f;  // peaked attention
+    float* params = mallocCheck(m.n_params * sizeof(float));
+    model_get_params(&m, params);
+    for (size_t i = 0; i < m.n_params; i++) params[i] *= 6.0f;  // peaked attention
+    model_set_params(&m, params);
     int T = 90, tokens[90];
     uint64_t rng = 3;
     for (int t = 0; t < T; t++) tokens[t] = (int)(rng_next(&rng) % 300);
     model_forward(&m, tokens, NULL, 1, T, 0);
     float* full = mallocCheck((size_t)T * m.V * sizeof(float));
-    memcpy(full, m.logits, (size_t)T * m.V * sizeof(float));
+    float* row = mallocCheck((size_t)m.V * sizeof(float));
+    for (int t = 0; t < T; t++) model_logits(&m, t, full + (size_t)t * m.V);
     model_cache_init(&m, 128);
     double worst = 0;
-    int pieces[] = {70, 13, 1, 1, 1, 4};  // 70 > ATTN_BLOCK: the prefill crosses a block
+    int pieces[] = {70, 13, 1, 1, 1, 4};  // 70 > the kernel's 64-row query block: the prefill crosses a block
     int pos = 0;
     for (int k = 0; k < 6; k++) {
         model_forward_cached(&m, tokens + pos, pieces[k], pos);
-        for (size_t i = 0; i < (size_t)pieces[k] * m.V; i++) worst = fmax(worst, fabs(m.logits[i] - full[(size_t)pos * m.V + i]));
+        for (int r = 0; r < pieces[k]; r++) {
+            model_logits(&m, r, row);
+            for (int v = 0; v < m.V; v++) worst = fmax(worst, fabs(row[v] - full[(size_t)(pos + r) * m.V + v]));
+        }
         pos += pieces[k];
     }
     CHECK(pos == T && worst < 2e-4, "%s: cached decoding matches the full forward (max |diff| %.2e)", config_attention_name(&cfg), worst);
     // stepping back reuses the prefix: rows from pos on are replaced
     model_forward_cached(&m, tokens + 80, 10, 80);
     double back = 0;
-    for (size_t i = 0; i < (size_t)10 * m.V; i++) back = fmax(back, fabs(m.logits[i] - full[(size_t)80 * m.V + i]));
+    for (int r = 0; r < 10; r++) {
+        model_logits(&m, r, row);
+        for (int v = 0; v < m.V; v++) back = fmax(back, fabs(row[v] - full[(size_t)(80 + r) * m.V + v]));
+    }
     CHECK(back < 2e-4, "%s: stepping the cache back gives the same logits (%.2e)", config_attention_name(&cfg), back);
     free(full);
+    free(row);
+    free(params);
     model_free(&m);
 }
 
 // attention_maps' rows combined with lambda and multiplied by V equal attention_forward's
 // output for the same rows, q0 > 0 included
 static void test_maps_times_v(int M, int shared_kv) {
-    AttnShape s = {1, 80, 2, 8, M, shared_kv, 30};
+    AttnShape s = {1, 80, 2, 8, M, shared_kv, shared_kv, 30};
+    const Backend* be = backend_cpu();
+    HookSite no_hook = {NULL, 0};
     int QKV = attention_qkv_width(&s), lam = attention_lambda_offset(&s);
     int Dv = shared_kv ? s.D : M * s.D, HDv = s.H * Dv, rows = s.T - s.q0;
     float* qkv = mallocCheck((size_t)s.T * QKV * sizeof(float));
@@ -198,11 +213,11 @@ static void test_maps_times_v(int M, int shared_kv) {
     }
     float lambda = 0.37f;
     float* y = mallocCheck((size_t)rows * HDv * sizeof(float));
-    attention_forward(y, NULL, qkv, lambda, &s);
+    be->attention_forward(y, NULL, qkv, &lambda, &s, no_hook);
     float* P = mallocCheck((size_t)M * rows * s.T * sizeof(float));
     double worst = 0, row_sum_err = 0;
     for (int h = 0; h < s.H; h++) {
-        attention_maps(P, qkv, &s, h);
+        be->attention_maps(P, qkv, &s, h, no_hook);
         int v_col = M * s.H * s.D + (shared_kv ? s.H : M * s.H) * s.D + h * Dv;
         for (int r = 0; r < rows; r++) {
             int t = s.q0 + r;
@@ -229,6 +244,13 @@ static void test_maps_times_v(int M, int shared_kv) {
     free(P);
 }
 
+static float* tensor_at(const Model* m, float* params, const char* name) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (strcmp(m->tensors[i].name, name) == 0) return params + m->tensors[i].offset;
+    }
+    die("no tensor %s", name);
+}
+
 // A model whose every prediction is fixed by its LM head: all residuals are the embedding's
 // ones, so logit v = sum of lm_head row v. On a text made of token 257 only, predicting 257
 // scores 1, predicting BOS scores 0.
@@ -236,19 +258,23 @@ static void test_copy_score(void) {
     Config cfg = tiny(ATTN_STANDARD);
     Model m;
     model_build(&m, &cfg, 258);
-    memset(m.params_memory, 0, m.n_params * sizeof(float));
-    for (int i = 0; i < 258 * m.C; i++) m.params.tok_embedding[i] = 1.0f;
-    for (int i = 0; i < m.C; i++) m.params.final_norm[i] = 1.0f;
-    for (int i = 0; i < m.C; i++) m.params.lm_head[257 * m.C + i] = 1.0f;
+    float* params = callocCheck(m.n_params, sizeof(float));
+    float *embedding = tensor_at(&m, params, "tok_embedding"), *lm_head = tensor_at(&m, params, "lm_head");
+    for (int i = 0; i < 258 * m.C; i++) embedding[i] = 1.0f;
+    for (int i = 0; i < m.C; i++) tensor_at(&m, params, "final_norm")[i] = 1.0f;
+    for (int i = 0; i < m.C; i++) lm_head[257 * m.C + i] = 1.0f;
+    model_set_params(&m, params);
     uint16_t ids[40];
     for (int i = 0; i < 40; i++) ids[i] = 257;
     Shard text = {.tokens = ids, .n_tokens = 40, .vocab_size = 258};
     CopyScore always_right = copy_score(&m, &text, 16, 2, 3);
-    for (int i = 0; i < m.C; i++) m.params.lm_head[256 * m.C + i] = 2.0f;
+    for (int i = 0; i < m.C; i++) lm_head[256 * m.C + i] = 2.0f;
+    model_set_params(&m, params);
     CopyScore always_wrong = copy_score(&m, &text, 16, 2, 3);
     CHECK(always_right.first == 1.0 && always_right.second == 1.0 && always_wrong.first == 0.0 && always_wrong.second == 0.0,
           "copy score %.2f/%.2f when every guess is the copy, %.2f/%.2f when none is", always_right.first,
           always_right.second, always_wrong.first, always_wrong.second);
+    free(params);
     model_free(&m);
 }
 
@@ -262,7 +288,7 @@ static void test_allocation(void) {
     // a DIFF row is normalised by 1 - lambda: A1 all on the answer, A2 uniform over 4 positions
     float A[2 * 4] = {0, 0, 1, 0, 0.25f, 0.25f, 0.25f, 0.25f}, lam = 0.5f, out[4];
     HeadMaps maps = {1, 4, 2, 3, A, &lam};
-    combined_row(out, &maps, 0);
+    head_maps_combined_row(&maps, 0, 1, out);
     Allocation d = allocation_of_row(out, 4, 3, 2, 1);
     CHECK(fabs(d.answer - 1.75) < 1e-6 && fabs(d.bos + 0.25) < 1e-6 && fabs(d.noise + 0.25) < 1e-6 &&
           fabs(d.question + 0.25) < 1e-6 && fabs(d.answer + d.bos + d.noise + d.question - 1.0) < 1e-6,

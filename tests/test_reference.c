@@ -61,30 +61,34 @@ static void test_case(const char* name) {
     }
     H5Fclose(file);
     float* initial = mallocCheck(model.n_params * sizeof(float));
-    memcpy(initial, model.params_memory, model.n_params * sizeof(float));
+    model_get_params(&model, initial);
 
     printf("%s (%zu parameters)\n", name, model.n_params);
     // logits: forward without targets keeps them raw
     model_forward(&model, tokens, NULL, B, T, 1);
-    double dl = max_diff(model.logits, logits, N * V);
+    float* ours = mallocCheck(N * V * sizeof(float));
+    for (size_t n = 0; n < N; n++) model_logits(&model, (int)n, ours + n * V);
+    double dl = max_diff(ours, logits, N * V);
     CHECK(dl <= 2e-5, "%s: logits differ by %g", name, dl);
     printf("  logits max |diff| %.2e\n", dl);
     model_zero_grad(&model);
     model_forward(&model, tokens, targets, B, T, 1);
-    CHECK(fabs(model.loss - loss) <= 1e-5, "%s: loss %.7f vs PyTorch %.7f", name, model.loss, loss);
-    printf("  loss %.7f vs PyTorch %.7f\n", model.loss, loss);
+    CHECK(fabs(model_loss(&model) - loss) <= 1e-5, "%s: loss %.7f vs PyTorch %.7f", name, model_loss(&model), loss);
+    printf("  loss %.7f vs PyTorch %.7f\n", model_loss(&model), loss);
     model_backward(&model, 1.0f);
+    float* our_grads = mallocCheck(model.n_params * sizeof(float));
+    model_get_grads(&model, our_grads);
     double worst = 0.0;
     for (int i = 0; i < model.n_tensors; i++) {
         const ParamTensor* t = &model.tensors[i];
         double ref = max_abs(grads + t->offset, t->size);
-        double diff = max_diff(model.grads_memory + t->offset, grads + t->offset, t->size);
+        double diff = max_diff(our_grads + t->offset, grads + t->offset, t->size);
         CHECK(diff <= 2e-5 * ref + 1e-8, "%s: gradient of %s differs by %g (max |ref| %g)", name, t->name, diff, ref);
         worst = fmax(worst, diff / (ref + 1e-30));
     }
     printf("  %d gradient tensors, worst max|diff|/max|ref| %.2e\n", model.n_tensors, worst);
 
-    memcpy(model.params_memory, initial, model.n_params * sizeof(float));
+    model_set_params(&model, initial);
     AdamW opt;
     adamw_alloc(&opt, &model);
     double worst_step = 0.0;
@@ -94,12 +98,12 @@ static void test_case(const char* name) {
         model_backward(&model, 1.0f);
         clip_grad_norm(&model, model.cfg.grad_clip);
         adamw_update(&opt, &model, lr_at(&model.cfg, s), s + 1);
-        worst_step = fmax(worst_step, fabs(model.loss - adamw_losses[s]));
+        worst_step = fmax(worst_step, fabs(model_loss(&model) - adamw_losses[s]));
     }
     CHECK(worst_step <= 1e-4, "%s: AdamW losses differ by up to %g", name, worst_step);
     printf("  %d AdamW steps, loss %.5f -> %.5f, worst |diff| %.2e\n", steps, adamw_losses[0], adamw_losses[steps - 1], worst_step);
     adamw_free(&opt);
-    free(tokens); free(targets); free(logits); free(grads); free(adamw_losses); free(initial);
+    free(tokens); free(targets); free(logits); free(grads); free(adamw_losses); free(initial); free(ours); free(our_grads);
     model_free(&model);
 }
 

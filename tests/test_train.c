@@ -7,7 +7,7 @@
 
 #include "../data/dataset.h"
 #include "../model/checkpoint.h"
-#include "../model/train.h"
+#include "../experiments/train.h"
 #include "../model/util.h"
 #include "check.h"
 #include "fixtures.h"

@@ -8,11 +8,10 @@
 #include <unistd.h>
 
 #include "../data/dataset.h"
-#include "../data/tokenizer.h"
-#include "checkpoint.h"
-#include "model.h"
-#include "optim.h"
-#include "util.h"
+#include "../model/checkpoint.h"
+#include "../model/model.h"
+#include "../model/optim.h"
+#include "../model/util.h"
 
 // Dies naming the first key whose value differs; `out` may differ, so run folders can move
 static void require_same_config(const Config* stored, const Config* now, const char* ckpt) {
@@ -69,7 +68,7 @@ static void init_from_checkpoint(Model* model, const char* path, uint64_t tokeni
                 a->shape[0], a->shape[1], b->name, b->shape[0], b->shape[1]);
         }
     }
-    memcpy(model->params_memory, src.params_memory, model->n_params * sizeof(float));
+    model->be->copy(model->params_memory, src.params_memory, model->n_params * sizeof(float));
     model_free(&src);
 }
 
@@ -79,7 +78,7 @@ static double evaluate(Model* model, const Shard* val, int* inputs, int* targets
     for (int k = 0; k < cfg->eval_batches; k++) {
         loader_eval_rows(val, cfg->seq_len, (size_t)k * cfg->batch_size, cfg->batch_size, inputs, targets);
         model_forward(model, inputs, targets, cfg->batch_size, cfg->seq_len, 0);
-        total += model->loss;
+        total += model_loss(model);
     }
     return total / cfg->eval_batches;
 }
@@ -96,20 +95,33 @@ static void format_duration(char* buf, size_t n, double seconds) {
     else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
+TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, int step, const int* inputs, const int* targets) {
+    size_t rows = (size_t)cfg->batch_size * cfg->seq_len;
+    TrainStep out = {0.0, NAN, lr_at(cfg, step)};
+    model_zero_grad(model);
+    for (int micro = 0; micro < cfg->grad_accum; micro++) {
+        model_forward(model, inputs + micro * rows, targets + micro * rows, cfg->batch_size, cfg->seq_len, 1);
+        double loss = model_loss(model);
+        if (!isfinite(loss)) {
+            out.loss = loss;
+            return out;
+        }
+        out.loss += loss;
+        model_backward(model, 1.0f / cfg->grad_accum);
+    }
+    out.loss /= cfg->grad_accum;
+    out.norm = clip_grad_norm(model, cfg->grad_clip);
+    if (isfinite(out.norm)) adamw_update(opt, model, out.lr, step + 1);
+    return out;
+}
+
 double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     config_validate(cfg);
     if (until <= 0 || until > cfg->steps) until = cfg->steps;
-    char path[4096], ckpt[4096], log_path[4096];
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", cfg->data);
-    if (access(path, R_OK) != 0) die("key 'data': '%s' has no readable tokenizer.bin; run `make data` or `difftx prepare` first", cfg->data);
-    Tokenizer tok;
-    tokenizer_load(&tok, path);
-    Shard train, val;
-    snprintf(path, sizeof(path), "%s/train.bin", cfg->data);
-    shard_load(&train, path);
-    snprintf(path, sizeof(path), "%s/val.bin", cfg->data);
-    shard_load(&val, path);
-    if (train.vocab_size != tok.vocab_size || val.vocab_size != tok.vocab_size) die("key 'data': shards and tokenizer in '%s' disagree on the vocabulary", cfg->data);
+    char ckpt[4096], log_path[4096];
+    DataDir data;
+    data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
+    const Tokenizer* tok = &data.tok;
 
     mkdir_p(cfg->out);
     config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
@@ -121,7 +133,7 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     if (access(ckpt, F_OK) == 0) {
         checkpoint_load(ckpt, &model, &opt, &info);
         require_same_config(&model.cfg, cfg, ckpt);
-        if (info.tokenizer_hash != tok.hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
+        if (info.tokenizer_hash != tok->hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
         if (info.threads != threads) {
             fprintf(stderr, "warning: resuming with %d threads, the checkpoint was written with %d; losses match a "
                     "non-stop run bitwise only with the same thread count\n", threads, info.threads);
@@ -129,8 +141,8 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
         truncate_log(log_path, info.step);
         printf("resuming %s from step %d\n", ckpt, info.step);
     } else {
-        model_build(&model, cfg, tok.vocab_size);
-        if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok.hash);
+        model_build(&model, cfg, tok->vocab_size);
+        if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok->hash);
         else model_init_params(&model, (uint64_t)cfg->seed);
         adamw_alloc(&opt, &model);
         truncate_log(log_path, 0);
@@ -143,28 +155,19 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     if (info.finished) printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);
 
     Loader loader;
-    loader_init(&loader, &train, T, (uint64_t)cfg->seed);
-    int* inputs = mallocCheck((size_t)B * T * sizeof(int));
-    int* targets = mallocCheck((size_t)B * T * sizeof(int));
+    loader_init(&loader, &data.train, T, (uint64_t)cfg->seed);
+    int* inputs = mallocCheck(tokens_per_step * sizeof(int));   // (grad_accum, B, T)
+    int* targets = mallocCheck(tokens_per_step * sizeof(int));  // (grad_accum, B, T)
     FILE* log = fopenCheck(log_path, "a");
     double t_start = wall_time(), loss = info.train_loss;
     int first_step = info.step;
     for (int step = first_step; step < until; step++) {
         double t0 = wall_time();
-        model_zero_grad(&model);
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < cfg->grad_accum; micro++) {
-            loader_rows(&loader, ((size_t)step * cfg->grad_accum + micro) * B, B, inputs, targets);
-            model_forward(&model, inputs, targets, B, T, 1);
-            if (!isfinite(model.loss)) diverged(step + 1, model.loss, NAN, ckpt, log);
-            loss_sum += model.loss;
-            model_backward(&model, 1.0f / cfg->grad_accum);
-        }
-        loss = loss_sum / cfg->grad_accum;
-        float norm = clip_grad_norm(&model, cfg->grad_clip);
-        if (!isfinite(norm)) diverged(step + 1, loss, norm, ckpt, log);
-        float lr = lr_at(cfg, step);
-        adamw_update(&opt, &model, lr, step + 1);
+        loader_rows(&loader, (size_t)step * cfg->grad_accum * B, cfg->grad_accum * B, inputs, targets);
+        TrainStep st = train_step(&model, &opt, cfg, step, inputs, targets);
+        loss = st.loss;
+        if (!isfinite(st.loss) || !isfinite(st.norm)) diverged(step + 1, st.loss, st.norm, ckpt, log);
+        float norm = st.norm, lr = st.lr;
         int done = step + 1;
         double dt = wall_time() - t0;
         long tokens_seen = (long)done * (long)tokens_per_step;
@@ -179,14 +182,14 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
             fflush(stdout);
         }
         if ((cfg->eval_every && done % cfg->eval_every == 0) || done == cfg->steps) {
-            double val_loss = evaluate(&model, &val, inputs, targets);
+            double val_loss = evaluate(&model, &data.val, inputs, targets);
             fprintf(log, "val %d %.17g\n", done, val_loss);
             if (observer) observer->metric(observer->ctx, "val_loss", done, tokens_seen, val_loss);
             printf("step %5d | val loss %.4f\n", done, val_loss);
         }
         if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until) {
             fflush(log);
-            CheckpointInfo now = {done, (uint64_t)done * cfg->grad_accum * B, tok.hash, threads, done == cfg->steps, loss};
+            CheckpointInfo now = {done, (uint64_t)done * cfg->grad_accum * B, tok->hash, threads, done == cfg->steps, loss};
             checkpoint_save(ckpt, &model, &opt, &now);
             if (observer) observer->flush(observer->ctx);
         }
@@ -197,8 +200,55 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     loader_free(&loader);
     model_free(&model);
     adamw_free(&opt);
-    tokenizer_free(&tok);
-    shard_free(&train);
-    shard_free(&val);
+    data_close(&data);
     return loss;
+}
+
+typedef struct {
+    Registry* reg;
+    int64_t run;
+    int n, cap;
+    const char** keys;
+    int* steps;
+    int64_t* tokens;
+    double* values;
+} MetricBuffer;
+
+static void buffer_metric(void* ctx, const char* key, int step, long tokens, double value) {
+    MetricBuffer* b = ctx;
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 256;
+        b->keys = realloc(b->keys, b->cap * sizeof(char*));
+        b->steps = realloc(b->steps, b->cap * sizeof(int));
+        b->tokens = realloc(b->tokens, b->cap * sizeof(int64_t));
+        b->values = realloc(b->values, b->cap * sizeof(double));
+        if (!b->keys || !b->steps || !b->tokens || !b->values) die("out of memory buffering metrics");
+    }
+    b->keys[b->n] = key;  // string literals from the training loop
+    b->steps[b->n] = step;
+    b->tokens[b->n] = tokens;
+    b->values[b->n] = value;
+    b->n++;
+}
+
+static void flush_metrics(void* ctx) {
+    MetricBuffer* b = ctx;
+    registry_metrics(b->reg, b->run, b->n, b->keys, b->steps, b->tokens, b->values);
+    b->n = 0;
+}
+
+double train_recorded(Registry* reg, int64_t run, const Config* cfg) {
+    MetricBuffer buffer = {reg, run, 0, 0, NULL, NULL, NULL, NULL};
+    TrainObserver observer = {buffer_metric, flush_metrics, &buffer};
+    double t0 = wall_time();
+    train_run(cfg, 0, &observer);
+    // the mix is made from code that changes, so its hash is what says which data a run saw
+    char data[CONFIG_STR + 16];
+    snprintf(data, sizeof(data), "%s/train.bin", cfg->data);
+    registry_artifact(reg, run, "training_data", data);
+    free(buffer.keys);
+    free(buffer.steps);
+    free(buffer.tokens);
+    free(buffer.values);
+    return wall_time() - t0;
 }

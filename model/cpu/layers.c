@@ -1,4 +1,4 @@
-#include "layers.h"
+#include "cpu.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -6,17 +6,17 @@
 
 #include "vecmath.h"
 
-void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
                 accumulate ? 1.0f : 0.0f, out, OC);
 }
 
-void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
+void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
+void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float* x = inp + (size_t)r * W;
@@ -29,7 +29,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
     }
 }
 
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, float out_scale, int rows, int W) {
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
@@ -56,17 +56,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
     }
 }
 
-void rope_precompute(float* cos_sin, int T, int D, float theta) {
-    for (int t = 0; t < T; t++) {
-        for (int j = 0; j < D / 2; j++) {
-            double angle = t * pow(theta, -2.0 * j / D);
-            cos_sin[((size_t)t * (D / 2) + j) * 2 + 0] = (float)cos(angle);
-            cos_sin[((size_t)t * (D / 2) + j) * 2 + 1] = (float)sin(angle);
-        }
-    }
-}
-
-void rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse) {
+void cpu_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse) {
     float sign = inverse ? -1.0f : 1.0f;
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
@@ -83,7 +73,7 @@ void rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int 
     }
 }
 
-void swiglu_forward(float* h, const float* gate_up, int N, int F) {
+void cpu_swiglu_forward(float* h, const float* gate_up, int N, int F) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* g = gate_up + (size_t)n * 2 * F;
@@ -95,7 +85,7 @@ void swiglu_forward(float* h, const float* gate_up, int N, int F) {
     }
 }
 
-void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
+void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* g = gate_up + (size_t)n * 2 * F;
@@ -114,12 +104,12 @@ void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int
     }
 }
 
-void embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C) {
+void cpu_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) memcpy(x + (size_t)n * C, tok_embedding + (size_t)tokens[n] * C, C * sizeof(float));
 }
 
-void embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C) {
+void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C) {
     for (int n = 0; n < N; n++) {
         float* dst = dtok_embedding + (size_t)tokens[n] * C;
         const float* src = dx + (size_t)n * C;
@@ -127,7 +117,7 @@ void embedding_backward(float* dtok_embedding, const float* dx, const int* token
     }
 }
 
-float softmax_inplace(float* x, int n) {
+float cpu_softmax_inplace(float* x, int n) {
     float maxv = x[0];
     for (int i = 1; i < n; i++) maxv = x[i] > maxv ? x[i] : maxv;
     for (int i = 0; i < n; i++) x[i] -= maxv;
@@ -139,19 +129,19 @@ float softmax_inplace(float* x, int n) {
     return maxv + logf(sum);
 }
 
-double crossentropy_forward(float* probs, float* row_loss, const int* targets, int N, int V) {
+double cpu_crossentropy_forward(float* probs, float* row_loss, const int* targets, int N, int V) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* p = probs + (size_t)n * V;
         float target_logit = p[targets[n]];
-        row_loss[n] = softmax_inplace(p, V) - target_logit;
+        row_loss[n] = cpu_softmax_inplace(p, V) - target_logit;
     }
     double total = 0.0;  // serial: the sum must not depend on the thread count
     for (int n = 0; n < N; n++) total += row_loss[n];
     return total;
 }
 
-void crossentropy_backward(float* probs, const int* targets, float dloss, int N, int V) {
+void cpu_crossentropy_backward(float* probs, const int* targets, float dloss, int N, int V) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* p = probs + (size_t)n * V;

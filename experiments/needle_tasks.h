@@ -7,6 +7,9 @@
 #ifndef NEEDLE_TASKS_H
 #define NEEDLE_TASKS_H
 
+#include "../model/config.h"
+#include "recipe.h"
+
 typedef struct {
     const char* recipe;   // experiments/needle.ini
     const char* preset;   // smoke, default
@@ -16,5 +19,10 @@ typedef struct {
 } NeedleOptions;
 
 int needle_main(const NeedleOptions* opt);
+
+// The recipe keys of a needle recipe that are not training keys (recipe_load's extra_key)
+int needle_extra_key(int is_row, const char* key);
+// The needle stage's full config of a row for a preset, as the tasks train it
+Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, const char* recipe, const char* results);
 
 #endif

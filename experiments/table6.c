@@ -8,23 +8,25 @@
 #include <unistd.h>
 
 #include "../data/dataset.h"
-#include "../data/tokenizer.h"
+#include "../eval/arhit.h"
 #include "../model/checkpoint.h"
 #include "../model/config.h"
-#include "../model/train.h"
 #include "../model/util.h"
-#include "arhit.h"
 #include "recipe.h"
 #include "registry.h"
+#include "report.h"
+#include "train.h"
 
 static int is_row_key(const char* k) {
     return !strcmp(k, "label") || !strcmp(k, "heads") || !strcmp(k, "width") || !strcmp(k, "paper") ||
            !strcmp(k, "match_params");
 }
 static int is_preset_key(const char* k) { return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows"); }
-static int extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
+int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
+#define extra_key table6_extra_key
 
-// The row's full config for one seed index
+static const char* const ROW_SHAPE_KEYS[] = {"heads", "width", NULL};
+
 static Config row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index,
                          const char* recipe, const char* results) {
     Config cfg;
@@ -40,6 +42,7 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
     cfg.head_dim = strcmp(width, "d") == 0 ? d : 2 * d;
     cfg.d_model = h * d;
     cfg.seed += seed_index;
+    recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
     snprintf(cfg.out, sizeof(cfg.out), "%s/table6/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
     config_validate(&cfg);
     const char* match = section_get(row, "match_params");
@@ -51,6 +54,11 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
         config_validate(&cfg);
     }
     return cfg;
+}
+
+Config table6_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe,
+                         const char* results) {
+    return row_config(r, preset, &r->rows[row], seed_index, recipe, results);
 }
 
 // The worker process of one (row, seed): train (resuming), evaluate, record. Exits.
@@ -66,15 +74,11 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     CheckpointInfo info;
     config_checkpoint_path(cfg, path, sizeof(path));
     checkpoint_load(path, &model, NULL, &info);
-    Shard train, val;
-    char shard[4096];
-    snprintf(shard, sizeof(shard), "%s/train.bin", cfg->data);
-    shard_load(&train, shard);
-    snprintf(shard, sizeof(shard), "%s/val.bin", cfg->data);
-    shard_load(&val, shard);
+    DataDir data;
+    data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     BigramTable table;
-    bigrams_count(&table, &train);
-    SliceLoss s = evaluate_slices(&model, &val, &table, eval_windows, cfg->batch_size);
+    bigrams_count(&table, &data.train);
+    SliceLoss s = evaluate_slices(&model, &data.val, &table, eval_windows, cfg->batch_size);
     registry_evaluation(&reg, run, "valid", s.valid);
     registry_evaluation(&reg, run, "arhit", s.arhit);
     registry_evaluation(&reg, run, "others", s.others);
@@ -89,8 +93,7 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     printf("%s seed %d: valid %.4f, AR-Hit %.4f (%.2f%% of tokens), Others %.4f\n", row, cfg->seed, s.valid, s.arhit,
            100 * s.arhit_fraction, s.others);
     bigrams_free(&table);
-    shard_free(&train);
-    shard_free(&val);
+    data_close(&data);
     model_free(&model);
     registry_close(&reg);
     exit(0);
@@ -104,16 +107,6 @@ typedef struct {
     int64_t runs[256];       // the FINISHED run of each seed with the current config
 } RowResult;
 
-static double evaluation(Registry* reg, int64_t run, const char* key) {
-    sqlite3_stmt* st;
-    sqlite3_prepare_v2(reg->db, "SELECT value FROM evaluations WHERE run_id = ? AND key = ?", -1, &st, NULL);
-    sqlite3_bind_int64(st, 1, run);
-    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-    double v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_double(st, 0) : NAN;
-    sqlite3_finalize(st);
-    return v;
-}
-
 // Mean and sample std over the seeds whose run finished with the row's current config
 static RowResult row_result(Registry* reg, int64_t experiment, const Recipe* r, const Section* preset, int row,
                             const Table6Options* opt) {
@@ -124,9 +117,9 @@ static RowResult row_result(Registry* reg, int64_t experiment, const Recipe* r, 
         Config cfg = row_config(r, preset, &r->rows[row], s, opt->recipe, opt->results);
         int64_t run = registry_finished_run(reg, experiment, r->rows[row].name, cfg.seed, &cfg);
         if (!run) continue;
-        for (int k = 0; k < 3; k++) values[k][res.n] = evaluation(reg, run, keys[k]);
-        res.arhit_fraction += evaluation(reg, run, "arhit_fraction");
-        res.threshold = evaluation(reg, run, "arhit_threshold");
+        for (int k = 0; k < 3; k++) values[k][res.n] = registry_evaluation_value(reg, run, keys[k]);
+        res.arhit_fraction += registry_evaluation_value(reg, run, "arhit_fraction");
+        res.threshold = registry_evaluation_value(reg, run, "arhit_threshold");
         res.runs[res.n++] = run;
     }
     if (res.n) res.arhit_fraction /= res.n;
@@ -187,31 +180,25 @@ int table6_main(const Table6Options* opt) {
     // parameter counts, checked before anything trains
     Config first = row_config(r, preset, &r->rows[0], 0, opt->recipe, opt->results);
     char path[4096];
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", first.data);
-    if (access(path, R_OK) != 0) die("key 'data': '%s' has no readable tokenizer.bin; run `make data` first", first.data);
-    Tokenizer tok;
-    tokenizer_load(&tok, path);
+    DataDir data;
+    data_open(&data, first.data, DATA_VAL);
     size_t params[RECIPE_SECTIONS];
     printf("Table 6, preset %s, %d seed(s): parameters per row\n", opt->preset, opt->seeds);
     for (int i = 0; i < r->n_rows; i++) {
         Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-        params[i] = model_param_count(&cfg, tok.vocab_size);
+        params[i] = model_param_count(&cfg, data.tok.vocab_size);
         printf("  %-18s %-9s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", r->rows[i].name, config_attention_name(&cfg),
-               cfg.n_head, config_head_dim(&cfg), cfg.head_norm ? "yes" : "no", config_ffn_hidden(&cfg), params[i]);
+               cfg.n_head, config_head_dim(&cfg), config_head_norm(&cfg) ? "yes" : "no", config_ffn_hidden(&cfg), params[i]);
         if (fabs((double)params[i] - (double)params[0]) > 0.01 * params[0]) {
             die("%s: row '%s' has %zu parameters, more than 1%% from row '%s' (%zu)", opt->recipe, r->rows[i].name,
                 params[i], r->rows[0].name, params[0]);
         }
     }
-    tokenizer_free(&tok);
-    Shard val;
-    snprintf(path, sizeof(path), "%s/val.bin", first.data);
-    shard_load(&val, path);
-    if ((val.n_tokens - 1) / first.seq_len < (size_t)eval_windows) {
-        die("%s: [preset %s] eval_windows = %d needs %zu validation tokens at seq_len %d; '%s' has %zu", opt->recipe,
-            opt->preset, eval_windows, (size_t)eval_windows * first.seq_len + 1, first.seq_len, path, val.n_tokens);
+    if ((data.val.n_tokens - 1) / first.seq_len < (size_t)eval_windows) {
+        die("%s: [preset %s] eval_windows = %d needs %zu validation tokens at seq_len %d; '%s/val.bin' has %zu", opt->recipe,
+            opt->preset, eval_windows, (size_t)eval_windows * first.seq_len + 1, first.seq_len, first.data, data.val.n_tokens);
     }
-    shard_free(&val);
+    data_close(&data);
 
     mkdir_p(opt->plots);
     Registry reg;
@@ -243,60 +230,54 @@ int table6_main(const Table6Options* opt) {
     RowResult res[RECIPE_SECTIONS];
     for (int i = 0; i < r->n_rows; i++) res[i] = row_result(&reg, experiment, r, preset, i, opt);
     snprintf(path, sizeof(path), "%s/table6.md", opt->results);
-    char tmp[4200];
-    tmp_path(tmp, sizeof(tmp), path);
-    FILE* md = fopenCheck(tmp, "w");
-    FILE* outs[2] = {stdout, md};
+    Report rep;
+    report_open(&rep, path, 1);
     int h = section_int(preset, "h", opt->recipe), d = section_int(preset, "d", opt->recipe);
     double threshold = res[0].threshold;
-    for (int o = 0; o < 2; o++) {
-        FILE* f = outs[o];
-        fprintf(f, "\n## Table 6 (preset %s): validation loss, %d seed(s) per row, mean ± sample std\n\n", opt->preset, opt->seeds);
-        fprintf(f, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
-                section_get(preset, "n_layer"), h * d, h, d, (long long)first.steps * first.batch_size * first.seq_len * first.grad_accum,
-                eval_windows, first.seq_len);
-        fprintf(f, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
-                "rescaled to the training shard); %.2f%% of evaluated tokens.\n\n", threshold, 100 * res[0].arhit_fraction);
-        fprintf(f, "| Model | #Heads | d | GN | n | Valid | AR-Hit | Others | params | paper Valid | paper AR-Hit | paper Others |\n");
-        fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < r->n_rows; i++) {
-            Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-            char cells[3][64];
-            for (int k = 0; k < 3; k++) format_cell(cells[k], sizeof(cells[k]), &res[i], k);
-            double pv[3];
-            const char* paper = section_get(&r->rows[i], "paper");
-            char paper_cells[64] = "not in the paper | | ";
-            if (paper && sscanf(paper, "%lf %lf %lf", &pv[0], &pv[1], &pv[2]) == 3) {
-                snprintf(paper_cells, sizeof(paper_cells), "%.3f | %.3f | %.3f", pv[0], pv[1], pv[2]);
-            }
-            fprintf(f, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", section_get(&r->rows[i], "label"), cfg.n_head,
-                    config_head_dim(&cfg), cfg.head_norm ? "✓" : "✗", res[i].n, cells[0], cells[1], cells[2], params[i],
-                    paper_cells);
+    report_printf(&rep, "\n## Table 6 (preset %s): validation loss, %d seed(s) per row, mean ± sample std\n\n", opt->preset, opt->seeds);
+    report_printf(&rep, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
+            section_get(preset, "n_layer"), h * d, h, d, (long long)first.steps * first.batch_size * first.seq_len * first.grad_accum,
+            eval_windows, first.seq_len);
+    report_printf(&rep, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
+            "rescaled to the training shard); %.2f%% of evaluated tokens.\n\n", threshold, 100 * res[0].arhit_fraction);
+    report_printf(&rep, "| Model | #Heads | d | GN | n | Valid | AR-Hit | Others | params | paper Valid | paper AR-Hit | paper Others |\n");
+    report_printf(&rep, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < r->n_rows; i++) {
+        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
+        char cells[3][64];
+        for (int k = 0; k < 3; k++) format_cell(cells[k], sizeof(cells[k]), &res[i], k);
+        double pv[3];
+        const char* paper = section_get(&r->rows[i], "paper");
+        char paper_cells[64] = "not in the paper | | ";
+        if (paper && sscanf(paper, "%lf %lf %lf", &pv[0], &pv[1], &pv[2]) == 3) {
+            snprintf(paper_cells, sizeof(paper_cells), "%.3f | %.3f | %.3f", pv[0], pv[1], pv[2]);
         }
-        fprintf(f, "\n### The paper's claims against these runs\n\n");
-        fprintf(f, "| claim | gap (ours) | seed spread | paper gap | agrees |\n|---|---|---|---|---|\n");
-        for (size_t c = 0; c < sizeof(CLAIMS) / sizeof(CLAIMS[0]); c++) {
-            const Claim* cl = &CLAIMS[c];
-            const RowResult *a = &res[cl->a], *b = &res[cl->b];
-            double gap = a->mean[cl->metric] - b->mean[cl->metric];
-            double spread = fmax(a->std[cl->metric], b->std[cl->metric]);
-            double pa[3] = {NAN, NAN, NAN}, pb[3] = {NAN, NAN, NAN};
-            sscanf(section_get(&r->rows[cl->a], "paper"), "%lf %lf %lf", &pa[0], &pa[1], &pa[2]);
-            sscanf(section_get(&r->rows[cl->b], "paper"), "%lf %lf %lf", &pb[0], &pb[1], &pb[2]);
-            double noise = opt->seeds > 1 ? 2 * spread : 0.01;
-            char spread_text[32];
-            if (opt->seeds > 1) snprintf(spread_text, sizeof(spread_text), "%.4f", spread);
-            else snprintf(spread_text, sizeof(spread_text), "n/a (1 seed)");
-            fprintf(f, "| %s | %+.4f | %s | %+.3f | %s |\n", cl->text, gap, spread_text, pa[cl->metric] - pb[cl->metric],
-                    verdict(cl->kind, gap, noise));
-        }
-        fprintf(f, "\nGaps are the first row named minus the second (negative = lower loss). The noise level is %s: "
-                "\"beats\" claims agree when the gap is below minus the noise, \"does not help\" when it is above it, "
-                "\"barely matters\" when |gap| is within it.\n",
-                opt->seeds > 1 ? "2 x the larger seed std" : "0.01 nats (one seed: no spread measured)");
+        report_printf(&rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", section_get(&r->rows[i], "label"), cfg.n_head,
+                config_head_dim(&cfg), config_head_norm(&cfg) ? "✓" : "✗", res[i].n, cells[0], cells[1], cells[2], params[i],
+                paper_cells);
     }
-    fcloseCheck(md, tmp);
-    renameCheck(tmp, path);
+    report_printf(&rep, "\n### The paper's claims against these runs\n\n");
+    report_printf(&rep, "| claim | gap (ours) | seed spread | paper gap | agrees |\n|---|---|---|---|---|\n");
+    for (size_t c = 0; c < sizeof(CLAIMS) / sizeof(CLAIMS[0]); c++) {
+        const Claim* cl = &CLAIMS[c];
+        const RowResult *a = &res[cl->a], *b = &res[cl->b];
+        double gap = a->mean[cl->metric] - b->mean[cl->metric];
+        double spread = fmax(a->std[cl->metric], b->std[cl->metric]);
+        double pa[3] = {NAN, NAN, NAN}, pb[3] = {NAN, NAN, NAN};
+        sscanf(section_get(&r->rows[cl->a], "paper"), "%lf %lf %lf", &pa[0], &pa[1], &pa[2]);
+        sscanf(section_get(&r->rows[cl->b], "paper"), "%lf %lf %lf", &pb[0], &pb[1], &pb[2]);
+        double noise = opt->seeds > 1 ? 2 * spread : 0.01;
+        char spread_text[32];
+        if (opt->seeds > 1) snprintf(spread_text, sizeof(spread_text), "%.4f", spread);
+        else snprintf(spread_text, sizeof(spread_text), "n/a (1 seed)");
+        report_printf(&rep, "| %s | %+.4f | %s | %+.3f | %s |\n", cl->text, gap, spread_text, pa[cl->metric] - pb[cl->metric],
+                verdict(cl->kind, gap, noise));
+    }
+    report_printf(&rep, "\nGaps are the first row named minus the second (negative = lower loss). The noise level is %s: "
+            "\"beats\" claims agree when the gap is below minus the noise, \"does not help\" when it is above it, "
+            "\"barely matters\" when |gap| is within it.\n",
+            opt->seeds > 1 ? "2 x the larger seed std" : "0.01 nats (one seed: no spread measured)");
+    report_close(&rep);
 
     // ---- figures: data files then gnuplot ----
     char bars[4096], curves[4096];
@@ -307,36 +288,24 @@ int table6_main(const Table6Options* opt) {
     for (int i = 0; i < r->n_rows; i++) {
         Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
         fprintf(f, "%d \"%s %dx%d%s\" %.6f %.6f %.6f %.6f %.6f %.6f\n", i, section_get(&r->rows[i], "label"), cfg.n_head,
-                config_head_dim(&cfg), cfg.head_norm ? " GN" : "", res[i].mean[0], res[i].std[0],
+                config_head_dim(&cfg), config_head_norm(&cfg) ? " GN" : "", res[i].mean[0], res[i].std[0],
                 res[i].mean[1], res[i].std[1], res[i].mean[2], res[i].std[2]);
     }
     fcloseCheck(f, bars);
     f = fopenCheck(curves, "w");
     for (int i = 0; i < r->n_rows; i++) {
         fprintf(f, "\"%s (%s)\"\n", section_get(&r->rows[i], "label"), r->rows[i].name);
-        // every attempt of the row's finished runs contributes the steps it checkpointed
-        sqlite3_stmt* st;
-        sqlite3_prepare_v2(reg.db,
-            "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs a ON a.id = m.run_id JOIN runs f ON f.experiment_id ="
-            " a.experiment_id AND f.row = a.row AND f.seed = a.seed AND f.recipe_text = a.recipe_text WHERE f.id IN"
-            " (SELECT value FROM json_each(?)) AND m.key = 'val_loss' GROUP BY m.step ORDER BY m.step", -1, &st, NULL);
-        char ids[256 * 24] = "[";
-        for (int k = 0; k < res[i].n; k++) {
-            size_t len = strlen(ids);
-            snprintf(ids + len, sizeof(ids) - len, "%s%lld", k ? "," : "", (long long)res[i].runs[k]);
-        }
-        strcat(ids, "]");
-        sqlite3_bind_text(st, 1, ids, -1, SQLITE_TRANSIENT);
-        while (sqlite3_step(st) == SQLITE_ROW) fprintf(f, "%lld %.6f\n", (long long)sqlite3_column_int64(st, 0), sqlite3_column_double(st, 1));
-        sqlite3_finalize(st);
+        int64_t* tokens;
+        double* values;
+        int n = registry_mean_curve(&reg, res[i].runs, res[i].n, "val_loss", &tokens, &values);
+        for (int k = 0; k < n; k++) fprintf(f, "%lld %.6f\n", (long long)tokens[k], values[k]);
         fprintf(f, "\n\n");
+        free(tokens);
+        free(values);
     }
     fcloseCheck(f, curves);
-    char cmd[16384];
-    snprintf(cmd, sizeof(cmd), "gnuplot -e \"bars='%s'; curves='%s'; rows=%d; out_bars='%s/table6.png'; "
-             "out_curves='%s/table6_curves.png'; title_text='Table 6, preset %s, %d seed(s)'\" plots/table6.gp", bars, curves,
-             r->n_rows, opt->plots, opt->plots, opt->preset, opt->seeds);
-    if (system(cmd) != 0) die("gnuplot failed: %s", cmd);
+    gnuplot("plots/table6.gp", "bars='%s'; curves='%s'; rows=%d; out_bars='%s/table6.png'; out_curves='%s/table6_curves.png'; "
+            "title_text='Table 6, preset %s, %d seed(s)'", bars, curves, r->n_rows, opt->plots, opt->plots, opt->preset, opt->seeds);
     printf("\nwrote %s, %s/table6.png, %s/table6_curves.png; runs in %s/registry.sqlite\n", path, opt->plots, opt->plots, opt->results);
     registry_close(&reg);
     int missing = 0;

@@ -36,6 +36,12 @@ void registry_end_pid(Registry* reg, int pid, RunStatus status);
 void registry_metrics(Registry* reg, int64_t run, int n, const char* const* keys, const int* steps,
                       const int64_t* tokens, const double* values);
 void registry_evaluation(Registry* reg, int64_t run, const char* key, double value);
+// The run's evaluation `key`, NaN when it has none
+double registry_evaluation_value(Registry* reg, int64_t run, const char* key);
+// Metric `key` of the given finished runs against training tokens, averaged over the runs at
+// each step; every attempt of each run's (row, seed, config) contributes the steps it
+// checkpointed. Returns the number of points; *tokens and *values are the caller's to free.
+int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const char* key, int64_t** tokens, double** values);
 // Records a file with its sha256.
 void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path);
 const char* run_status_name(RunStatus status);

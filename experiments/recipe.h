@@ -1,7 +1,6 @@
 // Experiment recipes (experiments/table6.ini, experiments/needle.ini): `difftx train` keys
 // shared by every run, [preset NAME] sections for model size and budget, [row NAME] sections
 // for the compared models. Each kind of recipe adds its own non-training keys (extra_key).
-// Also: training one row with its metrics recorded in the registry.
 #ifndef RECIPE_H
 #define RECIPE_H
 
@@ -40,14 +39,13 @@ const char* section_get(const Section* s, const char* key);
 int section_int(const Section* s, const char* key, const char* path);
 // Applies the section's training keys to cfg
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
+// A row must state every switch that defines it, so no default decides what a table row is:
+// `attention`, `head_norm`, `lambda_init` where the variant has a per-layer lambda, and the
+// runner's shape keys (NULL-terminated). cfg is the row's resolved config. Dies naming the row.
+void recipe_require_switches(const Section* row, const Config* cfg, const char* const* shape_keys, const char* path);
 
 // Opens results/registry.sqlite (creating results/), marks interrupted attempts KILLED and
 // returns the id of experiment `name` for this preset and recipe file
 int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path);
-
-// Trains cfg (resuming from its checkpoint) as registry run `run`, whose metrics are stored
-// at each checkpoint so a killed run stores no step twice, and records its training shard as
-// artifact `training_data`; returns the wall seconds.
-double train_recorded(Registry* reg, int64_t run, const Config* cfg);
 
 #endif

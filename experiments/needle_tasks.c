@@ -6,13 +6,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../data/dataset.h"
 #include "../data/needle.h"
+#include "../eval/attnmap.h"
+#include "../eval/retrieval.h"
 #include "../model/checkpoint.h"
 #include "../model/util.h"
-#include "attnmap.h"
 #include "recipe.h"
 #include "registry.h"
-#include "retrieval.h"
+#include "report.h"
+#include "train.h"
 
 #define CITIES "data/cities.txt"
 #define N_DEPTHS 5
@@ -28,7 +31,7 @@ static const double PAPER_TABLE2[2][N_SETTINGS] = {{1.00, 0.85, 0.62, 0.55}, {1.
 static const double PAPER_ANSWER[2][N_DEPTHS] = {{0.03, 0.03, 0.03, 0.07, 0.09}, {0.27, 0.30, 0.31, 0.32, 0.40}};
 static const double PAPER_NOISE[2][N_DEPTHS] = {{0.51, 0.54, 0.52, 0.49, 0.49}, {0.01, 0.02, 0.02, 0.02, 0.01}};
 
-static int extra_key(int is_row, const char* k) {
+int needle_extra_key(int is_row, const char* k) {
     static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
                                  "fig5_samples", "maps", "eval_seed"};
     for (size_t i = 0; !is_row && i < sizeof(keys) / sizeof(keys[0]); i++) {
@@ -36,6 +39,9 @@ static int extra_key(int is_row, const char* k) {
     }
     return 0;
 }
+#define extra_key needle_extra_key
+
+static const char* const ROW_SHAPE_KEYS[] = {"n_head", "head_dim", NULL};
 
 typedef struct {
     char name[64];
@@ -47,12 +53,13 @@ typedef struct {
     CopyScore copy;  // the least retrieval needs
 } Row;
 
-static Config row_config(const Recipe* r, const Section* preset, const Section* row, const char* results) {
+Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, const char* recipe, const char* results) {
     Config cfg;
     config_defaults(&cfg);
     section_apply(&cfg, &r->common, extra_key);
     section_apply(&cfg, preset, extra_key);
     section_apply(&cfg, row, extra_key);
+    recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
     snprintf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s", results, preset->name, row->name);
     config_validate(&cfg);
     return cfg;
@@ -102,13 +109,13 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
         printf("making the needle training mix %s from %s\n", cfg->data, corpus);
         needle_prepare(cfg->data, corpus, CITIES, cfg->seq_len, NEEDLE_TRAIN_NEEDLES, NEEDLE_DATA_SEED);
     }
-    Shard s;
-    shard_load(&s, path);
-    if (s.block != cfg->seq_len) {
+    DataDir data;
+    data_open(&data, cfg->data, DATA_TRAIN);
+    if (data.train.block != cfg->seq_len) {
         die("'%s' holds needle blocks of %d tokens but the recipe trains at seq_len %d; delete '%s' to remake it", path,
-            s.block, cfg->seq_len, cfg->data);
+            data.train.block, cfg->seq_len, cfg->data);
     }
-    shard_free(&s);
+    data_close(&data);
 }
 
 static uint64_t episode_seed(int eval_seed, int length, int n_needles, int n_queries, int depth, int sample) {
@@ -121,7 +128,7 @@ static uint64_t episode_seed(int eval_seed, int length, int n_needles, int n_que
 
 static void ensure_cache(Model* m, const Episode* e) {
     int need = episode_cache_need(e);
-    if (m->cache_T < need) model_cache_init(m, need);
+    if (model_cache_size(m) < need) model_cache_init(m, need);
 }
 
 // ---- retrieval: one cell is (length, N, R, depth), `samples` episodes ----
@@ -197,22 +204,11 @@ static void run_cells(Row* row, const NeedleSource* src, const Tokenizer* tok, C
     }
 }
 
-static void gnuplot(const char* vars, const char* script) {
-    char cmd[16384 + 256];
-    snprintf(cmd, sizeof(cmd), "gnuplot -e \"%s\" %s", vars, script);
-    if (system(cmd) != 0) die("gnuplot failed: %s", cmd);
-}
-
-static FILE* open_md(char* tmp, size_t n, const char* path) {
-    tmp_path(tmp, n, path);
-    return fopenCheck(tmp, "w");
-}
-
-static void provenance(FILE* f, const Row* rows, int n_rows, const NeedleOptions* opt, int samples) {
-    fprintf(f, "Recipe %s, preset %s, git %s; %d episodes per cell, answer depths 0/25/50/75/100%%.\n", opt->recipe,
+static void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptions* opt, int samples) {
+    report_printf(f, "Recipe %s, preset %s, git %s; %d episodes per cell, answer depths 0/25/50/75/100%%.\n", opt->recipe,
             opt->preset, GIT_COMMIT, samples);
     for (int i = 0; i < n_rows; i++) {
-        fprintf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained %d steps at "
+        report_printf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained %d steps at "
                 "context %d on copy practice, then %d steps at context %d on the needle mix (%s, registry run %lld); "
                 "copying check %.2f (first copy %.2f)\n",
                 rows[i].name, config_attention_name(&rows[i].cfg), rows[i].cfg.n_layer, rows[i].cfg.d_model, rows[i].cfg.n_head,
@@ -220,7 +216,7 @@ static void provenance(FILE* f, const Row* rows, int n_rows, const NeedleOptions
                 rows[i].cfg.steps, rows[i].cfg.seq_len,
                 rows[i].checkpoint, (long long)rows[i].run, rows[i].copy.second, rows[i].copy.first);
     }
-    fprintf(f, "\nCopying check: greedy accuracy on the second copy of a %d-token span of validation text repeated (an "
+    report_printf(f, "\nCopying check: greedy accuracy on the second copy of a %d-token span of validation text repeated (an "
                "induction head, the least retrieval needs); the first copy's accuracy is what the language model guesses "
                "alone.\n\n", COPY_HALF);
 }
@@ -256,47 +252,44 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
             totals[i][st] = t;
         }
     }
-    char path[4200], tmp[4300], dat[4200];
+    char path[4200], dat[4200];
     snprintf(path, sizeof(path), "%s/table2.md", opt->results);
     snprintf(dat, sizeof(dat), "%s/table2.dat", opt->results);
-    FILE* md = open_md(tmp, sizeof(tmp), path);
+    Report rep, *f = &rep;
+    report_open(f, path, 1);
     FILE* bars = fopenCheck(dat, "w");
     fprintf(bars, "# setting, then per row: accuracy, standard error, paper\n");
-    FILE* outs[2] = {stdout, md};
-    for (int o = 0; o < 2; o++) {
-        FILE* f = outs[o];
-        fprintf(f, "\n## Table 2 (preset %s): multi-needle retrieval at context %d\n\n", opt->preset, context);
-        provenance(f, rows, n_rows, opt, samples);
-        fprintf(f, "Greedy decoding on a KV cache, each query after the context on its own. Each cell: accuracy = fraction "
-                   "of queried numbers reproduced exactly (± its binomial standard error), then [fraction of samples with all "
-                   "R queries right]; averaged over the 5 depths. Paper: 3B models at 4K.\n\n");
-        fprintf(f, "| Model | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|\n");
-        for (int i = 0; i < n_rows; i++) {
-            fprintf(f, "| %s |", rows[i].name);
-            for (int s = 0; s < N_SETTINGS; s++) {
-                const Cell* t = &totals[i][s];
-                double p = (double)t->correct / t->queries;
-                fprintf(f, " %.2f ± %.2f [%.2f] |", p, sqrt(p * (1 - p) / t->queries), (double)t->all_correct / t->samples);
-            }
-            fprintf(f, "\n");
+    report_printf(f, "\n## Table 2 (preset %s): multi-needle retrieval at context %d\n\n", opt->preset, context);
+    provenance(f, rows, n_rows, opt, samples);
+    report_printf(f, "Greedy decoding on a KV cache, each query after the context on its own. Each cell: accuracy = fraction "
+               "of queried numbers reproduced exactly (± its binomial standard error), then [fraction of samples with all "
+               "R queries right]; averaged over the 5 depths. Paper: 3B models at 4K.\n\n");
+    report_printf(f, "| Model | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < n_rows; i++) {
+        report_printf(f, "| %s |", rows[i].name);
+        for (int s = 0; s < N_SETTINGS; s++) {
+            const Cell* t = &totals[i][s];
+            double p = (double)t->correct / t->queries;
+            report_printf(f, " %.2f ± %.2f [%.2f] |", p, sqrt(p * (1 - p) / t->queries), (double)t->all_correct / t->samples);
         }
-        for (int p = 0; p < 2; p++) {
-            fprintf(f, "| paper %s |", p ? "DIFF" : "Transformer");
-            for (int s = 0; s < N_SETTINGS; s++) fprintf(f, " %.2f |", PAPER_TABLE2[p][s]);
-            fprintf(f, "\n");
-        }
-        fprintf(f, "\nPer depth (accuracy of the queried numbers):\n\n| Model | N, R |");
-        for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.0f%% |", 100 * DEPTHS[d]);
-        fprintf(f, "\n|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < n_rows; i++) {
-            for (int s = 0; s < N_SETTINGS; s++) {
-                fprintf(f, "| %s | %d, %d |", rows[i].name, SETTING_N[s], SETTING_R[s]);
-                for (int d = 0; d < N_DEPTHS; d++) {
-                    const Cell* c = &cells[i][s * N_DEPTHS + d];
-                    fprintf(f, " %.2f |", (double)c->correct / c->queries);
-                }
-                fprintf(f, "\n");
+        report_printf(f, "\n");
+    }
+    for (int p = 0; p < 2; p++) {
+        report_printf(f, "| paper %s |", p ? "DIFF" : "Transformer");
+        for (int s = 0; s < N_SETTINGS; s++) report_printf(f, " %.2f |", PAPER_TABLE2[p][s]);
+        report_printf(f, "\n");
+    }
+    report_printf(f, "\nPer depth (accuracy of the queried numbers):\n\n| Model | N, R |");
+    for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.0f%% |", 100 * DEPTHS[d]);
+    report_printf(f, "\n|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n_rows; i++) {
+        for (int s = 0; s < N_SETTINGS; s++) {
+            report_printf(f, "| %s | %d, %d |", rows[i].name, SETTING_N[s], SETTING_R[s]);
+            for (int d = 0; d < N_DEPTHS; d++) {
+                const Cell* c = &cells[i][s * N_DEPTHS + d];
+                report_printf(f, " %.2f |", (double)c->correct / c->queries);
             }
+            report_printf(f, "\n");
         }
     }
     for (int s = 0; s < N_SETTINGS; s++) {
@@ -309,13 +302,12 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
         fprintf(bars, "\n");
     }
     fcloseCheck(bars, dat);
-    fcloseCheck(md, tmp);
-    renameCheck(tmp, path);
+    report_close(&rep);
     char vars[16384], names[512] = "";
     for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
     snprintf(vars, sizeof(vars), "data='%s'; names='%s'; out='%s/table2.png'; title_text='Table 2, preset %s: retrieval at context %d, %d samples per depth'",
              dat, names, opt->plots, opt->preset, context, samples);
-    gnuplot(vars, "plots/table2.gp");
+    gnuplot("plots/table2.gp", "%s", vars);
     printf("\nwrote %s, %s/table2.png; every query in table 'episodes' of %s/registry.sqlite\n", path, opt->plots, opt->results);
 }
 
@@ -331,10 +323,11 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         if (n_lengths == MAX_LENGTHS || atoi(t) <= 0) die("%s: [preset %s] 'lengths' must be up to %d positive integers", opt->recipe, preset->name, MAX_LENGTHS);
         lengths[n_lengths++] = atoi(t);
     }
-    char path[4200], tmp[4300];
+    char path[4200];
     snprintf(path, sizeof(path), "%s/fig5.md", opt->results);
-    FILE* md = open_md(tmp, sizeof(tmp), path);
-    fprintf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
+    Report rep, *md = &rep;
+    report_open(md, path, 0);
+    report_printf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
     provenance(md, rows, n_rows, opt, samples);
     for (int i = 0; i < n_rows; i++) {
         Cell cells[MAX_LENGTHS * N_DEPTHS];
@@ -348,14 +341,14 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         char dat[4200];
         snprintf(dat, sizeof(dat), "%s/fig5_%s.dat", opt->results, rows[i].name);
         FILE* f = fopenCheck(dat, "w");
-        fprintf(md, "### %s (trained at context %d)\n\n| depth |", rows[i].name, rows[i].cfg.seq_len);
-        for (int l = 0; l < n_lengths; l++) fprintf(md, " %d |", lengths[l]);
-        fprintf(md, "\n|---|");
-        for (int l = 0; l < n_lengths; l++) fprintf(md, "---|");
-        fprintf(md, "\n");
+        report_printf(md, "### %s (trained at context %d)\n\n| depth |", rows[i].name, rows[i].cfg.seq_len);
+        for (int l = 0; l < n_lengths; l++) report_printf(md, " %d |", lengths[l]);
+        report_printf(md, "\n|---|");
+        for (int l = 0; l < n_lengths; l++) report_printf(md, "---|");
+        report_printf(md, "\n");
         // rows: depths then the average, as in the paper's figure (y = 0 is the top row)
         for (int d = 0; d <= N_DEPTHS; d++) {
-            fprintf(md, d < N_DEPTHS ? "| %.0f%% |" : "| average |", 100 * (d < N_DEPTHS ? DEPTHS[d] : 0));
+            report_printf(md, d < N_DEPTHS ? "| %.0f%% |" : "| average |", 100 * (d < N_DEPTHS ? DEPTHS[d] : 0));
             for (int l = 0; l < n_lengths; l++) {
                 double acc = 0;
                 if (d < N_DEPTHS) {
@@ -363,24 +356,23 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
                 } else {
                     for (int k = 0; k < N_DEPTHS; k++) acc += (double)cells[l * N_DEPTHS + k].correct / cells[l * N_DEPTHS + k].queries / N_DEPTHS;
                 }
-                fprintf(md, " %.2f |", acc);
+                report_printf(md, " %.2f |", acc);
                 fprintf(f, "%d %d %.4f\n", l, d, acc);
             }
-            fprintf(md, "\n");
+            report_printf(md, "\n");
             fprintf(f, "\n");
         }
-        fprintf(md, "\n");
+        report_printf(md, "\n");
         fcloseCheck(f, dat);
         char vars[16384], tics[2048] = "";
         for (int l = 0; l < n_lengths; l++) snprintf(tics + strlen(tics), sizeof(tics) - strlen(tics), "%s'%d' %d", l ? ", " : "", lengths[l], l);
         snprintf(vars, sizeof(vars), "data='%s'; n_lengths=%d; out='%s/fig5_%s.png'; xtics_text=\\\"%s\\\"; "
                  "title_text='Figure 5, %s (trained at %d): N = 8, R = 1, %d samples per cell'", dat, n_lengths, opt->plots,
                  rows[i].name, tics, rows[i].name, rows[i].cfg.seq_len, samples);
-        gnuplot(vars, "plots/fig5.gp");
+        gnuplot("plots/fig5.gp", "%s", vars);
         printf("wrote %s/fig5_%s.png\n", opt->plots, rows[i].name);
     }
-    fcloseCheck(md, tmp);
-    renameCheck(tmp, path);
+    report_close(md);
     printf("wrote %s\n", path);
 }
 
@@ -448,62 +440,58 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         }
         overall[i] = m;
     }
-    char path[4200], tmp[4300], dat[4200], fig1[4200];
+    char path[4200], dat[4200], fig1[4200];
     snprintf(path, sizeof(path), "%s/table3.md", opt->results);
     snprintf(dat, sizeof(dat), "%s/table3.dat", opt->results);
     snprintf(fig1, sizeof(fig1), "%s/fig1.dat", opt->results);
-    FILE* md = open_md(tmp, sizeof(tmp), path);
-    FILE* outs[2] = {stdout, md};
-    for (int o = 0; o < 2; o++) {
-        FILE* f = outs[o];
-        fprintf(f, "\n## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d\n\n",
-                opt->preset, context);
-        provenance(f, rows, n_rows, opt, samples * N_SETTINGS);
-        fprintf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
-                   "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
-                   "are, DIFF rows A1 - lambda A2 divided by 1 - lambda. Answer = the answer needle's tokens; noise = every "
-                   "other context token after BOS, distractor needles included; the rest goes to BOS and the question itself.\n\n");
-        fprintf(f, "| Model | answer 0%% | 25%% | 50%% | 75%% | 100%% | noise 0%% | 25%% | 50%% | 75%% | 100%% |\n");
-        fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < n_rows; i++) {
-            fprintf(f, "| %s |", rows[i].name);
-            for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.3f |", by_depth[i][d].answer);
-            for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.3f |", by_depth[i][d].noise);
-            fprintf(f, "\n");
-        }
-        for (int p = 0; p < 2; p++) {
-            fprintf(f, "| paper %s |", p ? "DIFF" : "Transformer");
-            for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.2f |", PAPER_ANSWER[p][d]);
-            for (int d = 0; d < N_DEPTHS; d++) fprintf(f, " %.2f |", PAPER_NOISE[p][d]);
-            fprintf(f, "\n");
-        }
-        fprintf(f, "\nFigure 1 breakdown (mean over depths): | Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
-        for (int i = 0; i < n_rows; i++) {
-            const Allocation* m = &overall[i];
-            fprintf(f, "| %s | %.3f | %.3f | %.3f | %.3f |\n", rows[i].name, m->answer, m->noise, m->question, m->bos);
-        }
+    Report rep, *f = &rep;
+    report_open(f, path, 1);
+    report_printf(f, "\n## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d\n\n",
+            opt->preset, context);
+    provenance(f, rows, n_rows, opt, samples * N_SETTINGS);
+    report_printf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
+               "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
+               "are, DIFF rows A1 - lambda A2 divided by 1 - lambda. Answer = the answer needle's tokens; noise = every "
+               "other context token after BOS, distractor needles included; the rest goes to BOS and the question itself.\n\n");
+    report_printf(f, "| Model | answer 0%% | 25%% | 50%% | 75%% | 100%% | noise 0%% | 25%% | 50%% | 75%% | 100%% |\n");
+    report_printf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n_rows; i++) {
+        report_printf(f, "| %s |", rows[i].name);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.3f |", by_depth[i][d].answer);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.3f |", by_depth[i][d].noise);
+        report_printf(f, "\n");
     }
-    fcloseCheck(md, tmp);
-    renameCheck(tmp, path);
-    FILE* f = fopenCheck(dat, "w");
+    for (int p = 0; p < 2; p++) {
+        report_printf(f, "| paper %s |", p ? "DIFF" : "Transformer");
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_ANSWER[p][d]);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_NOISE[p][d]);
+        report_printf(f, "\n");
+    }
+    report_printf(f, "\nFigure 1 breakdown (mean over depths): | Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < n_rows; i++) {
+        const Allocation* m = &overall[i];
+        report_printf(f, "| %s | %.3f | %.3f | %.3f | %.3f |\n", rows[i].name, m->answer, m->noise, m->question, m->bos);
+    }
+    report_close(&rep);
+    FILE* t3 = fopenCheck(dat, "w");
     FILE* g = fopenCheck(fig1, "w");
     for (int d = 0; d < N_DEPTHS; d++) {
-        fprintf(f, "\"%.0f%%\"", 100 * DEPTHS[d]);
-        for (int i = 0; i < n_rows; i++) fprintf(f, " %.4f %.4f", by_depth[i][d].answer, by_depth[i][d].noise);
-        fprintf(f, "\n");
+        fprintf(t3, "\"%.0f%%\"", 100 * DEPTHS[d]);
+        for (int i = 0; i < n_rows; i++) fprintf(t3, " %.4f %.4f", by_depth[i][d].answer, by_depth[i][d].noise);
+        fprintf(t3, "\n");
     }
     for (int i = 0; i < n_rows; i++) {
         const Allocation* m = &overall[i];
         fprintf(g, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[i].name, m->answer, m->noise, m->question, m->bos);
     }
-    fcloseCheck(f, dat);
+    fcloseCheck(t3, dat);
     fcloseCheck(g, fig1);
     char vars[16384], names[512] = "";
     for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
     snprintf(vars, sizeof(vars), "data='%s'; fig1='%s'; names='%s'; out='%s/table3.png'; out_fig1='%s/fig1.png'; "
              "title_text='Table 3, preset %s: attention of the question tokens, context %d'", dat, fig1, names, opt->plots,
              opt->plots, opt->preset, context);
-    gnuplot(vars, "plots/table3.gp");
+    gnuplot("plots/table3.gp", "%s", vars);
     printf("\nwrote %s, %s/table3.png, %s/fig1.png\n", path, opt->plots, opt->plots);
 }
 
@@ -516,7 +504,7 @@ int needle_main(const NeedleOptions* opt) {
     Row* rows = callocCheck(r->n_rows, sizeof(Row));
     for (int i = 0; i < r->n_rows; i++) {
         snprintf(rows[i].name, sizeof(rows[i].name), "%s", r->rows[i].name);
-        rows[i].cfg = row_config(r, preset, &r->rows[i], opt->results);
+        rows[i].cfg = needle_row_config(r, preset, &r->rows[i], opt->recipe, opt->results);
         rows[i].copy_cfg = copy_stage_config(&rows[i].cfg, preset, opt->recipe);
         config_checkpoint_path(&rows[i].copy_cfg, rows[i].cfg.init_from, sizeof(rows[i].cfg.init_from));
         size_t a = model_param_count(&rows[i].cfg, 1), b = model_param_count(&rows[0].cfg, 1);
@@ -529,13 +517,10 @@ int needle_main(const NeedleOptions* opt) {
     mkdir_p(opt->plots);
     Registry reg;
     int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe);
-    char path[4200];
-    Tokenizer tok;
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", rows[0].cfg.data);
-    tokenizer_load(&tok, path);
-    Shard val;
-    snprintf(path, sizeof(path), "%s/val.bin", rows[0].cfg.data);
-    shard_load(&val, path);
+    DataDir data;
+    data_open(&data, rows[0].cfg.data, DATA_VAL);
+    const Tokenizer* tok = &data.tok;
+    const Shard* val = &data.val;
     for (int i = 0; i < r->n_rows; i++) {
         Row* row = &rows[i];
         char copy_name[80];
@@ -546,20 +531,19 @@ int needle_main(const NeedleOptions* opt) {
         CheckpointInfo info;
         checkpoint_load(row->checkpoint, &row->model, NULL, &info);
         if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);
-        row->copy = copy_score(&row->model, &val, COPY_HALF, 4, (uint64_t)row->cfg.seed);
+        row->copy = copy_score(&row->model, val, COPY_HALF, 4, (uint64_t)row->cfg.seed);
         registry_evaluation(&reg, row->run, "copy_score", row->copy.second);
         registry_evaluation(&reg, row->run, "copy_score_first", row->copy.first);
         printf("%s: copying check %.2f (first copy %.2f)\n", row->name, row->copy.second, row->copy.first);
     }
     NeedleSource src;
-    needle_source_init(&src, &tok, &val, CITIES, NEEDLE_EVAL);
-    printf("%s, preset %s: %d evaluation cities, haystacks from %s\n", opt->task, opt->preset, src.n_cities, path);
-    if (task == 0) task_table2(rows, r->n_rows, &src, &tok, &reg, preset, opt);
-    if (task == 1) task_fig5(rows, r->n_rows, &src, &tok, &reg, preset, opt);
-    if (task == 2) task_table3(rows, r->n_rows, &src, &tok, &reg, preset, opt);
+    needle_source_init(&src, tok, val, CITIES, NEEDLE_EVAL);
+    printf("%s, preset %s: %d evaluation cities, haystacks from %s/val.bin\n", opt->task, opt->preset, src.n_cities, data.dir);
+    if (task == 0) task_table2(rows, r->n_rows, &src, tok, &reg, preset, opt);
+    if (task == 1) task_fig5(rows, r->n_rows, &src, tok, &reg, preset, opt);
+    if (task == 2) task_table3(rows, r->n_rows, &src, tok, &reg, preset, opt);
     needle_source_free(&src);
-    shard_free(&val);
-    tokenizer_free(&tok);
+    data_close(&data);
     for (int i = 0; i < r->n_rows; i++) model_free(&rows[i].model);
     free(rows);
     free(r);

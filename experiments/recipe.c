@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/train.h"
 #include "../model/util.h"
 
 static int on_line(void* user, const char* section, const char* key, const char* value) {
@@ -82,6 +81,16 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key) {
     }
 }
 
+void recipe_require_switches(const Section* row, const Config* cfg, const char* const* shape_keys, const char* path) {
+    const char* keys[8] = {"attention", "head_norm"};
+    int n = 2;
+    if (config_variant(cfg)->lambda == LAMBDA_PER_LAYER) keys[n++] = "lambda_init";
+    for (int i = 0; shape_keys[i] && n < 8; i++) keys[n++] = shape_keys[i];
+    for (int i = 0; i < n; i++) {
+        if (!section_get(row, keys[i])) die("%s: [row %s] must state '%s' (a row states every switch that defines it)", path, row->name, keys[i]);
+    }
+}
+
 int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path) {
     char path[4200];
     mkdir_p(results);
@@ -93,53 +102,4 @@ int64_t recipe_experiment(Registry* reg, const char* results, const char* name, 
     int64_t experiment = registry_experiment(reg, name, preset, recipe_path, recipe_text);
     free(recipe_text);
     return experiment;
-}
-
-typedef struct {
-    Registry* reg;
-    int64_t run;
-    int n, cap;
-    const char** keys;
-    int* steps;
-    int64_t* tokens;
-    double* values;
-} MetricBuffer;
-
-static void buffer_metric(void* ctx, const char* key, int step, long tokens, double value) {
-    MetricBuffer* b = ctx;
-    if (b->n == b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 256;
-        b->keys = realloc(b->keys, b->cap * sizeof(char*));
-        b->steps = realloc(b->steps, b->cap * sizeof(int));
-        b->tokens = realloc(b->tokens, b->cap * sizeof(int64_t));
-        b->values = realloc(b->values, b->cap * sizeof(double));
-        if (!b->keys || !b->steps || !b->tokens || !b->values) die("out of memory buffering metrics");
-    }
-    b->keys[b->n] = key;  // string literals from the training loop
-    b->steps[b->n] = step;
-    b->tokens[b->n] = tokens;
-    b->values[b->n] = value;
-    b->n++;
-}
-
-static void flush_metrics(void* ctx) {
-    MetricBuffer* b = ctx;
-    registry_metrics(b->reg, b->run, b->n, b->keys, b->steps, b->tokens, b->values);
-    b->n = 0;
-}
-
-double train_recorded(Registry* reg, int64_t run, const Config* cfg) {
-    MetricBuffer buffer = {reg, run, 0, 0, NULL, NULL, NULL, NULL};
-    TrainObserver observer = {buffer_metric, flush_metrics, &buffer};
-    double t0 = wall_time();
-    train_run(cfg, 0, &observer);
-    // the mix is made from code that changes, so its hash is what says which data a run saw
-    char data[CONFIG_STR + 16];
-    snprintf(data, sizeof(data), "%s/train.bin", cfg->data);
-    registry_artifact(reg, run, "training_data", data);
-    free(buffer.keys);
-    free(buffer.steps);
-    free(buffer.tokens);
-    free(buffer.values);
-    return wall_time() - t0;
 }

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "registry.h"
 
+#include <math.h>
 #include <omp.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
@@ -259,6 +260,49 @@ void registry_evaluation(Registry* reg, int64_t run, const char* key, double val
     sqlite3_bind_double(st, 3, value);
     step_done(reg, st, "insert evaluation");
     exec(reg, "COMMIT;");
+}
+
+double registry_evaluation_value(Registry* reg, int64_t run, const char* key) {
+    sqlite3_stmt* st = prepare(reg, "SELECT value FROM evaluations WHERE run_id = ? AND key = ?");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sql_check(reg, rc, "select evaluation");
+    double v = rc == SQLITE_ROW ? sqlite3_column_double(st, 0) : NAN;
+    sqlite3_finalize(st);
+    return v;
+}
+
+int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const char* key, int64_t** tokens, double** values) {
+    sqlite3_stmt* st = prepare(reg,
+        "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs a ON a.id = m.run_id JOIN runs f ON f.experiment_id ="
+        " a.experiment_id AND f.row = a.row AND f.seed = a.seed AND f.recipe_text = a.recipe_text WHERE f.id IN"
+        " (SELECT value FROM json_each(?)) AND m.key = ? GROUP BY m.step ORDER BY m.step");
+    size_t cap = 2 + 24 * (size_t)n_runs, len = 1;
+    char* ids = mallocCheck(cap);
+    strcpy(ids, "[");
+    for (int k = 0; k < n_runs; k++) len += (size_t)snprintf(ids + len, cap - len, "%s%lld", k ? "," : "", (long long)runs[k]);
+    snprintf(ids + len, cap - len, "]");
+    sqlite3_bind_text(st, 1, ids, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+    int n = 0, size = 64, rc;
+    *tokens = mallocCheck(size * sizeof(int64_t));
+    *values = mallocCheck(size * sizeof(double));
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == size) {
+            size *= 2;
+            *tokens = realloc(*tokens, size * sizeof(int64_t));
+            *values = realloc(*values, size * sizeof(double));
+            if (!*tokens || !*values) die("out of memory reading a curve from '%s'", reg->path);
+        }
+        (*tokens)[n] = sqlite3_column_int64(st, 0);
+        (*values)[n] = sqlite3_column_double(st, 1);
+        n++;
+    }
+    sql_check(reg, rc, "select curve");
+    sqlite3_finalize(st);
+    free(ids);
+    return n;
 }
 
 void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path) {

@@ -4,6 +4,9 @@
 #ifndef TABLE6_H
 #define TABLE6_H
 
+#include "../model/config.h"
+#include "recipe.h"
+
 typedef struct {
     const char* recipe;   // experiments/table6.ini
     const char* preset;   // smoke, small, paper
@@ -13,5 +16,11 @@ typedef struct {
 } Table6Options;
 
 int table6_main(const Table6Options* opt);
+
+// The recipe keys of a Table 6 recipe that are not training keys (recipe_load's extra_key)
+int table6_extra_key(int is_row, const char* key);
+// The full config of row `row` for a preset and seed index, as the table trains it
+Config table6_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe,
+                         const char* results);
 
 #endif

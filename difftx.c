@@ -1,40 +1,25 @@
-// difftx: one program, several subcommands. Run `difftx help` for the list.
+// difftx: the command line, above every layer. One program, several subcommands, listed in
+// COMMANDS at the end; `difftx help` prints them.
 #define _GNU_SOURCE
-#include <cblas.h>
 #include <getopt.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../data/dataset.h"
-#include "../data/needle.h"
-#include "../data/tokenizer.h"
-#include "../eval/attnmap.h"
-#include "../eval/needle_tasks.h"
-#include "../eval/table6.h"
-#include "checkpoint.h"
-#include "model.h"
-#include "optim.h"
-#include "train.h"
-#include "util.h"
+#include "data/dataset.h"
+#include "data/needle.h"
+#include "data/tokenizer.h"
+#include "experiments/attn_plot.h"
+#include "experiments/needle_tasks.h"
+#include "experiments/table6.h"
+#include "experiments/train.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/util.h"
 
-static const char* USAGE =
-    "usage:\n"
-    "  difftx prepare [--vocab N] OUT_DIR INPUT...   tokenizer + token shards from text files/folders\n"
-    "  difftx needle-data [--seq-len T] [--max-needles N] [--seed S] OUT_DIR DATA_DIR\n"
-    "                                                DATA_DIR's training text mixed with needle training episodes\n"
-    "  difftx train RECIPE [key=value ...] [--until STEP]\n"
-    "                                                train (resumes from OUT/checkpoint.h5 if present)\n"
-    "  difftx sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]\n"
-    "  difftx bench RECIPE [key=value ...] [--vocab N] [--steps N] [--forward]\n"
-    "                                                speed and peak memory on random tokens\n"
-    "  difftx table6 RECIPE [--preset P] [--seeds N] [--results DIR] [--plots DIR]\n"
-    "                                                the paper's Table 6 ablations (make table6)\n"
-    "  difftx needle RECIPE --task table2|fig5|table3 [--preset P] [--results DIR] [--plots DIR]\n"
-    "                                                multi-needle retrieval and attention allocation\n"
-    "  difftx attn FILE --sample S --layer L --head H [--out PNG]\n"
-    "                                                heatmap of saved attention maps, without the model\n";
+static char USAGE[4096];  // filled from COMMANDS by main
 
 // Recipe file, then key=value overrides, then validation
 static void load_config(Config* cfg, int argc, char** argv, int first) {
@@ -118,20 +103,22 @@ static int cmd_sample(int argc, char** argv) {
     Model model;
     CheckpointInfo info;
     checkpoint_load(argv[optind], &model, NULL, &info);
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", model.cfg.data);
-    Tokenizer tok;
-    tokenizer_load(&tok, path);
-    if (tok.hash != info.tokenizer_hash) die("'%s' does not match the checkpoint's tokenizer", path);
+    DataDir data;
+    data_open(&data, model.cfg.data, 0);
+    const Tokenizer* tok = &data.tok;
+    if (tok->hash != info.tokenizer_hash) die("'%s/tokenizer.bin' does not match the checkpoint's tokenizer", data.dir);
     int T = model.cfg.seq_len;
     size_t plen = strlen(prompt);
     int* prompt_ids = mallocCheck((plen + 1) * sizeof(int));
     prompt_ids[0] = TOKEN_EOT;  // documents start with <|endoftext|> in training
-    int n = 1 + (int)tokenizer_encode(&tok, prompt, plen, prompt_ids + 1);
+    int n = 1 + (int)tokenizer_encode(tok, prompt, plen, prompt_ids + 1);
     int* history = mallocCheck(((size_t)n + n_tokens) * sizeof(int));
     memcpy(history, prompt_ids, n * sizeof(int));
     uint64_t rng = hash64((uint64_t)seed);
-    char* text = mallocCheck(65536);
+    int longest = 0;
+    for (int v = 0; v < tok->vocab_size; v++) longest = tok->length[v] > longest ? tok->length[v] : longest;
+    char* text = mallocCheck((size_t)longest + 1);
+    float* logits = mallocCheck((size_t)model.V * sizeof(float));
     fwrite(prompt, 1, plen, stdout);
     model_cache_init(&model, T);
     for (int i = 0; i < n_tokens; i++) {
@@ -140,7 +127,7 @@ static int cmd_sample(int argc, char** argv) {
         int start = n > T ? n - T : 0, len = n - start;
         if (i == 0 || start > 0) model_forward_cached(&model, history + start, len, 0);
         else model_forward_cached(&model, history + n - 1, 1, n - 1);
-        const float* logits = model.logits + (size_t)(model.T - 1) * model.V;
+        model_logits(&model, (i == 0 || start > 0 ? len : 1) - 1, logits);
         int next = 0;
         if (temperature == 0.0f) {
             for (int v = 1; v < model.V; v++) next = logits[v] > logits[next] ? v : next;
@@ -156,37 +143,18 @@ static int cmd_sample(int argc, char** argv) {
         }
         if (next == TOKEN_EOT) break;
         history[n++] = next;
-        size_t bytes = tokenizer_decode(&tok, &next, 1, text);
+        size_t bytes = tokenizer_decode(tok, &next, 1, text);
         fwrite(text, 1, bytes, stdout);
         fflush(stdout);
     }
     printf("\n");
     free(text);
+    free(logits);
     free(history);
     free(prompt_ids);
-    tokenizer_free(&tok);
+    data_close(&data);
     model_free(&model);
     return 0;
-}
-
-// Best of a few 2048^3 sgemm calls: the attainable matmul rate that MFU is measured against
-static double measure_sgemm_gflops(void) {
-    int n = 2048;
-    float* a = mallocCheck((size_t)n * n * sizeof(float));
-    float* b = mallocCheck((size_t)n * n * sizeof(float));
-    float* c = mallocCheck((size_t)n * n * sizeof(float));
-    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = 0.001f * (float)(i % 97);
-    double best = 1e30;
-    for (int rep = 0; rep < 4; rep++) {
-        double t0 = wall_time();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double dt = wall_time() - t0;
-        best = dt < best ? dt : best;
-    }
-    free(a);
-    free(b);
-    free(c);
-    return 2.0 * n * n * (double)n / best / 1e9;
 }
 
 static int cmd_bench(int argc, char** argv) {
@@ -209,7 +177,7 @@ static int cmd_bench(int argc, char** argv) {
     AdamW opt;
     if (!forward_only) adamw_alloc(&opt, &model);
     int B = cfg.batch_size, T = cfg.seq_len;
-    size_t N = (size_t)B * T;
+    size_t N = (size_t)B * T * cfg.grad_accum;  // tokens per step
     int* inputs = mallocCheck(N * sizeof(int));
     int* targets = mallocCheck(N * sizeof(int));
     uint64_t rng = hash64((uint64_t)cfg.seed);
@@ -221,28 +189,26 @@ static int cmd_bench(int argc, char** argv) {
     for (int s = 0; s < steps; s++) {
         double t0 = wall_time();
         if (forward_only) {
-            model_forward(&model, inputs, targets, B, T, 0);
+            for (int micro = 0; micro < cfg.grad_accum; micro++) {
+                model_forward(&model, inputs + micro * (size_t)B * T, targets + micro * (size_t)B * T, B, T, 0);
+            }
         } else {
-            model_zero_grad(&model);
-            model_forward(&model, inputs, targets, B, T, 1);
-            model_backward(&model, 1.0f);
-            clip_grad_norm(&model, cfg.grad_clip);
-            adamw_update(&opt, &model, lr_at(&cfg, s), s + 1);
+            train_step(&model, &opt, &cfg, s, inputs, targets);
         }
         if (s > 0) timed += wall_time() - t0;
     }
     double step_s = timed / (steps - 1), tok_s = N / step_s;
     double peak = peak_rss_bytes() / (1024.0 * 1024.0);
-    printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d\n",
+    printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d backend=%s\n",
            forward_only ? "forward" : "train", config_attention_name(&cfg), model.L, model.C,
-           model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads());
+           model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads(), model.be->name);
     if (forward_only) {
         printf("  %.3f s per forward pass, %.0f tokens/s, peak RSS %.0f MiB\n", step_s, tok_s, peak);
     } else {
-        double flops = model_flops_per_token(&model, T), sgemm = measure_sgemm_gflops();
+        double flops = model_flops_per_token(&model, T), sgemm = model.be->matmul_rate();
         double achieved = flops * tok_s / 1e9;
         printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s = %.0f%% MFU of the measured "
-               "sgemm rate %.1f GFLOP/s, peak RSS %.0f MiB\n",
+               "matmul rate %.1f GFLOP/s, peak RSS %.0f MiB\n",
                tok_s, step_s, flops / 1e6, achieved, 100.0 * achieved / sgemm, sgemm, peak);
         adamw_free(&opt);
     }
@@ -314,21 +280,41 @@ static int cmd_attn(int argc, char** argv) {
     return 0;
 }
 
+typedef struct {
+    const char* name;
+    int (*run)(int argc, char** argv);
+    const char* args;
+    const char* what;
+} Command;
+
+static const Command COMMANDS[] = {
+    {"prepare", cmd_prepare, "[--vocab N] OUT_DIR INPUT...", "tokenizer + token shards from text files/folders"},
+    {"needle-data", cmd_needle_data, "[--seq-len T] [--max-needles N] [--seed S] OUT_DIR DATA_DIR",
+     "DATA_DIR's training text mixed with needle training episodes"},
+    {"train", cmd_train, "RECIPE [key=value ...] [--until STEP]", "train (resumes from OUT/checkpoint.h5 if present)"},
+    {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]", "generate text"},
+    {"bench", cmd_bench, "RECIPE [key=value ...] [--vocab N] [--steps N] [--forward]",
+     "speed and peak memory on random tokens"},
+    {"table6", cmd_table6, "RECIPE [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
+     "the paper's Table 6 ablations (make table6)"},
+    {"needle", cmd_needle, "RECIPE --task table2|fig5|table3 [--preset P] [--results DIR] [--plots DIR]",
+     "multi-needle retrieval and attention allocation"},
+    {"attn", cmd_attn, "FILE --sample S --layer L --head H [--out PNG]",
+     "heatmap of saved attention maps, without the model"},
+};
+#define N_COMMANDS (sizeof(COMMANDS) / sizeof(COMMANDS[0]))
+
 int main(int argc, char** argv) {
+    int n = snprintf(USAGE, sizeof(USAGE), "usage:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        n += snprintf(USAGE + n, sizeof(USAGE) - n, "  difftx %s %s\n      %s\n", COMMANDS[i].name, COMMANDS[i].args, COMMANDS[i].what);
+    }
     if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
     }
-    const char* cmd = argv[1];
-    argc--;
-    argv++;
-    if (strcmp(cmd, "prepare") == 0) return cmd_prepare(argc, argv);
-    if (strcmp(cmd, "needle-data") == 0) return cmd_needle_data(argc, argv);
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
-    if (strcmp(cmd, "sample") == 0) return cmd_sample(argc, argv);
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc, argv);
-    if (strcmp(cmd, "table6") == 0) return cmd_table6(argc, argv);
-    if (strcmp(cmd, "needle") == 0) return cmd_needle(argc, argv);
-    if (strcmp(cmd, "attn") == 0) return cmd_attn(argc, argv);
-    die("unknown subcommand '%s'\n%s", cmd, USAGE);
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+    }
+    die("unknown subcommand '%s'\n%s", argv[1], USAGE);
 }

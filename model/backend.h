@@ -1,0 +1,138 @@
+// The compute boundary: every operation the model needs, as one table of functions (ggml's
+// backends are the model). A backend owns its memory: buffers come from its alloc and are read
+// and written only by its operations; upload and download cross the boundary. Nothing outside
+// a backend calls BLAS or loops over a backend's buffers.
+//
+// Shapes use N rows (B*T tokens), C model width, F SwiGLU width, V vocabulary, and the
+// attention shapes of attention.h. Backward operations accumulate (+=) into parameter
+// gradients; what they do to input gradients is stated per operation. Every reduction runs in
+// an order that does not depend on the thread count, so a run is bitwise repeatable.
+#ifndef BACKEND_H
+#define BACKEND_H
+
+#include <stddef.h>
+
+#include "attention.h"
+
+#define RMSNORM_EPS 1e-5f
+
+// ---- activation hook ----
+// A caller reads and may overwrite named activations of a forward pass in place:
+//   ACT_ATTN_LOGITS   scale * q k^T of one map before its softmax, in blocks of query rows:
+//                     rows row0..row0+rows-1 of sequence b, head, map; row r sees keys
+//                     0..row0+r (entries past that are not used), `ld` floats apart.
+//                     Called from the attention kernel's threads, concurrently for distinct
+//                     (b, head) pairs. The backward pass recomputes these logits and calls the
+//                     hook again with recompute = 1: everything after the softmax gets the
+//                     gradient of the replaced logits, and q and k get it as if the replacement
+//                     were the identity (the straight-through estimator of quantized training).
+//   ACT_LAYER_OUTPUT  a layer's output after both residual additions, rows x C (rows = B*T).
+// data is host memory (the CPU backend's buffers).
+typedef enum { ACT_ATTN_LOGITS, ACT_LAYER_OUTPUT } ActivationKind;
+
+typedef struct {
+    ActivationKind kind;
+    int layer;
+    int b, head, map;   // attention logits only
+    int row0, rows, cols, ld;
+    int recompute;
+    float* data;
+} Activation;
+
+typedef struct {
+    void (*fn)(void* ctx, const Activation* act);
+    void* ctx;
+} ActivationHook;
+
+// Attention's hook site: which hook, and the layer it reports
+typedef struct {
+    const ActivationHook* hook;  // NULL: none, and no cost
+    int layer;
+} HookSite;
+
+// One AdamW update's constants, computed once per step on the host (torch.optim.AdamW's
+// arithmetic: p *= decay; m, v moments; p -= step_size * m / (sqrt(v) / bc2_sqrt + eps))
+typedef struct {
+    float decay, beta1, beta2, step_size, bc2_sqrt, eps;
+} AdamWStep;
+
+typedef struct {
+    const char* name;
+
+    // buffers: alloc returns zeroed memory; release(NULL) does nothing
+    void* (*alloc)(size_t bytes);
+    void (*release)(void* buf);
+    void (*zero)(void* buf, size_t bytes);
+    void (*copy)(void* dst, const void* src, size_t bytes);
+    void (*upload)(void* dst, const void* host, size_t bytes);
+    void (*download)(void* host, const void* src, size_t bytes);
+
+    // out (N, OC) = inp (N, IC) . w (OC, IC)^T, plus out's old value when accumulate is set
+    void (*matmul_forward)(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
+    // dinp (N, IC) = dout . w (overwritten); dw (OC, IC) += dout^T . inp
+    void (*matmul_backward)(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
+                            int OC);
+    // out = inp / rms(inp) * weight * out_scale, per row of width W; rstd (rows) kept for
+    // backward. out_scale carries DIFF's (1 - lambda_init) factor of the per-head norm.
+    void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
+                            int W);
+    // dinp (rows, W) += ...; dweight (W) += ...
+    void (*rmsnorm_backward)(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                             const float* rstd, float out_scale, int rows, int W);
+    // RoPE with interleaved channel pairs (2j, 2j+1), in place on `heads` sub-heads of width D
+    // from column 0 of each row of x (rows, stride); row n is at position n % T. cos_sin
+    // (T, D/2, 2). inverse rotates backwards, which is the backward pass.
+    void (*rope_apply)(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse);
+    // gate_up (N, 2F) = [gate | up] per row; h (N, F) = silu(gate) * up
+    void (*swiglu_forward)(float* h, const float* gate_up, int N, int F);
+    // dgate_up (N, 2F) overwritten
+    void (*swiglu_backward)(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
+    // x (N, C) = tok_embedding (V, C)[tokens (N)]
+    void (*embedding_forward)(float* x, const int* tokens, const float* tok_embedding, int N, int C);
+    // dtok_embedding (V, C) += scatter of dx (N, C)
+    void (*embedding_backward)(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
+    // logits (N, V) become probabilities in place; row_loss (N) each row's cross-entropy
+    // against targets (N); returns their sum, in double
+    double (*crossentropy_forward)(float* probs_inout, float* row_loss, const int* targets, int N, int V);
+    // probs (N, V) become dlogits = (probs - onehot) * dloss in place
+    void (*crossentropy_backward)(float* probs_inout, const int* targets, float dloss, int N, int V);
+
+    // Attention over qkv (B*T, QKV), memory-linear in T. y (B*(T-q0), H*Dv); lse (B, H, M, T)
+    // saved for backward, or NULL. lambda (1): the layer's lambda (LAMBDA_PER_LAYER), else NULL.
+    void (*attention_forward)(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                              HookSite hook);
+    // q0 = 0 only. dqkv (N, QKV) overwritten, its lambda columns with dloss/dlambda
+    // (LAMBDA_PER_TOKEN); dlambda (1) gets dloss/dlambda of the layer's lambda (LAMBDA_PER_LAYER).
+    void (*attention_backward)(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse,
+                               const float* lambda, const AttnShape* s, HookSite hook);
+    // The softmax maps of head h for query rows q0..T-1 of sequence 0, each row zero beyond
+    // its position: P (M, T-q0, T). Row i of the fused output is (P_0 - lambda_i P_1) V_h.
+    void (*attention_maps)(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
+    // LAMBDA_PER_LAYER: lambda (1) = exp(lam_q1 . lam_k1) - exp(lam_q2 . lam_k2) + lambda_init,
+    // lam (4, D) = q1, k1, q2, k2
+    void (*lambda_forward)(float* lambda, const float* lam, float lambda_init, int D);
+    // dlam (4, D) += dlambda (1) * dlambda/dlam
+    void (*lambda_backward)(float* dlam, const float* dlambda, const float* lam, int D);
+    // LAMBDA_PER_TOKEN: the lambda columns of qkv (N rows) turned into their sigmoid in place
+    void (*token_lambda_forward)(float* qkv, int N, const AttnShape* s);
+    // dqkv's lambda columns multiplied by sigma (1 - sigma), sigma from qkv
+    void (*token_lambda_backward)(float* dqkv, const float* qkv, int N, const AttnShape* s);
+
+    // sum of x[i]^2 over n, in double
+    double (*sum_squares)(const float* x, size_t n);
+    // x (n) *= factor
+    void (*scale)(float* x, size_t n, float factor);
+    // one AdamW update of n parameters p with gradients g and moments m, v
+    void (*adamw_update)(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
+
+    // GFLOP/s of a large fp32 matmul measured on this backend: what MFU is measured against
+    double (*matmul_rate)(void);
+} Backend;
+
+// The backends this program was built with; the first is the default
+int backend_count(void);
+const Backend* backend_at(int i);
+// The backend called name, or dies naming the built ones
+const Backend* backend_named(const char* name);
+
+#endif

@@ -1,0 +1,43 @@
+// The CPU backend: OpenBLAS for matmuls, OpenMP loops for the rest, host memory. Its
+// operations are those of the backend table (model/backend.h), where each is specified.
+#ifndef CPU_H
+#define CPU_H
+
+#include <stddef.h>
+
+#include "../backend.h"
+
+const Backend* backend_cpu(void);
+
+// layers.c
+void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
+void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
+void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W);
+void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                          const float* rstd, float out_scale, int rows, int W);
+void cpu_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse);
+void cpu_swiglu_forward(float* h, const float* gate_up, int N, int F);
+void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
+void cpu_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C);
+void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
+double cpu_crossentropy_forward(float* probs_inout, float* row_loss, const int* targets, int N, int V);
+void cpu_crossentropy_backward(float* probs_inout, const int* targets, float dloss, int N, int V);
+// x (n) turned into softmax(x) in place; returns log(sum(exp(x))), the log-sum-exp
+float cpu_softmax_inplace(float* x, int n);
+
+// attention.c
+void cpu_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
+void cpu_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse,
+                            const float* lambda, const AttnShape* s, HookSite hook);
+void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
+void cpu_lambda_forward(float* lambda, const float* lam, float lambda_init, int D);
+void cpu_lambda_backward(float* dlam, const float* dlambda, const float* lam, int D);
+void cpu_token_lambda_forward(float* qkv, int N, const AttnShape* s);
+void cpu_token_lambda_backward(float* dqkv, const float* qkv, int N, const AttnShape* s);
+
+// optim.c
+double cpu_sum_squares(const float* x, size_t n);
+void cpu_scale(float* x, size_t n, float factor);
+void cpu_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
+
+#endif

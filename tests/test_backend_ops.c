@@ -1,0 +1,569 @@
+// The backend contract, in the spirit of ggml's test-backend-ops: every operation of the
+// backend table (model/backend.h) runs on random inputs at several shapes, through the table
+// only (inputs uploaded, outputs downloaded), on every backend built into the program, and is
+// compared with a plain reference written here: naive loops accumulating in double, attention
+// with whole T x T maps.
+//
+// Tolerance: |got - ref| <= atol + rtol * |ref| per element. fp32 arithmetic with sums of up to
+// a few hundred terms of O(1) values rounds at about 1e-6 relative; exp runs on vector libm
+// (a few ulp). rtol = 1e-4 and atol = 1e-5 leave two orders of magnitude above that and stay
+// far below any indexing, sign or scaling error, which is O(1). Exact operations (copies,
+// gathers, scale, the squared sum in double) are held to 0 or 1e-12.
+#include <math.h>
+#include <string.h>
+
+#include "../model/backend.h"
+#include "../model/util.h"
+#include "check.h"
+
+#define RTOL 1e-4
+#define ATOL 1e-5
+
+static const Backend* be;
+static uint64_t rng = 2024;
+static const HookSite NO_HOOK = {NULL, 0};
+
+static float* random_host(size_t n, float std) {
+    float* a = mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) a[i] = std * rng_normal(&rng);
+    return a;
+}
+
+static void* to_backend(const void* host, size_t bytes) {
+    void* d = be->alloc(bytes);
+    be->upload(d, host, bytes);
+    return d;
+}
+
+static float* from_backend(const float* d, size_t n) {
+    float* h = mallocCheck(n * sizeof(float));
+    be->download(h, d, n * sizeof(float));
+    return h;
+}
+
+// One CHECK for a tensor: every element within atol + rtol |ref|
+static void expect_close(const char* op, const char* what, const float* got, const double* ref, size_t n, double rtol,
+                         double atol) {
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double excess = fabs(got[i] - ref[i]) / (atol + rtol * fabs(ref[i]));
+        if (excess > worst || isnan(got[i])) { worst = isnan(got[i]) ? INFINITY : excess; at = i; }
+    }
+    CHECK(worst <= 1.0, "%s %s [%s]: element %zu is %.8g, reference %.8g", be->name, op, what, at, n ? got[at] : 0.0,
+          n ? ref[at] : 0.0);
+}
+
+static double* dzeros(size_t n) { return callocCheck(n, sizeof(double)); }
+
+// ---- buffers ----
+static void test_buffers(void) {
+    size_t n = 1000;
+    float* host = random_host(n, 1);
+    float* zeroed = be->alloc(n * sizeof(float));
+    float* got = from_backend(zeroed, n);
+    int all_zero = 1;
+    for (size_t i = 0; i < n; i++) all_zero &= got[i] == 0.0f;
+    CHECK(all_zero, "%s alloc returns zeroed memory", be->name);
+    float* a = to_backend(host, n * sizeof(float));
+    be->copy(zeroed, a, n * sizeof(float));
+    free(got);
+    got = from_backend(zeroed, n);
+    CHECK(memcmp(got, host, n * sizeof(float)) == 0, "%s upload, copy, download round-trip exactly", be->name);
+    be->zero(zeroed + 10, 20 * sizeof(float));
+    free(got);
+    got = from_backend(zeroed, n);
+    int zeroed_part = 1;
+    for (size_t i = 0; i < n; i++) zeroed_part &= (i >= 10 && i < 30) ? got[i] == 0.0f : got[i] == host[i];
+    CHECK(zeroed_part, "%s zero clears exactly the bytes asked", be->name);
+    be->release(a);
+    be->release(zeroed);
+    be->release(NULL);
+    free(host);
+    free(got);
+}
+
+// ---- matmul ----
+static void test_matmul(int N, int IC, int OC) {
+    char what[64];
+    snprintf(what, sizeof(what), "N=%d IC=%d OC=%d", N, IC, OC);
+    float *inp = random_host((size_t)N * IC, 1), *w = random_host((size_t)OC * IC, 1), *old = random_host((size_t)N * OC, 1);
+    float *dout = random_host((size_t)N * OC, 1), *dw0 = random_host((size_t)OC * IC, 1);
+    float *d_inp = to_backend(inp, (size_t)N * IC * 4), *d_w = to_backend(w, (size_t)OC * IC * 4);
+    float* d_out = to_backend(old, (size_t)N * OC * 4);
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+        be->upload(d_out, old, (size_t)N * OC * 4);
+        be->matmul_forward(d_out, d_inp, d_w, N, IC, OC, accumulate);
+        double* ref = dzeros((size_t)N * OC);
+        for (int n = 0; n < N; n++) {
+            for (int o = 0; o < OC; o++) {
+                double s = accumulate ? old[(size_t)n * OC + o] : 0.0;
+                for (int i = 0; i < IC; i++) s += (double)inp[(size_t)n * IC + i] * w[(size_t)o * IC + i];
+                ref[(size_t)n * OC + o] = s;
+            }
+        }
+        float* got = from_backend(d_out, (size_t)N * OC);
+        expect_close(accumulate ? "matmul_forward (accumulate)" : "matmul_forward", what, got, ref, (size_t)N * OC, RTOL, ATOL);
+        free(got);
+        free(ref);
+    }
+    float *d_dout = to_backend(dout, (size_t)N * OC * 4), *d_dw = to_backend(dw0, (size_t)OC * IC * 4);
+    float* garbage = random_host((size_t)N * IC, 3);  // dinp is overwritten, not accumulated
+    float* d_dinp = to_backend(garbage, (size_t)N * IC * 4);
+    free(garbage);
+    be->matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, IC, OC);
+    double *ref_dinp = dzeros((size_t)N * IC), *ref_dw = dzeros((size_t)OC * IC);
+    for (int n = 0; n < N; n++) {
+        for (int i = 0; i < IC; i++) {
+            double s = 0;
+            for (int o = 0; o < OC; o++) s += (double)dout[(size_t)n * OC + o] * w[(size_t)o * IC + i];
+            ref_dinp[(size_t)n * IC + i] = s;
+        }
+    }
+    for (int o = 0; o < OC; o++) {
+        for (int i = 0; i < IC; i++) {
+            double s = dw0[(size_t)o * IC + i];
+            for (int n = 0; n < N; n++) s += (double)dout[(size_t)n * OC + o] * inp[(size_t)n * IC + i];
+            ref_dw[(size_t)o * IC + i] = s;
+        }
+    }
+    float *got_dinp = from_backend(d_dinp, (size_t)N * IC), *got_dw = from_backend(d_dw, (size_t)OC * IC);
+    expect_close("matmul_backward dinp", what, got_dinp, ref_dinp, (size_t)N * IC, RTOL, ATOL);
+    expect_close("matmul_backward dw (+=)", what, got_dw, ref_dw, (size_t)OC * IC, RTOL, ATOL);
+    free(inp); free(w); free(old); free(dout); free(dw0); free(ref_dinp); free(ref_dw); free(got_dinp); free(got_dw);
+    be->release(d_inp); be->release(d_w); be->release(d_out); be->release(d_dout); be->release(d_dw); be->release(d_dinp);
+}
+
+// ---- rmsnorm ----
+static void test_rmsnorm(int rows, int W, float scale) {
+    char what[64];
+    snprintf(what, sizeof(what), "rows=%d W=%d out_scale=%g", rows, W, scale);
+    size_t n = (size_t)rows * W;
+    float *x = random_host(n, 2), *w = random_host(W, 1), *dout = random_host(n, 1), *dx0 = random_host(n, 1), *dw0 = random_host(W, 1);
+    float *d_x = to_backend(x, n * 4), *d_w = to_backend(w, W * 4), *d_out = be->alloc(n * 4), *d_rstd = be->alloc(rows * 4);
+    be->rmsnorm_forward(d_out, d_rstd, d_x, d_w, scale, rows, W);
+    double *ref = dzeros(n), *ref_rstd = dzeros(rows), *ref_dx = dzeros(n), *ref_dw = dzeros(W);
+    for (int i = 0; i < W; i++) ref_dw[i] = dw0[i];
+    for (int r = 0; r < rows; r++) {
+        const float* xr = x + (size_t)r * W;
+        double ss = 0;
+        for (int i = 0; i < W; i++) ss += (double)xr[i] * xr[i];
+        double s = 1.0 / sqrt(ss / W + RMSNORM_EPS);
+        ref_rstd[r] = s;
+        double dot = 0;
+        for (int i = 0; i < W; i++) dot += (double)dout[(size_t)r * W + i] * w[i] * scale * xr[i] * s;
+        for (int i = 0; i < W; i++) {
+            ref[(size_t)r * W + i] = xr[i] * s * w[i] * scale;
+            ref_dx[(size_t)r * W + i] = dx0[(size_t)r * W + i] + s * (dout[(size_t)r * W + i] * w[i] * scale - xr[i] * s * dot / W);
+            ref_dw[i] += (double)dout[(size_t)r * W + i] * xr[i] * s * scale;
+        }
+    }
+    float *got = from_backend(d_out, n), *got_rstd = from_backend(d_rstd, rows);
+    expect_close("rmsnorm_forward out", what, got, ref, n, RTOL, ATOL);
+    expect_close("rmsnorm_forward rstd", what, got_rstd, ref_rstd, rows, RTOL, ATOL);
+    float *d_dout = to_backend(dout, n * 4), *d_dx = to_backend(dx0, n * 4), *d_dw = to_backend(dw0, W * 4);
+    be->rmsnorm_backward(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, scale, rows, W);
+    float *got_dx = from_backend(d_dx, n), *got_dw = from_backend(d_dw, W);
+    expect_close("rmsnorm_backward dinp (+=)", what, got_dx, ref_dx, n, RTOL, ATOL);
+    expect_close("rmsnorm_backward dweight (+=)", what, got_dw, ref_dw, W, RTOL, ATOL);
+    free(x); free(w); free(dout); free(dx0); free(dw0); free(ref); free(ref_rstd); free(ref_dx); free(ref_dw);
+    free(got); free(got_rstd); free(got_dx); free(got_dw);
+    be->release(d_x); be->release(d_w); be->release(d_out); be->release(d_rstd); be->release(d_dout); be->release(d_dx); be->release(d_dw);
+}
+
+// ---- rope ----
+static void test_rope(int rows, int T, int heads, int D, int stride) {
+    char what[80];
+    snprintf(what, sizeof(what), "rows=%d T=%d heads=%d D=%d stride=%d", rows, T, heads, D, stride);
+    float* cs = mallocCheck((size_t)T * D * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < D / 2; j++) {
+            double angle = t * pow(10000.0, -2.0 * j / D);
+            cs[(t * (D / 2) + j) * 2] = (float)cos(angle);
+            cs[(t * (D / 2) + j) * 2 + 1] = (float)sin(angle);
+        }
+    }
+    size_t n = (size_t)rows * stride;
+    float* x = random_host(n, 1);
+    float *d_cs = to_backend(cs, (size_t)T * D * 4), *d_x = to_backend(x, n * 4);
+    for (int inverse = 0; inverse < 2; inverse++) {
+        be->upload(d_x, x, n * 4);
+        be->rope_apply(d_x, d_cs, rows, T, heads, D, stride, inverse);
+        double* ref = dzeros(n);
+        for (size_t i = 0; i < n; i++) ref[i] = x[i];  // columns past the heads stay as they were
+        for (int r = 0; r < rows; r++) {
+            for (int h = 0; h < heads; h++) {
+                for (int j = 0; j < D / 2; j++) {
+                    double angle = (r % T) * pow(10000.0, -2.0 * j / D) * (inverse ? -1 : 1);
+                    size_t at = (size_t)r * stride + (size_t)h * D + 2 * j;
+                    ref[at] = x[at] * cos(angle) - x[at + 1] * sin(angle);
+                    ref[at + 1] = x[at] * sin(angle) + x[at + 1] * cos(angle);
+                }
+            }
+        }
+        float* got = from_backend(d_x, n);
+        expect_close(inverse ? "rope_apply (inverse)" : "rope_apply", what, got, ref, n, RTOL, ATOL);
+        free(got);
+        free(ref);
+    }
+    free(cs); free(x);
+    be->release(d_cs); be->release(d_x);
+}
+
+// ---- swiglu ----
+static void test_swiglu(int N, int F) {
+    char what[64];
+    snprintf(what, sizeof(what), "N=%d F=%d", N, F);
+    float *gu = random_host((size_t)N * 2 * F, 3), *dh = random_host((size_t)N * F, 1);
+    float *d_gu = to_backend(gu, (size_t)N * 2 * F * 4), *d_h = be->alloc((size_t)N * F * 4);
+    float *d_dh = to_backend(dh, (size_t)N * F * 4), *d_dgu = to_backend(gu, (size_t)N * 2 * F * 4);  // overwritten
+    be->swiglu_forward(d_h, d_gu, N, F);
+    be->swiglu_backward(d_dgu, d_dh, d_gu, N, F);
+    double *ref = dzeros((size_t)N * F), *ref_d = dzeros((size_t)N * 2 * F);
+    for (int n = 0; n < N; n++) {
+        for (int i = 0; i < F; i++) {
+            double g = gu[(size_t)n * 2 * F + i], u = gu[(size_t)n * 2 * F + F + i], sig = 1.0 / (1.0 + exp(-g));
+            double d = dh[(size_t)n * F + i];
+            ref[(size_t)n * F + i] = g * sig * u;
+            ref_d[(size_t)n * 2 * F + i] = d * u * sig * (1.0 + g * (1.0 - sig));
+            ref_d[(size_t)n * 2 * F + F + i] = d * g * sig;
+        }
+    }
+    float *got = from_backend(d_h, (size_t)N * F), *got_d = from_backend(d_dgu, (size_t)N * 2 * F);
+    expect_close("swiglu_forward", what, got, ref, (size_t)N * F, RTOL, ATOL);
+    expect_close("swiglu_backward", what, got_d, ref_d, (size_t)N * 2 * F, RTOL, ATOL);
+    free(gu); free(dh); free(ref); free(ref_d); free(got); free(got_d);
+    be->release(d_gu); be->release(d_h); be->release(d_dh); be->release(d_dgu);
+}
+
+// ---- embedding ----
+static void test_embedding(int N, int V, int C) {
+    char what[64];
+    snprintf(what, sizeof(what), "N=%d V=%d C=%d", N, V, C);
+    int* tokens = mallocCheck(N * sizeof(int));
+    for (int n = 0; n < N; n++) tokens[n] = (int)(rng_next(&rng) % (uint64_t)V);  // repeats when N > V
+    float *table = random_host((size_t)V * C, 1), *dx = random_host((size_t)N * C, 1), *dtable0 = random_host((size_t)V * C, 1);
+    int* d_tokens = to_backend(tokens, N * sizeof(int));
+    float *d_table = to_backend(table, (size_t)V * C * 4), *d_x = be->alloc((size_t)N * C * 4);
+    float *d_dx = to_backend(dx, (size_t)N * C * 4), *d_dtable = to_backend(dtable0, (size_t)V * C * 4);
+    be->embedding_forward(d_x, d_tokens, d_table, N, C);
+    be->embedding_backward(d_dtable, d_dx, d_tokens, N, C);
+    double *ref = dzeros((size_t)N * C), *ref_d = dzeros((size_t)V * C);
+    for (size_t i = 0; i < (size_t)V * C; i++) ref_d[i] = dtable0[i];
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < C; c++) {
+            ref[(size_t)n * C + c] = table[(size_t)tokens[n] * C + c];
+            ref_d[(size_t)tokens[n] * C + c] += dx[(size_t)n * C + c];
+        }
+    }
+    float *got = from_backend(d_x, (size_t)N * C), *got_d = from_backend(d_dtable, (size_t)V * C);
+    expect_close("embedding_forward", what, got, ref, (size_t)N * C, 0, 0);
+    expect_close("embedding_backward (+=)", what, got_d, ref_d, (size_t)V * C, RTOL, ATOL);
+    free(tokens); free(table); free(dx); free(dtable0); free(ref); free(ref_d); free(got); free(got_d);
+    be->release(d_tokens); be->release(d_table); be->release(d_x); be->release(d_dx); be->release(d_dtable);
+}
+
+// ---- cross-entropy ----
+static void test_crossentropy(int N, int V) {
+    char what[64];
+    snprintf(what, sizeof(what), "N=%d V=%d", N, V);
+    float* logits = random_host((size_t)N * V, 3);
+    int* targets = mallocCheck(N * sizeof(int));
+    for (int n = 0; n < N; n++) targets[n] = (int)(rng_next(&rng) % (uint64_t)V);
+    float *d_p = to_backend(logits, (size_t)N * V * 4), *d_row = be->alloc(N * 4);
+    int* d_t = to_backend(targets, N * sizeof(int));
+    double sum = be->crossentropy_forward(d_p, d_row, d_t, N, V);
+    double *ref_p = dzeros((size_t)N * V), *ref_row = dzeros(N), ref_sum = 0;
+    float dloss = 0.37f;
+    double* ref_d = dzeros((size_t)N * V);
+    for (int n = 0; n < N; n++) {
+        const float* l = logits + (size_t)n * V;
+        double mx = l[0], z = 0;
+        for (int v = 1; v < V; v++) mx = fmax(mx, l[v]);
+        for (int v = 0; v < V; v++) z += exp(l[v] - mx);
+        for (int v = 0; v < V; v++) {
+            ref_p[(size_t)n * V + v] = exp(l[v] - mx) / z;
+            ref_d[(size_t)n * V + v] = (ref_p[(size_t)n * V + v] - (v == targets[n])) * dloss;
+        }
+        ref_row[n] = mx + log(z) - l[targets[n]];
+        ref_sum += ref_row[n];
+    }
+    float *got_p = from_backend(d_p, (size_t)N * V), *got_row = from_backend(d_row, N);
+    expect_close("crossentropy_forward probabilities", what, got_p, ref_p, (size_t)N * V, RTOL, ATOL);
+    expect_close("crossentropy_forward row loss", what, got_row, ref_row, N, RTOL, ATOL);
+    CHECK(fabs(sum - ref_sum) <= ATOL * N + RTOL * fabs(ref_sum), "%s crossentropy_forward sum [%s]: %.8g vs %.8g", be->name, what, sum, ref_sum);
+    be->crossentropy_backward(d_p, d_t, dloss, N, V);
+    float* got_d = from_backend(d_p, (size_t)N * V);
+    expect_close("crossentropy_backward", what, got_d, ref_d, (size_t)N * V, RTOL, ATOL);
+    free(logits); free(targets); free(ref_p); free(ref_row); free(ref_d); free(got_p); free(got_row); free(got_d);
+    be->release(d_p); be->release(d_row); be->release(d_t);
+}
+
+// ---- attention ----
+// Naive attention of one shape in double: y (B*(T-q0), H*Dv), lse (B, H, M, T), the maps
+// P (B, H, M, T, T), and the gradient of sum(dy * y) w.r.t. qkv and the layer's lambda.
+typedef struct {
+    double *y, *lse, *P, *dqkv, dlambda;
+} AttnRef;
+
+static AttnRef attention_reference(const float* qkv, float lambda, const AttnShape* s, const float* dy) {
+    int B = s->B, T = s->T, H = s->H, D = s->D, M = s->M, q0 = s->q0, rows = T - q0;
+    int Dv = attention_value_width(s), QKV = attention_qkv_width(s), lam = attention_lambda_offset(s);
+    int QK = M * H * D, KW = attention_key_heads(s) * D;
+    double scale = 1.0 / sqrt((double)D);
+    AttnRef r = {dzeros((size_t)B * rows * H * Dv), dzeros((size_t)B * H * M * T), dzeros((size_t)B * H * M * T * T),
+                 dzeros((size_t)B * T * QKV), 0};
+    double* dPc = dzeros((size_t)T * T);
+    for (int b = 0; b < B; b++) {
+        const float* base = qkv + (size_t)b * T * QKV;
+        for (int h = 0; h < H; h++) {
+            int v_col = QK + KW + h * Dv;
+            double* P = r.P + (((size_t)b * H + h) * M) * T * T;  // (M, T, T)
+            for (int m = 0; m < M; m++) {
+                int q_col = (h * M + m) * D, k_col = QK + (s->shared_kv ? h : h * M + m) * D;
+                for (int i = 0; i < T; i++) {
+                    double mx = -INFINITY, z = 0;
+                    double* Pr = P + ((size_t)m * T + i) * T;
+                    for (int j = 0; j <= i; j++) {
+                        double dot = 0;
+                        for (int c = 0; c < D; c++) dot += (double)base[(size_t)i * QKV + q_col + c] * base[(size_t)j * QKV + k_col + c];
+                        Pr[j] = dot * scale;
+                        mx = fmax(mx, Pr[j]);
+                    }
+                    for (int j = 0; j <= i; j++) z += exp(Pr[j] - mx);
+                    for (int j = 0; j <= i; j++) Pr[j] = exp(Pr[j] - mx) / z;
+                    r.lse[(((size_t)b * H + h) * M + m) * T + i] = mx + log(z);
+                }
+            }
+            // forward output and the gradient through the combined map Pc = P0 - lambda_i P1
+            memset(dPc, 0, (size_t)T * T * sizeof(double));
+            for (int i = 0; i < T; i++) {
+                double li = M == 1 ? 0 : lam >= 0 ? base[(size_t)i * QKV + lam + h] : lambda;
+                for (int j = 0; j <= i; j++) {
+                    double pc = P[(size_t)i * T + j] - (M == 2 ? li * P[((size_t)T + i) * T + j] : 0);
+                    for (int c = 0; c < Dv; c++) {
+                        double v = base[(size_t)j * QKV + v_col + c];
+                        if (i >= q0) r.y[((size_t)b * rows + i - q0) * H * Dv + h * Dv + c] += pc * v;
+                        if (dy) {
+                            double g = dy[((size_t)b * T + i) * H * Dv + h * Dv + c];
+                            r.dqkv[((size_t)b * T + j) * QKV + v_col + c] += pc * g;
+                            dPc[(size_t)i * T + j] += g * v;
+                        }
+                    }
+                }
+            }
+            if (!dy) continue;
+            for (int m = 0; m < M; m++) {
+                int q_col = (h * M + m) * D, k_col = QK + (s->shared_kv ? h : h * M + m) * D;
+                for (int i = 0; i < T; i++) {
+                    double li = M == 1 ? 0 : lam >= 0 ? base[(size_t)i * QKV + lam + h] : lambda, c_m = m == 0 ? 1.0 : -li;
+                    const double* Pr = P + ((size_t)m * T + i) * T;
+                    double rowsum = 0;
+                    for (int j = 0; j <= i; j++) rowsum += c_m * dPc[(size_t)i * T + j] * Pr[j];
+                    if (m == 1) {  // d/dlambda of -lambda * (P1 V): -(dPc . P1)
+                        double dl = 0;
+                        for (int j = 0; j <= i; j++) dl -= dPc[(size_t)i * T + j] * Pr[j];
+                        if (lam >= 0) r.dqkv[((size_t)b * T + i) * QKV + lam + h] += dl;
+                        else r.dlambda += dl;
+                    }
+                    for (int j = 0; j <= i; j++) {
+                        double dS = Pr[j] * (c_m * dPc[(size_t)i * T + j] - rowsum) * scale;
+                        for (int c = 0; c < D; c++) {
+                            r.dqkv[((size_t)b * T + i) * QKV + q_col + c] += dS * base[(size_t)j * QKV + k_col + c];
+                            r.dqkv[((size_t)b * T + j) * QKV + k_col + c] += dS * base[(size_t)i * QKV + q_col + c];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(dPc);
+    return r;
+}
+
+static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0) {
+    const AttnVariant* v = &ATTN_VARIANTS[kind];
+    AttnShape s = attention_shape(v, H, D);
+    s.B = B;
+    s.T = T;
+    s.q0 = q0;
+    char what[96];
+    snprintf(what, sizeof(what), "%s B=%d T=%d H=%d D=%d q0=%d", v->name, B, T, H, D, q0);
+    int QKV = attention_qkv_width(&s), Dv = attention_value_width(&s), lam = attention_lambda_offset(&s), M = s.M, rows = T - q0;
+    size_t n_qkv = (size_t)B * T * QKV, n_y = (size_t)B * rows * H * Dv;
+    float* qkv = random_host(n_qkv, 1.5f);
+    for (size_t n = 0; lam >= 0 && n < (size_t)B * T; n++) {
+        for (int h = 0; h < H; h++) qkv[n * QKV + lam + h] = 0.1f + 0.8f * rng_uniform(&rng);
+    }
+    float lambda = 0.6f;
+    float *d_qkv = to_backend(qkv, n_qkv * 4), *d_lambda = to_backend(&lambda, 4);
+    float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc((size_t)B * H * M * T * 4);
+    be->attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, NO_HOOK);
+    float* dy = q0 == 0 ? random_host(n_y, 1) : NULL;
+    AttnRef ref = attention_reference(qkv, lambda, &s, dy);
+    float *got_y = from_backend(d_y, n_y), *got_lse = from_backend(d_lse, (size_t)B * H * M * T);
+    expect_close("attention_forward y", what, got_y, ref.y, n_y, RTOL, ATOL);
+    if (q0 == 0) {
+        expect_close("attention_forward lse", what, got_lse, ref.lse, (size_t)B * H * M * T, RTOL, ATOL);
+        float* garbage = random_host(n_qkv, 5);  // every column of dqkv must be written
+        float *d_dqkv = to_backend(garbage, n_qkv * 4), *d_dy = to_backend(dy, n_y * 4), *d_dlambda = be->alloc(4);
+        be->attention_backward(d_dqkv, d_dlambda, d_dy, d_qkv, d_lse, d_lambda, &s, NO_HOOK);
+        float* got_dqkv = from_backend(d_dqkv, n_qkv);
+        expect_close("attention_backward dqkv", what, got_dqkv, ref.dqkv, n_qkv, RTOL, ATOL);
+        if (v->lambda == LAMBDA_PER_LAYER) {
+            float got_dlambda;
+            be->download(&got_dlambda, d_dlambda, 4);
+            expect_close("attention_backward dlambda", what, &got_dlambda, &ref.dlambda, 1, RTOL, ATOL);
+        }
+        free(garbage); free(got_dqkv);
+        be->release(d_dqkv); be->release(d_dy); be->release(d_dlambda);
+    }
+    if (B == 1) {  // the analysis maps: sequence 0's rows q0..T-1
+        float* d_P = be->alloc((size_t)M * rows * T * 4);
+        for (int h = 0; h < H; h++) {
+            be->attention_maps(d_P, d_qkv, &s, h, NO_HOOK);
+            float* got = from_backend(d_P, (size_t)M * rows * T);
+            double* want = dzeros((size_t)M * rows * T);
+            for (int m = 0; m < M; m++) {
+                for (int r = 0; r < rows; r++) {
+                    memcpy(want + ((size_t)m * rows + r) * T, ref.P + (((size_t)h * M + m) * T + q0 + r) * T, T * sizeof(double));
+                }
+            }
+            char head[128];
+            snprintf(head, sizeof(head), "%s head %d", what, h);
+            expect_close("attention_maps", head, got, want, (size_t)M * rows * T, RTOL, ATOL);
+            free(got);
+            free(want);
+        }
+        be->release(d_P);
+    }
+    free(qkv); free(dy); free(got_y); free(got_lse); free(ref.y); free(ref.lse); free(ref.P); free(ref.dqkv);
+    be->release(d_qkv); be->release(d_lambda); be->release(d_y); be->release(d_lse);
+}
+
+// ---- lambda: per layer (DIFF) and per token (DIFF V2) ----
+static void test_lambda(int D) {
+    char what[32];
+    snprintf(what, sizeof(what), "D=%d", D);
+    float *lam = random_host(4 * (size_t)D, 0.3f), *dlam0 = random_host(4 * (size_t)D, 1), dlambda = -1.3f;
+    float *d_lam = to_backend(lam, 16 * (size_t)D), *d_out = be->alloc(4), *d_dlam = to_backend(dlam0, 16 * (size_t)D);
+    float* d_dlambda = to_backend(&dlambda, 4);
+    be->lambda_forward(d_out, d_lam, 0.2f, D);
+    be->lambda_backward(d_dlam, d_dlambda, d_lam, D);
+    double d1 = 0, d2 = 0;
+    for (int i = 0; i < D; i++) {
+        d1 += (double)lam[i] * lam[D + i];
+        d2 += (double)lam[2 * D + i] * lam[3 * D + i];
+    }
+    double want = exp(d1) - exp(d2) + 0.2, *want_d = dzeros(4 * (size_t)D);
+    for (int i = 0; i < D; i++) {
+        want_d[i] = dlam0[i] + dlambda * exp(d1) * lam[D + i];
+        want_d[D + i] = dlam0[D + i] + dlambda * exp(d1) * lam[i];
+        want_d[2 * D + i] = dlam0[2 * D + i] - dlambda * exp(d2) * lam[3 * D + i];
+        want_d[3 * D + i] = dlam0[3 * D + i] - dlambda * exp(d2) * lam[2 * D + i];
+    }
+    float got, *got_d = from_backend(d_dlam, 4 * (size_t)D);
+    be->download(&got, d_out, 4);
+    expect_close("lambda_forward", what, &got, &want, 1, RTOL, ATOL);
+    expect_close("lambda_backward (+=)", what, got_d, want_d, 4 * (size_t)D, RTOL, ATOL);
+    free(lam); free(dlam0); free(want_d); free(got_d);
+    be->release(d_lam); be->release(d_out); be->release(d_dlam); be->release(d_dlambda);
+
+    AttnShape s = attention_shape(&ATTN_VARIANTS[ATTN_DIFF2], 3, D);
+    int N = 37, QKV = attention_qkv_width(&s), off = attention_lambda_offset(&s);
+    float *qkv = random_host((size_t)N * QKV, 2), *dqkv = random_host((size_t)N * QKV, 1);
+    float *d_qkv = to_backend(qkv, (size_t)N * QKV * 4), *d_dqkv = to_backend(dqkv, (size_t)N * QKV * 4);
+    be->token_lambda_forward(d_qkv, N, &s);
+    be->token_lambda_backward(d_dqkv, d_qkv, N, &s);
+    double *want_q = dzeros((size_t)N * QKV), *want_dq = dzeros((size_t)N * QKV);
+    for (size_t i = 0; i < (size_t)N * QKV; i++) {
+        int col = (int)(i % QKV);
+        int is_lambda = col >= off && col < off + s.H;
+        double sig = 1.0 / (1.0 + exp(-(double)qkv[i]));
+        want_q[i] = is_lambda ? sig : qkv[i];
+        want_dq[i] = is_lambda ? dqkv[i] * sig * (1 - sig) : dqkv[i];
+    }
+    float *got_q = from_backend(d_qkv, (size_t)N * QKV), *got_dq = from_backend(d_dqkv, (size_t)N * QKV);
+    expect_close("token_lambda_forward (lambda columns only)", what, got_q, want_q, (size_t)N * QKV, RTOL, ATOL);
+    expect_close("token_lambda_backward (lambda columns only)", what, got_dq, want_dq, (size_t)N * QKV, RTOL, ATOL);
+    free(qkv); free(dqkv); free(want_q); free(want_dq); free(got_q); free(got_dq);
+    be->release(d_qkv); be->release(d_dqkv);
+}
+
+// ---- optimizer ----
+static void test_optimizer(size_t n) {
+    char what[32];
+    snprintf(what, sizeof(what), "n=%zu", n);
+    float* x = random_host(n, 1);
+    float* d_x = to_backend(x, n * 4);
+    double want = 0;
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+    double got = be->sum_squares(d_x, n);
+    CHECK(fabs(got - want) <= 1e-12 * want, "%s sum_squares [%s]: %.17g vs %.17g", be->name, what, got, want);
+    be->scale(d_x, n, 0.3f);
+    float* scaled = from_backend(d_x, n);
+    double* want_scaled = dzeros(n);
+    for (size_t i = 0; i < n; i++) want_scaled[i] = x[i] * 0.3f;  // one float product: exact
+    expect_close("scale", what, scaled, want_scaled, n, 0, 0);
+
+    float *g = random_host(n, 1), *m = random_host(n, 0.1f), *v = random_host(n, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    AdamWStep st = {0.999f, 0.9f, 0.98f, 1e-3f / (1.0f - powf(0.9f, 3)), sqrtf(1.0f - powf(0.98f, 3)), 1e-8f};
+    float *d_g = to_backend(g, n * 4), *d_m = to_backend(m, n * 4), *d_v = to_backend(v, n * 4);
+    be->upload(d_x, x, n * 4);
+    be->adamw_update(d_x, d_g, d_m, d_v, n, &st);
+    double *want_p = dzeros(n), *want_m = dzeros(n), *want_v = dzeros(n);
+    for (size_t i = 0; i < n; i++) {
+        want_m[i] = st.beta1 * (double)m[i] + (1 - (double)st.beta1) * g[i];
+        want_v[i] = st.beta2 * (double)v[i] + (1 - (double)st.beta2) * g[i] * g[i];
+        want_p[i] = x[i] * (double)st.decay - st.step_size * want_m[i] / (sqrt(want_v[i]) / st.bc2_sqrt + st.eps);
+    }
+    float *got_p = from_backend(d_x, n), *got_m = from_backend(d_m, n), *got_v = from_backend(d_v, n);
+    expect_close("adamw_update parameters", what, got_p, want_p, n, RTOL, ATOL);
+    expect_close("adamw_update first moment", what, got_m, want_m, n, RTOL, ATOL);
+    expect_close("adamw_update second moment", what, got_v, want_v, n, RTOL, ATOL);
+    free(x); free(scaled); free(want_scaled); free(g); free(m); free(v); free(want_p); free(want_m); free(want_v);
+    free(got_p); free(got_m); free(got_v);
+    be->release(d_x); be->release(d_g); be->release(d_m); be->release(d_v);
+}
+
+int main(void) {
+    for (int b = 0; b < backend_count(); b++) {
+        be = backend_at(b);
+        int before = checks_passed + checks_failed;
+        test_buffers();
+        test_matmul(1, 1, 1);
+        test_matmul(7, 13, 5);
+        test_matmul(64, 96, 33);
+        test_matmul(130, 64, 256);
+        test_rmsnorm(1, 1, 1.0f);
+        test_rmsnorm(9, 16, 1.0f);
+        test_rmsnorm(33, 64, 0.7f);
+        test_rope(6, 3, 2, 4, 10);
+        test_rope(70, 70, 5, 8, 48);
+        test_swiglu(1, 1);
+        test_swiglu(9, 40);
+        test_embedding(5, 7, 3);
+        test_embedding(40, 6, 16);
+        test_crossentropy(1, 2);
+        test_crossentropy(13, 300);
+        for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
+            test_attention(k, 2, 1, 2, 4, 0);   // one row
+            test_attention(k, 2, 5, 2, 4, 0);   // a partial block
+            test_attention(k, 2, 64, 1, 8, 0);  // exactly one block
+            test_attention(k, 1, 70, 2, 4, 0);  // a block and a partial one
+            test_attention(k, 1, 130, 1, 4, 0); // two blocks and a partial one
+            test_attention(k, 1, 80, 2, 8, 30); // decoding: 50 new rows after 30 cached ones
+            test_attention(k, 1, 71, 2, 4, 70); // decoding one token
+        }
+        test_lambda(4);
+        test_lambda(32);
+        test_optimizer(1);
+        test_optimizer(1000);
+        test_optimizer(200003);  // more than one of the squared sum's chunks
+        double rate = be->matmul_rate();
+        CHECK(rate > 0 && isfinite(rate), "%s matmul_rate %.1f GFLOP/s", be->name, rate);
+        printf("backend %s: %d checks, matmul rate %.1f GFLOP/s\n", be->name, checks_passed + checks_failed - before, rate);
+    }
+    return check_summary();
+}

@@ -1,0 +1,211 @@
+// The activation hook: a hook that only reads leaves training bitwise unchanged and sees
+// every block; a hook that replaces attention logits gives the forward of the model whose
+// queries are scaled the same way, and its gradients by the straight-through rule (the
+// backward's recomputation sees the replacement); a hook that zeroes the last layer's output
+// gives uniform predictions, loss log V.
+#include <math.h>
+#include <string.h>
+
+#include "../model/model.h"
+#include "../model/optim.h"
+#include "../model/util.h"
+#include "check.h"
+
+typedef struct {
+    long logits_forward, logits_recompute, layer_outputs;
+    double max_abs;          // over every visible logit shown
+    float scale;             // != 1: multiply the logits by it
+    int zero_layer;          // >= 0: zero this layer's output
+    int last_row0;           // row0 of the last layer output shown
+} Probe;
+
+static void probe(void* ctx, const Activation* a) {
+    Probe* p = ctx;
+    if (a->kind == ACT_LAYER_OUTPUT) {
+        p->layer_outputs++;
+        p->last_row0 = a->row0;
+        if (a->layer == p->zero_layer) memset(a->data, 0, (size_t)a->rows * a->ld * sizeof(float));
+        return;
+    }
+    double local = 0;
+    for (int r = 0; r < a->rows; r++) {
+        float* row = a->data + (size_t)r * a->ld;
+        for (int j = 0; j <= a->row0 + r; j++) {  // only the keys the row sees
+            local = fmax(local, fabs(row[j]));
+            if (p->scale != 1.0f) row[j] *= p->scale;
+        }
+    }
+    #pragma omp critical
+    {
+        if (a->recompute) p->logits_recompute++;
+        else p->logits_forward++;
+        p->max_abs = fmax(p->max_abs, local);
+    }
+}
+
+static Config tiny(AttentionKind kind) {
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.attention = kind;
+    cfg.n_layer = 2;
+    cfg.d_model = 32;
+    cfg.n_head = 2;
+    cfg.seq_len = 70;  // two query blocks of the CPU kernel
+    cfg.batch_size = 2;
+    cfg.init_std = 0.3f;
+    config_validate(&cfg);
+    return cfg;
+}
+
+static void random_tokens(int* tokens, int n, int V, uint64_t seed) {
+    for (int i = 0; i < n; i++) tokens[i] = (int)(hash64(seed + i) % (uint64_t)V);
+}
+
+// Training steps with and without a reading hook: every loss and the final parameters equal bitwise
+static void test_noop_hook(AttentionKind kind) {
+    Config cfg = tiny(kind);
+    int V = 64, B = cfg.batch_size, T = cfg.seq_len, steps = 3;
+    Model a, b;
+    AdamW oa, ob;
+    model_build(&a, &cfg, V);
+    model_build(&b, &cfg, V);
+    model_init_params(&a, 5);
+    model_init_params(&b, 5);
+    adamw_alloc(&oa, &a);
+    adamw_alloc(&ob, &b);
+    Probe p = {0, 0, 0, 0, 1.0f, -1, -1};
+    ActivationHook hook = {probe, &p};
+    model_set_hook(&b, &hook);
+    int tokens[2 * 70], targets[2 * 70], same = 1;
+    for (int s = 0; s < steps; s++) {
+        random_tokens(tokens, B * T, V, 100 * s);
+        random_tokens(targets, B * T, V, 100 * s + 7);
+        Model* models[2] = {&a, &b};
+        AdamW* opts[2] = {&oa, &ob};
+        double loss[2];
+        for (int k = 0; k < 2; k++) {
+            model_zero_grad(models[k]);
+            model_forward(models[k], tokens, targets, B, T, 1);
+            loss[k] = model_loss(models[k]);
+            model_backward(models[k], 1.0f);
+            clip_grad_norm(models[k], cfg.grad_clip);
+            adamw_update(opts[k], models[k], 1e-2f, s + 1);
+        }
+        same &= memcmp(&loss[0], &loss[1], sizeof(double)) == 0;
+    }
+    float *pa = mallocCheck(a.n_params * sizeof(float)), *pb = mallocCheck(b.n_params * sizeof(float));
+    model_get_params(&a, pa);
+    model_get_params(&b, pb);
+    CHECK(same && memcmp(pa, pb, a.n_params * sizeof(float)) == 0,
+          "%s: a reading hook leaves every loss and parameter bitwise unchanged", config_attention_name(&cfg));
+    // blocks of 64 query rows: 2 per sequence at T = 70, per layer, head and map
+    long blocks = (long)steps * cfg.n_layer * B * a.H * a.M * 2;
+    CHECK(p.logits_forward == blocks && p.logits_recompute == blocks && p.layer_outputs == (long)steps * cfg.n_layer,
+          "%s: hook calls %ld forward + %ld recomputed logit blocks (expected %ld each), %ld layer outputs", config_attention_name(&cfg),
+          p.logits_forward, p.logits_recompute, blocks, p.layer_outputs);
+    CHECK(p.max_abs > 0.1 && isfinite(p.max_abs), "%s: the hook sees the logits (max |logit| %.3f)", config_attention_name(&cfg), p.max_abs);
+    free(pa);
+    free(pb);
+    adamw_free(&oa);
+    adamw_free(&ob);
+    model_free(&a);
+    model_free(&b);
+}
+
+// Multiplying every attention logit by 2 is multiplying W_q by 2 (RoPE is linear): the same
+// loss. Gradients: after the softmax both models are the same function, so the last layer's
+// value, output, lambda, norm and FFN weights, the final norm and the LM head get the same
+// gradients; straight-through, the hooked model's q gets the scaled model's dq (dW_q equal)
+// and its k half the scaled model's dk (dS reaches k through q, which the hook did not double).
+// Earlier layers mix both paths and are not compared.
+static void test_replacing_hook(AttentionKind kind) {
+    Config cfg = tiny(kind);
+    int V = 64, B = cfg.batch_size, T = cfg.seq_len;
+    Model hooked, scaled;
+    model_build(&hooked, &cfg, V);
+    model_build(&scaled, &cfg, V);
+    model_init_params(&hooked, 9);
+    float* params = mallocCheck(hooked.n_params * sizeof(float));
+    model_get_params(&hooked, params);
+    size_t q_rows = (size_t)hooked.M * hooked.H * hooked.D;  // wq leads each layer's wqkv
+    for (int i = 0; i < hooked.n_tensors; i++) {
+        const ParamTensor* t = &hooked.tensors[i];
+        if (strstr(t->name, "/wq")) for (size_t j = 0; j < q_rows * hooked.C; j++) params[t->offset + j] *= 2.0f;
+    }
+    model_set_params(&scaled, params);
+    Probe p = {0, 0, 0, 0, 2.0f, -1, -1};
+    ActivationHook hook = {probe, &p};
+    model_set_hook(&hooked, &hook);
+    int tokens[2 * 70], targets[2 * 70];
+    random_tokens(tokens, B * T, V, 1);
+    random_tokens(targets, B * T, V, 2);
+    Model* models[2] = {&hooked, &scaled};
+    float* grads[2];
+    for (int k = 0; k < 2; k++) {
+        model_zero_grad(models[k]);
+        model_forward(models[k], tokens, targets, B, T, 1);
+        model_backward(models[k], 1.0f);
+        grads[k] = mallocCheck(hooked.n_params * sizeof(float));
+        model_get_grads(models[k], grads[k]);
+    }
+    double dloss = fabs(model_loss(&hooked) - model_loss(&scaled)), worst = 0, largest = 0;
+    char last[32];
+    snprintf(last, sizeof(last), "layer_%02d/", cfg.n_layer - 1);
+    int compared = 0;
+    for (int i = 0; i < hooked.n_tensors; i++) {
+        const ParamTensor* t = &hooked.tensors[i];
+        if (strncmp(t->name, "layer_", 6) == 0 && strncmp(t->name, last, strlen(last)) != 0) continue;
+        if (strcmp(t->name, "tok_embedding") == 0 || strstr(t->name, "attn_norm")) continue;
+        double factor = strstr(t->name, "/wk") ? 0.5 : 1.0;
+        for (size_t j = 0; j < t->size; j++) {
+            double g = grads[0][t->offset + j], want = factor * grads[1][t->offset + j];
+            worst = fmax(worst, fabs(g - want));
+            largest = fmax(largest, fabs(want));
+        }
+        compared++;
+    }
+    CHECK(dloss < 1e-5, "%s: logits x 2 by the hook give the loss of W_q x 2 (|diff| %.2e)", config_attention_name(&cfg), dloss);
+    CHECK(compared >= 9 && worst < 1e-4 * largest, "%s: and, straight-through, its gradients of %d tensors (max |diff| %.2e of %.2e)",
+          config_attention_name(&cfg), compared, worst, largest);
+    free(params);
+    free(grads[0]);
+    free(grads[1]);
+    model_free(&hooked);
+    model_free(&scaled);
+}
+
+// Zeroing the last layer's output: the final norm and LM head see zeros, every logit is 0
+static void test_layer_output(void) {
+    Config cfg = tiny(ATTN_DIFF);
+    int V = 64, T = 20;
+    Model m;
+    model_build(&m, &cfg, V);
+    model_init_params(&m, 3);
+    Probe p = {0, 0, 0, 0, 1.0f, cfg.n_layer - 1, -1};
+    ActivationHook hook = {probe, &p};
+    model_set_hook(&m, &hook);
+    int tokens[20], targets[20];
+    random_tokens(tokens, T, V, 4);
+    random_tokens(targets, T, V, 5);
+    model_forward(&m, tokens, targets, 1, T, 0);
+    CHECK(fabs(model_loss(&m) - log((double)V)) < 1e-6, "a zeroed last layer output gives loss log V: %.7f vs %.7f", model_loss(&m),
+          log((double)V));
+    model_cache_init(&m, 32);
+    model_forward_cached(&m, tokens, 5, 0);
+    model_forward_cached(&m, tokens + 5, 3, 5);
+    CHECK(p.last_row0 == 5, "cached decoding reports its first position as row0 (%d)", p.last_row0);
+    model_set_hook(&m, NULL);
+    long before = p.layer_outputs;
+    model_forward(&m, tokens, targets, 1, T, 0);
+    CHECK(p.layer_outputs == before && model_loss(&m) != log((double)V), "a removed hook is not called");
+    model_free(&m);
+}
+
+int main(void) {
+    for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
+        test_noop_hook(k);
+        test_replacing_hook(k);
+    }
+    test_layer_output();
+    return check_summary();
+}

@@ -1,0 +1,105 @@
+// Every row of the shipped recipes resolves, through the runners' own functions, to the model
+// the README's tables describe (attention, per-head norm, lambda_init, heads, width), in every
+// preset; the head_norm default follows the variant (the paper's Transformer has none).
+#include <string.h>
+
+#include "../experiments/needle_tasks.h"
+#include "../experiments/table6.h"
+#include "../model/config.h"
+#include "check.h"
+
+typedef struct {
+    const char* row;
+    const char* attention;
+    int head_norm;
+    const char* lambda_init;  // NULL: the variant has no per-layer lambda
+    const char* heads;        // Table 6: "h" or "h/2"; needle: a number
+    const char* width;        // Table 6: "d" or "2d"; needle: a number
+} RowSpec;
+
+// README "Table 6": the paper's seven rows and DIFF V2
+static const RowSpec TABLE6[] = {
+    {"transformer", "standard", 0, NULL, "h", "d"},
+    {"transformer_half", "standard", 0, NULL, "h/2", "2d"},
+    {"transformer_gn", "standard", 1, NULL, "h/2", "2d"},
+    {"diff", "diff", 1, "schedule", "h/2", "d"},
+    {"diff_no_gn", "diff", 0, "schedule", "h/2", "d"},
+    {"diff_lambda08", "diff", 1, "0.8", "h/2", "d"},
+    {"diff_lambda05", "diff", 1, "0.5", "h/2", "d"},
+    {"diff2", "diff2", 0, NULL, "h", "d"},
+};
+
+// README "Retrieval": standard 8 heads x 32 without per-head norm; diff 4 heads, two 32-wide maps
+static const RowSpec NEEDLE[] = {
+    {"standard", "standard", 0, NULL, "8", "32"},
+    {"diff", "diff", 1, "schedule", "4", "32"},
+};
+
+static void check_row(const char* where, const Config* cfg, const RowSpec* spec, int heads, int width) {
+    const char* lambda = spec->lambda_init ? spec->lambda_init : "(unused)";
+    int lambda_ok = !spec->lambda_init || strcmp(cfg->lambda_init, spec->lambda_init) == 0;
+    CHECK(strcmp(config_attention_name(cfg), spec->attention) == 0 && config_head_norm(cfg) == spec->head_norm && lambda_ok &&
+              cfg->n_head == heads && config_head_dim(cfg) == width,
+          "%s [row %s]: %s, head_norm %d, lambda_init %s, %d heads x %d; README: %s, head_norm %d, lambda_init %s, %d x %d", where,
+          spec->row, config_attention_name(cfg), config_head_norm(cfg), cfg->lambda_init, cfg->n_head, config_head_dim(cfg),
+          spec->attention, spec->head_norm, lambda, heads, width);
+}
+
+static void test_table6(void) {
+    const char* path = "experiments/table6.ini";
+    Recipe* r = recipe_load(path, table6_extra_key);
+    CHECK(r->n_rows == 8, "%s holds the paper's 7 rows and DIFF V2 (%d rows)", path, r->n_rows);
+    for (int p = 0; p < r->n_presets; p++) {
+        const Section* preset = &r->presets[p];
+        int h = section_int(preset, "h", path), d = section_int(preset, "d", path);
+        for (int i = 0; i < r->n_rows && i < 8; i++) {
+            const RowSpec* spec = &TABLE6[i];
+            CHECK(strcmp(r->rows[i].name, spec->row) == 0, "%s: row %d is %s", path, i, spec->row);
+            Config cfg = table6_row_config(r, preset, i, 0, path, "build/test_recipes");
+            char where[96];
+            snprintf(where, sizeof(where), "%s preset %s", path, preset->name);
+            check_row(where, &cfg, spec, strcmp(spec->heads, "h") == 0 ? h : h / 2, strcmp(spec->width, "d") == 0 ? d : 2 * d);
+        }
+    }
+    free(r);
+}
+
+static void test_needle(void) {
+    const char* path = "experiments/needle.ini";
+    Recipe* r = recipe_load(path, needle_extra_key);
+    CHECK(r->n_rows == 2, "%s holds the two needle rows (%d)", path, r->n_rows);
+    for (int p = 0; p < r->n_presets; p++) {
+        for (int i = 0; i < r->n_rows && i < 2; i++) {
+            CHECK(strcmp(r->rows[i].name, NEEDLE[i].row) == 0, "%s: row %d is %s", path, i, NEEDLE[i].row);
+            Config cfg = needle_row_config(r, &r->presets[p], &r->rows[i], path, "build/test_recipes");
+            char where[96];
+            snprintf(where, sizeof(where), "%s preset %s", path, r->presets[p].name);
+            check_row(where, &cfg, &NEEDLE[i], atoi(NEEDLE[i].heads), atoi(NEEDLE[i].width));
+        }
+    }
+    free(r);
+}
+
+static void test_defaults(void) {
+    static const int expected[ATTN_VARIANT_COUNT] = {[ATTN_STANDARD] = 0, [ATTN_DIFF] = 1, [ATTN_DIFF2] = 0};
+    for (int k = 0; k < ATTN_VARIANT_COUNT; k++) {
+        Config cfg;
+        config_defaults(&cfg);
+        cfg.attention = k;
+        char* text = config_to_text(&cfg);
+        char want[32];
+        snprintf(want, sizeof(want), "head_norm = %s\n", expected[k] ? "true" : "false");
+        CHECK(config_head_norm(&cfg) == expected[k] && strstr(text, want), "%s: head_norm defaults to %d and is recorded explicitly",
+              ATTN_VARIANTS[k].name, expected[k]);
+        free(text);
+        cfg.head_norm = !expected[k];
+        CHECK(config_head_norm(&cfg) == !expected[k], "%s: an explicit head_norm wins over the default", ATTN_VARIANTS[k].name);
+    }
+}
+
+int main(void) {
+    test_table6();
+    test_needle();
+    test_defaults();
+    return check_summary();
+}
