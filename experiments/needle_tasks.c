@@ -222,7 +222,7 @@ static void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptio
 }
 
 // index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
-static int paper_row(const Row* row) { return row->cfg.attention == ATTN_STANDARD ? 0 : 1; }
+static int paper_row(const Row* row) { return config_variant(&row->cfg)->maps == 1 ? 0 : 1; }
 
 static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {

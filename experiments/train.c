@@ -68,7 +68,7 @@ static void init_from_checkpoint(Model* model, const char* path, uint64_t tokeni
                 a->shape[0], a->shape[1], b->name, b->shape[0], b->shape[1]);
         }
     }
-    model->be->copy(model->params_memory, src.params_memory, model->n_params * sizeof(float));
+    model_copy_params(model, &src);
     model_free(&src);
 }
 

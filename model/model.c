@@ -400,6 +400,11 @@ void model_attention_maps(Model* m, int l, int h, int first_row, int T, float* A
 
 void model_get_params(const Model* m, float* params) { m->be->download(params, m->params_memory, m->n_params * sizeof(float)); }
 void model_set_params(Model* m, const float* params) { m->be->upload(m->params_memory, params, m->n_params * sizeof(float)); }
+void model_copy_params(Model* dst, const Model* src) {
+    if (dst->n_params != src->n_params || dst->be != src->be) die("model_copy_params: the models differ in layout or backend");
+    dst->be->copy(dst->params_memory, src->params_memory, dst->n_params * sizeof(float));
+}
+
 void model_get_grads(const Model* m, float* grads) { m->be->download(grads, m->grads_memory, m->n_params * sizeof(float)); }
 
 size_t model_matmul_params(const Model* m) {

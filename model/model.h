@@ -149,6 +149,8 @@ void model_attention_maps(Model* model, int l, int h, int first_row, int T, floa
 void model_get_params(const Model* model, float* params);
 void model_set_params(Model* model, const float* params);
 void model_get_grads(const Model* model, float* grads);
+// dst's parameters become src's (same config and backend)
+void model_copy_params(Model* dst, const Model* src);
 
 size_t model_matmul_params(const Model* model);  // every weight used in a matmul, LM head too
 double model_flops_per_token(const Model* model, int T);  // training: 6 N_matmul + attention

@@ -23,6 +23,7 @@ run() {  # NAME COMMAND...
     echo "   ($((SECONDS - start)) s)"
 }
 for t in "$@"; do run "$t" "build/$t"; done
+run test_layers tests/test_layers.sh
 run test_cli tests/test_cli.sh
 run test_table6 tests/test_table6.sh
 run test_needle_sh tests/test_needle.sh
