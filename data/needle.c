@@ -252,19 +252,19 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     char path[4200], out[4096];
     DataDir data;
     data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
-    const Tokenizer tok = data.tok;
-    const Shard train = data.train, val = data.val;
+    const Tokenizer* tok = &data.tok;
+    const Shard *train = &data.train, *val = &data.val;
     NeedleSource src;
-    needle_source_init(&src, &tok, &train, cities_path, NEEDLE_TRAIN);
-    size_t blocks = train.n_tokens / seq_len, episodes = NEEDLE_EPISODES_PER_BLOCK * blocks;
+    needle_source_init(&src, tok, train, cities_path, NEEDLE_TRAIN);
+    size_t blocks = train->n_tokens / seq_len, episodes = NEEDLE_EPISODES_PER_BLOCK * blocks;
     int* ids = mallocCheck((blocks + episodes) * seq_len * sizeof(int));
     size_t n = 0;
-    for (; n < blocks * seq_len; n++) ids[n] = train.tokens[n];
+    for (; n < blocks * seq_len; n++) ids[n] = train->tokens[n];
     for (size_t b = 0; b < episodes; b++) {
         uint64_t s = hash64(seed + b);
         if (b % 3 == 2) {
             // copy practice keeps the induction heads of the copy stage at long range
-            copy_practice(ids + n, seq_len, &train, NEEDLE_COPY_SPAN_MIN, 64, s);
+            copy_practice(ids + n, seq_len, train, NEEDLE_COPY_SPAN_MIN, 64, s);
         } else if (b % 3 == 0) {
             // one episode fills the block, so needles up to seq_len tokens before their
             // question are as common as near ones: the far ones are what evaluation asks
@@ -284,7 +284,7 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     }
     mkdir_p(out_dir);
     snprintf(out, sizeof(out), "%s/train.bin", out_dir);
-    shard_write(out, ids, n, train.n_documents + (int)episodes, tok.vocab_size, seq_len);
+    shard_write(out, ids, n, train->n_documents + (int)episodes, tok->vocab_size, seq_len);
     snprintf(out, sizeof(out), "%s/val.bin", out_dir);
     snprintf(path, sizeof(path), "%s/val.bin", data_dir);
     copy_file(path, out);
@@ -296,9 +296,9 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     snprintf(out, sizeof(out), "%s/copy/tokenizer.bin", out_dir);
     copy_file(path, out);
     snprintf(out, sizeof(out), "%s/copy/train.bin", out_dir);
-    write_copy_shard(out, &train, hash64(seed ^ 2));
+    write_copy_shard(out, train, hash64(seed ^ 2));
     snprintf(out, sizeof(out), "%s/copy/val.bin", out_dir);
-    write_copy_shard(out, &val, hash64(seed ^ 3));
+    write_copy_shard(out, val, hash64(seed ^ 3));
     free(ids);
     needle_source_free(&src);
     data_close(&data);

@@ -39,7 +39,6 @@ int needle_extra_key(int is_row, const char* k) {
     }
     return 0;
 }
-#define extra_key needle_extra_key
 
 static const char* const ROW_SHAPE_KEYS[] = {"n_head", "head_dim", NULL};
 
@@ -56,9 +55,9 @@ typedef struct {
 Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, const char* recipe, const char* results) {
     Config cfg;
     config_defaults(&cfg);
-    section_apply(&cfg, &r->common, extra_key);
-    section_apply(&cfg, preset, extra_key);
-    section_apply(&cfg, row, extra_key);
+    section_apply(&cfg, &r->common, needle_extra_key);
+    section_apply(&cfg, preset, needle_extra_key);
+    section_apply(&cfg, row, needle_extra_key);
     recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
     snprintf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s", results, preset->name, row->name);
     config_validate(&cfg);
@@ -498,7 +497,7 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
 int needle_main(const NeedleOptions* opt) {
     int task = strcmp(opt->task, "table2") == 0 ? 0 : strcmp(opt->task, "fig5") == 0 ? 1 : strcmp(opt->task, "table3") == 0 ? 2 : -1;
     if (task < 0) die("--task '%s': expected table2, fig5 or table3", opt->task);
-    Recipe* r = recipe_load(opt->recipe, extra_key);
+    Recipe* r = recipe_load(opt->recipe, needle_extra_key);
     const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
     if (r->n_rows < 1) die("%s: no [row NAME] sections", opt->recipe);
     Row* rows = callocCheck(r->n_rows, sizeof(Row));

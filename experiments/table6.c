@@ -23,7 +23,6 @@ static int is_row_key(const char* k) {
 }
 static int is_preset_key(const char* k) { return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows"); }
 int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
-#define extra_key table6_extra_key
 
 static const char* const ROW_SHAPE_KEYS[] = {"heads", "width", NULL};
 
@@ -31,9 +30,9 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
                          const char* recipe, const char* results) {
     Config cfg;
     config_defaults(&cfg);
-    section_apply(&cfg, &r->common, extra_key);
-    section_apply(&cfg, preset, extra_key);
-    section_apply(&cfg, row, extra_key);
+    section_apply(&cfg, &r->common, table6_extra_key);
+    section_apply(&cfg, preset, table6_extra_key);
+    section_apply(&cfg, row, table6_extra_key);
     int h = section_int(preset, "h", recipe), d = section_int(preset, "d", recipe);
     const char *heads = section_get(row, "heads"), *width = section_get(row, "width");
     if (!heads || (strcmp(heads, "h") && strcmp(heads, "h/2"))) die("%s: [row %s]: 'heads' must be h or h/2", recipe, row->name);
@@ -171,7 +170,7 @@ static const char* verdict(ClaimKind kind, double gap, double noise) {
 }
 
 int table6_main(const Table6Options* opt) {
-    Recipe* r = recipe_load(opt->recipe, extra_key);
+    Recipe* r = recipe_load(opt->recipe, table6_extra_key);
     const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
     if (r->n_rows < 7) die("%s: expected the 7 rows of Table 6 first, found %d rows", opt->recipe, r->n_rows);
     if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);
