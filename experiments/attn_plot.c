@@ -3,25 +3,44 @@
 #define _GNU_SOURCE
 #include "attn_plot.h"
 
+#include <ftw.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../eval/attnmap.h"
 #include "../model/h5.h"
 #include "../model/util.h"
 #include "report.h"
 
-// Gnuplot-safe token label: printable ASCII without quotes or backslashes, newlines as "\n"
+// A token's text as a tic label: printable ASCII, a newline shown as \n, other bytes as '?';
+// quoted as a single-quoted gnuplot string, where nothing is expanded
 static void label_of(char* out, size_t n, const char* text) {
+    char shown[64];
     size_t k = 0;
-    for (const char* p = text; *p && k + 3 < n; p++) {
+    for (const char* p = text ? text : ""; *p && k + 3 < sizeof(shown); p++) {
         unsigned char c = (unsigned char)*p;
-        if (c == '\n') { out[k++] = '\\'; out[k++] = '\\'; out[k++] = 'n'; }
-        else if (c == '"' || c == '\\' || c == '\'' || c < 32 || c > 126) out[k++] = c == ' ' ? ' ' : '?';
-        else out[k++] = (char)c;
+        if (c == '\n') { shown[k++] = '\\'; shown[k++] = 'n'; }
+        else shown[k++] = c >= 32 && c <= 126 ? (char)c : '?';
     }
-    out[k] = 0;
+    shown[k] = 0;
+    gnuplot_quote(out, n, shown);
+}
+
+// The plot's temporary folder and image, removed however the program ends (die() exits)
+static char temp_dir[64], temp_png[4200];
+
+static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+static void remove_temp_dir(void) {
+    if (temp_dir[0]) nftw(temp_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    if (temp_png[0]) unlink(temp_png);
+    temp_dir[0] = temp_png[0] = 0;
 }
 
 void attn_render(const char* path, int sample, int layer, int head, const char* png) {
@@ -53,49 +72,55 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     h5_read_dataset(g, "needles", H5T_NATIVE_INT, 2 * N, needles, label);
     hid_t str = H5Tcopy(H5T_C_S1);
     H5Tset_size(str, H5T_VARIABLE);
-    h5_read_dataset(g, "text", str, T, text, label);
+    h5_read_dataset(g, "text", str, T, text, label);  // an unwritten string reads as NULL: an empty label
     H5Tclose(str);
 
     int diff = strcmp(attention, "standard") != 0, panels = diff ? 3 : 1;
     static const char* names[3] = {"A1", "A2", "map"};
-    const char* titles = diff ? "A1 A2 A1-lambda*A2" : "softmax";
-    char dir[] = "/tmp/difftx_attn_XXXXXX";
-    if (!mkdtemp(dir)) die("cannot create a temporary folder for the plot data");
-    char files[3 * 4200] = "", decor[4200];
     int matrix = R == T;  // every row saved: a heatmap; otherwise the profile of the question rows
-    float* A = mallocCheck((size_t)R * T * sizeof(float));
+    float* A = mallocCheck((size_t)panels * R * T * sizeof(float));  // (panels, R, T)
     double extreme = 1e-6;  // the colour scale is symmetric around 0 and spans every panel
     for (int p = 0; p < panels; p++) {
-        char name[128], data[4200];
+        char name[128];
         snprintf(name, sizeof(name), "layer_%02d/head_%02d/%s", layer, head, diff ? names[p] : "map");
-        h5_read_dataset(g, name, H5T_NATIVE_FLOAT, (size_t)R * T, A, label);
-        snprintf(data, sizeof(data), "%s/panel%d.dat", dir, p);
+        h5_read_dataset(g, name, H5T_NATIVE_FLOAT, (size_t)R * T, A + (size_t)p * R * T, label);
+    }
+    for (size_t i = 0; i < (size_t)panels * R * T; i++) extreme = fmax(extreme, fabs(A[i]));
+
+    // everything is read: only now the temporary folder
+    snprintf(temp_dir, sizeof(temp_dir), "/tmp/difftx_attn_XXXXXX");
+    if (!mkdtemp(temp_dir)) die("cannot create a temporary folder for the plot data");
+    atexit(remove_temp_dir);
+    char files[3 * 128] = "", decor[128];
+    for (int p = 0; p < panels; p++) {
+        char data[128];
+        const float* Ap = A + (size_t)p * R * T;
+        snprintf(data, sizeof(data), "%s/panel%d.dat", temp_dir, p);
         FILE* f = fopenCheck(data, "w");
-        for (size_t i = 0; i < (size_t)R * T; i++) extreme = fmax(extreme, fabs(A[i]));
         if (matrix) {
             for (int r = 0; r < R; r++) {
-                for (int j = 0; j < T; j++) fprintf(f, "%.6g%c", A[(size_t)r * T + j], j + 1 < T ? ' ' : '\n');
+                for (int j = 0; j < T; j++) fprintf(f, "%.6g%c", Ap[(size_t)r * T + j], j + 1 < T ? ' ' : '\n');
             }
         } else {
             for (int j = 0; j < T; j++) {
                 double mean = 0;
-                for (int r = 0; r < R; r++) mean += A[(size_t)r * T + j];
+                for (int r = 0; r < R; r++) mean += Ap[(size_t)r * T + j];
                 fprintf(f, "%d %.6g\n", j, mean / R);
             }
         }
         fcloseCheck(f, data);
         snprintf(files + strlen(files), sizeof(files) - strlen(files), "%s%s", p ? " " : "", data);
     }
-    snprintf(decor, sizeof(decor), "%s/decor.gp", dir);
+    snprintf(decor, sizeof(decor), "%s/decor.gp", temp_dir);
     FILE* f = fopenCheck(decor, "w");
     if (matrix) {
         int every = T <= 64 ? 1 : (T + 63) / 64;
         for (int axis = 0; axis < 2; axis++) {
             fprintf(f, "set %s (", axis ? "ytics" : "xtics");
             for (int t = 0; t < T; t += every) {
-                char l[64];
+                char l[160];
                 label_of(l, sizeof(l), text[t]);
-                fprintf(f, "%s\"%s\" %d", t ? ", " : "", l, t);
+                fprintf(f, "%s%s %d", t ? ", " : "", l, t);
             }
             fprintf(f, ")\n");
         }
@@ -111,15 +136,24 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
         fprintf(f, "set label 1 'answer needle (green), distractors (grey); mean over the %d question rows' at graph 0.01, graph 0.95\n", R);
     }
     fcloseCheck(f, decor);
-    char tmp[4200];
+    char tmp[4200], title[4400];
     tmp_path(tmp, sizeof(tmp), png);
-    gnuplot("plots/attn.gp", "mode='%s'; panels=%d; files='%s'; titles='%s'; decor='%s'; T=%d; cbmax=%g; out='%s'; "
-            "title_text='%s, %s, layer %d, head %d, %d tokens'", matrix ? "matrix" : "profile", panels, files, titles, decor,
-            T, extreme, tmp, path, group, layer, head, T);
+    snprintf(temp_png, sizeof(temp_png), "%s", tmp);
+    snprintf(title, sizeof(title), "%s, %s, layer %d, head %d, %d tokens", path, group, layer, head, T);
+    GnuplotVars vars = {"", 0};
+    gnuplot_string(&vars, "mode", matrix ? "matrix" : "profile");
+    gnuplot_number(&vars, "panels", panels);
+    gnuplot_string(&vars, "files", files);
+    gnuplot_string(&vars, "titles", diff ? "A1 A2 A1-lambda*A2" : "softmax");
+    gnuplot_string(&vars, "decor", decor);
+    gnuplot_number(&vars, "T", T);
+    gnuplot_number(&vars, "cbmax", extreme);
+    gnuplot_string(&vars, "out", tmp);
+    gnuplot_string(&vars, "title_text", title);
+    gnuplot("attn.gp", &vars);
     renameCheck(tmp, png);
-    char rm[4300];
-    snprintf(rm, sizeof(rm), "rm -rf '%s'", dir);
-    if (system(rm) != 0) die("cannot remove '%s'", dir);
+    temp_png[0] = 0;
+    remove_temp_dir();
     for (int t = 0; t < T; t++) free(text[t]);
     free(text);
     free(A);

@@ -302,11 +302,16 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     }
     fcloseCheck(bars, dat);
     report_close(&rep);
-    char vars[16384], names[512] = "";
+    char text[4400], names[512] = "";
     for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
-    snprintf(vars, sizeof(vars), "data='%s'; names='%s'; out='%s/table2.png'; title_text='Table 2, preset %s: retrieval at context %d, %d samples per depth'",
-             dat, names, opt->plots, opt->preset, context, samples);
-    gnuplot("plots/table2.gp", "%s", vars);
+    GnuplotVars vars = {"", 0};
+    gnuplot_string(&vars, "data", dat);
+    gnuplot_string(&vars, "names", names);
+    snprintf(text, sizeof(text), "%s/table2.png", opt->plots);
+    gnuplot_string(&vars, "out", text);
+    snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth", opt->preset, context, samples);
+    gnuplot_string(&vars, "title_text", text);
+    gnuplot("table2.gp", &vars);
     printf("\nwrote %s, %s/table2.png; every query in table 'episodes' of %s/registry.sqlite\n", path, opt->plots, opt->results);
 }
 
@@ -363,12 +368,18 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         }
         report_printf(md, "\n");
         fcloseCheck(f, dat);
-        char vars[16384], tics[2048] = "";
+        char text[4400], tics[2048] = "";
         for (int l = 0; l < n_lengths; l++) snprintf(tics + strlen(tics), sizeof(tics) - strlen(tics), "%s'%d' %d", l ? ", " : "", lengths[l], l);
-        snprintf(vars, sizeof(vars), "data='%s'; n_lengths=%d; out='%s/fig5_%s.png'; xtics_text=\\\"%s\\\"; "
-                 "title_text='Figure 5, %s (trained at %d): N = 8, R = 1, %d samples per cell'", dat, n_lengths, opt->plots,
-                 rows[i].name, tics, rows[i].name, rows[i].cfg.seq_len, samples);
-        gnuplot("plots/fig5.gp", "%s", vars);
+        GnuplotVars vars = {"", 0};
+        gnuplot_string(&vars, "data", dat);
+        gnuplot_number(&vars, "n_lengths", n_lengths);
+        snprintf(text, sizeof(text), "%s/fig5_%s.png", opt->plots, rows[i].name);
+        gnuplot_string(&vars, "out", text);
+        gnuplot_string(&vars, "xtics_text", tics);  // integers only: fig5.gp evaluates it
+        snprintf(text, sizeof(text), "Figure 5, %s (trained at %d): N = 8, R = 1, %d samples per cell", rows[i].name,
+                 rows[i].cfg.seq_len, samples);
+        gnuplot_string(&vars, "title_text", text);
+        gnuplot("fig5.gp", &vars);
         printf("wrote %s/fig5_%s.png\n", opt->plots, rows[i].name);
     }
     report_close(md);
@@ -485,12 +496,19 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     }
     fcloseCheck(t3, dat);
     fcloseCheck(g, fig1);
-    char vars[16384], names[512] = "";
+    char text[4400], names[512] = "";
     for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
-    snprintf(vars, sizeof(vars), "data='%s'; fig1='%s'; names='%s'; out='%s/table3.png'; out_fig1='%s/fig1.png'; "
-             "title_text='Table 3, preset %s: attention of the question tokens, context %d'", dat, fig1, names, opt->plots,
-             opt->plots, opt->preset, context);
-    gnuplot("plots/table3.gp", "%s", vars);
+    GnuplotVars vars = {"", 0};
+    gnuplot_string(&vars, "data", dat);
+    gnuplot_string(&vars, "fig1", fig1);
+    gnuplot_string(&vars, "names", names);
+    snprintf(text, sizeof(text), "%s/table3.png", opt->plots);
+    gnuplot_string(&vars, "out", text);
+    snprintf(text, sizeof(text), "%s/fig1.png", opt->plots);
+    gnuplot_string(&vars, "out_fig1", text);
+    snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d", opt->preset, context);
+    gnuplot_string(&vars, "title_text", text);
+    gnuplot("table3.gp", &vars);
     printf("\nwrote %s, %s/table3.png, %s/fig1.png\n", path, opt->plots, opt->plots);
 }
 

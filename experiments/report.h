@@ -16,8 +16,21 @@ void report_open(Report* r, const char* path, int to_stdout);
 void report_printf(Report* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void report_close(Report* r);
 
-// Runs `gnuplot -e "<variables>" script`; variables is printf-formatted gnuplot assignments.
-// Dies naming the command when gnuplot fails.
-void gnuplot(const char* script, const char* variables, ...) __attribute__((format(printf, 2, 3)));
+// gnuplot's variables for a script, set with `gnuplot -e`. Every value is written as a
+// string expression of single-quoted pieces (a quote in the value becomes ."'".) or a number:
+// gnuplot expands backquotes and macros in double-quoted strings and commands, never in
+// single-quoted strings, so nothing from a path, a recipe or a token can run as a command.
+typedef struct {
+    char text[32768];
+    size_t n;
+} GnuplotVars;
+
+void gnuplot_string(GnuplotVars* v, const char* name, const char* value);
+void gnuplot_number(GnuplotVars* v, const char* name, double value);
+// value quoted as gnuplot_string does, into out (n bytes)
+void gnuplot_quote(char* out, size_t n, const char* value);
+// Runs gnuplot (no shell between) on plots/<script>, found beside the program (its folder's
+// ../plots), so any working directory works. Dies naming the script when gnuplot fails.
+void gnuplot(const char* script, const GnuplotVars* v);
 
 #endif

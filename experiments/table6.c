@@ -55,6 +55,18 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
     return cfg;
 }
 
+// The paper's Valid, AR-Hit and Others of a row (returns 1), or NaN where it has no `paper` key
+static int paper_values(const Section* row, double v[3], const char* recipe) {
+    v[0] = v[1] = v[2] = NAN;
+    const char* text = section_get(row, "paper");
+    if (!text) return 0;
+    char extra;
+    if (sscanf(text, "%lf %lf %lf %c", &v[0], &v[1], &v[2], &extra) != 3) {
+        die("%s: [row %s] key 'paper': '%s' is not three numbers (Valid, AR-Hit, Others)", recipe, row->name, text);
+    }
+    return 1;
+}
+
 Config table6_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe,
                          const char* results) {
     return row_config(r, preset, &r->rows[row], seed_index, recipe, results);
@@ -186,6 +198,8 @@ int table6_main(const Table6Options* opt) {
     for (int i = 0; i < r->n_rows; i++) {
         Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
         params[i] = model_param_count(&cfg, data.tok.vocab_size);
+        double paper[3];
+        paper_values(&r->rows[i], paper, opt->recipe);
         printf("  %-18s %-9s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", r->rows[i].name, config_attention_name(&cfg),
                cfg.n_head, config_head_dim(&cfg), config_head_norm(&cfg) ? "yes" : "no", config_ffn_hidden(&cfg), params[i]);
         if (fabs((double)params[i] - (double)params[0]) > 0.01 * params[0]) {
@@ -246,9 +260,8 @@ int table6_main(const Table6Options* opt) {
         char cells[3][64];
         for (int k = 0; k < 3; k++) format_cell(cells[k], sizeof(cells[k]), &res[i], k);
         double pv[3];
-        const char* paper = section_get(&r->rows[i], "paper");
         char paper_cells[64] = "not in the paper | | ";
-        if (paper && sscanf(paper, "%lf %lf %lf", &pv[0], &pv[1], &pv[2]) == 3) {
+        if (paper_values(&r->rows[i], pv, opt->recipe)) {
             snprintf(paper_cells, sizeof(paper_cells), "%.3f | %.3f | %.3f", pv[0], pv[1], pv[2]);
         }
         report_printf(&rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", section_get(&r->rows[i], "label"), cfg.n_head,
@@ -262,15 +275,16 @@ int table6_main(const Table6Options* opt) {
         const RowResult *a = &res[cl->a], *b = &res[cl->b];
         double gap = a->mean[cl->metric] - b->mean[cl->metric];
         double spread = fmax(a->std[cl->metric], b->std[cl->metric]);
-        double pa[3] = {NAN, NAN, NAN}, pb[3] = {NAN, NAN, NAN};
-        sscanf(section_get(&r->rows[cl->a], "paper"), "%lf %lf %lf", &pa[0], &pa[1], &pa[2]);
-        sscanf(section_get(&r->rows[cl->b], "paper"), "%lf %lf %lf", &pb[0], &pb[1], &pb[2]);
+        double pa[3], pb[3];
+        paper_values(&r->rows[cl->a], pa, opt->recipe);
+        paper_values(&r->rows[cl->b], pb, opt->recipe);
+        char paper_gap[32] = "n/a (not in the paper)";
+        if (!isnan(pa[cl->metric] - pb[cl->metric])) snprintf(paper_gap, sizeof(paper_gap), "%+.3f", pa[cl->metric] - pb[cl->metric]);
         double noise = opt->seeds > 1 ? 2 * spread : 0.01;
         char spread_text[32];
         if (opt->seeds > 1) snprintf(spread_text, sizeof(spread_text), "%.4f", spread);
         else snprintf(spread_text, sizeof(spread_text), "n/a (1 seed)");
-        report_printf(&rep, "| %s | %+.4f | %s | %+.3f | %s |\n", cl->text, gap, spread_text, pa[cl->metric] - pb[cl->metric],
-                verdict(cl->kind, gap, noise));
+        report_printf(&rep, "| %s | %+.4f | %s | %s | %s |\n", cl->text, gap, spread_text, paper_gap, verdict(cl->kind, gap, noise));
     }
     report_printf(&rep, "\nGaps are the first row named minus the second (negative = lower loss). The noise level is %s: "
             "\"beats\" claims agree when the gap is below minus the noise, \"does not help\" when it is above it, "
@@ -303,8 +317,18 @@ int table6_main(const Table6Options* opt) {
         free(values);
     }
     fcloseCheck(f, curves);
-    gnuplot("plots/table6.gp", "bars='%s'; curves='%s'; rows=%d; out_bars='%s/table6.png'; out_curves='%s/table6_curves.png'; "
-            "title_text='Table 6, preset %s, %d seed(s)'", bars, curves, r->n_rows, opt->plots, opt->plots, opt->preset, opt->seeds);
+    GnuplotVars vars = {"", 0};
+    char text[4400];
+    gnuplot_string(&vars, "bars", bars);
+    gnuplot_string(&vars, "curves", curves);
+    gnuplot_number(&vars, "rows", r->n_rows);
+    snprintf(text, sizeof(text), "%s/table6.png", opt->plots);
+    gnuplot_string(&vars, "out_bars", text);
+    snprintf(text, sizeof(text), "%s/table6_curves.png", opt->plots);
+    gnuplot_string(&vars, "out_curves", text);
+    snprintf(text, sizeof(text), "Table 6, preset %s, %d seed(s)", opt->preset, opt->seeds);
+    gnuplot_string(&vars, "title_text", text);
+    gnuplot("table6.gp", &vars);
     printf("\nwrote %s, %s/table6.png, %s/table6_curves.png; runs in %s/registry.sqlite\n", path, opt->plots, opt->plots, opt->results);
     registry_close(&reg);
     int missing = 0;

@@ -77,6 +77,13 @@ expect_fail "attn: missing sample" "has no group 'sample_009'" $bin attn "$maps"
 expect_fail "attn: bad head" "--head 9: .* has heads 0..3" $bin attn "$maps" --sample 0 --layer 0 --head 9
 expect_fail "attn: not a maps file" "not an attention-maps file" $bin attn "$work/results/needle/smoke/diff/checkpoint.h5" --sample 0 --layer 0 --head 0
 expect_fail "attn: missing file" "cannot read attention maps" $bin attn "$work/none.h5" --sample 0 --layer 0 --head 0
+# plots/attn.gp is found beside the program, not in the working directory
+(cd / && "$OLDPWD/$bin" attn "$OLDPWD/$maps" --sample 0 --layer 0 --head 0 --out "$OLDPWD/$work/elsewhere.png") > /dev/null 2>&1
+expect "attn from another working directory" is_png "$work/elsewhere.png"
+# a render that fails (no such output folder) leaves no temporary folder behind
+temp_before=$(ls -d /tmp/difftx_attn_* 2>/dev/null | wc -l)
+expect_fail "attn: gnuplot fails" "gnuplot failed" $bin attn "$maps" --sample 0 --layer 0 --head 0 --out "$work/no/such/folder.png"
+expect "a failed render leaves no temporary folder" test "$(ls -d /tmp/difftx_attn_* 2>/dev/null | wc -l)" = "$temp_before"
 expect_fail "needle: bad task" "--task 'table9'" $bin needle "$work/needle.ini" --preset smoke --task table9
 expect_fail "needle: bad preset" "no \\[preset huge\\]" $bin needle "$work/needle.ini" --preset huge --task table2
 sed 's/^context = 256/context = 40/' "$work/needle.ini" > "$work/short.ini"

@@ -59,4 +59,20 @@ run_table > "$work/again.log" 2>&1
 expect "finished rows are skipped" bash -c "! grep -q '^== ' '$work/again.log'"
 expect "table reprinted" grep -q "Table 6 (preset smoke)" "$work/again.log"
 
+# 4. figures into a folder whose name holds quotes and shell and gnuplot substitutions, from
+#    another working directory: drawn, and nothing in the name runs
+root=$PWD
+hostile="$work/plots \`cd $root/$work;touch PWNED\` '\$(cd $root/$work;touch PWNED2)\""
+# ... with a DIFF row that has no `paper` key (the claims against it say n/a)
+awk -v data="$root/$work/data" '/^\[row /{row=$0} /^data = /{$0="data = " data} !(row=="[row diff]" && /^paper/)' \
+    experiments/table6.ini > "$work/table6_abs.ini"
+(cd / && "$root/$bin" table6 "$root/$work/table6_abs.ini" --preset smoke --results "$root/$work/results_abs" --plots "$root/$hostile") > "$work/hostile.log" 2>&1
+expect "figures drawn into a hostile folder name from another working directory" is_png "$hostile/table6.png"
+expect "nothing in the folder name ran" test ! -e "$work/PWNED" -a ! -e "$work/PWNED2"
+expect "a row without 'paper' is tabled as not in the paper" grep -qE '^\| DIFF \| 2 \| 16 \| ✓ \| 1 \| .*not in the paper' "$work/results_abs/table6.md"
+expect "claims against it have no paper gap" grep -q "DIFF beats Transformer overall (Valid) | [-+0-9.]* | n/a (1 seed) | n/a (not in the paper)" "$work/results_abs/table6.md"
+sed 's/^paper = 3.062 0.880 3.247$/paper = 3.062 high/' "$work/table6.ini" > "$work/bad_paper.ini"
+expect_fail "a malformed paper value" "bad_paper.ini: \[row diff\] key 'paper': '3.062 high' is not three numbers" \
+    $bin table6 "$work/bad_paper.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
+
 summary
