@@ -7,7 +7,7 @@
 # PORTABLE=1 builds without -march=native.
 
 PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libinih-dev libsqlite3-dev libssl-dev \
-            gnuplot-nox hdf5-tools sqlite3
+            gnuplot-nox hdf5-tools sqlite3 strace
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
 # once build/deps.stamp has installed them, after make has read this file.

@@ -533,6 +533,11 @@ int needle_main(const NeedleOptions* opt) {
     ensure_data(&rows[0].cfg, preset, opt->recipe);
     mkdir_p(opt->plots);
     Registry reg;
+    // one process per experiment and preset: a second would train the same rows again
+    char lock_dir[4200];
+    snprintf(lock_dir, sizeof(lock_dir), "%s/needle/%s", opt->results, opt->preset);
+    mkdir_p(lock_dir);
+    int lock = lock_folder(lock_dir, "needle results folder");
     int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe);
     DataDir data;
     data_open(&data, rows[0].cfg.data, DATA_VAL);
@@ -565,5 +570,6 @@ int needle_main(const NeedleOptions* opt) {
     free(rows);
     free(r);
     registry_close(&reg);
+    unlock_folder(lock);
     return 0;
 }

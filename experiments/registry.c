@@ -92,7 +92,8 @@ void registry_open(Registry* reg, const char* path) {
         die("cannot open registry '%s': %s", path, reg->db ? sqlite3_errmsg(reg->db) : "out of memory");
     }
     sqlite3_busy_timeout(reg->db, 60000);
-    exec(reg, "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;");
+    // FULL: a committed transaction is on disk (WAL synced at each commit), a power loss included
+    exec(reg, "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;");
     exec(reg, "BEGIN IMMEDIATE;");
     exec(reg, SCHEMA);
     exec(reg, "COMMIT;");
@@ -249,6 +250,17 @@ void registry_metrics(Registry* reg, int64_t run, int n, const char* const* keys
         sqlite3_reset(st);
     }
     sqlite3_finalize(st);
+    exec(reg, "COMMIT;");
+}
+
+void registry_forget_metrics_after(Registry* reg, int64_t run, int step) {
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* st = prepare(reg,
+        "DELETE FROM metrics WHERE step > ?2 AND run_id IN (SELECT a.id FROM runs a JOIN runs r ON r.id = ?1 WHERE"
+        " a.experiment_id = r.experiment_id AND a.row = r.row AND a.seed = r.seed AND a.recipe_text = r.recipe_text)");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_int(st, 2, step);
+    step_done(reg, st, "forget metrics past the resumed step");
     exec(reg, "COMMIT;");
 }
 

@@ -35,6 +35,9 @@ void registry_end_pid(Registry* reg, int pid, RunStatus status);
 // Appends metrics in one transaction: keys[i] at (steps[i], tokens[i]) = values[i].
 void registry_metrics(Registry* reg, int64_t run, int n, const char* const* keys, const int* steps,
                       const int64_t* tokens, const double* values);
+// Deletes the metrics past step of the earlier attempts of run's (experiment, row, seed, config):
+// a resumed attempt repeats those steps
+void registry_forget_metrics_after(Registry* reg, int64_t run, int step);
 void registry_evaluation(Registry* reg, int64_t run, const char* key, double value);
 // The run's evaluation `key`, NaN when it has none
 double registry_evaluation_value(Registry* reg, int64_t run, const char* key);

@@ -215,6 +215,11 @@ int table6_main(const Table6Options* opt) {
 
     mkdir_p(opt->plots);
     Registry reg;
+    // one process per experiment and preset: a second would train the same rows again
+    char lock_dir[4200];
+    snprintf(lock_dir, sizeof(lock_dir), "%s/table6/%s", opt->results, opt->preset);
+    mkdir_p(lock_dir);
+    int lock = lock_folder(lock_dir, "Table 6 results folder");
     int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe);
 
     double t_start = wall_time();
@@ -331,6 +336,7 @@ int table6_main(const Table6Options* opt) {
     gnuplot("table6.gp", &vars);
     printf("\nwrote %s, %s/table6.png, %s/table6_curves.png; runs in %s/registry.sqlite\n", path, opt->plots, opt->plots, opt->results);
     registry_close(&reg);
+    unlock_folder(lock);
     int missing = 0;
     for (int i = 0; i < r->n_rows; i++) {
         if (res[i].n < opt->seeds) {

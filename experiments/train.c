@@ -33,7 +33,19 @@ static void require_same_config(const Config* stored, const Config* now, const c
     free(tb);
 }
 
-// Keeps the log lines of steps <= step, so a resumed run's log reads as if it never stopped
+// The step of a whole log line ("train STEP LOSS LR NORM" or "val STEP LOSS", every field
+// parsed to its end), or -1 for anything else: a line a kill cut short reads as -1 even where
+// its cut-off step number still parses ("train 1" of "train 12 ...")
+static int log_line_step(const char* line) {
+    int step, end = -1;
+    double loss, lr, norm;
+    if (sscanf(line, "train %d %lf %lf %lf%n", &step, &loss, &lr, &norm, &end) == 4 && line[end] == 0) return step;
+    end = -1;
+    if (sscanf(line, "val %d %lf%n", &step, &loss, &end) == 2 && line[end] == 0) return step;
+    return -1;
+}
+
+// Keeps the whole log lines of steps <= step, so a resumed run's log reads as if it never stopped
 static void truncate_log(const char* path, int step) {
     if (access(path, F_OK) != 0) return;
     size_t len;
@@ -41,11 +53,10 @@ static void truncate_log(const char* path, int step) {
     char tmp[4096];
     tmp_path(tmp, sizeof(tmp), path);
     FILE* f = fopenCheck(tmp, "w");
-    for (char* line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        char kind[16];
-        int s;
-        if (sscanf(line, "%15s %d", kind, &s) != 2 || s > step) continue;  // later, or cut off by a kill
-        fprintf(f, "%s\n", line);
+    for (char *line = text, *end; (end = strchr(line, '\n')); line = end + 1) {  // a last line without '\n' was cut
+        *end = 0;
+        int s = log_line_step(line);
+        if (s >= 0 && s <= step) fprintf(f, "%s\n", line);
     }
     fcloseCheck(f, tmp);
     renameCheck(tmp, path);
@@ -124,6 +135,7 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     const Tokenizer* tok = &data.tok;
 
     mkdir_p(cfg->out);
+    int lock = lock_folder(cfg->out, "run folder");
     config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
     snprintf(log_path, sizeof(log_path), "%s/log.tsv", cfg->out);
     Model model;
@@ -158,7 +170,9 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     loader_init(&loader, &data.train, T, (uint64_t)cfg->seed);
     int* inputs = mallocCheck(tokens_per_step * sizeof(int));   // (grad_accum, B, T)
     int* targets = mallocCheck(tokens_per_step * sizeof(int));  // (grad_accum, B, T)
+    if (observer) observer->resume(observer->ctx, info.step);
     FILE* log = fopenCheck(log_path, "a");
+    setvbuf(log, NULL, _IOLBF, 0);  // one write per line: a kill never leaves half a line mid-log
     double t_start = wall_time(), loss = info.train_loss;
     int first_step = info.step;
     for (int step = first_step; step < until; step++) {
@@ -188,10 +202,12 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
             printf("step %5d | val loss %.4f\n", done, val_loss);
         }
         if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until) {
-            fflush(log);
+            // metrics first: a kill before the checkpoint's rename leaves metrics past the last
+            // checkpoint, which the resumed run's observer drops (resume); the other order
+            // would lose this interval's metrics for good
+            if (observer) observer->flush(observer->ctx);
             CheckpointInfo now = {done, (uint64_t)done * cfg->grad_accum * B, tok->hash, threads, done == cfg->steps, loss};
             checkpoint_save(ckpt, &model, &opt, &now);
-            if (observer) observer->flush(observer->ctx);
         }
     }
     fcloseCheck(log, log_path);
@@ -201,6 +217,7 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     model_free(&model);
     adamw_free(&opt);
     data_close(&data);
+    unlock_folder(lock);
     return loss;
 }
 
@@ -237,9 +254,14 @@ static void flush_metrics(void* ctx) {
     b->n = 0;
 }
 
+static void resume_metrics(void* ctx, int step) {
+    MetricBuffer* b = ctx;
+    registry_forget_metrics_after(b->reg, b->run, step);
+}
+
 double train_recorded(Registry* reg, int64_t run, const Config* cfg) {
     MetricBuffer buffer = {reg, run, 0, 0, NULL, NULL, NULL, NULL};
-    TrainObserver observer = {buffer_metric, flush_metrics, &buffer};
+    TrainObserver observer = {buffer_metric, flush_metrics, resume_metrics, &buffer};
     double t0 = wall_time();
     train_run(cfg, 0, &observer);
     // the mix is made from code that changes, so its hash is what says which data a run saw

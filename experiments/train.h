@@ -10,12 +10,15 @@
 #include "../model/optim.h"
 #include "registry.h"
 
-// Receives the run's metrics: metric() for each value as it is produced ("train_loss" every
-// step, "val_loss" at evaluations), flush() right after each checkpoint is written, so a
-// consumer that stores only flushed values holds exactly what a resume will not repeat.
+// Receives the run's metrics: resume() once with the step training starts from (0 for a new
+// run), metric() for each value as it is produced ("train_loss" every step, "val_loss" at
+// evaluations), flush() right before each checkpoint is written. A consumer that stores the
+// flushed values and, on resume(step), drops what it stored past step holds exactly the
+// metrics of the checkpoint it resumes from, whenever the previous process was killed.
 typedef struct {
     void (*metric)(void* ctx, const char* key, int step, long tokens, double value);
     void (*flush)(void* ctx);
+    void (*resume)(void* ctx, int step);
     void* ctx;
 } TrainObserver;
 

@@ -2,10 +2,13 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -59,9 +62,42 @@ void tmp_path(char* buf, size_t n, const char* path) {
     if ((size_t)snprintf(buf, n, "%s.tmp", path) >= n) die("path too long: %s", path);
 }
 
-void rename_check(const char* from, const char* to, const char* src, int line) {
-    if (rename(from, to) != 0) die_at(src, line, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+// fsync of a file or folder by path
+static void sync_path(const char* path, int flags, const char* src, int line) {
+    int fd = open(path, flags);
+    if (fd < 0) die_at(src, line, "cannot open '%s' to sync it: %s", path, strerror(errno));
+    if (fsync(fd) != 0) die_at(src, line, "cannot sync '%s' to disk: %s", path, strerror(errno));
+    close(fd);
 }
+
+void rename_check(const char* from, const char* to, const char* src, int line) {
+    sync_path(from, O_RDONLY, src, line);  // the data reaches the disk before the name does
+    if (rename(from, to) != 0) die_at(src, line, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", to);
+    sync_path(dirname(dir), O_RDONLY | O_DIRECTORY, src, line);  // and the rename itself
+}
+
+int lock_folder(const char* dir, const char* what) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) die("cannot open the lock '%s': %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        die("%s '%s' is in use by another difftx process (pid %s); wait for it to end, or use another folder", what, dir,
+            holder[0] ? holder : "unknown");
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) die("cannot write the lock '%s': %s", path, strerror(errno));
+    return fd;
+}
+
+void unlock_folder(int fd) { close(fd); }
 
 void mkdir_p(const char* path) {
     char buf[4096];

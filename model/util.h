@@ -25,11 +25,16 @@ void fclose_check(FILE* f, const char* path, const char* src, int line);
 #define fcloseCheck(f, path) fclose_check(f, path, __FILE__, __LINE__)
 
 // Whole-file writes go to "<path>.tmp" and are renamed into place, so a reader never sees a
-// half-written file. tmp_path fills buf with the temporary name.
+// half-written file. tmp_path fills buf with the temporary name. rename_check syncs the file to
+// disk before the rename and its folder after, so the new file survives a power loss too.
 void tmp_path(char* buf, size_t n, const char* path);
 void rename_check(const char* from, const char* to, const char* src, int line);
 #define renameCheck(from, to) rename_check(from, to, __FILE__, __LINE__)
 void mkdir_p(const char* path);
+// One writer per folder: an exclusive lock on dir/.lock (which holds the owner's pid), held
+// until unlock_folder or the process ends. Dies naming `what` and the owner when it is taken.
+int lock_folder(const char* dir, const char* what);
+void unlock_folder(int fd);
 char* read_text_file(const char* path, size_t* len);  // NUL-terminated, caller frees
 
 double wall_time(void);

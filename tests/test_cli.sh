@@ -75,6 +75,23 @@ head -c $((size / 3)) "$work/run/checkpoint.h5" > "$work/truncated.h5"
 expect_fail "truncated checkpoint" "checkpoint '$work/truncated.h5'" $bin sample "$work/truncated.h5"
 expect_fail "config mismatch on resume" "belongs to a run with a different config.*'lr = " $bin train "$work/ok.ini" lr=0.5 steps=4
 
+# one writer per run folder: a second `train` on it stops at once, naming the first; the lock
+# goes with the process, so after a kill -9 the folder is free again
+$bin train "$work/ok.ini" out=$work/locked steps=1000000 > /dev/null 2>&1 &
+first=$!
+for _ in $(seq 1 200); do [ -s "$work/locked/.lock" ] && break; sleep 0.05; done
+expect_fail "second writer of a run folder" "run folder '$work/locked' is in use by another difftx process \(pid $first\)" \
+    $bin train "$work/ok.ini" out=$work/locked steps=1000000
+kill -9 $first
+wait $first 2>/dev/null
+expect "the lock is released with its process" $bin train "$work/ok.ini" out=$work/locked steps=1000000 --until 1
+
+# durability: the checkpoint is synced before its rename and its folder after
+strace -f -y -e trace=fsync,rename -o "$work/trace" $bin train "$work/ok.ini" out=$work/synced steps=1 > /dev/null 2>&1
+synced=$(awk '/fsync\([0-9]+<[^>]*\/synced\/checkpoint\.h5\.tmp>\)/ {s = NR} /rename\(".*\/synced\/checkpoint\.h5\.tmp", ".*\/synced\/checkpoint\.h5"\)/ && s {r = NR}
+              /fsync\([0-9]+<[^>]*\/synced>\)/ && r && !d {d = NR} END {print (s && r && d && s < r && r < d) ? "ordered" : "missing"}' "$work/trace")
+expect "checkpoint fsynced, renamed, folder fsynced (strace: $synced)" test "$synced" = ordered
+
 # divergence: an absurd learning rate blows the loss up; the run stops naming the step and
 # the last good checkpoint stays readable
 expect_fail "non-finite loss" "training diverged at step [0-9]+: loss" $bin train "$work/ok.ini" out=$work/diverge lr=1e30 steps=20

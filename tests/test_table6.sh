@@ -75,4 +75,14 @@ sed 's/^paper = 3.062 0.880 3.247$/paper = 3.062 high/' "$work/table6.ini" > "$w
 expect_fail "a malformed paper value" "bad_paper.ini: \[row diff\] key 'paper': '3.062 high' is not three numbers" \
     $bin table6 "$work/bad_paper.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
 
+# 5. one process per results folder and preset: a second table6 stops at once, naming the first
+lock_table() { exec $bin table6 "$work/table6.ini" --preset smoke --results "$work/results_lock" --plots "$work/plots_lock"; }
+lock_table > "$work/first.log" 2>&1 &
+first=$!
+for _ in $(seq 1 200); do [ -s "$work/results_lock/table6/smoke/.lock" ] && break; sleep 0.05; done
+expect_fail "second table6 on one results folder" "Table 6 results folder '$work/results_lock/table6/smoke' is in use by another difftx process \(pid $first\)" \
+    bash -c "$(declare -f lock_table); bin=$bin work=$work; lock_table"
+wait $first
+expect "the first finishes every row once" test "$(sqlite3 "$work/results_lock/registry.sqlite" "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = 8
+
 summary

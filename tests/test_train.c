@@ -6,8 +6,9 @@
 #include <unistd.h>
 
 #include "../data/dataset.h"
-#include "../model/checkpoint.h"
+#include "../experiments/registry.h"
 #include "../experiments/train.h"
+#include "../model/checkpoint.h"
 #include "../model/util.h"
 #include "check.h"
 #include "fixtures.h"
@@ -125,11 +126,125 @@ static void test_variant(int attention) {
     unlink("build/test_resave.h5");
 }
 
+// The step of the checkpoint on disk, 0 when there is none
+static int checkpoint_step_on_disk(const char* out) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/checkpoint.h5", out);
+    if (access(path, F_OK) != 0) return 0;
+    Model m;
+    CheckpointInfo info;
+    checkpoint_load(path, &m, NULL, &info);
+    model_free(&m);
+    return info.step;
+}
+
+typedef struct {
+    const char* out;
+    int last_metric_step, flushes, flushed_after_checkpoint, resumed_at;
+} OrderProbe;
+
+static void probe_metric(void* ctx, const char* key, int step, long tokens, double value) {
+    (void)key; (void)tokens; (void)value;
+    ((OrderProbe*)ctx)->last_metric_step = step;
+}
+
+static void probe_flush(void* ctx) {
+    OrderProbe* p = ctx;
+    p->flushes++;
+    // the checkpoint of the flushed interval must not be on disk yet
+    p->flushed_after_checkpoint += checkpoint_step_on_disk(p->out) >= p->last_metric_step;
+}
+
+static void probe_resume(void* ctx, int step) { ((OrderProbe*)ctx)->resumed_at = step; }
+
+// Metrics reach the observer before the checkpoint that covers them is renamed into place, and
+// a resumed run says where it resumes
+static void test_metrics_before_checkpoint(void) {
+    const char* out = "build/test_train_order";
+    fresh(out);
+    Config cfg = tiny_config(ATTN_DIFF, out);
+    OrderProbe p = {out, 0, 0, 0, -1};
+    TrainObserver observer = {probe_metric, probe_flush, probe_resume, &p};
+    train_run(&cfg, 4, &observer);
+    CHECK(p.resumed_at == 0 && p.flushes == 2 && p.flushed_after_checkpoint == 0,
+          "metrics flushed before each checkpoint's rename (%d of %d flushes came after it), new run resumes at 0 (%d)",
+          p.flushed_after_checkpoint, p.flushes, p.resumed_at);
+    train_run(&cfg, 0, &observer);
+    CHECK(p.resumed_at == 4 && p.flushed_after_checkpoint == 0, "a resumed run says it resumes at step 4 (%d)", p.resumed_at);
+}
+
+static int count_rows(Registry* reg, const char* sql) {
+    sqlite3_stmt* st;
+    sqlite3_prepare_v2(reg->db, sql, -1, &st, NULL);
+    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
+}
+
+// A kill after the metrics of steps 4..6 were committed but before their checkpoint replaced
+// the one of step 3: the resumed attempt drops them and records steps 4..8 itself, so every
+// step is stored once
+static void test_metrics_reconciled(void) {
+    const char* out = "build/test_train_reconcile";
+    const char* db = "build/test_train_reconcile.sqlite";
+    fresh(out);
+    unlink(db);
+    Config cfg = tiny_config(ATTN_STANDARD, out);
+    train_run(&cfg, 3, NULL);  // the checkpoint a kill left: step 3
+    Registry reg;
+    registry_open(&reg, db);
+    int64_t exp = registry_experiment(&reg, "test", "tiny", "none", "none");
+    int64_t first = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg);
+    for (int step = 1; step <= 6; step++) {
+        const char* key = "train_loss";
+        int64_t tokens = step;
+        double value = 100.0 + step;  // the killed attempt's values
+        registry_metrics(&reg, first, 1, &key, &step, &tokens, &value);
+    }
+    registry_end_run(&reg, first, RUN_KILLED);
+    int64_t second = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg);
+    train_recorded(&reg, second, &cfg);
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'") == 8 &&
+              count_rows(&reg, "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'") == 8,
+          "every step's training loss stored once after the resume (%d rows)",
+          count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'"));
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE step > 3 AND value > 100") == 0 &&
+              count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE step <= 3 AND value > 100") == 3,
+          "steps past the checkpoint come from the resumed attempt, the ones before it stay");
+    registry_close(&reg);
+    unlink(db);
+}
+
+// A kill mid-line leaves "train 1" of "train 12 ..." at the end of the log: the resume keeps
+// whole lines only, so the log equals a non-stop run's
+static void test_cut_log_line(void) {
+    const char* a_dir = "build/test_train_cut_a";
+    const char* b_dir = "build/test_train_cut_b";
+    fresh(a_dir);
+    fresh(b_dir);
+    Config a = tiny_config(ATTN_STANDARD, a_dir), b = tiny_config(ATTN_STANDARD, b_dir);
+    train_run(&a, 0, NULL);
+    train_run(&b, 3, NULL);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/log.tsv", b_dir);
+    FILE* f = fopenCheck(path, "a");
+    fputs("train 1", f);  // no newline: what a kill while writing "train 12 ..." leaves
+    fcloseCheck(f, path);
+    train_run(&b, 0, NULL);
+    char *log_a = read_log(a_dir), *log_b = read_log(b_dir);
+    CHECK(strcmp(log_a, log_b) == 0, "a cut-off last line does not survive the resume");
+    free(log_a);
+    free(log_b);
+}
+
 int main(void) {
     write_test_corpus("build/test_train_corpus", 25);
     const char* inputs[1] = {"build/test_train_corpus"};
     dataset_prepare("build/test_train_data", inputs, 1, 300);
     test_variant(ATTN_STANDARD);
     test_variant(ATTN_DIFF);
+    test_metrics_before_checkpoint();
+    test_metrics_reconciled();
+    test_cut_log_line();
     return check_summary();
 }
