@@ -35,7 +35,7 @@ EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c e
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,build/obj/%.o,$(CORE))
 HEADERS := $(wildcard model/*.h model/cpu/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
-TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety
+TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint
 
 .PHONY: all deps data train test bench table6 table2 fig5 table3 clean FORCE
 .SECONDARY:

@@ -12,8 +12,7 @@ void maps_file_create(MapsFile* f, const char* path, const Model* m, const char*
     snprintf(f->path, sizeof(f->path), "%s", path);
     tmp_path(f->tmp, sizeof(f->tmp), path);
     snprintf(f->label, sizeof(f->label), "attention maps '%s'", f->tmp);
-    f->file = H5Fcreate(f->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f->file < 0) die("cannot create attention maps '%s'", f->tmp);
+    f->file = h5_create_checksummed(f->tmp, f->label);
     f->sample = -1;
     f->n_samples = 0;
     char machine[600];

@@ -57,10 +57,9 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     char tmp[4096];
     tmp_path(tmp, sizeof(tmp), path);
-    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (file < 0) die("cannot create checkpoint '%s'", tmp);
     char label[4200];
     snprintf(label, sizeof(label), "checkpoint '%s'", tmp);
+    hid_t file = h5_create_checksummed(tmp, label);
     int version = CHECKPOINT_VERSION;
     char* config_text = config_to_text(&model->cfg);
     char hash[32];
@@ -126,6 +125,19 @@ void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo*
     h5_read_attr(file, "threads", H5T_NATIVE_INT, &info->threads, label);
     h5_read_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_read_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
+    // what the attributes must agree on: a corrupt or hand-edited file is refused, not resumed
+    if (vocab < 1 || vocab > 65536) die("%s: attribute 'vocab_size' is %d, not 1..65536", label, vocab);
+    if (info->step < 0 || info->step > cfg.steps) die("%s: attribute 'step' is %d, outside 0..steps = %d", label, info->step, cfg.steps);
+    uint64_t rows = (uint64_t)info->step * cfg.batch_size * cfg.grad_accum;
+    if (info->rows_seen != rows) {
+        die("%s: attribute 'rows_seen' is %llu, but step %d x batch_size %d x grad_accum %d is %llu", label,
+            (unsigned long long)info->rows_seen, info->step, cfg.batch_size, cfg.grad_accum, (unsigned long long)rows);
+    }
+    if (info->finished != (info->step == cfg.steps)) die("%s: attribute 'finished' is %d at step %d of %d", label, info->finished, info->step, cfg.steps);
+    if (info->threads < 1) die("%s: attribute 'threads' is %d", label, info->threads);
+    int data_seed = cfg.seed;  // it repeats the config's seed; files written by other tools may leave it out
+    if (H5Aexists(file, "data_seed") > 0) h5_read_attr(file, "data_seed", H5T_NATIVE_INT, &data_seed, label);
+    if (data_seed != cfg.seed) die("%s: attribute 'data_seed' is %d but the config's seed is %d", label, data_seed, cfg.seed);
     model_build(model, &cfg, vocab);
     size_t bytes = model->n_params * sizeof(float);
     float* host = mallocCheck(bytes);

@@ -9,6 +9,15 @@ void h5_check(herr_t status, const char* what, const char* label) {
     if (status < 0) die("%s: HDF5 error while %s", label, what);
 }
 
+hid_t h5_create_checksummed(const char* path, const char* label) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    h5_check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110), "choosing the file format", label);
+    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (file < 0) die("cannot create %s", label);
+    return file;
+}
+
 hid_t h5_id(hid_t id, const char* what, const char* label) {
     if (id < 0) die("%s: HDF5 error while %s", label, what);
     return id;

@@ -6,6 +6,10 @@
 #include <hdf5.h>
 
 void h5_check(herr_t status, const char* what, const char* label);
+// Creates path (truncating) in HDF5 1.10's format, whose superblock, object headers and
+// attributes carry checksums: a flipped metadata bit is an error on reading, not a wrong value
+// (the oldest format, HDF5's default, checksums chunk data only). Dies naming the file.
+hid_t h5_create_checksummed(const char* path, const char* label);
 hid_t h5_id(hid_t id, const char* what, const char* label);
 void h5_write_attr(hid_t obj, const char* name, hid_t type, const void* value, const char* label);
 void h5_write_string_attr(hid_t obj, const char* name, const char* value, const char* label);

@@ -1,0 +1,192 @@
+// Corrupt checkpoints never load as something else: every 11th byte of a checkpoint's metadata
+// (everything but the tensors' chunk data, which Fletcher32 covers; 11 is prime to 8, so every
+// bit position is tried) gets one bit flipped (all of them: 24,137 bytes, 88 s), and
+// loading that copy must either refuse with an error or give back exactly what was saved,
+// never other values and never a crash. Attributes that contradict each other or the config
+// (step beyond steps, rows seen, finished) are refused by name.
+#define _GNU_SOURCE
+#include <hdf5.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../model/checkpoint.h"
+#include "../model/util.h"
+#include "check.h"
+
+#define PATH "build/test_checkpoint.h5"
+#define FLIPPED "build/test_checkpoint_flipped.h5"
+
+static Config small_config(void) {
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.attention = ATTN_DIFF;
+    cfg.n_layer = 1;
+    cfg.d_model = 16;
+    cfg.n_head = 2;
+    cfg.steps = 10;
+    cfg.batch_size = 2;
+    cfg.grad_accum = 3;
+    config_validate(&cfg);
+    return cfg;
+}
+
+static Model saved;
+static AdamW saved_opt;
+static CheckpointInfo saved_info;
+static char* saved_config;
+
+static int same_as_saved(const Model* m, const AdamW* opt, const CheckpointInfo* info) {
+    size_t bytes = saved.n_params * sizeof(float);
+    char* text = config_to_text(&m->cfg);
+    int same = m->n_params == saved.n_params && strcmp(text, saved_config) == 0 && m->V == saved.V &&
+               memcmp(m->params_memory, saved.params_memory, bytes) == 0 && memcmp(opt->m, saved_opt.m, bytes) == 0 &&
+               memcmp(opt->v, saved_opt.v, bytes) == 0 && info->step == saved_info.step &&
+               info->rows_seen == saved_info.rows_seen && info->tokenizer_hash == saved_info.tokenizer_hash &&
+               info->threads == saved_info.threads && info->finished == saved_info.finished &&
+               info->train_loss == saved_info.train_loss;
+    free(text);
+    return same;
+}
+
+// Byte ranges of the tensors' chunk data: (start, end) pairs
+static int chunk_ranges(size_t (*ranges)[2], int cap) {
+    hid_t file = H5Fopen(PATH, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int n = 0;
+    static const char* groups[3] = {"params", "adam_m", "adam_v"};
+    for (int g = 0; g < 3; g++) {
+        for (int i = 0; i < saved.n_tensors && n < cap; i++) {
+            char name[128];
+            snprintf(name, sizeof(name), "%s/%s", groups[g], saved.tensors[i].name);
+            hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+            hid_t space = H5Dget_space(ds);
+            haddr_t addr;
+            hsize_t size;
+            unsigned mask;
+            hsize_t offset[2];
+            if (H5Dget_chunk_info(ds, space, 0, offset, &mask, &addr, &size) >= 0) {
+                ranges[n][0] = (size_t)addr;
+                ranges[n][1] = (size_t)(addr + size);
+                n++;
+            }
+            H5Sclose(space);
+            H5Dclose(ds);
+        }
+    }
+    H5Fclose(file);
+    return n;
+}
+
+// 0: loaded the same, 1: refused, 3: loaded something else, 9: crashed
+static int load_outcome(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        Model m;
+        AdamW opt;
+        CheckpointInfo info;
+        checkpoint_load(FLIPPED, &m, &opt, &info);  // dies (exit 1) on anything it refuses
+        _exit(same_as_saved(&m, &opt, &info) ? 0 : 3);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status)) return 9;
+    return WEXITSTATUS(status) == 1 ? 1 : WEXITSTATUS(status);
+}
+
+static void test_bit_flips(void) {
+    size_t size;
+    char* bytes = read_text_file(PATH, &size);
+    size_t ranges[256][2];
+    int n_ranges = chunk_ranges(ranges, 256);
+    int counts[10] = {0}, flips = 0;
+    size_t first_silent = 0, first_crash = 0;
+    size_t metadata = 0;
+    for (size_t at = 0; at < size; at++) {
+        int in_chunk = 0;
+        for (int r = 0; r < n_ranges; r++) in_chunk |= at >= ranges[r][0] && at < ranges[r][1];
+        if (in_chunk || metadata++ % 11) continue;
+        bytes[at] ^= (char)(1 << (at % 8));
+        FILE* f = fopenCheck(FLIPPED, "wb");
+        fwriteCheck(bytes, 1, size, f, FLIPPED);
+        fcloseCheck(f, FLIPPED);
+        bytes[at] ^= (char)(1 << (at % 8));
+        int outcome = load_outcome();
+        if (outcome == 3 && !counts[3]) first_silent = at;
+        if (outcome == 9 && !counts[9]) first_crash = at;
+        counts[outcome]++;
+        flips++;
+    }
+    printf("  %d metadata bytes of %zu flipped: %d refused, %d loaded unchanged, %d loaded changed, %d crashed\n", flips, size,
+           counts[1], counts[0], counts[3], counts[9]);
+    CHECK(n_ranges == 3 * saved.n_tensors && flips > 2000, "%d chunk ranges, %d metadata bytes tried", n_ranges, flips);
+    CHECK(counts[3] == 0, "no flipped metadata bit loads as other values (%d did, the first at byte %zu)", counts[3], first_silent);
+    CHECK(counts[9] == 0, "no flipped metadata bit crashes the loader (%d did, the first at byte %zu)", counts[9], first_crash);
+    free(bytes);
+    unlink(FLIPPED);
+}
+
+// A checkpoint whose attributes contradict each other is refused, naming the attribute
+static void expect_refused(const CheckpointInfo* info, const char* attribute) {
+    checkpoint_save(FLIPPED, &saved, &saved_opt, info);
+    fflush(stdout);
+    int pipefd[2];
+    if (pipe(pipefd) != 0) die("pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        Model m;
+        CheckpointInfo got;
+        checkpoint_load(FLIPPED, &m, NULL, &got);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char err[1024] = "";
+    size_t got = 0;
+    ssize_t n;
+    while (got + 1 < sizeof(err) && (n = read(pipefd[0], err + got, sizeof(err) - 1 - got)) > 0) got += (size_t)n;
+    err[got] = 0;
+    close(pipefd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    char want[64];
+    snprintf(want, sizeof(want), "attribute '%s'", attribute);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, want), "refused, naming %s: %s", want, err);
+}
+
+static void test_cross_checks(void) {
+    CheckpointInfo beyond = saved_info;
+    beyond.step = 11;  // steps = 10
+    beyond.rows_seen = 11 * 6;
+    expect_refused(&beyond, "step");
+    CheckpointInfo rows = saved_info;
+    rows.rows_seen += 1;
+    expect_refused(&rows, "rows_seen");
+    CheckpointInfo finished = saved_info;
+    finished.finished = 1;
+    expect_refused(&finished, "finished");
+    unlink(FLIPPED);
+}
+
+int main(void) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    Config cfg = small_config();
+    model_build(&saved, &cfg, 40);
+    model_init_params(&saved, 3);
+    adamw_alloc(&saved_opt, &saved);
+    for (size_t i = 0; i < saved.n_params; i++) {
+        saved_opt.m[i] = 0.01f * (float)(i % 13);
+        saved_opt.v[i] = 0.001f * (float)(i % 7);
+    }
+    CheckpointInfo info = {3, 3 * 2 * 3, 0x1234abcdull, 2, 0, 4.25};
+    saved_info = info;
+    saved_config = config_to_text(&cfg);
+    checkpoint_save(PATH, &saved, &saved_opt, &saved_info);
+    test_bit_flips();
+    test_cross_checks();
+    free(saved_config);
+    adamw_free(&saved_opt);
+    model_free(&saved);
+    return check_summary();
+}
