@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../model/util.h"
 
@@ -68,10 +69,65 @@ static void table_add(ChunkTable* t, const unsigned char* text, int len) {
     e->count++;
 }
 
-// ---- lazy max-heap of (count, pair) ----
+// ---- pairs ----
+#define PAIR_EMPTY UINT64_MAX
+
+static uint64_t pair_key(int a, int b) { return (uint64_t)a << 16 | (uint64_t)b; }
+
+static void pairs_init(PairMap* m, size_t expected) {
+    m->cap = 64;
+    while (m->cap < 2 * expected) m->cap *= 2;
+    m->keys = mallocCheck(m->cap * sizeof(uint64_t));
+    memset(m->keys, 0xff, m->cap * sizeof(uint64_t));
+    m->values = callocCheck(m->cap, sizeof(int64_t));
+    m->used = 0;
+}
+
+static void pairs_free(PairMap* m) {
+    free(m->keys);
+    free(m->values);
+}
+
+static size_t pairs_slot(const PairMap* m, uint64_t key) {
+    size_t j = hash64(key) & (m->cap - 1);
+    while (m->keys[j] != PAIR_EMPTY && m->keys[j] != key) j = (j + 1) & (m->cap - 1);
+    return j;
+}
+
+static int64_t pairs_get(const PairMap* m, uint64_t key, int64_t missing) {
+    size_t j = pairs_slot(m, key);
+    return m->keys[j] == key ? m->values[j] : missing;
+}
+
+// The value of key, inserted as 0 when missing
+static int64_t* pairs_at(PairMap* m, uint64_t key) {
+    if (2 * (m->used + 1) > m->cap) {
+        PairMap bigger;
+        pairs_init(&bigger, m->cap);
+        for (size_t i = 0; i < m->cap; i++) {
+            if (m->keys[i] == PAIR_EMPTY) continue;
+            size_t j = pairs_slot(&bigger, m->keys[i]);
+            bigger.keys[j] = m->keys[i];
+            bigger.values[j] = m->values[i];
+        }
+        bigger.used = m->used;
+        pairs_free(m);
+        *m = bigger;
+    }
+    size_t j = pairs_slot(m, key);
+    if (m->keys[j] == PAIR_EMPTY) {
+        m->keys[j] = key;
+        m->values[j] = 0;
+        m->used++;
+    }
+    return &m->values[j];
+}
+
+// ---- lazy max-heap of (count, pair): BPE training pops the most frequent pair; encoding
+// pushes (-rank, position) and pops the lowest rank, leftmost first ----
 typedef struct {
     long count;
-    int pair;  // a * V + b
+    uint64_t pair;
 } HeapItem;
 
 typedef struct {
@@ -82,7 +138,7 @@ typedef struct {
 // larger count first; ties broken by the smaller pair so training is deterministic
 static int heap_before(HeapItem x, HeapItem y) { return x.count > y.count || (x.count == y.count && x.pair < y.pair); }
 
-static void heap_push(Heap* h, long count, int pair) {
+static void heap_push(Heap* h, long count, uint64_t pair) {
     if (h->n == h->cap) {
         h->cap = h->cap ? 2 * h->cap : 1024;
         HeapItem* grown = realloc(h->items, h->cap * sizeof(HeapItem));
@@ -116,10 +172,9 @@ static HeapItem heap_pop(Heap* h) {
     return top;
 }
 
-static void build_tables(Tokenizer* tok) {
+static void build_tables(Tokenizer* tok, const char* origin) {
     int V = tok->vocab_size;
-    tok->rank = mallocCheck((size_t)V * V * sizeof(int32_t));
-    for (size_t i = 0; i < (size_t)V * V; i++) tok->rank[i] = -1;
+    pairs_init(&tok->ranks, (size_t)tok->n_merges);
     tok->bytes = callocCheck(V, sizeof(unsigned char*));
     tok->length = callocCheck(V, sizeof(int));
     for (int i = 0; i < 256; i++) {
@@ -131,9 +186,13 @@ static void build_tables(Tokenizer* tok) {
     tok->length[TOKEN_EOT] = 0;
     for (int i = 0; i < tok->n_merges; i++) {
         int a = tok->merges[i][0], b = tok->merges[i][1], id = TOKENIZER_BASE + i;
-        if (a >= id || b >= id || a == TOKEN_EOT || b == TOKEN_EOT) die("tokenizer merge %d refers to an invalid id", i);
-        tok->rank[(size_t)a * V + b] = id;
-        tok->length[id] = tok->length[a] + tok->length[b];
+        if (a >= id || b >= id || a == TOKEN_EOT || b == TOKEN_EOT) die("%s: merge %d refers to an invalid id", origin, i);
+        int64_t* rank = pairs_at(&tok->ranks, pair_key(a, b));
+        if (*rank) die("%s: merge %d repeats the pair (%d, %d) of merge %d", origin, i, a, b, (int)*rank - TOKENIZER_BASE);
+        *rank = id;
+        int64_t length = (int64_t)tok->length[a] + tok->length[b];
+        if (length > TOKEN_MAX_BYTES) die("%s: merge %d makes a token of %lld bytes, more than %d", origin, i, (long long)length, TOKEN_MAX_BYTES);
+        tok->length[id] = (int)length;
         tok->bytes[id] = mallocCheck(tok->length[id]);
         memcpy(tok->bytes[id], tok->bytes[a], tok->length[a]);
         memcpy(tok->bytes[id] + tok->length[a], tok->bytes[b], tok->length[b]);
@@ -174,25 +233,27 @@ void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens
     free(table.slots);
 
     int V = vocab_size;
-    long* pair_count = callocCheck((size_t)V * V, sizeof(long));
+    PairMap pair_count;  // (a, b) -> occurrences in the words
+    pairs_init(&pair_count, 1 << 16);
     for (size_t w = 0; w < n_words; w++) {
-        for (int j = 0; j + 1 < wlen[w]; j++) pair_count[(size_t)ids[start[w] + j] * V + ids[start[w] + j + 1]] += freq[w];
+        for (int j = 0; j + 1 < wlen[w]; j++) *pairs_at(&pair_count, pair_key(ids[start[w] + j], ids[start[w] + j + 1])) += freq[w];
     }
-    Heap heap = {0};
-    for (size_t p = 0; p < (size_t)V * V; p++) {
-        if (pair_count[p] > 0) heap_push(&heap, pair_count[p], (int)p);
+    Heap heap = {0};  // pop order is a total order on (count, pair), so insertion order does not matter
+    for (size_t i = 0; i < pair_count.cap; i++) {
+        if (pair_count.keys[i] != PAIR_EMPTY && pair_count.values[i] > 0) heap_push(&heap, pair_count.values[i], pair_count.keys[i]);
     }
     tok->merges = mallocCheck((size_t)(V - TOKENIZER_BASE) * sizeof(tok->merges[0]));
     tok->n_merges = 0;
     while (TOKENIZER_BASE + tok->n_merges < V && heap.n > 0) {
         HeapItem top = heap_pop(&heap);
-        if (top.count != pair_count[top.pair]) {
+        int64_t now = pairs_get(&pair_count, top.pair, 0);
+        if (top.count != now) {
             // stale: the pair lost counts since this entry; queue its current count instead
-            if (pair_count[top.pair] > 0) heap_push(&heap, pair_count[top.pair], top.pair);
+            if (now > 0) heap_push(&heap, now, top.pair);
             continue;
         }
         if (top.count < 2) break;
-        int a = top.pair / V, b = top.pair % V, z = TOKENIZER_BASE + tok->n_merges;
+        int a = (int)(top.pair >> 16), b = (int)(top.pair & 0xffff), z = TOKENIZER_BASE + tok->n_merges;
         tok->merges[tok->n_merges][0] = (uint16_t)a;
         tok->merges[tok->n_merges][1] = (uint16_t)b;
         tok->n_merges++;
@@ -201,7 +262,7 @@ void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens
             int n = wlen[w], found = 0;
             for (int j = 0; j + 1 < n && !found; j++) found = s[j] == a && s[j + 1] == b;
             if (!found) continue;
-            for (int j = 0; j + 1 < n; j++) pair_count[(size_t)s[j] * V + s[j + 1]] -= freq[w];
+            for (int j = 0; j + 1 < n; j++) *pairs_at(&pair_count, pair_key(s[j], s[j + 1])) -= freq[w];
             int out = 0;
             for (int j = 0; j < n; j++) {
                 if (j + 1 < n && s[j] == a && s[j + 1] == b) {
@@ -213,27 +274,27 @@ void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens
             }
             wlen[w] = out;
             for (int j = 0; j + 1 < out; j++) {
-                size_t p = (size_t)s[j] * V + s[j + 1];
-                pair_count[p] += freq[w];
-                heap_push(&heap, pair_count[p], (int)p);
+                int64_t* count = pairs_at(&pair_count, pair_key(s[j], s[j + 1]));
+                *count += freq[w];
+                heap_push(&heap, *count, pair_key(s[j], s[j + 1]));
             }
         }
     }
     free(heap.items);
-    free(pair_count);
+    pairs_free(&pair_count);
     free(ids);
     free(freq);
     free(start);
     free(wlen);
     tok->vocab_size = TOKENIZER_BASE + tok->n_merges;
-    build_tables(tok);
+    build_tables(tok, "trained tokenizer");
 }
 
 void tokenizer_free(Tokenizer* tok) {
     for (int i = 0; i < tok->vocab_size; i++) free(tok->bytes[i]);
     free(tok->bytes);
     free(tok->length);
-    free(tok->rank);
+    pairs_free(&tok->ranks);
     free(tok->merges);
 }
 
@@ -260,39 +321,82 @@ void tokenizer_load(Tokenizer* tok, const char* path) {
     if (header[1] > 65536 - TOKENIZER_BASE || header[0] != TOKENIZER_BASE + header[1]) {
         die("'%s': inconsistent header (vocab %u, merges %u)", path, header[0], header[1]);
     }
+    struct stat st;  // the size the header promises, before anything is allocated
+    long expected = 16 + 4 * (long)header[1];
+    if (fstat(fileno(f), &st) != 0 || st.st_size != expected) {
+        die("'%s' has %lld bytes, but its header's %u merges make %ld", path, (long long)st.st_size, header[1], expected);
+    }
     tok->vocab_size = (int)header[0];
     tok->n_merges = (int)header[1];
     tok->merges = mallocCheck((size_t)tok->n_merges * sizeof(tok->merges[0]) + 1);
     freadCheck(tok->merges, sizeof(tok->merges[0]), tok->n_merges, f, path);
     if (fgetc(f) != EOF) die("'%s': trailing bytes after the merge list", path);
     fcloseCheck(f, path);
-    build_tables(tok);
+    build_tables(tok, path);
+}
+
+// Working memory of encode_chunk, grown to the longest chunk
+typedef struct {
+    size_t* next;
+    size_t* prev;
+    size_t cap;
+    Heap heap;
+} EncodeScratch;
+
+static int rank_of(const Tokenizer* tok, int a, int b) { return (int)pairs_get(&tok->ranks, pair_key(a, b), -1); }
+
+// Merges the byte ids s (n) in place, the lowest-ranked pair first and of equal pairs the
+// leftmost, until no pair merges; returns the new length. The symbols form a linked list and
+// the candidate merges a heap of (rank, position), so each merge costs O(log n) and a long run
+// of one byte stays fast; entries a merge made stale are recognised when popped.
+static size_t encode_chunk(const Tokenizer* tok, int* s, size_t n, EncodeScratch* w) {
+    if (n > w->cap) {
+        free(w->next);
+        free(w->prev);
+        w->next = mallocCheck(n * sizeof(size_t));
+        w->prev = mallocCheck(n * sizeof(size_t));
+        w->cap = n;
+    }
+    size_t *next = w->next, *prev = w->prev;
+    const size_t none = SIZE_MAX;
+    w->heap.n = 0;
+    for (size_t i = 0; i < n; i++) {
+        next[i] = i + 1;
+        prev[i] = i ? i - 1 : none;
+        int r = i + 1 < n ? rank_of(tok, s[i], s[i + 1]) : -1;
+        if (r >= 0) heap_push(&w->heap, -r, i);
+    }
+    while (w->heap.n) {
+        HeapItem top = heap_pop(&w->heap);
+        size_t i = top.pair, j = next[i];
+        if (s[i] < 0 || j >= n || rank_of(tok, s[i], s[j]) != -top.count) continue;  // merged away since
+        s[i] = (int)-top.count;
+        s[j] = -1;
+        next[i] = next[j];
+        if (next[i] < n) prev[next[i]] = i;
+        int r;
+        if (prev[i] != none && (r = rank_of(tok, s[prev[i]], s[i])) >= 0) heap_push(&w->heap, -r, prev[i]);
+        if (next[i] < n && (r = rank_of(tok, s[i], s[next[i]])) >= 0) heap_push(&w->heap, -r, i);
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i = next[i]) s[m++] = s[i];  // symbol 0 is never merged away
+    return m;
 }
 
 size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int* out) {
     const unsigned char* t = (const unsigned char*)text;
     size_t n_out = 0;
-    int V = tok->vocab_size;
+    EncodeScratch scratch = {NULL, NULL, 0, {0}};
     for (size_t i = 0; i < len;) {
         size_t n = chunk_length(t + i, len - i);
         int* s = out + n_out;
         for (size_t j = 0; j < n; j++) s[j] = t[i + j];
-        size_t m = n;
-        for (;;) {  // merge the lowest-ranked pair until none is left
-            int best = -1;
-            size_t at = 0;
-            for (size_t j = 0; j + 1 < m; j++) {
-                int r = tok->rank[(size_t)s[j] * V + s[j + 1]];
-                if (r >= 0 && (best < 0 || r < best)) { best = r; at = j; }
-            }
-            if (best < 0) break;
-            s[at] = best;
-            memmove(s + at + 1, s + at + 2, (m - at - 2) * sizeof(int));
-            m--;
-        }
-        n_out += m;
+        n_out += encode_chunk(tok, s, n, &scratch);
         i += n;
     }
+    free(scratch.next);
+    free(scratch.prev);
+    free(scratch.heap.items);
     return n_out;
 }
 

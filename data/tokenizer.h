@@ -11,11 +11,20 @@
 #define TOKEN_EOT 256
 #define TOKENIZER_BASE 257
 
+#define TOKEN_MAX_BYTES (1 << 26)  // the longest token a tokenizer may hold
+
+// (a, b) -> value, open addressing: memory in proportion to the pairs held, not vocab_size^2
+typedef struct {
+    uint64_t* keys;  // (cap) a << 16 | b, or UINT64_MAX where empty
+    int64_t* values;
+    size_t cap, used;
+} PairMap;
+
 typedef struct {
     int vocab_size;
     int n_merges;
     uint16_t (*merges)[2];   // (n_merges, 2): merge i joins these two ids into id 257 + i
-    int32_t* rank;           // (vocab_size, vocab_size): id made by merging a then b, or -1
+    PairMap ranks;           // (a, b) -> the id merging them makes (ids are made in rank order)
     unsigned char** bytes;   // (vocab_size) the bytes each id stands for
     int* length;             // (vocab_size)
     uint64_t hash;           // identity: a hash of the merge list
@@ -26,7 +35,7 @@ void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens
 void tokenizer_save(const Tokenizer* tok, const char* path);
 void tokenizer_load(Tokenizer* tok, const char* path);
 void tokenizer_free(Tokenizer* tok);
-// out must hold len ids; returns the number written
+// out must hold len ids; returns the number written. O(len log len).
 size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int* out);
 // out must hold the sum of the ids' lengths; returns the bytes written (EOT writes none)
 size_t tokenizer_decode(const Tokenizer* tok, const int* ids, size_t n, char* out);

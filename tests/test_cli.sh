@@ -92,6 +92,18 @@ synced=$(awk '/fsync\([0-9]+<[^>]*\/synced\/checkpoint\.h5\.tmp>\)/ {s = NR} /re
               /fsync\([0-9]+<[^>]*\/synced>\)/ && r && !d {d = NR} END {print (s && r && d && s < r && r < d) ? "ordered" : "missing"}' "$work/trace")
 expect "checkpoint fsynced, renamed, folder fsynced (strace: $synced)" test "$synced" = ordered
 
+# a token longer than any fixed buffer: three documents of 140,000 'a's make a 140,000-byte
+# token; a sampled model (temperature 100: nearly uniform over its ids; seed 4 draws that token
+# before <|endoftext|>) prints it whole
+mkdir -p "$work/long_corpus"
+cp "$work"/corpus/*.txt "$work/long_corpus/"  # doc19, the 20th document, is validation
+for d in 1 2 3; do head -c 140000 /dev/zero | tr '\0' a > "$work/long_corpus/run$d.txt"; done
+$bin prepare --vocab 1000 "$work/long_data" "$work/long_corpus" > /dev/null
+$bin train "$work/ok.ini" data=$work/long_data out=$work/long_run steps=1 > /dev/null 2>&1
+$bin sample "$work/long_run/checkpoint.h5" --tokens 3000 --temperature 100 --seed 4 > "$work/long_sample.txt" 2> "$work/long_sample.err"
+longest=$(tr -c a "\n" < "$work/long_sample.txt" | awk 'length > m {m = length} END {print m + 0}')
+expect "sample prints a 140,000-byte token whole (longest run of a: $longest)" test "$longest" -ge 140000
+
 # divergence: an absurd learning rate blows the loss up; the run stops naming the step and
 # the last good checkpoint stays readable
 expect_fail "non-finite loss" "training diverged at step [0-9]+: loss" $bin train "$work/ok.ini" out=$work/diverge lr=1e30 steps=20

@@ -1,6 +1,8 @@
 // Tokenizer (hand-computed merges, exact round trips, save/load) and dataset preparation
 // (split, shards, document boundaries, loader order).
+#define _GNU_SOURCE
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../data/dataset.h"
@@ -133,8 +135,101 @@ static void test_prepare_and_loader(void) {
     shard_free(&val);
 }
 
+// A run of one byte: (0, 0) merges into 257, (257, 257) into 258 and so on, so encoding a long
+// run merges about n times; each merge must cost O(log n), not a rescan of the run (420 KB of
+// zero bytes once took minutes)
+static void test_long_run(void) {
+    size_t n = 420000;
+    char* zeros = callocCheck(n, 1);
+    const char* docs[2] = {zeros, zeros};
+    size_t lens[2] = {n, n};
+    Tokenizer tok;
+    tokenizer_train(&tok, docs, lens, 2, 300);
+    int* ids = mallocCheck(n * sizeof(int));
+    double t0 = wall_time();
+    size_t got = tokenizer_encode(&tok, zeros, n, ids);
+    double seconds = wall_time() - t0;
+    char* back = mallocCheck(n);
+    size_t bytes = tokenizer_decode(&tok, ids, got, back);
+    CHECK(bytes == n && memcmp(back, zeros, n) == 0 && got < 64, "420 KB of zero bytes encode to %zu ids and back", got);
+    CHECK(seconds < 2.0, "and take %.3f s to encode (at most 2 s)", seconds);
+    tokenizer_free(&tok);
+    free(zeros);
+    free(ids);
+    free(back);
+}
+
+// The largest vocabulary trains with memory in proportion to the pairs seen (dense
+// 65536 x 65536 tables needed 32 GiB)
+static void test_largest_vocabulary(void) {
+    const char* text = "the cat sat on the mat, the dog sat on the log; 0123 4567 0123 4567!";
+    const char* docs[1] = {text};
+    size_t lens[1] = {strlen(text)};
+    Tokenizer tok;
+    tokenizer_train(&tok, docs, lens, 1, 65536);
+    int ids[128];
+    char back[128];
+    size_t n = tokenizer_encode(&tok, text, lens[0], ids);
+    CHECK(tok.n_merges > 5 && tokenizer_decode(&tok, ids, n, back) == lens[0] && memcmp(back, text, lens[0]) == 0,
+          "--vocab 65536 trains (%d merges) and round-trips", tok.n_merges);
+    tokenizer_free(&tok);
+}
+
+// Runs tokenizer_load on a file of these bytes in a child; returns its stderr (exit status in *status)
+static void load_crafted(const void* bytes, size_t n, char* err, size_t cap, int* status) {
+    const char* path = "build/test_crafted_tokenizer.bin";
+    FILE* f = fopenCheck(path, "wb");
+    fwriteCheck(bytes, 1, n, f, path);
+    fcloseCheck(f, path);
+    int pipefd[2];
+    if (pipe(pipefd) != 0) die("pipe");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        Tokenizer tok;
+        tokenizer_load(&tok, path);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < cap && (k = read(pipefd[0], err + got, cap - 1 - got)) > 0) got += (size_t)k;
+    err[got] = 0;
+    close(pipefd[0]);
+    waitpid(pid, status, 0);
+    unlink(path);
+}
+
+// Tokenizer files whose header or merges would make the loader allocate without bound are
+// refused before that, by name
+static void test_crafted_files(void) {
+    unsigned char file[16 + 4 * 43];
+    memcpy(file, "DTXTOK01", 8);
+    uint32_t header[2] = {257 + 43, 43};
+    memcpy(file + 8, header, 8);
+    for (int i = 0; i < 43; i++) {  // each merge doubles the last: a token of 2^44 bytes
+        uint16_t pair[2] = {(uint16_t)(i ? 256 + i : 0), (uint16_t)(i ? 256 + i : 0)};
+        memcpy(file + 16 + 4 * i, pair, 4);
+    }
+    char err[1024];
+    int status;
+    load_crafted(file, sizeof(file), err, sizeof(err), &status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, "merge 26 makes a token of 134217728 bytes, more than 67108864"),
+          "doubling merges (a %zu-byte file) are refused at the first too-long token: %s", sizeof(file), err);
+    header[0] = 65536;
+    header[1] = 65536 - 257;
+    memcpy(file + 8, header, 8);
+    load_crafted(file, sizeof(file), err, sizeof(err), &status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, "has 188 bytes, but its header's 65279 merges make 261132"),
+          "a header promising more merges than the file holds is refused before allocating: %s", err);
+}
+
 int main(void) {
     test_hand_merges();
+    test_long_run();
+    test_largest_vocabulary();
+    test_crafted_files();
     test_round_trip();
     test_prepare_and_loader();
     return check_summary();
