@@ -171,6 +171,7 @@ static int cmd_bench(int argc, char** argv) {
     Config cfg;
     load_config(&cfg, argc, argv, optind);
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
+    train_check_memory(&cfg, vocab);
     Model model;
     model_build(&model, &cfg, vocab);
     model_init_params(&model, (uint64_t)cfg.seed);

@@ -106,6 +106,17 @@ static void format_duration(char* buf, size_t n, double seconds) {
     else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
+void train_check_memory(const Config* cfg, int vocab_size) {
+    double activations, need = model_training_bytes(cfg, vocab_size, &activations), have = machine_memory_bytes();
+    double gib = 1024.0 * 1024 * 1024;
+    if (need > have) {
+        die("training needs %.1f GiB, more than this machine's %.1f GiB: %.1f GiB of parameters with their gradients and AdamW "
+            "moments (keys 'n_layer' = %d, 'd_model' = %d, 'ffn_hidden' and the vocabulary of %d) and %.1f GiB of one "
+            "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib,
+            (need - activations) / gib, cfg->n_layer, cfg->d_model, vocab_size, activations / gib, cfg->batch_size, cfg->seq_len);
+    }
+}
+
 TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, int step, const int* inputs, const int* targets) {
     size_t rows = (size_t)cfg->batch_size * cfg->seq_len;
     TrainStep out = {0.0, NAN, lr_at(cfg, step)};
@@ -134,6 +145,7 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     const Tokenizer* tok = &data.tok;
 
+    train_check_memory(cfg, tok->vocab_size);
     mkdir_p(cfg->out);
     int lock = lock_folder(cfg->out, "run folder");
     config_checkpoint_path(cfg, ckpt, sizeof(ckpt));

@@ -28,6 +28,10 @@ typedef struct {
 // checkpoint stays). observer may be NULL. Returns the mean loss of the last step.
 double train_run(const Config* cfg, int until, const TrainObserver* observer);
 
+// Dies, naming the keys, when training cfg needs more memory than the machine has (before
+// anything is allocated)
+void train_check_memory(const Config* cfg, int vocab_size);
+
 typedef struct {
     double loss;  // mean over the micro-batches; the first non-finite one ends the step early
     float norm;   // gradient norm before clipping; NaN when the step ended early

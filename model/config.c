@@ -3,6 +3,7 @@
 #include <ini.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,9 +215,24 @@ void config_validate(const Config* cfg) {
     for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++) {
         if (positive[i].value <= 0) die("key '%s' must be positive, got %d", positive[i].key, positive[i].value);
     }
+    // bounds that keep every size the model computes in int range (and far beyond any machine)
+    struct { const char* key; int value, max; } bounded[] = {
+        {"n_layer", cfg->n_layer, 1 << 12}, {"d_model", cfg->d_model, 1 << 16}, {"n_head", cfg->n_head, 1 << 12},
+        {"head_dim", cfg->head_dim, 1 << 12}, {"ffn_hidden", cfg->ffn_hidden, 1 << 20}, {"seq_len", cfg->seq_len, 1 << 22},
+        {"batch_size", cfg->batch_size, 1 << 22}, {"grad_accum", cfg->grad_accum, 1 << 16},
+        {"eval_batches", cfg->eval_batches, 1 << 20}, {"steps", cfg->steps, 1 << 30},
+    };
+    for (size_t i = 0; i < sizeof(bounded) / sizeof(bounded[0]); i++) {
+        if (bounded[i].value > bounded[i].max) die("key '%s': %d is too large (at most %d)", bounded[i].key, bounded[i].value, bounded[i].max);
+    }
+    int64_t rows = (int64_t)cfg->batch_size * cfg->seq_len * cfg->n_head * config_variant(cfg)->maps;
+    if (rows > 2147483647) {
+        die("keys 'batch_size' and 'seq_len': %d x %d tokens per micro-batch are too many for %d heads (batch_size x seq_len x "
+            "heads x maps must stay below 2^31)", cfg->batch_size, cfg->seq_len, cfg->n_head);
+    }
     int M = head_multiple(cfg), D = config_head_dim(cfg);
     const char* times = M == 2 ? "2 x n_head x head_dim (diff attention)" : "n_head x head_dim";
-    if (D <= 0 || M * cfg->n_head * D != cfg->d_model) {
+    if (D <= 0 || (int64_t)M * cfg->n_head * D != cfg->d_model) {
         die("key 'd_model': %d must equal %s = %d x %d x %d", cfg->d_model, times, M, cfg->n_head, D);
     }
     if (D % 2) die("key 'head_dim': %d must be even (RoPE rotates channel pairs)", D);

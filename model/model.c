@@ -167,6 +167,25 @@ static size_t grad_scratch_floats(const Model* m, size_t N) {
     return N * (2 * (size_t)m->C + 3 * (size_t)m->F + 2 * (size_t)m->H * m->Dv + m->QKV);
 }
 
+// Floats of one layer's activations for N rows (LayerActs), and of the rest (final norm,
+// logits, row losses): what alloc_acts takes
+static size_t layer_act_floats(const Model* m, size_t N) {
+    size_t C = m->C, HDv = (size_t)m->H * m->Dv, hn = m->head_norm;
+    return N * (4 * C + 3 + m->QKV + (size_t)m->H * m->M + HDv * (1 + hn) + (size_t)m->H * hn + 3 * (size_t)m->F);
+}
+static size_t head_act_floats(const Model* m, size_t N) { return N * (2 * (size_t)m->C + 2 + (size_t)m->V); }
+
+double model_training_bytes(const Config* cfg, int vocab_size, double* activation_bytes) {
+    Model m;
+    model_shape(&m, cfg, vocab_size);
+    double N = (double)cfg->batch_size * cfg->seq_len;
+    double activations = 4.0 * N * (m.L * (double)layer_act_floats(&m, 1) + head_act_floats(&m, 1) + grad_scratch_floats(&m, 1));
+    double params = 4.0 * 4.0 * m.n_params;  // parameters, gradients, AdamW m and v
+    model_free(&m);
+    if (activation_bytes) *activation_bytes = activations;
+    return params + activations;
+}
+
 static void alloc_acts(Model* m, int B, int T, int training) {
     free_acts(m);
     m->B = B;
@@ -177,8 +196,7 @@ static void alloc_acts(Model* m, int B, int T, int training) {
     size_t N = (size_t)B * T, C = m->C, HDv = (size_t)m->H * m->Dv;
     int slots = training ? m->L : 1;
     int hn = m->head_norm;
-    size_t per_layer = N * (4 * C + 3 + m->QKV + (size_t)m->H * m->M + HDv * (1 + hn) + (size_t)m->H * hn + 3 * (size_t)m->F);
-    size_t total = slots * per_layer + N * (2 * C + 2 + (size_t)m->V);
+    size_t total = slots * layer_act_floats(m, N) + head_act_floats(m, N);
     m->acts_memory = m->be->alloc(total * sizeof(float));
     m->acts = callocCheck(slots, sizeof(LayerActs));
     float* p = m->acts_memory;

@@ -110,6 +110,10 @@ void model_build(Model* model, const Config* cfg, int vocab_size);
 void model_init_params(Model* model, uint64_t seed);
 // Parameter count of a config without allocating anything
 size_t model_param_count(const Config* cfg, int vocab_size);
+// Bytes a training run of cfg holds at its peak: parameters, gradients, AdamW moments and one
+// micro-batch's activations, the last also in *activation_bytes unless NULL (in double: never
+// overflows)
+double model_training_bytes(const Config* cfg, int vocab_size, double* activation_bytes);
 void model_free(Model* model);
 
 // tokens, targets (B, T) host arrays; targets may be NULL (no loss). training keeps every

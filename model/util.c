@@ -148,6 +148,8 @@ void machine_description(char* buf, size_t n) {
     snprintf(buf, n, "%s, %s", host, cpu);
 }
 
+double machine_memory_bytes(void) { return (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE); }
+
 size_t peak_rss_bytes(void) {
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);

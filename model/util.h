@@ -41,6 +41,7 @@ double wall_time(void);
 // "hostname, CPU model name" for provenance records
 void machine_description(char* buf, size_t n);
 size_t peak_rss_bytes(void);
+double machine_memory_bytes(void);  // physical memory
 
 // splitmix64: the whole state is one word. Initialisation and data order are pure functions
 // of (seed, index), so a checkpoint holds no RNG state.

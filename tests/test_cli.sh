@@ -39,6 +39,17 @@ expect_fail "override syntax" "override 'lr': expected key=value" $bin train "$w
 expect_fail "d_model divisibility" "key 'd_model': 30 must equal 2 x n_head x head_dim" $bin train "$work/ok.ini" d_model=30
 expect_fail "odd head_dim" "key 'head_dim': 5 must be even" $bin train "$work/ok.ini" attention=standard d_model=10 n_head=2 head_dim=5
 expect_fail "lambda_init" "key 'lambda_init': 'high' is neither 'schedule' nor a number" $bin train "$work/ok.ini" lambda_init=high
+# sizes: every size key has a bound that keeps the model's arithmetic in range, and a run that
+# needs more memory than the machine has is refused, naming the keys, before it allocates
+expect_fail "huge d_model" "key 'd_model': 2000000000 is too large \(at most 65536\)" $bin train "$work/ok.ini" d_model=2000000000 out=$work/big
+expect_fail "huge batch_size" "key 'batch_size': 100000000 is too large \(at most 4194304\)" $bin train "$work/ok.ini" batch_size=100000000 out=$work/big
+expect_fail "tokens per micro-batch" "keys 'batch_size' and 'seq_len': 4000000 x 256 tokens per micro-batch are too many" \
+    $bin train "$work/ok.ini" batch_size=4000000 seq_len=256 out=$work/big
+expect_fail "activations beyond memory" "training needs [0-9.]+ GiB, more than this machine's .* of one micro-batch's activations \(keys 'batch_size' = 400000, 'seq_len' = 256\)" \
+    $bin train "$work/ok.ini" batch_size=400000 seq_len=256 out=$work/big
+expect_fail "parameters beyond memory" "training needs [0-9.]+ GiB, .* of parameters with their gradients and AdamW moments \(keys 'n_layer' = 4096, 'd_model' = 65536" \
+    $bin bench "$work/ok.ini" n_layer=4096 d_model=65536 n_head=256
+expect "refused sizes write nothing" test ! -e "$work/big"
 expect_fail "missing recipe" "cannot open recipe '$work/nope.ini'" $bin train "$work/nope.ini"
 expect_fail "missing corpus" "key 'data': '$work/nodata' has no readable tokenizer.bin" $bin train "$work/ok.ini" data=$work/nodata
 expect_fail "missing prepare input" "corpus input '$work/absent'" $bin prepare "$work/data2" "$work/absent"
