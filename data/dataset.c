@@ -47,11 +47,12 @@ static void collect(PathList* list, const char* path) {
 
 static int compare_paths(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 
-void shard_write(const char* path, const int* ids, size_t n, int n_docs, int vocab_size, int block) {
+void shard_write(const char* path, const int* ids, size_t n, int n_docs, const Tokenizer* tok, int block) {
     if (n > 0x7FFFFFFFu) die("'%s': too many tokens for one shard (%zu)", path, n);
     uint16_t* out = mallocCheck(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) out[i] = (uint16_t)ids[i];
-    int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n, n_docs, vocab_size, block};
+    int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n, n_docs, tok->vocab_size, block,
+                           (int32_t)(uint32_t)tok->hash, (int32_t)(uint32_t)(tok->hash >> 32)};
     char tmp[4096];
     tmp_path(tmp, sizeof(tmp), path);
     FILE* f = fopenCheck(tmp, "wb");
@@ -59,7 +60,6 @@ void shard_write(const char* path, const int* ids, size_t n, int n_docs, int voc
     fwriteCheck(out, sizeof(uint16_t), n, f, tmp);
     fcloseCheck(f, tmp);
     renameCheck(tmp, path);
-    printf("  %s: %d documents, %zu tokens\n", path, n_docs, n);
     free(out);
 }
 
@@ -72,7 +72,8 @@ static void write_shard(const char* path, const Tokenizer* tok, char** texts, si
         ids[n++] = TOKEN_EOT;
         n += tokenizer_encode(tok, texts[docs[i]], lens[docs[i]], ids + n);
     }
-    shard_write(path, ids, n, n_docs, tok->vocab_size, 0);
+    shard_write(path, ids, n, n_docs, tok, 0);
+    printf("  %s: %d documents, %zu tokens\n", strrchr(path, '/') + 1, n_docs, n);
     free(ids);
 }
 
@@ -105,14 +106,16 @@ void dataset_prepare(const char* out_dir, const char* const* inputs, int n_input
     tokenizer_train(&tok, train_texts, train_lens, n_train, vocab_size);
     printf("  tokenizer: %d ids (%d merges) trained in %.1f s\n", tok.vocab_size, tok.n_merges, wall_time() - t0);
 
-    mkdir_p(out_dir);
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", out_dir);
+    char dir[4096], path[4200];
+    tmp_folder(dir, sizeof(dir), out_dir);
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
     tokenizer_save(&tok, path);
-    snprintf(path, sizeof(path), "%s/train.bin", out_dir);
+    snprintf(path, sizeof(path), "%s/train.bin", dir);
     write_shard(path, &tok, texts, lens, train, n_train);
-    snprintf(path, sizeof(path), "%s/val.bin", out_dir);
+    snprintf(path, sizeof(path), "%s/val.bin", dir);
     write_shard(path, &tok, texts, lens, val, n_val);
+    replace_folder(dir, out_dir);
+    printf("  wrote %s/{tokenizer,train,val}.bin\n", out_dir);
 
     tokenizer_free(&tok);
     for (int i = 0; i < list.n; i++) {
@@ -133,12 +136,13 @@ void shard_load(Shard* s, const char* path) {
     int32_t header[256];
     freadCheck(header, sizeof(int32_t), 256, f, path);
     if (header[0] != SHARD_MAGIC) die("'%s' is not a token shard (bad magic)", path);
-    if (header[1] != SHARD_VERSION) die("'%s': shard version %d, this program reads %d", path, header[1], SHARD_VERSION);
+    if (header[1] != 1 && header[1] != SHARD_VERSION) die("'%s': shard version %d, this program reads 1 and %d", path, header[1], SHARD_VERSION);
     if (header[2] < 2) die("'%s': shard holds %d tokens, too few to train on", path, header[2]);
     s->n_tokens = (size_t)header[2];
     s->n_documents = header[3];
     s->vocab_size = header[4];
     s->block = header[5];
+    s->tokenizer_hash = header[1] == 1 ? 0 : (uint64_t)(uint32_t)header[6] | (uint64_t)(uint32_t)header[7] << 32;
     s->tokens = mallocCheck(s->n_tokens * sizeof(uint16_t));
     freadCheck(s->tokens, sizeof(uint16_t), s->n_tokens, f, path);
     fcloseCheck(f, path);
@@ -166,6 +170,9 @@ void data_open(DataDir* d, const char* dir, int parts) {
         if (shards[i]->vocab_size != d->tok.vocab_size) {
             die("key 'data': '%s' has vocabulary %d but '%s/tokenizer.bin' has %d", path, shards[i]->vocab_size, dir,
                 d->tok.vocab_size);
+        }
+        if (shards[i]->tokenizer_hash && shards[i]->tokenizer_hash != d->tok.hash) {
+            die("key 'data': '%s' was made with another tokenizer than '%s/tokenizer.bin'; run `difftx prepare` again", path, dir);
         }
     }
 }

@@ -5,8 +5,10 @@
 // trains the BPE tokenizer on the training documents and writes, into one folder:
 //   tokenizer.bin, train.bin, val.bin
 // A shard is a 1024-byte header of 256 int32 (magic, version, n_tokens, n_documents,
-// vocab_size, block, then zeros) followed by n_tokens uint16 ids; every document starts with the
-// <|endoftext|> id, so document boundaries survive.
+// vocab_size, block, the tokenizer's hash as two int32 (low, high), then zeros) followed by
+// n_tokens uint16 ids; every document starts with the <|endoftext|> id, so document boundaries
+// survive. Version 1 shards (no tokenizer hash) are still read. The folder is written whole:
+// an interrupted `prepare` leaves the previous folder as it was.
 #ifndef DATASET_H
 #define DATASET_H
 
@@ -16,7 +18,7 @@
 #include "tokenizer.h"
 
 #define SHARD_MAGIC 20261121
-#define SHARD_VERSION 1
+#define SHARD_VERSION 2
 #define VAL_EVERY 20
 
 void dataset_prepare(const char* out_dir, const char* const* inputs, int n_inputs, int vocab_size);
@@ -26,15 +28,16 @@ typedef struct {
     size_t n_tokens;
     int n_documents, vocab_size;
     int block;  // > 0: the shard is made of self-contained blocks of this many tokens (needle training)
+    uint64_t tokenizer_hash;  // of the tokenizer that made it; 0 in version 1 shards
 } Shard;
 
 void shard_load(Shard* s, const char* path);
 void shard_free(Shard* s);
-// ids (n) written as a shard of n_docs documents, via a temporary file and rename
-void shard_write(const char* path, const int* ids, size_t n, int n_docs, int vocab_size, int block);
+// ids (n) of tok written as a shard of n_docs documents, via a temporary file and rename
+void shard_write(const char* path, const int* ids, size_t n, int n_docs, const Tokenizer* tok, int block);
 
 // A folder made by `prepare`: its tokenizer and the shards asked for (DATA_TRAIN, DATA_VAL),
-// whose vocabularies must be the tokenizer's. Dies naming the folder as the `data` key.
+// which must have been made with that tokenizer. Dies naming the folder as the `data` key.
 enum { DATA_TRAIN = 1, DATA_VAL = 2 };
 typedef struct {
     char dir[4096];

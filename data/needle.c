@@ -240,16 +240,16 @@ static void copy_practice(int* out, size_t n, const Shard* text, int span_min, i
 }
 
 // The copy stage's data: copy practice of as many tokens as the text
-static void write_copy_shard(const char* path, const Shard* text, uint64_t seed) {
+static void write_copy_shard(const char* path, const Shard* text, const Tokenizer* tok, uint64_t seed) {
     int* ids = mallocCheck(text->n_tokens * sizeof(int));
     copy_practice(ids, text->n_tokens, text, NEEDLE_COPY_SPAN_MIN, NEEDLE_COPY_SPAN_MAX, seed);
-    shard_write(path, ids, text->n_tokens, 1, text->vocab_size, 0);
+    shard_write(path, ids, text->n_tokens, 1, tok, 0);
     free(ids);
 }
 
 void needle_prepare(const char* out_dir, const char* data_dir, const char* cities_path, int seq_len, int max_needles,
                     uint64_t seed) {
-    char path[4200], out[4096];
+    char path[4200], out[4200];
     DataDir data;
     data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
     const Tokenizer* tok = &data.tok;
@@ -282,23 +282,26 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
         }
         n += seq_len;
     }
-    mkdir_p(out_dir);
-    snprintf(out, sizeof(out), "%s/train.bin", out_dir);
-    shard_write(out, ids, n, train->n_documents + (int)episodes, tok->vocab_size, seq_len);
-    snprintf(out, sizeof(out), "%s/val.bin", out_dir);
+    char dir[4096];
+    tmp_folder(dir, sizeof(dir), out_dir);
+    snprintf(out, sizeof(out), "%s/train.bin", dir);
+    shard_write(out, ids, n, train->n_documents + (int)episodes, tok, seq_len);
+    snprintf(out, sizeof(out), "%s/val.bin", dir);
     snprintf(path, sizeof(path), "%s/val.bin", data_dir);
     copy_file(path, out);
     snprintf(path, sizeof(path), "%s/tokenizer.bin", data_dir);
-    snprintf(out, sizeof(out), "%s/tokenizer.bin", out_dir);
+    snprintf(out, sizeof(out), "%s/tokenizer.bin", dir);
     copy_file(path, out);
-    snprintf(out, sizeof(out), "%s/copy", out_dir);
+    snprintf(out, sizeof(out), "%s/copy", dir);
     mkdir_p(out);
-    snprintf(out, sizeof(out), "%s/copy/tokenizer.bin", out_dir);
+    snprintf(out, sizeof(out), "%s/copy/tokenizer.bin", dir);
     copy_file(path, out);
-    snprintf(out, sizeof(out), "%s/copy/train.bin", out_dir);
-    write_copy_shard(out, train, hash64(seed ^ 2));
-    snprintf(out, sizeof(out), "%s/copy/val.bin", out_dir);
-    write_copy_shard(out, val, hash64(seed ^ 3));
+    snprintf(out, sizeof(out), "%s/copy/train.bin", dir);
+    write_copy_shard(out, train, tok, hash64(seed ^ 2));
+    snprintf(out, sizeof(out), "%s/copy/val.bin", dir);
+    write_copy_shard(out, val, tok, hash64(seed ^ 3));
+    replace_folder(dir, out_dir);
+    printf("  %s: %zu tokens of text and needle blocks of %d; copy stage data in %s/copy\n", out_dir, n, seq_len, out_dir);
     free(ids);
     needle_source_free(&src);
     data_close(&data);

@@ -3,7 +3,6 @@
 #define _GNU_SOURCE
 #include "attn_plot.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +31,8 @@ static void label_of(char* out, size_t n, const char* text) {
 // The plot's temporary folder and image, removed however the program ends (die() exits)
 static char temp_dir[64], temp_png[4200];
 
-static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
-
 static void remove_temp_dir(void) {
-    if (temp_dir[0]) nftw(temp_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    if (temp_dir[0]) remove_tree(temp_dir);
     if (temp_png[0]) unlink(temp_png);
     temp_dir[0] = temp_png[0] = 0;
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
@@ -76,6 +77,40 @@ void rename_check(const char* from, const char* to, const char* src, int line) {
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", to);
     sync_path(dirname(dir), O_RDONLY | O_DIRECTORY, src, line);  // and the rename itself
+}
+
+static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+    (void)st; (void)flag; (void)ftw;
+    if (remove(path) != 0) die("cannot remove '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+void remove_tree(const char* path) {
+    if (access(path, F_OK) != 0) return;
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) die("cannot remove '%s'", path);
+}
+
+void tmp_folder(char* buf, size_t n, const char* path) {
+    tmp_path(buf, n, path);
+    remove_tree(buf);  // what an interrupted writer left
+    mkdir_p(buf);
+}
+
+void replace_folder(const char* tmp, const char* path) {
+    if (access(path, F_OK) == 0) {
+        // one atomic exchange: a reader sees the old folder or the new one, never a mix
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) != 0) {
+            die("cannot replace '%s' with '%s': %s", path, tmp, strerror(errno));
+        }
+        remove_tree(tmp);  // now the old one
+    } else if (rename(tmp, path) != 0) {
+        die("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    }
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    int fd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0) die("cannot sync the folder of '%s': %s", path, strerror(errno));
+    close(fd);
 }
 
 int lock_folder(const char* dir, const char* what) {

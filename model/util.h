@@ -31,6 +31,12 @@ void tmp_path(char* buf, size_t n, const char* path);
 void rename_check(const char* from, const char* to, const char* src, int line);
 #define renameCheck(from, to) rename_check(from, to, __FILE__, __LINE__)
 void mkdir_p(const char* path);
+void remove_tree(const char* path);  // a file or folder and all it holds, without a shell
+// A folder written whole: tmp_folder makes an empty "<path>.tmp" to write into, replace_folder
+// puts it in place of path in one atomic exchange (the old folder, if any, is then removed),
+// so an interrupted writer never leaves a mix of old and new files under path.
+void tmp_folder(char* buf, size_t n, const char* path);
+void replace_folder(const char* tmp, const char* path);
 // One writer per folder: an exclusive lock on dir/.lock (which holds the owner's pid), held
 // until unlock_folder or the process ends. Dies naming `what` and the owner when it is taken.
 int lock_folder(const char* dir, const char* what);

@@ -115,6 +115,21 @@ $bin sample "$work/long_run/checkpoint.h5" --tokens 3000 --temperature 100 --see
 longest=$(tr -c a "\n" < "$work/long_sample.txt" | awk 'length > m {m = length} END {print m + 0}')
 expect "sample prints a 140,000-byte token whole (longest run of a: $longest)" test "$longest" -ge 140000
 
+# a prepared folder is replaced whole: an interrupted `prepare` (its second rename fails, after
+# the new tokenizer was written) leaves the old folder as it was; a finished one leaves no
+# stale file; a folder whose tokenizer is not the one its shards were made with is refused
+$bin prepare --vocab 300 "$work/swap" "$work/corpus" > /dev/null
+touch "$work/swap/stale.txt"
+strace -f -o /dev/null -e trace=rename -e inject=rename:error=EIO:when=2 $bin prepare --vocab 300 "$work/swap" "$work/long_corpus" > /dev/null 2>&1
+expect "an interrupted prepare leaves the old folder whole" cmp -s "$work/swap/tokenizer.bin" "$work/data/tokenizer.bin"
+expect "and it trains" $bin train "$work/ok.ini" data=$work/swap out=$work/swap_run steps=1
+$bin prepare --vocab 300 "$work/swap" "$work/long_corpus" > /dev/null
+expect "a finished prepare replaces the folder whole" test ! -e "$work/swap/stale.txt" -a ! -e "$work/swap.tmp" -a -s "$work/swap/val.bin"
+cp -r "$work/data" "$work/mixed"
+cp "$work/swap/tokenizer.bin" "$work/mixed/tokenizer.bin"
+expect_fail "shards of another tokenizer" "key 'data': '$work/mixed/train.bin' was made with another tokenizer than '$work/mixed/tokenizer.bin'" \
+    $bin train "$work/ok.ini" data=$work/mixed out=$work/mixed_run
+
 # divergence: an absurd learning rate blows the loss up; the run stops naming the step and
 # the last good checkpoint stays readable
 expect_fail "non-finite loss" "training diverged at step [0-9]+: loss" $bin train "$work/ok.ini" out=$work/diverge lr=1e30 steps=20
