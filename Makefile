@@ -6,16 +6,16 @@
 #   make table6 | table2 | fig5 | table3   the paper's tables and figures from models trained here
 # PORTABLE=1 builds without -march=native.
 
-PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libinih-dev libsqlite3-dev libssl-dev \
+PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev \
             gnuplot-nox hdf5-tools sqlite3 strace
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
 # once build/deps.stamp has installed them, after make has read this file.
-PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial inih sqlite3 libcrypto 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp
+PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp
 # The rpath pins the OpenMP build of OpenBLAS: Debian's alternatives may point libopenblas.so.0
 # at the pthread build, whose threads fight OpenMP's (20x slower attention at long context).
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKG_LIBS = $(shell pkg-config --libs hdf5-serial inih sqlite3 libcrypto 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
+PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)

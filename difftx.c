@@ -275,7 +275,7 @@ static int cmd_attn(int argc, char** argv) {
     const char* file = argv[optind];
     char png[4200];
     if (out) snprintf(png, sizeof(png), "%s", out);
-    else snprintf(png, sizeof(png), "%.*s_s%d_l%d_h%d.png", (int)(strlen(file) - (strstr(file, ".h5") ? 3 : 0)), file, sample, layer, head);
+    else path_printf(png, sizeof(png), "%.*s_s%d_l%d_h%d.png", (int)(strlen(file) - (strstr(file, ".h5") ? 3 : 0)), file, sample, layer, head);
     attn_render(file, sample, layer, head, png);
     printf("wrote %s\n", png);
     return 0;

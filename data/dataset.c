@@ -108,11 +108,11 @@ void dataset_prepare(const char* out_dir, const char* const* inputs, int n_input
 
     char dir[4096], path[4200];
     tmp_folder(dir, sizeof(dir), out_dir);
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
+    path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);
     tokenizer_save(&tok, path);
-    snprintf(path, sizeof(path), "%s/train.bin", dir);
+    path_printf(path, sizeof(path), "%s/train.bin", dir);
     write_shard(path, &tok, texts, lens, train, n_train);
-    snprintf(path, sizeof(path), "%s/val.bin", dir);
+    path_printf(path, sizeof(path), "%s/val.bin", dir);
     write_shard(path, &tok, texts, lens, val, n_val);
     replace_folder(dir, out_dir);
     printf("  wrote %s/{tokenizer,train,val}.bin\n", out_dir);
@@ -158,14 +158,14 @@ void data_open(DataDir* d, const char* dir, int parts) {
     if ((size_t)snprintf(d->dir, sizeof(d->dir), "%s", dir) >= sizeof(d->dir)) die("key 'data': path too long: %s", dir);
     d->parts = parts;
     char path[4200];
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
+    path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);
     if (access(path, R_OK) != 0) die("key 'data': '%s' has no readable tokenizer.bin; run `make data` or `difftx prepare` first", dir);
     tokenizer_load(&d->tok, path);
     Shard* shards[2] = {&d->train, &d->val};
     static const char* names[2] = {"train.bin", "val.bin"};
     for (int i = 0; i < 2; i++) {
         if (!(parts & (1 << i))) continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        path_printf(path, sizeof(path), "%s/%s", dir, names[i]);
         shard_load(shards[i], path);
         if (shards[i]->vocab_size != d->tok.vocab_size) {
             die("key 'data': '%s' has vocabulary %d but '%s/tokenizer.bin' has %d", path, shards[i]->vocab_size, dir,

@@ -89,7 +89,7 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     for (int p = 0; p < panels; p++) {
         char data[128];
         const float* Ap = A + (size_t)p * R * T;
-        snprintf(data, sizeof(data), "%s/panel%d.dat", temp_dir, p);
+        path_printf(data, sizeof(data), "%s/panel%d.dat", temp_dir, p);
         FILE* f = fopenCheck(data, "w");
         if (matrix) {
             for (int r = 0; r < R; r++) {
@@ -105,7 +105,7 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
         fcloseCheck(f, data);
         snprintf(files + strlen(files), sizeof(files) - strlen(files), "%s%s", p ? " " : "", data);
     }
-    snprintf(decor, sizeof(decor), "%s/decor.gp", temp_dir);
+    path_printf(decor, sizeof(decor), "%s/decor.gp", temp_dir);
     FILE* f = fopenCheck(decor, "w");
     if (matrix) {
         int every = T <= 64 ? 1 : (T + 63) / 64;

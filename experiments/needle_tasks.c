@@ -59,7 +59,7 @@ Config needle_row_config(const Recipe* r, const Section* preset, const Section* 
     section_apply(&cfg, preset, needle_extra_key);
     section_apply(&cfg, row, needle_extra_key);
     recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
-    snprintf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s", results, preset->name, row->name);
+    path_printf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s", results, preset->name, row->name);
     config_validate(&cfg);
     return cfg;
 }
@@ -74,8 +74,8 @@ static Config copy_stage_config(const Config* cfg, const Section* preset, const 
     copy.seq_len = NEEDLE_COPY_SEQ_LEN;
     copy.grad_accum = 1;
     copy.lr_final = copy.lr;
-    snprintf(copy.data, sizeof(copy.data), "%.*s/copy", (int)sizeof(copy.data) - 6, cfg->data);
-    snprintf(copy.out, sizeof(copy.out), "%.*s_copy", (int)sizeof(copy.out) - 6, cfg->out);
+    path_printf(copy.data, sizeof(copy.data), "%s/copy", cfg->data);
+    path_printf(copy.out, sizeof(copy.out), "%s_copy", cfg->out);
     config_validate(&copy);
     return copy;
 }
@@ -100,8 +100,8 @@ static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, c
 // The training mix: made from the preset's corpus when missing, and it must be cut for seq_len
 static void ensure_data(const Config* cfg, const Section* preset, const char* recipe) {
     char path[4200], copy_path[4200];
-    snprintf(path, sizeof(path), "%s/train.bin", cfg->data);
-    snprintf(copy_path, sizeof(copy_path), "%s/copy/train.bin", cfg->data);
+    path_printf(path, sizeof(path), "%s/train.bin", cfg->data);
+    path_printf(copy_path, sizeof(copy_path), "%s/copy/train.bin", cfg->data);
     if (access(path, R_OK) != 0 || access(copy_path, R_OK) != 0) {
         const char* corpus = section_get(preset, "corpus");
         if (!corpus) die("%s: [preset %s] needs 'corpus', the prepared data the training mix is made from", recipe, preset->name);
@@ -252,8 +252,8 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
         }
     }
     char path[4200], dat[4200];
-    snprintf(path, sizeof(path), "%s/table2.md", opt->results);
-    snprintf(dat, sizeof(dat), "%s/table2.dat", opt->results);
+    path_printf(path, sizeof(path), "%s/table2.md", opt->results);
+    path_printf(dat, sizeof(dat), "%s/table2.dat", opt->results);
     Report rep, *f = &rep;
     report_open(f, path, 1);
     FILE* bars = fopenCheck(dat, "w");
@@ -307,7 +307,7 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     GnuplotVars vars = {"", 0};
     gnuplot_string(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
-    snprintf(text, sizeof(text), "%s/table2.png", opt->plots);
+    path_printf(text, sizeof(text), "%s/table2.png", opt->plots);
     gnuplot_string(&vars, "out", text);
     snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth", opt->preset, context, samples);
     gnuplot_string(&vars, "title_text", text);
@@ -328,7 +328,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         lengths[n_lengths++] = atoi(t);
     }
     char path[4200];
-    snprintf(path, sizeof(path), "%s/fig5.md", opt->results);
+    path_printf(path, sizeof(path), "%s/fig5.md", opt->results);
     Report rep, *md = &rep;
     report_open(md, path, 0);
     report_printf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
@@ -343,7 +343,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         run_cells(&rows[i], src, tok, cells, n_lengths * N_DEPTHS, samples, eval_seed, &rec);
         store_records(reg, rows[i].run, "fig5", &rec);
         char dat[4200];
-        snprintf(dat, sizeof(dat), "%s/fig5_%s.dat", opt->results, rows[i].name);
+        path_printf(dat, sizeof(dat), "%s/fig5_%s.dat", opt->results, rows[i].name);
         FILE* f = fopenCheck(dat, "w");
         report_printf(md, "### %s (trained at context %d)\n\n| depth |", rows[i].name, rows[i].cfg.seq_len);
         for (int l = 0; l < n_lengths; l++) report_printf(md, " %d |", lengths[l]);
@@ -373,7 +373,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         GnuplotVars vars = {"", 0};
         gnuplot_string(&vars, "data", dat);
         gnuplot_number(&vars, "n_lengths", n_lengths);
-        snprintf(text, sizeof(text), "%s/fig5_%s.png", opt->plots, rows[i].name);
+        path_printf(text, sizeof(text), "%s/fig5_%s.png", opt->plots, rows[i].name);
         gnuplot_string(&vars, "out", text);
         gnuplot_string(&vars, "xtics_text", tics);  // integers only: fig5.gp evaluates it
         snprintf(text, sizeof(text), "Figure 5, %s (trained at %d): N = 8, R = 1, %d samples per cell", rows[i].name,
@@ -394,7 +394,7 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     for (int i = 0; i < n_rows; i++) {
         Row* row = &rows[i];
         char maps_path[4200];
-        snprintf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
+        path_printf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
         MapsFile maps;
         maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
         Records rec = {0};
@@ -451,8 +451,8 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         overall[i] = m;
     }
     char path[4200], dat[4200], fig1[4200];
-    snprintf(path, sizeof(path), "%s/table3.md", opt->results);
-    snprintf(dat, sizeof(dat), "%s/table3.dat", opt->results);
+    path_printf(path, sizeof(path), "%s/table3.md", opt->results);
+    path_printf(dat, sizeof(dat), "%s/table3.dat", opt->results);
     snprintf(fig1, sizeof(fig1), "%s/fig1.dat", opt->results);
     Report rep, *f = &rep;
     report_open(f, path, 1);
@@ -502,9 +502,9 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     gnuplot_string(&vars, "data", dat);
     gnuplot_string(&vars, "fig1", fig1);
     gnuplot_string(&vars, "names", names);
-    snprintf(text, sizeof(text), "%s/table3.png", opt->plots);
+    path_printf(text, sizeof(text), "%s/table3.png", opt->plots);
     gnuplot_string(&vars, "out", text);
-    snprintf(text, sizeof(text), "%s/fig1.png", opt->plots);
+    path_printf(text, sizeof(text), "%s/fig1.png", opt->plots);
     gnuplot_string(&vars, "out_fig1", text);
     snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d", opt->preset, context);
     gnuplot_string(&vars, "title_text", text);
@@ -535,7 +535,7 @@ int needle_main(const NeedleOptions* opt) {
     Registry reg;
     // one process per experiment and preset: a second would train the same rows again
     char lock_dir[4200];
-    snprintf(lock_dir, sizeof(lock_dir), "%s/needle/%s", opt->results, opt->preset);
+    path_printf(lock_dir, sizeof(lock_dir), "%s/needle/%s", opt->results, opt->preset);
     mkdir_p(lock_dir);
     int lock = lock_folder(lock_dir, "needle results folder");
     int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe);

@@ -1,26 +1,25 @@
 #include "recipe.h"
 
-#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../model/util.h"
 
-static int on_line(void* user, const char* section, const char* key, const char* value) {
+static const char* on_line(void* user, const char* section, const char* key, const char* value) {
     Recipe* r = user;
     Section* s = &r->common;
     if (section[0]) {
         int is_row = strncmp(section, "row ", 4) == 0, is_preset = strncmp(section, "preset ", 7) == 0;
         if (!is_row && !is_preset) {
             snprintf(r->error, sizeof(r->error), "section [%s]: expected [preset NAME] or [row NAME]", section);
-            return 0;
+            return r->error;
         }
         Section* list = is_row ? r->rows : r->presets;
         int* n = is_row ? &r->n_rows : &r->n_presets;
         const char* name = section + (is_row ? 4 : 7);
         if (*n == 0 || strcmp(list[*n - 1].name, name) != 0) {
-            if (*n == RECIPE_SECTIONS) { snprintf(r->error, sizeof(r->error), "too many sections"); return 0; }
+            if (*n == RECIPE_SECTIONS) { snprintf(r->error, sizeof(r->error), "too many sections"); return r->error; }
             snprintf(list[(*n)++].name, sizeof(list[0].name), "%s", name);
         }
         s = &list[*n - 1];
@@ -29,27 +28,25 @@ static int on_line(void* user, const char* section, const char* key, const char*
         Config scratch;
         config_defaults(&scratch);
         const char* err = config_set(&scratch, key, value);
-        if (err) {
-            snprintf(r->error, sizeof(r->error), "%s", err);
-            return 0;
-        }
+        if (err) return err;
     }
-    if (s->n == RECIPE_KEYS || strlen(value) >= CONFIG_STR) {
-        snprintf(r->error, sizeof(r->error), "key '%s': too many keys or value too long", key);
-        return 0;
+    if (s->n == RECIPE_KEYS || strlen(value) >= CONFIG_STR || strlen(key) >= sizeof(s->key[0])) {
+        snprintf(r->error, sizeof(r->error), "key '%.60s': too many keys, or the key or value too long", key);
+        return r->error;
     }
     snprintf(s->key[s->n], sizeof(s->key[0]), "%s", key);
     snprintf(s->value[s->n], sizeof(s->value[0]), "%s", value);
     s->n++;
-    return 1;
+    return NULL;
 }
 
 Recipe* recipe_load(const char* path, ExtraKey extra_key) {
     Recipe* r = callocCheck(1, sizeof(Recipe));
     r->extra_key = extra_key;
-    int line = ini_parse(path, on_line, r);
-    if (line < 0) die("cannot open recipe '%s'", path);
-    if (line > 0) die("%s:%d: %s", path, line, r->error[0] ? r->error : "syntax error");
+    size_t len;
+    char* text = read_recipe_file(path, &len);
+    recipe_parse(text, len, path, on_line, r);
+    free(text);
     return r;
 }
 
@@ -69,8 +66,12 @@ const char* section_get(const Section* s, const char* key) {
 
 int section_int(const Section* s, const char* key, const char* path) {
     const char* v = section_get(s, key);
-    if (!v || atoi(v) <= 0) die("%s: [%s] needs a positive '%s'", path, s->name, key);
-    return atoi(v);
+    char* end = NULL;
+    long value = v ? strtol(v, &end, 10) : 0;
+    if (!v || end == v || *end || value <= 0 || value > 2147483647L) {
+        die("%s: [%s] needs '%s' as a positive integer%s%s%s", path, s->name, key, v ? ", not '" : "", v ? v : "", v ? "'" : "");
+    }
+    return (int)value;
 }
 
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key) {
@@ -94,7 +95,7 @@ void recipe_require_switches(const Section* row, const Config* cfg, const char* 
 int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path) {
     char path[4200];
     mkdir_p(results);
-    snprintf(path, sizeof(path), "%s/registry.sqlite", results);
+    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
     registry_open(reg, path);
     int reaped = registry_reap(reg);
     if (reaped) printf("marked %d interrupted run(s) KILLED; they resume from their last checkpoint\n", reaped);

@@ -42,7 +42,7 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
     cfg.d_model = h * d;
     cfg.seed += seed_index;
     recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
-    snprintf(cfg.out, sizeof(cfg.out), "%s/table6/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
+    path_printf(cfg.out, sizeof(cfg.out), "%s/table6/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
     config_validate(&cfg);
     const char* match = section_get(row, "match_params");
     if (match && strcmp(match, "true") == 0 && row != &r->rows[0]) {
@@ -76,7 +76,7 @@ Config table6_row_config(const Recipe* r, const Section* preset, int row, int se
 static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows) {
     Registry reg;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/registry.sqlite", opt->results);
+    path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     registry_open(&reg, path);
     int64_t run = registry_begin_run(&reg, experiment, row, cfg->seed, cfg);
     double train_seconds = train_recorded(&reg, run, cfg);
@@ -217,7 +217,7 @@ int table6_main(const Table6Options* opt) {
     Registry reg;
     // one process per experiment and preset: a second would train the same rows again
     char lock_dir[4200];
-    snprintf(lock_dir, sizeof(lock_dir), "%s/table6/%s", opt->results, opt->preset);
+    path_printf(lock_dir, sizeof(lock_dir), "%s/table6/%s", opt->results, opt->preset);
     mkdir_p(lock_dir);
     int lock = lock_folder(lock_dir, "Table 6 results folder");
     int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe);
@@ -247,7 +247,7 @@ int table6_main(const Table6Options* opt) {
     // ---- the table ----
     RowResult res[RECIPE_SECTIONS];
     for (int i = 0; i < r->n_rows; i++) res[i] = row_result(&reg, experiment, r, preset, i, opt);
-    snprintf(path, sizeof(path), "%s/table6.md", opt->results);
+    path_printf(path, sizeof(path), "%s/table6.md", opt->results);
     Report rep;
     report_open(&rep, path, 1);
     int h = section_int(preset, "h", opt->recipe), d = section_int(preset, "d", opt->recipe);
@@ -299,8 +299,8 @@ int table6_main(const Table6Options* opt) {
 
     // ---- figures: data files then gnuplot ----
     char bars[4096], curves[4096];
-    snprintf(bars, sizeof(bars), "%s/table6_bars.dat", opt->results);
-    snprintf(curves, sizeof(curves), "%s/table6_curves.dat", opt->results);
+    path_printf(bars, sizeof(bars), "%s/table6_bars.dat", opt->results);
+    path_printf(curves, sizeof(curves), "%s/table6_curves.dat", opt->results);
     FILE* f = fopenCheck(bars, "w");
     fprintf(f, "# row label valid valid_std arhit arhit_std others others_std\n");
     for (int i = 0; i < r->n_rows; i++) {
@@ -327,9 +327,9 @@ int table6_main(const Table6Options* opt) {
     gnuplot_string(&vars, "bars", bars);
     gnuplot_string(&vars, "curves", curves);
     gnuplot_number(&vars, "rows", r->n_rows);
-    snprintf(text, sizeof(text), "%s/table6.png", opt->plots);
+    path_printf(text, sizeof(text), "%s/table6.png", opt->plots);
     gnuplot_string(&vars, "out_bars", text);
-    snprintf(text, sizeof(text), "%s/table6_curves.png", opt->plots);
+    path_printf(text, sizeof(text), "%s/table6_curves.png", opt->plots);
     gnuplot_string(&vars, "out_curves", text);
     snprintf(text, sizeof(text), "Table 6, preset %s, %d seed(s)", opt->preset, opt->seeds);
     gnuplot_string(&vars, "title_text", text);

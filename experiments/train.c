@@ -149,7 +149,7 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
     mkdir_p(cfg->out);
     int lock = lock_folder(cfg->out, "run folder");
     config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
-    snprintf(log_path, sizeof(log_path), "%s/log.tsv", cfg->out);
+    path_printf(log_path, sizeof(log_path), "%s/log.tsv", cfg->out);
     Model model;
     AdamW opt;
     CheckpointInfo info = {0};
@@ -278,7 +278,7 @@ double train_recorded(Registry* reg, int64_t run, const Config* cfg) {
     train_run(cfg, 0, &observer);
     // the mix is made from code that changes, so its hash is what says which data a run saw
     char data[CONFIG_STR + 16];
-    snprintf(data, sizeof(data), "%s/train.bin", cfg->data);
+    path_printf(data, sizeof(data), "%s/train.bin", cfg->data);
     registry_artifact(reg, run, "training_data", data);
     free(buffer.keys);
     free(buffer.steps);

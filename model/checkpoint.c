@@ -20,7 +20,7 @@ static void write_tensors(hid_t file, const char* group, const Model* model, con
         H5Pset_chunk(dcpl, t->ndim, dims);
         H5Pset_fletcher32(dcpl);
         char name[128];
-        snprintf(name, sizeof(name), "%s/%s", group, t->name);
+        path_printf(name, sizeof(name), "%s/%s", group, t->name);
         hid_t ds = h5_id(H5Dcreate2(file, name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT), name, label);
         h5_check(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, base + t->offset), name, label);
         H5Dclose(ds);
@@ -34,7 +34,7 @@ static void read_tensors(hid_t file, const char* group, const Model* model, floa
     for (int i = 0; i < model->n_tensors; i++) {
         const ParamTensor* t = &model->tensors[i];
         char name[128];
-        snprintf(name, sizeof(name), "%s/%s", group, t->name);
+        path_printf(name, sizeof(name), "%s/%s", group, t->name);
         if (H5Lexists(file, group, H5P_DEFAULT) <= 0 || H5Oexists_by_name(file, name, H5P_DEFAULT) <= 0) {
             die("%s: dataset '%s' is missing", label, name);
         }

@@ -1,12 +1,13 @@
 #include "config.h"
 
-#include <ini.h>
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util.h"
 
@@ -125,35 +126,89 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
     return msg;
 }
 
-typedef struct {
-    Config* cfg;
-    const char* first_error;
-    char error[512];
-} ParseState;
-
-static int on_recipe_line(void* user, const char* section, const char* name, const char* value) {
-    ParseState* st = user;
-    const char* err = section[0] ? "sections are not used: write plain 'key = value' lines" : config_set(st->cfg, name, value);
-    if (err && !st->first_error) {
-        snprintf(st->error, sizeof(st->error), "%s", err);
-        st->first_error = st->error;
-    }
-    return err == NULL;
+// Trims spaces and tabs from both ends of s (in place); returns the new start
+static char* trim(char* s) {
+    while (*s == ' ' || *s == '\t') s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) s[--n] = 0;
+    return s;
 }
 
-static void report_parse(int rc, const ParseState* st, const char* origin) {
-    if (rc < 0) die("cannot open recipe '%s'", origin);
-    if (rc > 0) die("%s:%d: %s", origin, rc, st->first_error ? st->first_error : "syntax error (expected 'key = value')");
+void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn fn, void* ctx) {
+    if (memchr(text, 0, len)) {
+        size_t at = (const char*)memchr(text, 0, len) - text;
+        int line = 1;
+        for (size_t i = 0; i < at; i++) line += text[i] == '\n';
+        die("%s:%d: a NUL byte (not a text file?)", origin, line);
+    }
+    char* copy = mallocCheck(len + 1);
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    char** seen = NULL;  // "section\nkey" of every key so far, to refuse repeats
+    int* seen_line = NULL;
+    int n_seen = 0;
+    char section[CONFIG_STR] = "";
+    int line = 0;
+    for (char *at = copy, *next; at; at = next) {
+        next = strchr(at, '\n');
+        if (next) *next++ = 0;
+        line++;
+        char* s = trim(at);
+        if (!*s || *s == '#' || *s == ';') continue;
+        if (*s == '[') {
+            char* close = strchr(s, ']');
+            if (!close || close[1]) die("%s:%d: a section line is '[name]' alone", origin, line);
+            *close = 0;
+            char* name = trim(s + 1);
+            if (!*name || strlen(name) >= sizeof(section)) die("%s:%d: a section needs a name (under %zu bytes)", origin, line, sizeof(section));
+            strcpy(section, name);
+            continue;
+        }
+        char* eq = strchr(s, '=');
+        if (!eq) die("%s:%d: expected 'key = value'", origin, line);
+        *eq = 0;
+        char *key = trim(s), *value = trim(eq + 1);
+        if (!*key) die("%s:%d: a key is missing before '='", origin, line);
+        size_t klen = strlen(section) + strlen(key) + 2;
+        char* id = mallocCheck(klen);
+        snprintf(id, klen, "%s\n%s", section, key);
+        for (int i = 0; i < n_seen; i++) {
+            if (strcmp(seen[i], id) == 0) die("%s:%d: key '%s' repeats line %d", origin, line, key, seen_line[i]);
+        }
+        seen = realloc(seen, (n_seen + 1) * sizeof(char*));
+        seen_line = realloc(seen_line, (n_seen + 1) * sizeof(int));
+        if (!seen || !seen_line) die("out of memory reading %s", origin);
+        seen[n_seen] = id;
+        seen_line[n_seen++] = line;
+        const char* err = fn(ctx, section, key, value);
+        if (err) die("%s:%d: %s", origin, line, err);
+    }
+    for (int i = 0; i < n_seen; i++) free(seen[i]);
+    free(seen);
+    free(seen_line);
+    free(copy);
+}
+
+static const char* on_recipe_line(void* ctx, const char* section, const char* name, const char* value) {
+    return section[0] ? "sections are not used: write plain 'key = value' lines" : config_set(ctx, name, value);
 }
 
 void config_load_file(Config* cfg, const char* path) {
-    ParseState st = {cfg, NULL, {0}};
-    report_parse(ini_parse(path, on_recipe_line, &st), &st, path);
+    size_t len;
+    char* text = read_recipe_file(path, &len);
+    recipe_parse(text, len, path, on_recipe_line, cfg);
+    free(text);
 }
 
 void config_load_string(Config* cfg, const char* text, const char* origin) {
-    ParseState st = {cfg, NULL, {0}};
-    report_parse(ini_parse_string(text, on_recipe_line, &st), &st, origin);
+    recipe_parse(text, strlen(text), origin, on_recipe_line, cfg);
+}
+
+char* read_recipe_file(const char* path, size_t* len) {
+    struct stat st;
+    if (stat(path, &st) != 0) die("cannot open recipe '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) die("recipe '%s' is not a regular file", path);
+    return read_text_file(path, len);
 }
 
 void config_apply_override(Config* cfg, const char* kv) {
@@ -247,7 +302,7 @@ void config_validate(const Config* cfg) {
     parse_lambda_init(cfg, &constant);
 }
 
-void config_checkpoint_path(const Config* cfg, char* path, size_t n) { snprintf(path, n, "%s/checkpoint.h5", cfg->out); }
+void config_checkpoint_path(const Config* cfg, char* path, size_t n) { path_printf(path, n, "%s/checkpoint.h5", cfg->out); }
 
 // Every key explicit, head_norm resolved: the text records what the run is, not which keys
 // were left to defaults

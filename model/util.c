@@ -59,6 +59,14 @@ void fclose_check(FILE* f, const char* path, const char* src, int line) {
     if (fclose(f) != 0) die_at(src, line, "cannot close '%s': %s", path, strerror(errno));
 }
 
+void path_printf(char* buf, size_t n, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    if (len < 0 || (size_t)len >= n) die("path too long (more than %zu bytes): %.80s...", n - 1, buf);
+}
+
 void tmp_path(char* buf, size_t n, const char* path) {
     if ((size_t)snprintf(buf, n, "%s.tmp", path) >= n) die("path too long: %s", path);
 }
@@ -115,7 +123,7 @@ void replace_folder(const char* tmp, const char* path) {
 
 int lock_folder(const char* dir, const char* what) {
     char path[4200];
-    snprintf(path, sizeof(path), "%s/.lock", dir);
+    path_printf(path, sizeof(path), "%s/.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) die("cannot open the lock '%s': %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

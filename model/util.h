@@ -28,6 +28,9 @@ void fclose_check(FILE* f, const char* path, const char* src, int line);
 // half-written file. tmp_path fills buf with the temporary name. rename_check syncs the file to
 // disk before the rename and its folder after, so the new file survives a power loss too.
 void tmp_path(char* buf, size_t n, const char* path);
+// snprintf for paths: dies when the result does not fit buf (n bytes), so a long folder name is
+// an error naming it, never a silently shortened path
+void path_printf(char* buf, size_t n, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 void rename_check(const char* from, const char* to, const char* src, int line);
 #define renameCheck(from, to) rename_check(from, to, __FILE__, __LINE__)
 void mkdir_p(const char* path);

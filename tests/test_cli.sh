@@ -26,10 +26,40 @@ recipe() {  # recipe FILE [extra lines...]: a valid tiny recipe plus extra lines
 
 recipe "$work/unknown.ini" "colour = blue"
 expect_fail "unknown key" "unknown.ini:14: unknown key 'colour'" $bin train "$work/unknown.ini"
-recipe "$work/type.ini" "n_layer = two"
-expect_fail "wrong type" "type.ini:14: key 'n_layer': 'two' is not an integer" $bin train "$work/type.ini"
-recipe "$work/choice.ini" "attention = triple"
-expect_fail "bad choice" "choice.ini:14: key 'attention': 'triple' is not one of standard, diff, diff2" $bin train "$work/choice.ini"
+recipe "$work/type.ini" "grad_accum = two"
+expect_fail "wrong type" "type.ini:14: key 'grad_accum': 'two' is not an integer" $bin train "$work/type.ini"
+recipe "$work/choice.ini"
+sed -i 's/^attention = diff$/attention = triple/' "$work/choice.ini"
+expect_fail "bad choice" "choice.ini:1: key 'attention': 'triple' is not one of standard, diff, diff2" $bin train "$work/choice.ini"
+
+# the recipe format: lines of any length, no continuation lines, no repeated keys, nothing but text
+recipe "$work/repeat.ini" "steps = 7"
+expect_fail "repeated key" "repeat.ini:14: key 'steps' repeats line 7" $bin train "$work/repeat.ini"
+recipe "$work/indented.ini" "    steps = 2"
+expect_fail "an indented line is a line, not a continuation" "indented.ini:14: key 'steps' repeats line 7" $bin train "$work/indented.ini"
+long_comment="# $(printf 'x%.0s' $(seq 1 300)) steps = 7"
+recipe "$work/long_comment.ini" "$long_comment"
+$bin train "$work/long_comment.ini" out=$work/long_comment_run > /dev/null 2>&1
+expect "a 300-character comment line stays a comment (4 steps, not 7)" grep -q "^train 4 " "$work/long_comment_run/log.tsv"
+expect "and nothing past step 4" bash -c "! grep -q '^train 5 ' '$work/long_comment_run/log.tsv'"
+long_data="$work/$(printf 'd%.0s' $(seq 1 150))/$(printf 'd%.0s' $(seq 1 150))"  # a 300-character data line
+mkdir -p "$(dirname "$long_data")"
+ln -sfn "$PWD/$work/data" "$long_data"
+long_out="$work/$(printf 'e%.0s' $(seq 1 250))/$(printf 'f%.0s' $(seq 1 250))"
+recipe "$work/long_path.ini"
+sed -i "s#^data = .*#data = $long_data#" "$work/long_path.ini"
+$bin train "$work/long_path.ini" out=$long_out > /dev/null 2>&1
+expect "a 300-character data line and a 500-character out folder train" test -f "$long_out/checkpoint.h5"
+expect "and the checkpoint, whose config holds both, samples" $bin sample "$long_out/checkpoint.h5" --tokens 3
+printf 'attention = diff\nn_layer = 1\0\n' > "$work/nul.ini"
+expect_fail "a NUL byte" "nul.ini:2: a NUL byte" $bin train "$work/nul.ini"
+mkdir -p "$work/folder.ini"
+expect_fail "a folder as recipe" "recipe '$work/folder.ini' is not a regular file" $bin train "$work/folder.ini"
+recipe "$work/garbage.ini" "just words"
+expect_fail "a line of no known shape" "garbage.ini:14: expected 'key = value'" $bin train "$work/garbage.ini"
+sed 's/^h = 4$/h = 4abc/' experiments/table6.ini > "$work/preset_int.ini"
+expect_fail "a preset integer with trailing text" "\[smoke\] needs 'h' as a positive integer, not '4abc'" \
+    $bin table6 "$work/preset_int.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
 recipe "$work/section.ini" "[model]" "n_layer = 2"
 expect_fail "section" "section.ini:15: sections are not used" $bin train "$work/section.ini"
 recipe "$work/ok.ini"

@@ -92,7 +92,7 @@ sed 's/^seq_len = 768/seq_len = 512/' "$work/needle.ini" > "$work/other_len.ini"
 expect_fail "needle: mix cut for another seq_len" "holds needle blocks of 768 tokens but the recipe trains at seq_len 512" \
     $bin needle "$work/other_len.ini" --preset smoke --task table2 --results "$work/results"
 grep -v '^copy_steps' "$work/needle.ini" > "$work/no_copy.ini"
-expect_fail "needle: copy stage unset" "\\[smoke\\] needs a positive 'copy_steps'" \
+expect_fail "needle: copy stage unset" "\\[smoke\\] needs 'copy_steps' as a positive integer" \
     $bin needle "$work/no_copy.ini" --preset smoke --task table2 --results "$work/results"
 
 # kill -9 during a copy stage, then rerun: the killed attempt is KILLED (never FINISHED), the
