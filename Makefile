@@ -4,7 +4,8 @@
 #   make bench   training speed, MFU and peak memory of the two attention variants
 #   make data    only the default corpus, tokenizer and token shards
 #   make table6 | table2 | fig5 | table3   the paper's tables and figures from models trained here
-# PORTABLE=1 builds without -march=native.
+# PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
+# AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
 PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev \
             gnuplot-nox hdf5-tools sqlite3 strace
@@ -19,9 +20,16 @@ PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto 2>/dev/null) 
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
+ifdef SANITIZE
+B := build/san
+SANITIZERS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+CFLAGS := -O1 -g $(ARCH) $(SANITIZERS)
+else
+B := build
 CFLAGS ?= -O3 $(ARCH)
+endif
 CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"'
-LDLIBS = $(PKG_LIBS) -lmvec -fopenmp
+LDLIBS = $(SANITIZERS) $(PKG_LIBS) -lmvec -fopenmp
 
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
 # experiments/, and the command line difftx.c.
@@ -33,7 +41,7 @@ EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
                experiments/table6.c experiments/needle_tasks.c experiments/attn_plot.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
-OBJS := $(patsubst %.c,build/obj/%.o,$(CORE))
+OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE))
 HEADERS := $(wildcard model/*.h model/cpu/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
 TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint
 
@@ -60,22 +68,22 @@ build/deps.stamp:
 	@touch $@
 deps: build/deps.stamp
 
-build/obj/%.o: %.c $(HEADERS) | build/deps.stamp
+$(B)/obj/%.o: %.c $(HEADERS) | build/deps.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
-build/obj/model/cpu/vecmath.o: CFLAGS += -ffast-math
+$(B)/obj/model/cpu/vecmath.o: CFLAGS += -ffast-math
 
 # these files record the commit: rebuild them whenever `git describe` changes
-COMMIT_OBJS := $(patsubst %.c,build/obj/%.o,$(shell grep -l GIT_COMMIT $(CORE)))
+COMMIT_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(shell grep -l GIT_COMMIT $(CORE)))
 build/commit.txt: FORCE | build/deps.stamp
 	@echo '$(GIT_COMMIT)' | cmp -s - $@ || echo '$(GIT_COMMIT)' > $@
 $(COMMIT_OBJS): build/commit.txt
 FORCE:
 
-build/difftx: build/obj/difftx.o $(OBJS)
+$(B)/difftx: $(B)/obj/difftx.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
-build/test_%: build/obj/tests/test_%.o $(OBJS)
+$(B)/test_%: $(B)/obj/tests/test_%.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 data/default/train.bin: build/difftx data/fetch_corpus.sh
@@ -100,8 +108,9 @@ NEEDLE_PRESET ?= default
 table2 fig5 table3: build/difftx data/default/train.bin
 	build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --task $@
 
-test: build/difftx $(addprefix build/,$(TESTS))
-	tests/run.sh $(TESTS)
+# SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
+test: $(B)/difftx $(addprefix $(B)/,$(TESTS))
+	BUILD=$(B) tests/run.sh $(TESTS)
 
 bench: build/difftx
 	tests/bench.sh

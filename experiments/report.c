@@ -74,14 +74,19 @@ void gnuplot_number(GnuplotVars* v, const char* name, double value) {
     append(v, name, text);
 }
 
-// plots/<script> beside the program: <folder of the executable>/../plots/<script>
+// plots/<script> of the source tree the program was built in: <folder of the executable>/../plots
+// (build/difftx) or ../../plots (build/san/difftx)
 static void script_path(char* out, size_t n, const char* script) {
     char exe[4096];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (len <= 0) die("cannot find this program's folder (/proc/self/exe) to locate plots/%s", script);
     exe[len] = 0;
-    if ((size_t)snprintf(out, n, "%s/../plots/%s", dirname(exe), script) >= n) die("path too long for plots/%s", script);
-    if (access(out, R_OK) != 0) die("gnuplot script '%s' is missing (plots/ belongs beside the program's folder)", out);
+    const char* dir = dirname(exe);
+    for (int up = 1; up <= 2; up++) {
+        path_printf(out, n, "%s/%s/plots/%s", dir, up == 1 ? ".." : "../..", script);
+        if (access(out, R_OK) == 0) return;
+    }
+    die("gnuplot script plots/%s is missing beside the program's folder '%s'", script, dir);
 }
 
 void gnuplot(const char* script, const GnuplotVars* v) {

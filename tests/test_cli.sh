@@ -3,7 +3,7 @@
 # the file, line or key, and leave nothing half-written.
 set -u
 cd "$(dirname "$0")/.."
-bin=build/difftx
+bin=${BUILD:-build}/difftx
 work=build/test_cli
 rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh

@@ -5,7 +5,7 @@
 # rerun that trains nothing. A tiny corpus holding the needles' words is made here.
 set -u
 cd "$(dirname "$0")/.."
-bin=build/difftx
+bin=${BUILD:-build}/difftx
 work=build/test_needle_sh
 rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh

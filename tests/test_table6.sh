@@ -4,7 +4,7 @@
 # a finished table trains nothing. Needs the prepared tiny corpus of test_cli.sh's kind, made here.
 set -u
 cd "$(dirname "$0")/.."
-bin=build/difftx
+bin=${BUILD:-build}/difftx
 work=build/test_table6
 rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh
