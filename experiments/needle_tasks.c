@@ -533,12 +533,8 @@ int needle_main(const NeedleOptions* opt) {
     ensure_data(&rows[0].cfg, preset, opt->recipe);
     mkdir_p(opt->plots);
     Registry reg;
-    // one process per experiment and preset: a second would train the same rows again
-    char lock_dir[4200];
-    path_printf(lock_dir, sizeof(lock_dir), "%s/needle/%s", opt->results, opt->preset);
-    mkdir_p(lock_dir);
-    int lock = lock_folder(lock_dir, "needle results folder");
-    int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe);
+    int lock;
+    int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe, &lock);
     DataDir data;
     data_open(&data, rows[0].cfg.data, DATA_VAL);
     const Tokenizer* tok = &data.tok;

@@ -92,9 +92,13 @@ void recipe_require_switches(const Section* row, const Config* cfg, const char* 
     }
 }
 
-int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path) {
-    char path[4200];
-    mkdir_p(results);
+int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path,
+                          int* lock) {
+    char path[4200], what[128];
+    path_printf(path, sizeof(path), "%s/%s/%s", results, name, preset);
+    mkdir_p(path);
+    snprintf(what, sizeof(what), "%s results folder", name);
+    *lock = lock_folder(path, what);
     path_printf(path, sizeof(path), "%s/registry.sqlite", results);
     registry_open(reg, path);
     int reaped = registry_reap(reg);

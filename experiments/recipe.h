@@ -44,8 +44,11 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
 // runner's shape keys (NULL-terminated). cfg is the row's resolved config. Dies naming the row.
 void recipe_require_switches(const Section* row, const Config* cfg, const char* const* shape_keys, const char* path);
 
-// Opens results/registry.sqlite (creating results/), marks interrupted attempts KILLED and
-// returns the id of experiment `name` for this preset and recipe file
-int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path);
+// Takes results/<name>/<preset> for this process (*lock: release with unlock_folder; a second
+// process would train the same rows again, so it stops naming the first), opens
+// results/registry.sqlite, marks interrupted attempts KILLED and returns the id of experiment
+// `name` for this preset and recipe file
+int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path,
+                          int* lock);
 
 #endif

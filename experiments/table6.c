@@ -215,12 +215,8 @@ int table6_main(const Table6Options* opt) {
 
     mkdir_p(opt->plots);
     Registry reg;
-    // one process per experiment and preset: a second would train the same rows again
-    char lock_dir[4200];
-    path_printf(lock_dir, sizeof(lock_dir), "%s/table6/%s", opt->results, opt->preset);
-    mkdir_p(lock_dir);
-    int lock = lock_folder(lock_dir, "Table 6 results folder");
-    int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe);
+    int lock;
+    int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe, &lock);
 
     double t_start = wall_time();
     for (int s = 0; s < opt->seeds; s++) {

@@ -80,7 +80,7 @@ lock_table() { exec $bin table6 "$work/table6.ini" --preset smoke --results "$wo
 lock_table > "$work/first.log" 2>&1 &
 first=$!
 for _ in $(seq 1 200); do [ -s "$work/results_lock/table6/smoke/.lock" ] && break; sleep 0.05; done
-expect_fail "second table6 on one results folder" "Table 6 results folder '$work/results_lock/table6/smoke' is in use by another difftx process \(pid $first\)" \
+expect_fail "second table6 on one results folder" "table6 results folder '$work/results_lock/table6/smoke' is in use by another difftx process \(pid $first\)" \
     bash -c "$(declare -f lock_table); bin=$bin work=$work; lock_table"
 wait $first
 expect "the first finishes every row once" test "$(sqlite3 "$work/results_lock/registry.sqlite" "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = 8
