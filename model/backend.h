@@ -132,7 +132,5 @@ typedef struct {
 // The backends this program was built with; the first is the default
 int backend_count(void);
 const Backend* backend_at(int i);
-// The backend called name, or dies naming the built ones
-const Backend* backend_named(const char* name);
 
 #endif
