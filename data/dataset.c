@@ -155,7 +155,7 @@ void shard_free(Shard* s) { free(s->tokens); }
 
 void data_open(DataDir* d, const char* dir, int parts) {
     memset(d, 0, sizeof(*d));
-    if ((size_t)snprintf(d->dir, sizeof(d->dir), "%s", dir) >= sizeof(d->dir)) die("key 'data': path too long: %s", dir);
+    path_printf(d->dir, sizeof(d->dir), "%s", dir);
     d->parts = parts;
     char path[4200];
     path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);

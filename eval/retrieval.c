@@ -94,8 +94,8 @@ void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float*
         return;
     }
     const float* a1 = a0 + (size_t)maps->rows * maps->T;
-    float lam = maps->lambda[row], norm = normalise ? 1.0f / (1.0f - lam) : 1.0f;
-    for (int j = 0; j < maps->T; j++) out[j] = normalise ? (a0[j] - lam * a1[j]) * norm : a0[j] - lam * a1[j];
+    float lam = maps->lambda[row], norm = normalise ? 1.0f / (1.0f - lam) : 1.0f;  // x * 1.0f is x exactly
+    for (int j = 0; j < maps->T; j++) out[j] = (a0[j] - lam * a1[j]) * norm;
 }
 
 Allocation episode_allocation(Model* m, const Episode* e, int all_rows, MapsCallback maps_cb, void* ctx) {

@@ -84,7 +84,8 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     // everything is read: only now the temporary folder
     snprintf(temp_dir, sizeof(temp_dir), "/tmp/difftx_attn_XXXXXX");
     if (!mkdtemp(temp_dir)) die("cannot create a temporary folder for the plot data");
-    atexit(remove_temp_dir);
+    static int cleanup_registered;
+    if (!cleanup_registered++) atexit(remove_temp_dir);
     char files[3 * 128] = "", decor[128];
     for (int p = 0; p < panels; p++) {
         char data[128];

@@ -21,6 +21,8 @@ typedef struct {
 } Key;
 
 #define K(name, type) {#name, type, offsetof(Config, name), {0}}
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
 static const Key KEYS[] = {
     {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}},  // a name of ATTN_VARIANTS
     K(n_layer, KEY_INT), K(d_model, KEY_INT), K(n_head, KEY_INT), K(head_dim, KEY_INT),
@@ -67,6 +69,12 @@ void config_defaults(Config* cfg) {
     cfg->log_every = 10;
 }
 
+// Choice i of a choice key (the attention variants for `attention`), NULL past the last
+static const char* choice_name(const Key* key, int i) {
+    if (key->type == KEY_ATTENTION) return i < ATTN_VARIANT_COUNT ? ATTN_VARIANTS[i].name : NULL;
+    return i < 4 ? key->choices[i] : NULL;
+}
+
 const char* config_set(Config* cfg, const char* name, const char* value) {
     static char msg[512];
     const Key* key = NULL;
@@ -101,28 +109,16 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
         strcpy(field, value);
         return NULL;
     case KEY_CHOICE:
-        for (int i = 0; key->choices[i]; i++) {
-            if (strcmp(key->choices[i], value) == 0) { *(int*)field = i; return NULL; }
-        }
-        break;
     case KEY_ATTENTION:
-        for (int i = 0; i < ATTN_VARIANT_COUNT; i++) {
-            if (strcmp(ATTN_VARIANTS[i].name, value) == 0) { *(int*)field = i; return NULL; }
+        for (int i = 0; choice_name(key, i); i++) {
+            if (strcmp(choice_name(key, i), value) == 0) { *(int*)field = i; return NULL; }
         }
-        break;
-    }
-    static const char* expected[] = {"an integer", "a finite number", "true or false", "a string under 256 bytes"};
-    if (key->type == KEY_CHOICE || key->type == KEY_ATTENTION) {
         int n = snprintf(msg, sizeof(msg), "key '%s': '%s' is not one of", name, value);
-        int count = key->type == KEY_ATTENTION ? ATTN_VARIANT_COUNT : 0;
-        while (key->type == KEY_CHOICE && key->choices[count]) count++;
-        for (int i = 0; i < count; i++) {
-            const char* choice = key->type == KEY_ATTENTION ? ATTN_VARIANTS[i].name : key->choices[i];
-            n += snprintf(msg + n, sizeof(msg) - n, "%s %s", i ? "," : "", choice);
-        }
-    } else {
-        snprintf(msg, sizeof(msg), "key '%s': '%s' is not %s", name, value, expected[key->type]);
+        for (int i = 0; choice_name(key, i); i++) n += snprintf(msg + n, sizeof(msg) - n, "%s %s", i ? "," : "", choice_name(key, i));
+        return msg;
     }
+    static const char* expected[] = {"an integer", "a finite number", "true or false", "a string under " STRINGIFY(CONFIG_STR) " bytes"};
+    snprintf(msg, sizeof(msg), "key '%s': '%.100s' is not %s", name, value, expected[key->type]);
     return msg;
 }
 
@@ -321,8 +317,8 @@ char* config_to_text(const Config* cfg) {
         case KEY_FLOAT: snprintf(value, sizeof(value), "%.9g", *(const float*)field); break;
         case KEY_BOOL: snprintf(value, sizeof(value), "%s", *(const int*)field ? "true" : "false"); break;
         case KEY_STRING: snprintf(value, sizeof(value), "%s", field); break;
-        case KEY_CHOICE: snprintf(value, sizeof(value), "%s", k->choices[*(const int*)field]); break;
-        case KEY_ATTENTION: snprintf(value, sizeof(value), "%s", config_attention_name(cfg)); break;
+        case KEY_CHOICE:
+        case KEY_ATTENTION: snprintf(value, sizeof(value), "%s", choice_name(k, *(const int*)field)); break;
         }
         len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", k->name, value);
     }
