@@ -3,7 +3,7 @@
 #   make test    build and run every test (prints "N passed, M failed")
 #   make bench   training speed, MFU and peak memory of the two attention variants
 #   make data    only the default corpus, tokenizer and token shards
-#   make table6 | table2 | fig5 | table3   the paper's tables and figures from models trained here
+#   make table6 | table2 | fig5 | table3 | table5 | fig8   the paper's tables and figures from models trained here
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
@@ -37,15 +37,15 @@ BACKENDS := model/cpu/backend_cpu.c model/cpu/layers.c model/cpu/attention.c mod
 MODEL := model/util.c model/h5.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
          model/checkpoint.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/needle.c
-EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c
+EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
-               experiments/table6.c experiments/needle_tasks.c experiments/attn_plot.c
+               experiments/table6.c experiments/table5.c experiments/needle_tasks.c experiments/attn_plot.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE))
 HEADERS := $(wildcard model/*.h model/cpu/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
-TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint
+TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers
 
-.PHONY: all deps data train test bench table6 table2 fig5 table3 clean FORCE
+.PHONY: all deps data train test bench table6 table2 fig5 table3 fig8 table5 clean FORCE
 .SECONDARY:
 all: build/difftx
 
@@ -103,10 +103,16 @@ table6: build/difftx data/default/train.bin
 	build/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
-# NEEDLE_PRESET=smoke|default. The first of them trains both models (about 110 minutes).
+# attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|default. The first of them
+# trains both models (about 90 minutes).
 NEEDLE_PRESET ?= default
-table2 fig5 table3: build/difftx data/default/train.bin
+table2 fig5 table3 fig8: build/difftx data/default/train.bin
 	build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --task $@
+
+# Activation outliers (Table 5) of Table 6's transformer and diff rows (PRESET) and the needle
+# models (NEEDLE_PRESET), each trained first if it is not yet
+table5: build/difftx data/default/train.bin
+	build/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET)
 
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
 test: $(B)/difftx $(addprefix $(B)/,$(TESTS))

@@ -12,6 +12,7 @@
 #include "data/tokenizer.h"
 #include "experiments/attn_plot.h"
 #include "experiments/needle_tasks.h"
+#include "experiments/table5.h"
 #include "experiments/table6.h"
 #include "experiments/train.h"
 #include "model/checkpoint.h"
@@ -251,9 +252,28 @@ static int cmd_needle(int argc, char** argv) {
         else die("%s", USAGE);
     }
     if (optind >= argc) die("needle needs a RECIPE\n%s", USAGE);
-    if (!opt.task) die("needle needs --task table2, fig5 or table3\n%s", USAGE);
+    if (!opt.task) die("needle needs --task table2, fig5, table3 or fig8\n%s", USAGE);
     opt.recipe = argv[optind];
     return needle_main(&opt);
+}
+
+static int cmd_table5(int argc, char** argv) {
+    Table5Options opt = {NULL, "small", NULL, "default", "results", "plots"};
+    static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"needle", required_argument, 0, 'n'},
+                                   {"needle-preset", required_argument, 0, 'q'}, {"results", required_argument, 0, 'r'},
+                                   {"plots", required_argument, 0, 'g'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'p') opt.preset = optarg;
+        else if (c == 'n') opt.needle_recipe = optarg;
+        else if (c == 'q') opt.needle_preset = optarg;
+        else if (c == 'r') opt.results = optarg;
+        else if (c == 'g') opt.plots = optarg;
+        else die("%s", USAGE);
+    }
+    if (optind >= argc || !opt.needle_recipe) die("table5 needs a Table 6 RECIPE and --needle RECIPE\n%s", USAGE);
+    opt.table6_recipe = argv[optind];
+    return table5_main(&opt);
 }
 
 static int cmd_attn(int argc, char** argv) {
@@ -298,8 +318,10 @@ static const Command COMMANDS[] = {
      "speed and peak memory on random tokens"},
     {"table6", cmd_table6, "RECIPE [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "the paper's Table 6 ablations (make table6)"},
-    {"needle", cmd_needle, "RECIPE --task table2|fig5|table3 [--preset P] [--results DIR] [--plots DIR]",
-     "multi-needle retrieval and attention allocation"},
+    {"needle", cmd_needle, "RECIPE --task table2|fig5|table3|fig8 [--preset P] [--results DIR] [--plots DIR]",
+     "multi-needle retrieval, attention allocation and attention-logit quantization"},
+    {"table5", cmd_table5, "TABLE6_RECIPE --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
+     "activation outliers of trained standard and DIFF models"},
     {"attn", cmd_attn, "FILE --sample S --layer L --head H [--out PNG]",
      "heatmap of saved attention maps, without the model"},
 };

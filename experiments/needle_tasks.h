@@ -4,6 +4,9 @@
 //   fig5    N = 8, R = 1 across the preset's context lengths, a depth x length heatmap per row
 //   table3  attention allocation of the question to the answer needle and to the noise on
 //           Table 2's episodes, Figure 1's breakdown, attention maps saved to HDF5
+//   fig8    attention logits quantized to 16 (none), 8, 6 and 4 bits: validation loss,
+//           next-token accuracy and retrieval at (N, R) = (1, 1) and (4, 2), per tensor and
+//           per row (docs/outliers.md)
 #ifndef NEEDLE_TASKS_H
 #define NEEDLE_TASKS_H
 
@@ -19,6 +22,9 @@ typedef struct {
 } NeedleOptions;
 
 int needle_main(const NeedleOptions* opt);
+// Every row's needle-stage model (at most max_rows), both stages trained first where the
+// registry does not hold them as FINISHED, as the tasks train them. Returns the row count.
+int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows);
 
 // The recipe keys of a needle recipe that are not training keys (recipe_load's extra_key)
 int needle_extra_key(int is_row, const char* key);

@@ -44,6 +44,14 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
 // runner's shape keys (NULL-terminated). cfg is the row's resolved config. Dies naming the row.
 void recipe_require_switches(const Section* row, const Config* cfg, const char* const* shape_keys, const char* path);
 
+// A trained row of a recipe, as another study (Table 5, Figure 8) takes it
+typedef struct {
+    char name[64];
+    Config cfg;
+    char checkpoint[CONFIG_STR + 16];
+    int64_t run;  // the registry's FINISHED run
+} TrainedRow;
+
 // Takes results/<name>/<preset> for this process (*lock: release with unlock_folder; a second
 // process would train the same rows again, so it stops naming the first), opens
 // results/registry.sqlite, marks interrupted attempts KILLED and returns the id of experiment

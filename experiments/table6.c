@@ -21,7 +21,9 @@ static int is_row_key(const char* k) {
     return !strcmp(k, "label") || !strcmp(k, "heads") || !strcmp(k, "width") || !strcmp(k, "paper") ||
            !strcmp(k, "match_params");
 }
-static int is_preset_key(const char* k) { return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows"); }
+static int is_preset_key(const char* k) {
+    return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
+}
 int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
 
 static const char* const ROW_SHAPE_KEYS[] = {"heads", "width", NULL};
@@ -108,6 +110,51 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     model_free(&model);
     registry_close(&reg);
     exit(0);
+}
+
+// The FINISHED run of (row, cfg): trained now in a worker process when there is none.
+// Returns 0 when the worker failed or was killed (the registry says which).
+static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
+                         int eval_windows) {
+    int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg);
+    if (run) return run;
+    printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) die("fork failed");
+    if (pid == 0) run_row(opt, experiment, row, cfg, eval_windows);
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        RunStatus end = WIFSIGNALED(status) ? RUN_KILLED : RUN_FAILED;
+        registry_end_pid(reg, pid, end);
+        fprintf(stderr, "row %s seed %d: %s\n", row, cfg->seed, run_status_name(end));
+        return 0;
+    }
+    return registry_finished_run(reg, experiment, row, cfg->seed, cfg);
+}
+
+void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, TrainedRow* out) {
+    Recipe* r = recipe_load(opt->recipe, table6_extra_key);
+    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
+    int eval_windows = section_int(preset, "eval_windows", opt->recipe);
+    Registry reg;
+    int lock;
+    int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe, &lock);
+    for (int k = 0; k < n; k++) {
+        int i = 0;
+        while (i < r->n_rows && strcmp(r->rows[i].name, names[k])) i++;
+        if (i == r->n_rows) die("%s: no [row %s]", opt->recipe, names[k]);
+        TrainedRow* t = &out[k];
+        snprintf(t->name, sizeof(t->name), "%s", names[k]);
+        t->cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
+        t->run = train_row(opt, &reg, experiment, names[k], &t->cfg, eval_windows);
+        if (!t->run) die("%s: row %s (preset %s) did not train", opt->recipe, names[k], opt->preset);
+        config_checkpoint_path(&t->cfg, t->checkpoint, sizeof(t->checkpoint));
+    }
+    registry_close(&reg);
+    unlock_folder(lock);
+    free(r);
 }
 
 // ---- aggregation ----
@@ -222,19 +269,8 @@ int table6_main(const Table6Options* opt) {
     for (int s = 0; s < opt->seeds; s++) {
         for (int i = 0; i < r->n_rows; i++) {
             Config cfg = row_config(r, preset, &r->rows[i], s, opt->recipe, opt->results);
-            if (registry_finished_run(&reg, experiment, r->rows[i].name, cfg.seed, &cfg)) continue;
-            printf("== %s, seed %d (%s)\n", r->rows[i].name, cfg.seed, cfg.out);
-            fflush(stdout);
-            pid_t pid = fork();
-            if (pid < 0) die("fork failed");
-            if (pid == 0) run_row(opt, experiment, r->rows[i].name, &cfg, eval_windows);
-            int status;
-            waitpid(pid, &status, 0);
-            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                RunStatus end = WIFSIGNALED(status) ? RUN_KILLED : RUN_FAILED;
-                registry_end_pid(&reg, pid, end);
-                fprintf(stderr, "row %s seed %d: %s; the table goes on without it\n", r->rows[i].name, cfg.seed,
-                        run_status_name(end));
+            if (!train_row(opt, &reg, experiment, r->rows[i].name, &cfg, eval_windows)) {
+                fprintf(stderr, "row %s seed %d: the table goes on without it\n", r->rows[i].name, cfg.seed);
             }
         }
     }

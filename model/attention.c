@@ -1,5 +1,7 @@
 #include "attention.h"
 
+#include <math.h>
+
 const AttnVariant ATTN_VARIANTS[ATTN_VARIANT_COUNT] = {
     [ATTN_STANDARD] = {"standard", 1, 0, LAMBDA_NONE, 0, 0},
     [ATTN_DIFF] = {"diff", 2, 0, LAMBDA_PER_LAYER, 1, 1},
@@ -7,7 +9,7 @@ const AttnVariant ATTN_VARIANTS[ATTN_VARIANT_COUNT] = {
 };
 
 AttnShape attention_shape(const AttnVariant* v, int H, int D) {
-    AttnShape s = {0, 0, H, D, v->maps, v->shared_kv, v->lambda == LAMBDA_PER_TOKEN, 0};
+    AttnShape s = {0, 0, H, D, v->maps, v->shared_kv, v->lambda == LAMBDA_PER_TOKEN, 0, {0, QUANT_PER_TENSOR}};
     return s;
 }
 
@@ -21,4 +23,12 @@ int attention_lambda_offset(const AttnShape* s) {
 
 int attention_qkv_width(const AttnShape* s) {
     return (s->M * s->H + attention_key_heads(s)) * s->D + s->H * attention_value_width(s) + (s->token_lambda ? s->H : 0);
+}
+
+int logit_quant_levels(int bits) { return bits <= 0 || bits >= LOGIT_QUANT_UNQUANTIZED ? 0 : (1 << (bits - 1)) - 1; }
+
+float absmax_quantize(float x, float s, int Q) {
+    if (s == 0.0f) return x;
+    float level = rintf(x / s);
+    return s * fminf(fmaxf(level, (float)-Q), (float)Q);
 }

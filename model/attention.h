@@ -34,6 +34,26 @@ typedef struct {
 
 extern const AttnVariant ATTN_VARIANTS[ATTN_VARIANT_COUNT];
 
+// Dynamic absmax quantization of the attention logits S (the paper's Figure 8), applied
+// before each softmax on every forward (and on the backward's recomputation): for b bits,
+// Q = 2^(b-1) - 1, s = max|S| / Q over the scope's causal entries, recomputed every call,
+// and S_hat = s * clamp(round(S / s), -Q, Q), rounding half to even as torch.round does.
+// Each map of a head is its own tensor, so DIFF's two maps are quantized separately.
+//   QUANT_PER_TENSOR  one scale per (sequence, head, map) over the call's query rows
+//   QUANT_PER_ROW     one scale per query row
+// bits = 0 (or 16, the paper's unquantized setting) leaves the logits as they are.
+typedef enum { QUANT_PER_TENSOR, QUANT_PER_ROW } QuantScope;
+typedef struct {
+    int bits;
+    QuantScope scope;
+} LogitQuant;
+
+#define LOGIT_QUANT_UNQUANTIZED 16
+// Q of b bits (2..15), 0 when b means unquantized
+int logit_quant_levels(int bits);
+// s * clamp(round(x / s), -Q, Q); x itself when s = 0 (an all-zero tensor)
+float absmax_quantize(float x, float s, int Q);
+
 // Shape of one attention call. lambda_init is not needed: it only enters through lambda.
 typedef struct {
     int B, T, H, D;
@@ -42,6 +62,7 @@ typedef struct {
     int token_lambda;  // lambda columns in qkv (LAMBDA_PER_TOKEN)
     int q0;         // first query row: rows q0..T-1 attend to keys 0..row (decoding on a
                     // cache of T - q0 new rows after q0 cached ones); 0 in training
+    LogitQuant quant;  // of the logits before the softmax; bits 0: none
 } AttnShape;
 
 // The shape of a variant's attention for H heads of width D (B, T, q0 zero)

@@ -18,7 +18,8 @@
 
 // ---- activation hook ----
 // A caller reads and may overwrite named activations of a forward pass in place:
-//   ACT_ATTN_LOGITS   scale * q k^T of one map before its softmax, in blocks of query rows:
+//   ACT_ATTN_LOGITS   scale * q k^T of one map as its softmax gets it (quantized when the
+//                     shape's quant asks), in blocks of query rows:
 //                     rows row0..row0+rows-1 of sequence b, head, map; row r sees keys
 //                     0..row0+r (entries past that are not used), `ld` floats apart.
 //                     Called from the attention kernel's threads, concurrently for distinct

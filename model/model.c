@@ -374,6 +374,14 @@ void model_zero_grad(Model* m) { m->be->zero(m->grads_memory, m->n_params * size
 
 void model_set_hook(Model* m, const ActivationHook* hook) { m->hook = hook; }
 
+void model_set_logit_quant(Model* m, LogitQuant quant) {
+    if (quant.bits < 0 || quant.bits == 1 || quant.bits > LOGIT_QUANT_UNQUANTIZED) {
+        die("logit quantization to %d bits: expected 2..%d, or 0 for none", quant.bits, LOGIT_QUANT_UNQUANTIZED);
+    }
+    if (quant.scope != QUANT_PER_TENSOR && quant.scope != QUANT_PER_ROW) die("logit quantization: unknown scope %d", (int)quant.scope);
+    m->shape.quant = quant;
+}
+
 double model_loss(const Model* m) { return m->loss; }
 
 void model_logits(const Model* m, int n, float* logits) {

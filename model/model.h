@@ -133,6 +133,10 @@ void model_zero_grad(Model* model);
 // Every later forward (and the backward's recomputation) shows its activations to hook;
 // NULL removes it. The hook must outlive its use.
 void model_set_hook(Model* model, const ActivationHook* hook);
+// Every later forward, decoding step, attention map and backward quantizes the attention
+// logits as quant says (model/attention.h); bits 0 or 16 turns it off. Dies on other widths
+// outside 2..15.
+void model_set_logit_quant(Model* model, LogitQuant quant);
 
 // ---- reading the model ----
 // The shape fields (V, L, C, H, D, M, Dv, F) and cfg may be read directly; buffers only here.

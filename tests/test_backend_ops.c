@@ -304,6 +304,7 @@ static void test_crossentropy(int N, int V) {
 // P (B, H, M, T, T), and the gradient of sum(dy * y) w.r.t. qkv and the layer's lambda.
 typedef struct {
     double *y, *lse, *P, *dqkv, dlambda;
+    double* S;  // (B, H, M, T, T) the logits each softmax gets, quantized where asked
 } AttnRef;
 
 static AttnRef attention_reference(const float* qkv, float lambda, const AttnShape* s, const float* dy) {
@@ -311,8 +312,9 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
     int Dv = attention_value_width(s), QKV = attention_qkv_width(s), lam = attention_lambda_offset(s);
     int QK = M * H * D, KW = attention_key_heads(s) * D;
     double scale = 1.0 / sqrt((double)D);
+    int Q = (s->quant.bits > 1 && s->quant.bits < 16) ? (1 << (s->quant.bits - 1)) - 1 : 0;  // levels, 0: none
     AttnRef r = {dzeros((size_t)B * rows * H * Dv), dzeros((size_t)B * H * M * T), dzeros((size_t)B * H * M * T * T),
-                 dzeros((size_t)B * T * QKV), 0};
+                 dzeros((size_t)B * T * QKV), 0, dzeros((size_t)B * H * M * T * T)};
     double* dPc = dzeros((size_t)T * T);
     for (int b = 0; b < B; b++) {
         const float* base = qkv + (size_t)b * T * QKV;
@@ -321,15 +323,27 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
             double* P = r.P + (((size_t)b * H + h) * M) * T * T;  // (M, T, T)
             for (int m = 0; m < M; m++) {
                 int q_col = (h * M + m) * D, k_col = QK + (s->shared_kv ? h : h * M + m) * D;
+                double tensor_max = 0;  // over the call's query rows q0..T-1
                 for (int i = 0; i < T; i++) {
-                    double mx = -INFINITY, z = 0;
                     double* Pr = P + ((size_t)m * T + i) * T;
                     for (int j = 0; j <= i; j++) {
                         double dot = 0;
                         for (int c = 0; c < D; c++) dot += (double)base[(size_t)i * QKV + q_col + c] * base[(size_t)j * QKV + k_col + c];
                         Pr[j] = dot * scale;
-                        mx = fmax(mx, Pr[j]);
+                        if (i >= q0) tensor_max = fmax(tensor_max, fabs(Pr[j]));
                     }
+                }
+                for (int i = 0; i < T; i++) {
+                    double mx = -INFINITY, z = 0;
+                    double* Pr = P + ((size_t)m * T + i) * T;
+                    if (Q) {  // S_hat = s clamp(round(S / s), -Q, Q), s = max|S| / Q
+                        double row_max = 0;
+                        for (int j = 0; j <= i; j++) row_max = fmax(row_max, fabs(Pr[j]));
+                        double step = (s->quant.scope == QUANT_PER_ROW ? row_max : tensor_max) / Q;
+                        for (int j = 0; j <= i; j++) Pr[j] = step * fmin(fmax(nearbyint(Pr[j] / step), -Q), Q);
+                    }
+                    memcpy(r.S + ((((size_t)b * H + h) * M + m) * T + i) * T, Pr, (i + 1) * sizeof(double));
+                    for (int j = 0; j <= i; j++) mx = fmax(mx, Pr[j]);
                     for (int j = 0; j <= i; j++) z += exp(Pr[j] - mx);
                     for (int j = 0; j <= i; j++) Pr[j] = exp(Pr[j] - mx) / z;
                     r.lse[(((size_t)b * H + h) * M + m) * T + i] = mx + log(z);
@@ -381,14 +395,32 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
     return r;
 }
 
-static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0) {
+// Copies the logit blocks a hook is shown into S (B, H, M, T, T); blocks of distinct (b, h)
+// arrive concurrently and never overlap
+typedef struct {
+    int B, T, H, M;
+    float* S;
+} LogitCapture;
+
+static void capture_logits(void* ctx, const Activation* a) {
+    LogitCapture* c = ctx;
+    if (a->kind != ACT_ATTN_LOGITS) return;
+    for (int r = 0; r < a->rows; r++) {
+        float* dst = c->S + ((((size_t)a->b * c->H + a->head) * c->M + a->map) * c->T + a->row0 + r) * c->T;
+        memcpy(dst, a->data + (size_t)r * a->ld, (a->row0 + r + 1) * sizeof(float));
+    }
+}
+
+static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0, LogitQuant quant) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
     AttnShape s = attention_shape(v, H, D);
     s.B = B;
     s.T = T;
     s.q0 = q0;
-    char what[96];
-    snprintf(what, sizeof(what), "%s B=%d T=%d H=%d D=%d q0=%d", v->name, B, T, H, D, q0);
+    s.quant = quant;
+    char what[128];
+    snprintf(what, sizeof(what), "%s B=%d T=%d H=%d D=%d q0=%d logits %d bits%s", v->name, B, T, H, D, q0, quant.bits,
+             quant.bits ? (quant.scope == QUANT_PER_ROW ? " per row" : " per tensor") : "");
     int QKV = attention_qkv_width(&s), Dv = attention_value_width(&s), lam = attention_lambda_offset(&s), M = s.M, rows = T - q0;
     size_t n_qkv = (size_t)B * T * QKV, n_y = (size_t)B * rows * H * Dv;
     float* qkv = random_host(n_qkv, 1.5f);
@@ -401,6 +433,24 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
     be->attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, NO_HOOK);
     float* dy = q0 == 0 ? random_host(n_y, 1) : NULL;
     AttnRef ref = attention_reference(qkv, lambda, &s, dy);
+    // what a hook is shown is what the softmax gets
+    LogitCapture cap = {B, T, H, M, callocCheck((size_t)B * H * M * T * T, sizeof(float))};
+    ActivationHook capture = {capture_logits, &cap};
+    HookSite site = {&capture, 0};
+    be->attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, site);
+    double worst = 0;
+    for (int b = 0; b < B; b++) {
+        for (int hm = 0; hm < H * M; hm++) {
+            for (int i = q0; i < T; i++) {
+                for (int j = 0; j <= i; j++) {
+                    size_t at = (((size_t)b * H * M + hm) * T + i) * T + j;
+                    worst = fmax(worst, fabs(cap.S[at] - ref.S[at]) / (ATOL + RTOL * fabs(ref.S[at])));
+                }
+            }
+        }
+    }
+    CHECK(worst <= 1, "%s attention logits shown to the hook [%s]: worst error %.3g x tolerance", be->name, what, worst);
+    free(cap.S);
     float *got_y = from_backend(d_y, n_y), *got_lse = from_backend(d_lse, (size_t)B * H * M * T);
     expect_close("attention_forward y", what, got_y, ref.y, n_y, RTOL, ATOL);
     if (q0 == 0) {
@@ -429,7 +479,7 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
                     memcpy(want + ((size_t)m * rows + r) * T, ref.P + (((size_t)h * M + m) * T + q0 + r) * T, T * sizeof(double));
                 }
             }
-            char head[128];
+            char head[192];
             snprintf(head, sizeof(head), "%s head %d", what, h);
             expect_close("attention_maps", head, got, want, (size_t)M * rows * T, RTOL, ATOL);
             free(got);
@@ -437,7 +487,7 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
         }
         be->release(d_P);
     }
-    free(qkv); free(dy); free(got_y); free(got_lse); free(ref.y); free(ref.lse); free(ref.P); free(ref.dqkv);
+    free(qkv); free(dy); free(got_y); free(got_lse); free(ref.y); free(ref.lse); free(ref.P); free(ref.dqkv); free(ref.S);
     be->release(d_qkv); be->release(d_lambda); be->release(d_y); be->release(d_lse);
 }
 
@@ -547,14 +597,20 @@ int main(void) {
         test_embedding(40, 6, 16);
         test_crossentropy(1, 2);
         test_crossentropy(13, 300);
+        const LogitQuant none = {0, QUANT_PER_TENSOR}, tensor4 = {4, QUANT_PER_TENSOR}, row6 = {6, QUANT_PER_ROW};
         for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
-            test_attention(k, 2, 1, 2, 4, 0);   // one row
-            test_attention(k, 2, 5, 2, 4, 0);   // a partial block
-            test_attention(k, 2, 64, 1, 8, 0);  // exactly one block
-            test_attention(k, 1, 70, 2, 4, 0);  // a block and a partial one
-            test_attention(k, 1, 130, 1, 4, 0); // two blocks and a partial one
-            test_attention(k, 1, 80, 2, 8, 30); // decoding: 50 new rows after 30 cached ones
-            test_attention(k, 1, 71, 2, 4, 70); // decoding one token
+            test_attention(k, 2, 1, 2, 4, 0, none);   // one row
+            test_attention(k, 2, 5, 2, 4, 0, none);   // a partial block
+            test_attention(k, 2, 64, 1, 8, 0, none);  // exactly one block
+            test_attention(k, 1, 70, 2, 4, 0, none);  // a block and a partial one
+            test_attention(k, 1, 130, 1, 4, 0, none); // two blocks and a partial one
+            test_attention(k, 1, 80, 2, 8, 30, none); // decoding: 50 new rows after 30 cached ones
+            test_attention(k, 1, 71, 2, 4, 70, none); // decoding one token
+            // quantized logits: the per-tensor scale spans blocks, the backward recomputes them
+            test_attention(k, 2, 130, 2, 4, 0, tensor4);
+            test_attention(k, 1, 80, 2, 8, 30, tensor4);
+            test_attention(k, 2, 70, 1, 4, 0, row6);
+            test_attention(k, 1, 80, 2, 8, 30, row6);
         }
         test_lambda(4);
         test_lambda(32);

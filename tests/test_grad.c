@@ -159,7 +159,7 @@ static double attn_loss(void* p) {
 // M = 1 standard, M = 2 DIFF, M = 2 with shared_kv DIFF V2 (its per-token lambda columns are
 // part of qkv and so are checked with the rest of d_qkv)
 static void test_attention(int M, int shared_kv, int T) {
-    AttnShape shape = {2, T, 2, 4, M, shared_kv, shared_kv, 0};
+    AttnShape shape = {2, T, 2, 4, M, shared_kv, shared_kv, 0, {0, QUANT_PER_TENSOR}};
     int QKV = attention_qkv_width(&shape), Dv = shared_kv ? 4 : M * 4, lam = attention_lambda_offset(&shape);
     size_t N = (size_t)shape.B * T, ny = N * shape.H * Dv;
     AttnCase c = {random_array(N * QKV, 1), random_array(ny, 1), random_array(N * shape.H * M, 1), random_array(ny, 1), 0.6f, shape, ny};

@@ -68,6 +68,39 @@ a1=$(entry A1 200,3 1,1) a2=$(entry A2 200,3 1,1) map=$(entry map 200,3 1,1) lam
 expect "stored map is A1 - lambda A2 ($map = $a1 - $lam x $a2)" awk -v a="$a1" -v b="$a2" -v m="$map" -v l="$lam" \
     'BEGIN { d = a - l * b - m; exit !(a != "" && (d < 1e-6 && d > -1e-6)) }'
 
+# Figure 8: every bit width and scale on the same episodes; 16 bits is the model itself
+task fig8 > "$work/fig8.log" 2>&1
+expect "fig8 exits 0" test $? -eq 0
+expect "fig8 trains nothing again" bash -c "! grep -q '^== training' '$work/fig8.log'"
+expect "fig8 table: 16 bits once, 8/6/4 per tensor and per row, per model" \
+    test "$(grep -cE '^\| (standard|diff) \| (none \| 16|per tensor \| [864]|per row \| [864]) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' "$work/results/fig8.md")" = 14
+expect "fig8 stores the queries of every width and scale" test "$(sql "SELECT COUNT(DISTINCT task) FROM episodes WHERE task LIKE 'fig8_%'")" = 7
+# fig8's first sample per cell is table2's first sample (same seeds): unquantized, same answers
+expect "fig8 at 16 bits answers as table2 did" test "$(sql "SELECT SUM(a.output = b.output) || '/' || COUNT(*) FROM episodes a JOIN episodes b ON a.run_id = b.run_id AND a.seed = b.seed AND a.query = b.query WHERE a.task = 'fig8_tensor_16bit' AND b.task = 'table2'")" = "30/30"
+expect "fig8 metrics in the registry" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key LIKE 'fig8_%' AND value BETWEEN 0 AND 20")" = 56
+loss16=$(sql "SELECT printf('%.4f', value) FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE r.row = 'diff' AND key = 'fig8_tensor_16bit_loss'")
+expect "fig8 table's 16-bit loss is the registry's" grep -qE "^\| diff \| none \| 16 \| $loss16 \|" "$work/results/fig8.md"
+expect "fig8 figure" is_png "$work/plots/fig8.png"
+
+# Table 5: the two Table 6 rows of a preset (trained here) and the needle models
+sed "s#^data = data/default#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
+t5() { $bin table5 "$work/table6.ini" --preset smoke --needle "$work/needle.ini" --needle-preset smoke --results "$work/results" --plots "$work/plots"; }
+t5 > "$work/table5.log" 2>&1
+expect "table5 exits 0" test $? -eq 0
+expect "table5 trained Table 6's transformer and diff rows only" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT r.row FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'table6' AND r.status = 'FINISHED' ORDER BY r.id)")" = "transformer diff"
+expect "table5: both kinds for 4 models and the paper's rows" test "$(grep -cE '^\| (table6/smoke/(transformer|diff)|needle/smoke/(standard|diff)|paper (Transformer|DIFF) \(3B\)) \| (Attention Logits|Hidden States) \|( [0-9.]+ \|){6}$' "$work/results/table5.md")" = 12
+expect "table5 paper row" grep -q "| paper DIFF (3B) | Attention Logits | 38.8 | 38.8 | 37.3 | 32.0 | 27.4 | 3.3 |" "$work/results/table5.md"
+top1=$(sql "SELECT printf('%.2f', value) FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'needle' AND r.row = 'diff' AND key = 'table5_attention_logits_top1'")
+expect "table5 Top-1 is the registry's ($top1)" grep -qE "^\| needle/smoke/diff \| Attention Logits \| $top1 \|" "$work/results/table5.md"
+h5=$work/results/table5/needle_smoke_diff.h5
+expect "table5 HDF5 per model, recorded as artifacts" test "$(ls "$work"/results/table5/*.h5 | wc -l)/$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'outlier_stats'")" = "4/4"
+expect "table5 HDF5 layout: per layer (1 layer x 100) and pooled" bash -c "h5ls -r '$h5' | grep -c 'attention_logits/top .*{1, 100}\|hidden_states/histogram .*{1, 65536}\|attention_logits/pooled_top .*{100}' | grep -qx 3"
+# the needle smoke model: 1 layer, 4 heads x 2 maps, 3 windows of 768: 3 x 8 x 768 x 769 / 2 logits
+expect "table5 counts every causal logit of both maps" bash -c "h5dump -d attention_logits/pooled_count '$h5' | grep -q '(0): 7087104'"
+expect "table5 figure" is_png "$work/plots/table5.png"
+t5 > "$work/table5_again.log" 2>&1
+expect "table5 again trains nothing" bash -c "! grep -q '^== ' '$work/table5_again.log'"
+
 # the inspector reads the file alone
 $bin attn "$maps" --sample 2 --layer 0 --head 1 --out "$work/attn.png" > "$work/attn.log" 2>&1
 expect "attn renders a PNG" is_png "$work/attn.png"

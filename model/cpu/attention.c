@@ -79,6 +79,46 @@ static void block_scores(float* S, const float* qkv, const Dims* d, int b, int h
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->D, d->scale, q, d->QKV, k, d->QKV, 0.0f, S, kn);
 }
 
+// The largest |logit| of row r of a block starting at query row i0 over the keys it sees
+static float row_absmax(const float* sr, int visible) {
+    float m = 0.0f;
+    for (int j = 0; j < visible; j++) m = fmaxf(m, fabsf(sr[j]));
+    return m;
+}
+
+// The per-tensor scale's input: the largest causal |logit| of map m of head h over every
+// query row of this call, from a pass over the blocks (S: block x T scratch)
+static float tensor_absmax(float* S, const float* qkv, const Dims* d, int b, int h, int m, int block) {
+    float amax = 0.0f;
+    for (int i0 = d->q0; i0 < d->T; i0 += block) {
+        int nq = d->T - i0 < block ? d->T - i0 : block, kn = i0 + nq;
+        block_scores(S, qkv, d, b, h, m, i0, nq, kn);
+        for (int r = 0; r < nq; r++) amax = fmaxf(amax, row_absmax(S + (size_t)r * kn, i0 + r + 1));
+    }
+    return amax;
+}
+
+// The scale inputs of head h for every map: per tensor, a pass over the blocks; per row or
+// unquantized, nothing (quantize_block finds each row's own)
+static void tensor_absmax_maps(float* amax, float* S, const float* qkv, const Dims* d, const LogitQuant* q, int b, int h, int block) {
+    for (int m = 0; m < d->M; m++) {
+        amax[m] = logit_quant_levels(q->bits) && q->scope == QUANT_PER_TENSOR ? tensor_absmax(S, qkv, d, b, h, m, block) : 0.0f;
+    }
+}
+
+// Quantizes the causal entries of a block S (nq, kn) of query rows i0.. in place (attention.h);
+// amax is the tensor's largest |logit| when the scope is per tensor
+static void quantize_block(float* S, int i0, int nq, int kn, const LogitQuant* q, float amax) {
+    int Q = logit_quant_levels(q->bits);
+    if (!Q) return;
+    for (int r = 0; r < nq; r++) {
+        float* sr = S + (size_t)r * kn;
+        int visible = i0 + r + 1;
+        float s = (q->scope == QUANT_PER_ROW ? row_absmax(sr, visible) : amax) / (float)Q;
+        for (int j = 0; j < visible; j++) sr[j] = absmax_quantize(sr[j], s, Q);
+    }
+}
+
 // Softmax of each row of S (nq, kn) over the keys row i0 + r can see; the rest zeroed.
 // Saves the log-sum-exp at row_lse[i0 + r] unless row_lse is NULL.
 static void causal_softmax(float* S, int i0, int nq, int kn, float* row_lse) {
@@ -102,11 +142,14 @@ void cpu_attention_forward(float* y, float* lse, const float* qkv, const float* 
         for (int b = 0; b < d.B; b++) {
             for (int h = 0; h < H; h++) {
                 const float* v = qkv + (size_t)b * T * d.QKV + v_col(&d, h);
+                float amax[2];
+                tensor_absmax_maps(amax, P, qkv, &d, &s->quant, b, h, block);
                 for (int i0 = d.q0; i0 < T; i0 += block) {
                     int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
                     for (int m = 0; m < M; m++) {
                         float* S = P + (size_t)m * block * T;
                         block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
+                        quantize_block(S, i0, nq, kn, &s->quant, amax[m]);
                         if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 0);
                         causal_softmax(S, i0, nq, kn, lse ? lse + (((size_t)b * H + h) * M + m) * T : NULL);
                     }
@@ -131,6 +174,9 @@ void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, H
     for (int m = 0; m < d.M; m++) {
         float* Pm = P + (size_t)m * rows * T;
         block_scores(Pm, qkv, &d, 0, h, m, d.q0, rows, T);
+        float amax = 0.0f;
+        for (int r = 0; r < rows; r++) amax = fmaxf(amax, row_absmax(Pm + (size_t)r * T, d.q0 + r + 1));
+        quantize_block(Pm, d.q0, rows, T, &s->quant, amax);
         if (hook.hook) show_logits(hook, Pm, 0, h, m, d.q0, rows, T, T, 1);
         causal_softmax(Pm, d.q0, rows, T, NULL);
     }
@@ -162,7 +208,8 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
                     for (int m = 0; m < (d.shared_kv ? 1 : M); m++) memset(dbase + (size_t)t * d.QKV + k_col(&d, h, m), 0, D * sizeof(float));
                     memset(dv + (size_t)t * d.QKV, 0, d.Dv * sizeof(float));
                 }
-                float dlambda = 0.0f;
+                float dlambda = 0.0f, amax[2];
+                tensor_absmax_maps(amax, P, qkv, &d, &s->quant, b, h, block);
                 for (int i0 = 0; i0 < T; i0 += block) {
                     int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
                     const float* dyb = dy + ((size_t)b * T + i0) * d.HDv + (size_t)h * d.Dv;
@@ -172,6 +219,7 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
                         float* S = P + (size_t)m * block * T;
                         const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
                         block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
+                        quantize_block(S, i0, nq, kn, &s->quant, amax[m]);
                         if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 1);
                         for (int r = 0; r < nq; r++) {
                             float* sr = S + (size_t)r * kn;

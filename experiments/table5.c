@@ -1,0 +1,210 @@
+#include "table5.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../data/dataset.h"
+#include "../eval/outliers.h"
+#include "../model/checkpoint.h"
+#include "../model/util.h"
+#include "needle_tasks.h"
+#include "recipe.h"
+#include "registry.h"
+#include "report.h"
+#include "table6.h"
+
+#define MAX_MODELS (2 + RECIPE_SECTIONS)
+#define N_TOPS 5
+static const int TOPS[N_TOPS] = {1, 2, 3, 10, 100};
+// The paper's Table 5 (3B models): Top-1, 2, 3, 10, 100, median; [Transformer, DIFF][logits, hidden]
+static const double PAPER[2][OUTLIER_KINDS][N_TOPS + 1] = {
+    {{318.0, 308.2, 304.9, 284.7, 251.5, 5.4}, {3608.6, 3607.4, 3603.6, 3552.1, 2448.2, 0.6}},
+    {{38.8, 38.8, 37.3, 32.0, 27.4, 3.3}, {1688.2, 1672.5, 1672.1, 1624.3, 740.9, 1.2}},
+};
+static const char* const KIND_LABELS[OUTLIER_KINDS] = {"Attention Logits", "Hidden States"};
+
+typedef struct {
+    char label[256];  // "table6/small/transformer"
+    TrainedRow row;
+    const char* preset;
+    size_t tokens;    // positions asked for
+    OutlierStats stats;
+    char h5[4200];
+} Studied;
+
+// outlier_tokens of a recipe's preset
+static size_t preset_tokens(const char* recipe, const char* preset, ExtraKey extra_key) {
+    Recipe* r = recipe_load(recipe, extra_key);
+    size_t n = (size_t)section_int(recipe_preset(r, preset, recipe), "outlier_tokens", recipe);
+    free(r);
+    return n;
+}
+
+static void study(Studied* s, Registry* reg, const char* results) {
+    Model model;
+    CheckpointInfo info;
+    checkpoint_load(s->row.checkpoint, &model, NULL, &info);
+    if (!info.finished) die("'%s' is not a finished run's checkpoint", s->row.checkpoint);
+    DataDir data;
+    data_open(&data, s->row.cfg.data, DATA_VAL);
+    char shard[4200];
+    path_printf(shard, sizeof(shard), "%s/val.bin", data.dir);
+    int windows, stride, T = s->row.cfg.seq_len;
+    outlier_windows(data.val.n_tokens, T, s->tokens, shard, &windows, &stride);
+    double t0 = wall_time();
+    outlier_stats_collect(&s->stats, &model, &data.val, T, windows, stride, s->row.cfg.batch_size);
+    printf("  %-28s %d windows of %d at stride %d: %zu positions (%zu distinct tokens) in %.0f s\n", s->label, windows, T, stride,
+           s->stats.positions, s->stats.distinct, wall_time() - t0);
+    char dir[4200];
+    path_printf(dir, sizeof(dir), "%s/table5", results);
+    mkdir_p(dir);
+    path_printf(s->h5, sizeof(s->h5), "%s/%s_%s_%s.h5", dir, s->label[0] == 't' ? "table6" : "needle", s->preset, s->row.name);
+    outlier_stats_write(&s->stats, s->h5, s->label);
+    registry_artifact(reg, s->row.run, "outlier_stats", s->h5);
+    for (int k = 0; k < OUTLIER_KINDS; k++) {
+        for (int t = 0; t <= N_TOPS; t++) {
+            char key[64];
+            if (t < N_TOPS) snprintf(key, sizeof(key), "table5_%s_top%d", OUTLIER_KIND_NAMES[k], TOPS[t]);
+            else snprintf(key, sizeof(key), "table5_%s_median", OUTLIER_KIND_NAMES[k]);
+            double v = t < N_TOPS ? act_stats_top(&s->stats.pooled[k], TOPS[t]) : act_stats_median(&s->stats.pooled[k]);
+            registry_evaluation(reg, s->row.run, key, v);
+        }
+    }
+    data_close(&data);
+    model_free(&model);
+}
+
+static void stat_cells(Report* f, const ActStats* a) {
+    for (int t = 0; t < N_TOPS; t++) report_printf(f, " %.2f |", act_stats_top(a, TOPS[t]));
+    report_printf(f, " %.3f |", act_stats_median(a));
+}
+
+int table5_main(const Table5Options* opt) {
+    Table6Options t6 = {opt->table6_recipe, opt->preset, 1, opt->results, opt->plots};
+    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, "table5", opt->results, opt->plots};
+    size_t t6_tokens = preset_tokens(opt->table6_recipe, opt->preset, table6_extra_key);
+    size_t nd_tokens = preset_tokens(opt->needle_recipe, opt->needle_preset, needle_extra_key);
+    Studied* models = callocCheck(MAX_MODELS, sizeof(Studied));
+    static const char* const T6_ROWS[2] = {"transformer", "diff"};
+    TrainedRow rows[RECIPE_SECTIONS];
+    table6_trained_rows(&t6, T6_ROWS, 2, rows);
+    int n = 0;
+    for (int i = 0; i < 2; i++, n++) {
+        models[n].row = rows[i];
+        models[n].preset = opt->preset;
+        models[n].tokens = t6_tokens;
+        path_printf(models[n].label, sizeof(models[n].label), "table6/%s/%s", opt->preset, rows[i].name);
+    }
+    int n_needle = needle_trained_rows(&nd, rows, RECIPE_SECTIONS);
+    for (int i = 0; i < n_needle; i++, n++) {
+        models[n].row = rows[i];
+        models[n].preset = opt->needle_preset;
+        models[n].tokens = nd_tokens;
+        path_printf(models[n].label, sizeof(models[n].label), "needle/%s/%s", opt->needle_preset, rows[i].name);
+    }
+
+    Registry reg;
+    char path[4200], dat[4200];
+    path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
+    registry_open(&reg, path);
+    printf("Table 5: activation outliers of %d models\n", n);
+    for (int i = 0; i < n; i++) study(&models[i], &reg, opt->results);
+    registry_close(&reg);
+
+    path_printf(path, sizeof(path), "%s/table5.md", opt->results);
+    Report rep, *f = &rep;
+    report_open(f, path, 1);
+    report_printf(f, "\n## Table 5: largest activation values (Table 6 preset %s, needle preset %s)\n\n", opt->preset, opt->needle_preset);
+    report_printf(f, "Absolute values pooled over every layer. Attention logits: |q k^T / sqrt(d)| before the softmax at every "
+               "causal position of every head and map (q1k1 and q2k2 for DIFF). Hidden states: every element of each "
+               "layer's output after both residual additions. Top-k exact; the median is the lower median within a relative "
+               "%.2g (docs/outliers.md). Recipe commit %s.\n\n", OUTLIER_MEDIAN_REL_ERROR, GIT_COMMIT);
+    for (int i = 0; i < n; i++) {
+        const Studied* s = &models[i];
+        report_printf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, head norm %s; %zu positions of held-out "
+                      "text (%d windows of %d at stride %d, %zu distinct tokens; registry run %lld; per layer in %s)\n",
+                      s->label, config_attention_name(&s->row.cfg), s->row.cfg.n_layer, s->row.cfg.d_model, s->row.cfg.n_head,
+                      config_head_dim(&s->row.cfg), config_head_norm(&s->row.cfg) ? "on" : "off", s->stats.positions,
+                      s->stats.windows, s->stats.T, s->stats.stride, s->stats.distinct, (long long)s->row.run, s->h5);
+    }
+    report_printf(f, "\n| Model | Activation type | Top-1 | Top-2 | Top-3 | Top-10 | Top-100 | Median |\n|---|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < OUTLIER_KINDS; k++) {
+        for (int i = 0; i < n; i++) {
+            report_printf(f, "| %s | %s |", models[i].label, KIND_LABELS[k]);
+            stat_cells(f, &models[i].stats.pooled[k]);
+            report_printf(f, "\n");
+        }
+        for (int p = 0; p < 2; p++) {
+            report_printf(f, "| paper %s (3B) | %s |", p ? "DIFF" : "Transformer", KIND_LABELS[k]);
+            for (int t = 0; t <= N_TOPS; t++) report_printf(f, " %.1f |", PAPER[p][k][t]);
+            report_printf(f, "\n");
+        }
+    }
+    report_printf(f, "\nTop-1 / median ratio (how far the largest value stands out):\n\n| Model | logits | hidden states |\n|---|---|---|\n");
+    for (int i = 0; i < n; i++) {
+        report_printf(f, "| %s |", models[i].label);
+        for (int k = 0; k < OUTLIER_KINDS; k++) {
+            report_printf(f, " %.1f |", act_stats_top(&models[i].stats.pooled[k], 1) / act_stats_median(&models[i].stats.pooled[k]));
+        }
+        report_printf(f, "\n");
+    }
+    report_printf(f, "| paper Transformer | %.1f | %.1f |\n| paper DIFF | %.1f | %.1f |\n", PAPER[0][0][0] / PAPER[0][0][5],
+                  PAPER[0][1][0] / PAPER[0][1][5], PAPER[1][0][0] / PAPER[1][0][5], PAPER[1][1][0] / PAPER[1][1][5]);
+    report_printf(f, "\nPer layer (Top-1 / median):\n\n| Model | kind |");
+    int max_L = 0;
+    for (int i = 0; i < n; i++) max_L = models[i].stats.L > max_L ? models[i].stats.L : max_L;
+    for (int l = 0; l < max_L; l++) report_printf(f, " layer %d |", l);
+    report_printf(f, "\n|---|---|");
+    for (int l = 0; l < max_L; l++) report_printf(f, "---|");
+    report_printf(f, "\n");
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < OUTLIER_KINDS; k++) {
+            report_printf(f, "| %s | %s |", models[i].label, KIND_LABELS[k]);
+            for (int l = 0; l < max_L; l++) {
+                if (l < models[i].stats.L) {
+                    const ActStats* a = &models[i].stats.layer[k][l];
+                    report_printf(f, " %.2f / %.3f |", act_stats_top(a, 1), act_stats_median(a));
+                } else {
+                    report_printf(f, " |");
+                }
+            }
+            report_printf(f, "\n");
+        }
+    }
+    report_close(&rep);
+
+    // figure data: per model, one block per kind of rows "layer top1 top10 top100 median" with
+    // the pooled values at layer -1
+    path_printf(dat, sizeof(dat), "%s/table5.dat", opt->results);
+    FILE* g = fopenCheck(dat, "w");
+    char names[2048] = "";
+    for (int k = 0; k < OUTLIER_KINDS; k++) {
+        for (int i = 0; i < n; i++) {
+            fprintf(g, "# %s %s\n", models[i].label, OUTLIER_KIND_NAMES[k]);
+            for (int l = -1; l < models[i].stats.L; l++) {
+                const ActStats* a = l < 0 ? &models[i].stats.pooled[k] : &models[i].stats.layer[k][l];
+                fprintf(g, "%d %.6g %.6g %.6g %.6g\n", l, act_stats_top(a, 1), act_stats_top(a, 10), act_stats_top(a, 100),
+                        act_stats_median(a));
+            }
+            fprintf(g, "\n\n");
+        }
+    }
+    fcloseCheck(g, dat);
+    for (int i = 0; i < n; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", models[i].label);
+    mkdir_p(opt->plots);
+    char text[4400];
+    GnuplotVars vars = {"", 0};
+    gnuplot_string(&vars, "data", dat);
+    gnuplot_string(&vars, "names", names);
+    gnuplot_number(&vars, "models", n);
+    path_printf(text, sizeof(text), "%s/table5.png", opt->plots);
+    gnuplot_string(&vars, "out", text);
+    snprintf(text, sizeof(text), "Table 5: largest activations (Table 6 preset %s, needle preset %s)", opt->preset, opt->needle_preset);
+    gnuplot_string(&vars, "title_text", text);
+    gnuplot("table5.gp", &vars);
+    printf("\nwrote %s, %s/table5.png; per-layer statistics in %s/table5/\n", path, opt->plots, opt->results);
+    for (int i = 0; i < n; i++) outlier_stats_free(&models[i].stats);
+    free(models);
+    return 0;
+}
