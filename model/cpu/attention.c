@@ -79,7 +79,7 @@ static void block_scores(float* S, const float* qkv, const Dims* d, int b, int h
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->D, d->scale, q, d->QKV, k, d->QKV, 0.0f, S, kn);
 }
 
-// The largest |logit| of row r of a block starting at query row i0 over the keys it sees
+// The largest |logit| of one row over the keys it sees
 static float row_absmax(const float* sr, int visible) {
     float m = 0.0f;
     for (int j = 0; j < visible; j++) m = fmaxf(m, fabsf(sr[j]));
@@ -174,8 +174,8 @@ void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, H
     for (int m = 0; m < d.M; m++) {
         float* Pm = P + (size_t)m * rows * T;
         block_scores(Pm, qkv, &d, 0, h, m, d.q0, rows, T);
-        float amax = 0.0f;
-        for (int r = 0; r < rows; r++) amax = fmaxf(amax, row_absmax(Pm + (size_t)r * T, d.q0 + r + 1));
+        float amax = 0.0f;  // the whole tensor is at hand: no second pass
+        for (int r = 0; s->quant.bits && r < rows; r++) amax = fmaxf(amax, row_absmax(Pm + (size_t)r * T, d.q0 + r + 1));
         quantize_block(Pm, d.q0, rows, T, &s->quant, amax);
         if (hook.hook) show_logits(hook, Pm, 0, h, m, d.q0, rows, T, T, 1);
         causal_softmax(Pm, d.q0, rows, T, NULL);
