@@ -15,6 +15,8 @@ set xlabel "layer"
 set xtics ("pooled" -1)
 set xtics add autofreq 0, 1
 set key top right font ",9" opaque box
+# headroom above the highest point, so the key never hides data
+set offsets 0, 0, graph 0.3, 0
 do for [k = 0:1] {
     set title (k == 0 ? "attention logits |q k^T / sqrt(d)|" : "hidden states (layer outputs)") . \
         "\nsolid: Top-1, dashed: median; large points: pooled over layers"
