@@ -205,41 +205,37 @@ void outlier_stats_free(OutlierStats* s) {
     }
 }
 
+// dataset group/name under file
+static void write_in_group(hid_t file, const char* group, const char* name, hid_t file_type, hid_t mem_type, int ndim,
+                           const int* dims, const void* data, const char* label) {
+    char path[128];
+    snprintf(path, sizeof(path), "%s/%s", group, name);
+    h5_write_dataset(file, path, file_type, mem_type, ndim, dims, data, label);
+}
+
 // One kind's statistics: per-layer rows, then the pooled ones
 static void write_kind(hid_t file, const OutlierStats* s, int kind, const char* label) {
     int L = s->L;
-    char name[128];
-    float* top = mallocCheck((size_t)L * OUTLIER_TOP * sizeof(float));
-    double* median = mallocCheck((size_t)L * sizeof(double));
-    uint64_t* count = mallocCheck((size_t)L * sizeof(uint64_t));
+    float* top = mallocCheck((size_t)(L + 1) * OUTLIER_TOP * sizeof(float));
+    double* median = mallocCheck((size_t)(L + 1) * sizeof(double));
+    uint64_t* count = mallocCheck((size_t)(L + 1) * sizeof(uint64_t));
     uint64_t* hist = mallocCheck((size_t)L * OUTLIER_BINS * sizeof(uint64_t));
-    float pooled_top[OUTLIER_TOP];
-    for (int l = 0; l < L; l++) {
-        const ActStats* a = &s->layer[kind][l];
+    for (int l = 0; l <= L; l++) {  // row L: pooled
+        const ActStats* a = l < L ? &s->layer[kind][l] : &s->pooled[kind];
         for (int k = 0; k < OUTLIER_TOP; k++) top[(size_t)l * OUTLIER_TOP + k] = (float)act_stats_top(a, k + 1);
         median[l] = act_stats_median(a);
         count[l] = a->count;
-        memcpy(hist + (size_t)l * OUTLIER_BINS, a->hist, OUTLIER_BINS * sizeof(uint64_t));
+        if (l < L) memcpy(hist + (size_t)l * OUTLIER_BINS, a->hist, OUTLIER_BINS * sizeof(uint64_t));
     }
-    for (int k = 0; k < OUTLIER_TOP; k++) pooled_top[k] = (float)act_stats_top(&s->pooled[kind], k + 1);
-    double pooled_median = act_stats_median(&s->pooled[kind]);
-    uint64_t pooled_count = s->pooled[kind].count;
     const char* g = OUTLIER_KIND_NAMES[kind];
     int dims_top[2] = {L, OUTLIER_TOP}, dims_l[1] = {L}, dims_hist[2] = {L, OUTLIER_BINS}, dims_p[1] = {OUTLIER_TOP}, one[1] = {1};
-    snprintf(name, sizeof(name), "%s/top", g);
-    h5_write_dataset(file, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, dims_top, top, label);
-    snprintf(name, sizeof(name), "%s/median", g);
-    h5_write_dataset(file, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, dims_l, median, label);
-    snprintf(name, sizeof(name), "%s/count", g);
-    h5_write_dataset(file, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, dims_l, count, label);
-    snprintf(name, sizeof(name), "%s/histogram", g);
-    h5_write_dataset(file, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 2, dims_hist, hist, label);
-    snprintf(name, sizeof(name), "%s/pooled_top", g);
-    h5_write_dataset(file, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, dims_p, pooled_top, label);
-    snprintf(name, sizeof(name), "%s/pooled_median", g);
-    h5_write_dataset(file, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, one, &pooled_median, label);
-    snprintf(name, sizeof(name), "%s/pooled_count", g);
-    h5_write_dataset(file, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, one, &pooled_count, label);
+    write_in_group(file, g, "top", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, dims_top, top, label);
+    write_in_group(file, g, "median", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, dims_l, median, label);
+    write_in_group(file, g, "count", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, dims_l, count, label);
+    write_in_group(file, g, "histogram", H5T_STD_U64LE, H5T_NATIVE_UINT64, 2, dims_hist, hist, label);
+    write_in_group(file, g, "pooled_top", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, dims_p, top + (size_t)L * OUTLIER_TOP, label);
+    write_in_group(file, g, "pooled_median", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, one, median + L, label);
+    write_in_group(file, g, "pooled_count", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, one, count + L, label);
     free(top);
     free(median);
     free(count);

@@ -540,8 +540,9 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
     Records rec = {0};
     run_cells(row, src, tok, cells, FIG8_SETTINGS * N_DEPTHS, samples, eval_seed, &rec);
     model_set_logit_quant(&row->model, (LogitQuant){0, QUANT_PER_TENSOR});
+    int bits = q.bits ? q.bits : LOGIT_QUANT_UNQUANTIZED;
     char task[64];
-    snprintf(task, sizeof(task), "fig8_%s_%dbit", SCOPE_KEYS[q.scope], q.bits ? q.bits : LOGIT_QUANT_UNQUANTIZED);
+    snprintf(task, sizeof(task), "fig8_%s_%dbit", SCOPE_KEYS[q.scope], bits);
     store_records(reg, row->run, task, &rec);
     for (int st = 0; st < FIG8_SETTINGS; st++) {
         int right = 0, queries = 0;
@@ -559,8 +560,8 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
         snprintf(key, sizeof(key), "%s_%s", task, names[k]);
         registry_evaluation(reg, row->run, key, values[k]);
     }
-    printf("  %-10s %2d bits %-10s: loss %.4f  accuracy %.4f  retrieval N=1 %.3f  N=4,R=2 %.3f\n", row->name,
-           q.bits ? q.bits : LOGIT_QUANT_UNQUANTIZED, q.bits ? SCOPE_NAMES[q.scope] : "(none)", res.lm.loss, res.lm.accuracy,
+    printf("  %-10s %2d bits %-10s: loss %.4f  accuracy %.4f  retrieval N=1 %.3f  N=4,R=2 %.3f\n", row->name, bits,
+           q.bits ? SCOPE_NAMES[q.scope] : "(none)", res.lm.loss, res.lm.accuracy,
            res.retrieval[0], res.retrieval[1]);
     fflush(stdout);
     return res;

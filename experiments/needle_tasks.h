@@ -16,7 +16,7 @@
 typedef struct {
     const char* recipe;   // experiments/needle.ini
     const char* preset;   // smoke, default
-    const char* task;     // table2, fig5, table3
+    const char* task;     // table2, fig5, table3, fig8 (unused by needle_trained_rows)
     const char* results;  // registry.sqlite, run folders, tables, maps
     const char* plots;    // figures
 } NeedleOptions;

@@ -25,9 +25,10 @@ static const double PAPER[2][OUTLIER_KINDS][N_TOPS + 1] = {
 static const char* const KIND_LABELS[OUTLIER_KINDS] = {"Attention Logits", "Hidden States"};
 
 typedef struct {
-    char label[256];  // "table6/small/transformer"
-    TrainedRow row;
+    const char* source;  // "table6" or "needle"
     const char* preset;
+    char label[256];     // "table6/small/transformer"
+    TrainedRow row;
     size_t tokens;    // positions asked for
     OutlierStats stats;
     char h5[4200];
@@ -39,6 +40,14 @@ static size_t preset_tokens(const char* recipe, const char* preset, ExtraKey ext
     size_t n = (size_t)section_int(recipe_preset(r, preset, recipe), "outlier_tokens", recipe);
     free(r);
     return n;
+}
+
+static void add_model(Studied* s, const char* source, const char* preset, const TrainedRow* row, size_t tokens) {
+    s->source = source;
+    s->preset = preset;
+    s->row = *row;
+    s->tokens = tokens;
+    path_printf(s->label, sizeof(s->label), "%s/%s/%s", source, preset, row->name);
 }
 
 static void study(Studied* s, Registry* reg, const char* results) {
@@ -59,7 +68,7 @@ static void study(Studied* s, Registry* reg, const char* results) {
     char dir[4200];
     path_printf(dir, sizeof(dir), "%s/table5", results);
     mkdir_p(dir);
-    path_printf(s->h5, sizeof(s->h5), "%s/%s_%s_%s.h5", dir, s->label[0] == 't' ? "table6" : "needle", s->preset, s->row.name);
+    path_printf(s->h5, sizeof(s->h5), "%s/%s_%s_%s.h5", dir, s->source, s->preset, s->row.name);
     outlier_stats_write(&s->stats, s->h5, s->label);
     registry_artifact(reg, s->row.run, "outlier_stats", s->h5);
     for (int k = 0; k < OUTLIER_KINDS; k++) {
@@ -82,7 +91,7 @@ static void stat_cells(Report* f, const ActStats* a) {
 
 int table5_main(const Table5Options* opt) {
     Table6Options t6 = {opt->table6_recipe, opt->preset, 1, opt->results, opt->plots};
-    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, "table5", opt->results, opt->plots};
+    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots};
     size_t t6_tokens = preset_tokens(opt->table6_recipe, opt->preset, table6_extra_key);
     size_t nd_tokens = preset_tokens(opt->needle_recipe, opt->needle_preset, needle_extra_key);
     Studied* models = callocCheck(MAX_MODELS, sizeof(Studied));
@@ -90,19 +99,9 @@ int table5_main(const Table5Options* opt) {
     TrainedRow rows[RECIPE_SECTIONS];
     table6_trained_rows(&t6, T6_ROWS, 2, rows);
     int n = 0;
-    for (int i = 0; i < 2; i++, n++) {
-        models[n].row = rows[i];
-        models[n].preset = opt->preset;
-        models[n].tokens = t6_tokens;
-        path_printf(models[n].label, sizeof(models[n].label), "table6/%s/%s", opt->preset, rows[i].name);
-    }
+    for (int i = 0; i < 2; i++) add_model(&models[n++], "table6", opt->preset, &rows[i], t6_tokens);
     int n_needle = needle_trained_rows(&nd, rows, RECIPE_SECTIONS);
-    for (int i = 0; i < n_needle; i++, n++) {
-        models[n].row = rows[i];
-        models[n].preset = opt->needle_preset;
-        models[n].tokens = nd_tokens;
-        path_printf(models[n].label, sizeof(models[n].label), "needle/%s/%s", opt->needle_preset, rows[i].name);
-    }
+    for (int i = 0; i < n_needle; i++) add_model(&models[n++], "needle", opt->needle_preset, &rows[i], nd_tokens);
 
     Registry reg;
     char path[4200], dat[4200];

@@ -1,9 +1,11 @@
-// A small synthetic corpus for tests that need prepared data.
+// Shared test fixtures: a small synthetic corpus for tests that need prepared data, and the
+// tiny model the hook and outlier tests run.
 #ifndef FIXTURES_H
 #define FIXTURES_H
 
 #include <stdio.h>
 
+#include "../model/config.h"
 #include "../model/util.h"
 
 // n_docs files dir/docNN.txt of 40 short lines each
@@ -16,6 +18,21 @@ static inline void write_test_corpus(const char* dir, int n_docs) {
         for (int i = 0; i < 40; i++) fprintf(f, "Document %d says line %d of the little corpus.\n", d, i);
         fcloseCheck(f, path);
     }
+}
+
+// Two layers, d_model 32, two heads, context 70: two query blocks of the CPU kernel
+static inline Config tiny_model_config(AttentionKind kind) {
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.attention = kind;
+    cfg.n_layer = 2;
+    cfg.d_model = 32;
+    cfg.n_head = 2;
+    cfg.seq_len = 70;
+    cfg.batch_size = 2;
+    cfg.init_std = 0.3f;
+    config_validate(&cfg);
+    return cfg;
 }
 
 #endif

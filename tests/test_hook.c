@@ -10,6 +10,7 @@
 #include "../model/optim.h"
 #include "../model/util.h"
 #include "check.h"
+#include "fixtures.h"
 
 typedef struct {
     long logits_forward, logits_recompute, layer_outputs;
@@ -43,27 +44,13 @@ static void probe(void* ctx, const Activation* a) {
     }
 }
 
-static Config tiny(AttentionKind kind) {
-    Config cfg;
-    config_defaults(&cfg);
-    cfg.attention = kind;
-    cfg.n_layer = 2;
-    cfg.d_model = 32;
-    cfg.n_head = 2;
-    cfg.seq_len = 70;  // two query blocks of the CPU kernel
-    cfg.batch_size = 2;
-    cfg.init_std = 0.3f;
-    config_validate(&cfg);
-    return cfg;
-}
-
 static void random_tokens(int* tokens, int n, int V, uint64_t seed) {
     for (int i = 0; i < n; i++) tokens[i] = (int)(hash64(seed + i) % (uint64_t)V);
 }
 
 // Training steps with and without a reading hook: every loss and the final parameters equal bitwise
 static void test_noop_hook(AttentionKind kind) {
-    Config cfg = tiny(kind);
+    Config cfg = tiny_model_config(kind);
     int V = 64, B = cfg.batch_size, T = cfg.seq_len, steps = 3;
     Model a, b;
     AdamW oa, ob;
@@ -119,7 +106,7 @@ static void test_noop_hook(AttentionKind kind) {
 // and its k half the scaled model's dk (dS reaches k through q, which the hook did not double).
 // Earlier layers mix both paths and are not compared.
 static void test_replacing_hook(AttentionKind kind) {
-    Config cfg = tiny(kind);
+    Config cfg = tiny_model_config(kind);
     int V = 64, B = cfg.batch_size, T = cfg.seq_len;
     Model hooked, scaled;
     model_build(&hooked, &cfg, V);
@@ -176,7 +163,7 @@ static void test_replacing_hook(AttentionKind kind) {
 
 // Zeroing the last layer's output: the final norm and LM head see zeros, every logit is 0
 static void test_layer_output(void) {
-    Config cfg = tiny(ATTN_DIFF);
+    Config cfg = tiny_model_config(ATTN_DIFF);
     int V = 64, T = 20;
     Model m;
     model_build(&m, &cfg, V);

@@ -12,6 +12,7 @@
 #include "../model/model.h"
 #include "../model/util.h"
 #include "check.h"
+#include "fixtures.h"
 
 static int by_value_desc(const void* a, const void* b) {
     float x = *(const float*)a, y = *(const float*)b;
@@ -124,20 +125,6 @@ static void test_quantizer(void) {
     }
 }
 
-static Config tiny(AttentionKind kind) {
-    Config cfg;
-    config_defaults(&cfg);
-    cfg.attention = kind;
-    cfg.n_layer = 2;
-    cfg.d_model = 32;
-    cfg.n_head = 2;
-    cfg.seq_len = 70;  // two query blocks of the CPU kernel
-    cfg.batch_size = 2;
-    cfg.init_std = 0.3f;
-    config_validate(&cfg);
-    return cfg;
-}
-
 // Every logit and hidden value a hook is shown, per layer, for the exact statistics
 typedef struct {
     int L;
@@ -166,7 +153,7 @@ static void keep_everything(void* ctx, const Activation* a) {
 }
 
 static void test_collector(AttentionKind kind) {
-    Config cfg = tiny(kind);
+    Config cfg = tiny_model_config(kind);
     Model m;
     model_build(&m, &cfg, 50);
     model_init_params(&m, 3);
@@ -251,7 +238,7 @@ static void test_windows(void) {
 // Quantization runs in the model's own attention: 16 bits is the model bit for bit, fewer bits
 // move the loss, and more bits move it less
 static void test_model_quantization(AttentionKind kind) {
-    Config cfg = tiny(kind);
+    Config cfg = tiny_model_config(kind);
     Model m;
     model_build(&m, &cfg, 50);
     model_init_params(&m, 5);

@@ -98,12 +98,12 @@ static float tensor_absmax(float* S, const float* qkv, const Dims* d, int b, int
     return amax;
 }
 
-// The scale inputs of head h for every map: per tensor, a pass over the blocks; per row or
-// unquantized, nothing (quantize_block finds each row's own)
+// Whether quantize_block needs the tensor's largest |logit| (per row finds each row's own)
+static int needs_tensor_absmax(const LogitQuant* q) { return logit_quant_levels(q->bits) && q->scope == QUANT_PER_TENSOR; }
+
+// The scale inputs of head h for every map, from a pass over the blocks when needed
 static void tensor_absmax_maps(float* amax, float* S, const float* qkv, const Dims* d, const LogitQuant* q, int b, int h, int block) {
-    for (int m = 0; m < d->M; m++) {
-        amax[m] = logit_quant_levels(q->bits) && q->scope == QUANT_PER_TENSOR ? tensor_absmax(S, qkv, d, b, h, m, block) : 0.0f;
-    }
+    for (int m = 0; m < d->M; m++) amax[m] = needs_tensor_absmax(q) ? tensor_absmax(S, qkv, d, b, h, m, block) : 0.0f;
 }
 
 // Quantizes the causal entries of a block S (nq, kn) of query rows i0.. in place (attention.h);
@@ -175,7 +175,7 @@ void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, H
         float* Pm = P + (size_t)m * rows * T;
         block_scores(Pm, qkv, &d, 0, h, m, d.q0, rows, T);
         float amax = 0.0f;  // the whole tensor is at hand: no second pass
-        for (int r = 0; s->quant.bits && r < rows; r++) amax = fmaxf(amax, row_absmax(Pm + (size_t)r * T, d.q0 + r + 1));
+        for (int r = 0; needs_tensor_absmax(&s->quant) && r < rows; r++) amax = fmaxf(amax, row_absmax(Pm + (size_t)r * T, d.q0 + r + 1));
         quantize_block(Pm, d.q0, rows, T, &s->quant, amax);
         if (hook.hook) show_logits(hook, Pm, 0, h, m, d.q0, rows, T, T, 1);
         causal_softmax(Pm, d.q0, rows, T, NULL);
