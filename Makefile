@@ -4,19 +4,23 @@
 #   make bench   training speed, MFU and peak memory of the two attention variants
 #   make data    only the default corpus, tokenizer and token shards
 #   make table6 | table2 | fig5 | table3 | table5 | fig8   the paper's tables and figures from models trained here
+# MPI=K runs the table and figure targets as K data-parallel ranks (mpirun -np K); NO_MPI=1
+# builds a program without MPI, which then always runs as one process.
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
 PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev \
-            gnuplot-nox hdf5-tools sqlite3 strace
+            gnuplot-nox hdf5-tools sqlite3 strace $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
 # once build/deps.stamp has installed them, after make has read this file.
-PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp
+MPI_PC := $(if $(NO_MPI),,mpi-c)
+PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto $(MPI_PC) 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp \
+             $(if $(NO_MPI),,-DDIFFTX_MPI)
 # The rpath pins the OpenMP build of OpenBLAS: Debian's alternatives may point libopenblas.so.0
 # at the pthread build, whose threads fight OpenMP's (20x slower attention at long context).
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
+PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto $(MPI_PC) 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
@@ -35,7 +39,7 @@ LDLIBS = $(SANITIZERS) $(PKG_LIBS) -lmvec -fopenmp
 # experiments/, and the command line difftx.c.
 BACKENDS := model/cpu/backend_cpu.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
 MODEL := model/util.c model/h5.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
-         model/checkpoint.c $(BACKENDS)
+         model/checkpoint.c model/dist.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
@@ -96,23 +100,26 @@ train: build/difftx data/default/train.bin
 	build/difftx train experiments/default.ini
 	build/difftx sample results/runs/default/checkpoint.h5 --prompt "The ship" --tokens 60
 
+# MPI=K: K data-parallel ranks on this machine; several machines: see the README
+MPIRUN = $(if $(MPI),mpirun -np $(MPI) $(if $(filter 0,$(shell id -u)),--allow-run-as-root) )
+
 # The paper's Table 6 from models trained here; PRESET=smoke|small|paper, SEEDS=n
 PRESET ?= small
 SEEDS ?= 1
 table6: build/difftx data/default/train.bin
-	build/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
+	$(MPIRUN)build/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
 # attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|default. The first of them
 # trains both models (about 90 minutes).
 NEEDLE_PRESET ?= default
 table2 fig5 table3 fig8: build/difftx data/default/train.bin
-	build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --task $@
+	$(MPIRUN)build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --task $@
 
 # Activation outliers (Table 5) of Table 6's transformer and diff rows (PRESET) and the needle
 # models (NEEDLE_PRESET), each trained first if it is not yet
 table5: build/difftx data/default/train.bin
-	build/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET)
+	$(MPIRUN)build/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET)
 
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
 test: $(B)/difftx $(addprefix $(B)/,$(TESTS))

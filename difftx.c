@@ -16,6 +16,7 @@
 #include "experiments/table6.h"
 #include "experiments/train.h"
 #include "model/checkpoint.h"
+#include "model/dist.h"
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/util.h"
@@ -178,6 +179,7 @@ static int cmd_bench(int argc, char** argv) {
     model_init_params(&model, (uint64_t)cfg.seed);
     AdamW opt;
     if (!forward_only) adamw_alloc(&opt, &model);
+    BatchShare share = batch_share(&cfg, 0, 1);  // one process: a benchmark's ranks would share the cores
     int B = cfg.batch_size, T = cfg.seq_len;
     size_t N = (size_t)B * T * cfg.grad_accum;  // tokens per step
     int* inputs = mallocCheck(N * sizeof(int));
@@ -195,7 +197,7 @@ static int cmd_bench(int argc, char** argv) {
                 model_forward(&model, inputs + micro * (size_t)B * T, targets + micro * (size_t)B * T, B, T, 0);
             }
         } else {
-            train_step(&model, &opt, &cfg, s, inputs, targets);
+            train_step(&model, &opt, &cfg, &share, s, inputs, targets);
         }
         if (s > 0) timed += wall_time() - t0;
     }
@@ -327,7 +329,7 @@ static const Command COMMANDS[] = {
 };
 #define N_COMMANDS (sizeof(COMMANDS) / sizeof(COMMANDS[0]))
 
-int main(int argc, char** argv) {
+static int run_command(int argc, char** argv) {
     int n = snprintf(USAGE, sizeof(USAGE), "usage:\n");
     for (size_t i = 0; i < N_COMMANDS; i++) {
         n += snprintf(USAGE + n, sizeof(USAGE) - n, "  difftx %s %s\n      %s\n", COMMANDS[i].name, COMMANDS[i].args, COMMANDS[i].what);
@@ -340,4 +342,14 @@ int main(int argc, char** argv) {
         if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
     }
     die("unknown subcommand '%s'\n%s", argv[1], USAGE);
+}
+
+// Under mpirun every rank starts here: rank 0 runs the command, the others join its training runs
+int main(int argc, char** argv) {
+    dist_init(&argc, &argv);
+    if (dist_rank() != 0) {
+        train_follow();
+        return dist_finish(0);
+    }
+    return dist_finish(run_command(argc, argv));
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../model/dist.h"
 #include "../model/util.h"
 
 static const char* SCHEMA =
@@ -20,7 +21,7 @@ static const char* SCHEMA =
     "  row TEXT NOT NULL, seed INTEGER NOT NULL, attempt INTEGER NOT NULL,"
     "  status TEXT NOT NULL CHECK (status IN ('RUNNING', 'FINISHED', 'FAILED', 'KILLED')),"
     "  git_commit TEXT NOT NULL, git_dirty INTEGER NOT NULL, host TEXT NOT NULL, cpu_model TEXT NOT NULL,"
-    "  threads INTEGER NOT NULL, pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL,"
+    "  threads INTEGER NOT NULL, ranks INTEGER NOT NULL DEFAULT 1, pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL,"
     "  out_dir TEXT NOT NULL,"
     "  started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
     "CREATE TABLE IF NOT EXISTS params (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
@@ -96,6 +97,10 @@ void registry_open(Registry* reg, const char* path) {
     exec(reg, "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;");
     exec(reg, "BEGIN IMMEDIATE;");
     exec(reg, SCHEMA);
+    // registries from before data-parallel training: their runs had one rank
+    sqlite3_stmt* st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'ranks'");
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 0) exec(reg, "ALTER TABLE runs ADD COLUMN ranks INTEGER NOT NULL DEFAULT 1;");
+    sqlite3_finalize(st);
     exec(reg, "COMMIT;");
 }
 
@@ -171,9 +176,9 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     exec(reg, "BEGIN IMMEDIATE;");
     sqlite3_stmt* st = prepare(reg,
         "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
-        " pid, pid_start, recipe_text, out_dir, started) VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(attempt), 0) + 1"
-        " FROM runs WHERE experiment_id = ?1 AND row = ?2 AND seed = ?3), 'RUNNING', ?4, ?5, ?6, ?7, ?8, ?9, ?13, ?10,"
-        " ?11, ?12)");
+        " ranks, pid, pid_start, recipe_text, out_dir, started) VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(attempt), 0) + 1"
+        " FROM runs WHERE experiment_id = ?1 AND row = ?2 AND seed = ?3), 'RUNNING', ?4, ?5, ?6, ?7, ?8, ?14, ?9, ?13,"
+        " ?10, ?11, ?12)");
     sqlite3_bind_int64(st, 1, experiment);
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, seed);
@@ -187,6 +192,7 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     sqlite3_bind_text(st, 11, cfg->out, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 12, now, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 13, process_start((int)getpid()));
+    sqlite3_bind_int(st, 14, dist_ranks());
     step_done(reg, st, "insert run");
     int64_t run = sqlite3_last_insert_rowid(reg->db);
     // params: one row per recipe key, from the "key = value" text

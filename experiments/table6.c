@@ -11,6 +11,7 @@
 #include "../eval/arhit.h"
 #include "../model/checkpoint.h"
 #include "../model/config.h"
+#include "../model/dist.h"
 #include "../model/util.h"
 #include "recipe.h"
 #include "registry.h"
@@ -74,7 +75,7 @@ Config table6_row_config(const Recipe* r, const Section* preset, int row, int se
     return row_config(r, preset, &r->rows[row], seed_index, recipe, results);
 }
 
-// The worker process of one (row, seed): train (resuming), evaluate, record. Exits.
+// One (row, seed): train (resuming), evaluate, record
 static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows) {
     Registry reg;
     char path[4096];
@@ -109,20 +110,28 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     data_close(&data);
     model_free(&model);
     registry_close(&reg);
-    exit(0);
 }
 
 // The FINISHED run of (row, cfg): trained now in a worker process when there is none.
-// Returns 0 when the worker failed or was killed (the registry says which).
+// Returns 0 when the worker failed or was killed (the registry says which). A data-parallel
+// job trains in this process, since a forked child cannot take part in MPI; a row that fails
+// there takes the job down.
 static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
                          int eval_windows) {
     int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg);
     if (run) return run;
     printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
     fflush(stdout);
+    if (dist_ranks() > 1) {
+        run_row(opt, experiment, row, cfg, eval_windows);
+        return registry_finished_run(reg, experiment, row, cfg->seed, cfg);
+    }
     pid_t pid = fork();
     if (pid < 0) die("fork failed");
-    if (pid == 0) run_row(opt, experiment, row, cfg, eval_windows);
+    if (pid == 0) {
+        run_row(opt, experiment, row, cfg, eval_windows);
+        exit(0);
+    }
     int status;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

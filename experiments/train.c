@@ -9,6 +9,7 @@
 
 #include "../data/dataset.h"
 #include "../model/checkpoint.h"
+#include "../model/dist.h"
 #include "../model/model.h"
 #include "../model/optim.h"
 #include "../model/util.h"
@@ -83,19 +84,21 @@ static void init_from_checkpoint(Model* model, const char* path, uint64_t tokeni
     model_free(&src);
 }
 
-static double evaluate(Model* model, const Shard* val, int* inputs, int* targets) {
+// The ranks take turns over the evaluation batches
+static double evaluate(Model* model, const Shard* val, const BatchShare* share, int* inputs, int* targets) {
     const Config* cfg = &model->cfg;
     double total = 0.0;
-    for (int k = 0; k < cfg->eval_batches; k++) {
+    for (int k = share->rank; k < cfg->eval_batches; k += share->ranks) {
         loader_eval_rows(val, cfg->seq_len, (size_t)k * cfg->batch_size, cfg->batch_size, inputs, targets);
         model_forward(model, inputs, targets, cfg->batch_size, cfg->seq_len, 0);
         total += model_loss(model);
     }
+    if (share->ranks > 1) dist_sum_doubles(&total, 1);
     return total / cfg->eval_batches;
 }
 
 static void diverged(int step, double loss, float norm, const char* ckpt, FILE* log) {
-    fclose(log);
+    if (log) fclose(log);
     die("training diverged at step %d: loss %g, gradient norm %g; the last good checkpoint stays at '%s'%s", step,
         loss, norm, ckpt, access(ckpt, F_OK) == 0 ? "" : " (none was written yet)");
 }
@@ -117,37 +120,57 @@ void train_check_memory(const Config* cfg, int vocab_size) {
     }
 }
 
-TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, int step, const int* inputs, const int* targets) {
-    size_t rows = (size_t)cfg->batch_size * cfg->seq_len;
+BatchShare batch_share(const Config* cfg, int rank, int ranks) {
+    int global = cfg->batch_size * cfg->grad_accum;
+    if (global % ranks) {
+        die("keys 'batch_size' x 'grad_accum' = %d rows per step do not split evenly across %d ranks; run with a "
+            "number of ranks that divides %d", global, ranks, global);
+    }
+    int rows = global / ranks, micro_rows = cfg->batch_size < rows ? cfg->batch_size : rows;
+    while (rows % micro_rows) micro_rows--;  // equal micro-batches keep the mean of means the global mean
+    return (BatchShare){rank, ranks, rank * rows, micro_rows, rows / micro_rows};
+}
+
+TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, const BatchShare* share, int step, const int* inputs,
+                     const int* targets) {
+    size_t rows = (size_t)share->micro_rows * cfg->seq_len;
+    int parts = share->micros * share->ranks;  // equal parts of the global batch
     TrainStep out = {0.0, NAN, lr_at(cfg, step)};
     model_zero_grad(model);
-    for (int micro = 0; micro < cfg->grad_accum; micro++) {
-        model_forward(model, inputs + micro * rows, targets + micro * rows, cfg->batch_size, cfg->seq_len, 1);
+    for (int micro = 0; micro < share->micros; micro++) {
+        model_forward(model, inputs + micro * rows, targets + micro * rows, share->micro_rows, cfg->seq_len, 1);
         double loss = model_loss(model);
-        if (!isfinite(loss)) {
-            out.loss = loss;
-            return out;
-        }
         out.loss += loss;
-        model_backward(model, 1.0f / cfg->grad_accum);
+        if (!isfinite(loss)) break;
+        model_backward(model, 1.0f / parts);
     }
-    out.loss /= cfg->grad_accum;
+    // every rank learns of a non-finite loss anywhere, so all of them skip the update together
+    if (share->ranks > 1) dist_sum_doubles(&out.loss, 1);
+    out.loss /= parts;
+    if (!isfinite(out.loss)) return out;
+    if (share->ranks > 1) model_sum_grads_across_ranks(model);
     out.norm = clip_grad_norm(model, cfg->grad_clip);
     if (isfinite(out.norm)) adamw_update(opt, model, out.lr, step + 1);
     return out;
 }
 
-double train_run(const Config* cfg, int until, const TrainObserver* observer) {
+// One run on every rank: rank 0 owns the run folder (lock, log, checkpoints) and the observer
+static double run_training(const Config* cfg, int until, const TrainObserver* observer) {
     config_validate(cfg);
     if (until <= 0 || until > cfg->steps) until = cfg->steps;
+    BatchShare share = batch_share(cfg, dist_rank(), dist_ranks());
+    int root = share.rank == 0;
     char ckpt[4096], log_path[4096];
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     const Tokenizer* tok = &data.tok;
 
     train_check_memory(cfg, tok->vocab_size);
-    mkdir_p(cfg->out);
-    int lock = lock_folder(cfg->out, "run folder");
+    int lock = -1;
+    if (root) {
+        mkdir_p(cfg->out);
+        lock = lock_folder(cfg->out, "run folder");
+    }
     config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
     path_printf(log_path, sizeof(log_path), "%s/log.tsv", cfg->out);
     Model model;
@@ -158,46 +181,55 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
         checkpoint_load(ckpt, &model, &opt, &info);
         require_same_config(&model.cfg, cfg, ckpt);
         if (info.tokenizer_hash != tok->hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
-        if (info.threads != threads) {
-            fprintf(stderr, "warning: resuming with %d threads, the checkpoint was written with %d; losses match a "
-                    "non-stop run bitwise only with the same thread count\n", threads, info.threads);
+        if (root && (info.threads != threads || info.ranks != share.ranks)) {
+            fprintf(stderr, "warning: resuming with %d ranks of %d threads, the checkpoint was written by %d of %d; "
+                    "losses match a non-stop run bitwise only with the same ranks and threads\n", share.ranks, threads,
+                    info.ranks, info.threads);
         }
-        truncate_log(log_path, info.step);
+        if (root) truncate_log(log_path, info.step);
         printf("resuming %s from step %d\n", ckpt, info.step);
     } else {
         model_build(&model, cfg, tok->vocab_size);
         if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok->hash);
         else model_init_params(&model, (uint64_t)cfg->seed);
         adamw_alloc(&opt, &model);
-        truncate_log(log_path, 0);
+        if (root) truncate_log(log_path, 0);
     }
     int B = cfg->batch_size, T = cfg->seq_len;
     size_t tokens_per_step = (size_t)B * T * cfg->grad_accum;
-    printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, %d threads\n",
-           config_attention_name(cfg), model.L, model.C, model.H, model.D, model.F,
-           model.n_params, tokens_per_step, threads);
+    printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, ", config_attention_name(cfg),
+           model.L, model.C, model.H, model.D, model.F, model.n_params, tokens_per_step);
+    if (share.ranks > 1) printf("%d ranks x %d micro-batches of %d rows, ", share.ranks, share.micros, share.micro_rows);
+    printf("%d threads\n", threads);
     if (info.finished) printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);
 
     Loader loader;
     loader_init(&loader, &data.train, T, (uint64_t)cfg->seed);
-    int* inputs = mallocCheck(tokens_per_step * sizeof(int));   // (grad_accum, B, T)
-    int* targets = mallocCheck(tokens_per_step * sizeof(int));  // (grad_accum, B, T)
+    size_t rank_tokens = (size_t)share.micros * share.micro_rows * T;
+    size_t buffer_tokens = rank_tokens > (size_t)B * T ? rank_tokens : (size_t)B * T;  // training or evaluation
+    int* inputs = mallocCheck(buffer_tokens * sizeof(int));   // (micros, micro_rows, T)
+    int* targets = mallocCheck(buffer_tokens * sizeof(int));  // (micros, micro_rows, T)
+    if (!root) observer = NULL;
     if (observer) observer->resume(observer->ctx, info.step);
-    FILE* log = fopenCheck(log_path, "a");
-    setvbuf(log, NULL, _IOLBF, 0);  // one write per line: a kill never leaves half a line mid-log
+    FILE* log = NULL;
+    if (root) {
+        log = fopenCheck(log_path, "a");
+        setvbuf(log, NULL, _IOLBF, 0);  // one write per line: a kill never leaves half a line mid-log
+    }
     double t_start = wall_time(), loss = info.train_loss;
     int first_step = info.step;
     for (int step = first_step; step < until; step++) {
         double t0 = wall_time();
-        loader_rows(&loader, (size_t)step * cfg->grad_accum * B, cfg->grad_accum * B, inputs, targets);
-        TrainStep st = train_step(&model, &opt, cfg, step, inputs, targets);
+        loader_rows(&loader, (size_t)step * cfg->grad_accum * B + share.first_row, share.micros * share.micro_rows, inputs,
+                    targets);
+        TrainStep st = train_step(&model, &opt, cfg, &share, step, inputs, targets);
         loss = st.loss;
         if (!isfinite(st.loss) || !isfinite(st.norm)) diverged(step + 1, st.loss, st.norm, ckpt, log);
         float norm = st.norm, lr = st.lr;
         int done = step + 1;
         double dt = wall_time() - t0;
         long tokens_seen = (long)done * (long)tokens_per_step;
-        fprintf(log, "train %d %.17g %.9g %.9g\n", done, loss, lr, norm);
+        if (log) fprintf(log, "train %d %.17g %.9g %.9g\n", done, loss, lr, norm);
         if (observer) observer->metric(observer->ctx, "train_loss", done, tokens_seen, loss);
         if (done % cfg->log_every == 0 || done == until) {
             char eta[32];
@@ -208,29 +240,47 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer) {
             fflush(stdout);
         }
         if ((cfg->eval_every && done % cfg->eval_every == 0) || done == cfg->steps) {
-            double val_loss = evaluate(&model, &data.val, inputs, targets);
-            fprintf(log, "val %d %.17g\n", done, val_loss);
+            double val_loss = evaluate(&model, &data.val, &share, inputs, targets);
+            if (log) fprintf(log, "val %d %.17g\n", done, val_loss);
             if (observer) observer->metric(observer->ctx, "val_loss", done, tokens_seen, val_loss);
             printf("step %5d | val loss %.4f\n", done, val_loss);
         }
-        if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until) {
+        if (root && ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until)) {
             // metrics first: a kill before the checkpoint's rename leaves metrics past the last
             // checkpoint, which the resumed run's observer drops (resume); the other order
             // would lose this interval's metrics for good
             if (observer) observer->flush(observer->ctx);
-            CheckpointInfo now = {done, (uint64_t)done * cfg->grad_accum * B, tok->hash, threads, done == cfg->steps, loss};
+            CheckpointInfo now = {done, (uint64_t)done * cfg->grad_accum * B, tok->hash, threads, share.ranks,
+                                  done == cfg->steps, loss};
             checkpoint_save(ckpt, &model, &opt, &now);
         }
     }
-    fcloseCheck(log, log_path);
+    if (log) fcloseCheck(log, log_path);
     free(inputs);
     free(targets);
     loader_free(&loader);
     model_free(&model);
     adamw_free(&opt);
     data_close(&data);
-    unlock_folder(lock);
+    if (root) unlock_folder(lock);
     return loss;
+}
+
+// What rank 0 sends its followers to start a run
+typedef struct {
+    Config cfg;
+    int until;
+} TrainOrder;
+
+double train_run(const Config* cfg, int until, const TrainObserver* observer) {
+    TrainOrder order = {*cfg, until};
+    dist_lead(&order, sizeof(order));
+    return run_training(cfg, until, observer);
+}
+
+void train_follow(void) {
+    TrainOrder order;
+    while (dist_follow(&order, sizeof(order))) run_training(&order.cfg, order.until, NULL);
 }
 
 typedef struct {

@@ -26,7 +26,13 @@ typedef struct {
 // and holds the same config. Stops after update `until` (cfg->steps for a whole run) and
 // leaves the run resumable. Dies on bad input or a non-finite loss (the last good
 // checkpoint stays). observer may be NULL. Returns the mean loss of the last step.
+// In a data-parallel job rank 0 calls it and the followers join in (train_follow); only rank
+// 0 writes the run folder and calls the observer.
 double train_run(const Config* cfg, int until, const TrainObserver* observer);
+
+// A data-parallel follower (rank > 0): trains its share of every run rank 0 starts, until
+// rank 0 finishes
+void train_follow(void);
 
 // Dies, naming the keys, when training cfg needs more memory than the machine has (before
 // anything is allocated)
@@ -38,9 +44,22 @@ typedef struct {
     float lr;
 } TrainStep;
 
-// Update `step` (from 0) on cfg->grad_accum micro-batches: inputs, targets (grad_accum, B, T).
-// Parameters change only when loss and norm are finite.
-TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, int step, const int* inputs, const int* targets);
+// One rank's share of each step's global batch of grad_accum x batch_size rows: rows
+// first_row .. first_row + micros * micro_rows - 1 of the step, in micros micro-batches of
+// micro_rows (at most batch_size). The ranks' gradients are summed, so a step averages the
+// loss over the global batch whatever the number of ranks.
+typedef struct {
+    int rank, ranks;
+    int first_row, micro_rows, micros;
+} BatchShare;
+
+// Dies naming the keys when the global batch does not split evenly across `ranks`
+BatchShare batch_share(const Config* cfg, int rank, int ranks);
+
+// Update `step` (from 0) on this rank's share: inputs, targets (micros, micro_rows, T).
+// Parameters change only when loss and norm are finite on every rank.
+TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, const BatchShare* share, int step, const int* inputs,
+                     const int* targets);
 
 // Trains cfg (resuming from its checkpoint) as registry run `run`, whose metrics are stored
 // at each checkpoint so a killed run stores no step twice, and records its training shard as

@@ -73,6 +73,7 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     h5_write_attr(file, "rows_seen", H5T_NATIVE_UINT64, &info->rows_seen, label);
     h5_write_attr(file, "data_seed", H5T_NATIVE_INT, &model->cfg.seed, label);
     h5_write_attr(file, "threads", H5T_NATIVE_INT, &info->threads, label);
+    h5_write_attr(file, "ranks", H5T_NATIVE_INT, &info->ranks, label);
     h5_write_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_write_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
     h5_write_string_attr(file, "git_commit", GIT_COMMIT, label);
@@ -123,6 +124,8 @@ void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo*
     h5_read_attr(file, "step", H5T_NATIVE_INT, &info->step, label);
     h5_read_attr(file, "rows_seen", H5T_NATIVE_UINT64, &info->rows_seen, label);
     h5_read_attr(file, "threads", H5T_NATIVE_INT, &info->threads, label);
+    info->ranks = 1;  // written before data-parallel training existed
+    if (H5Aexists(file, "ranks") > 0) h5_read_attr(file, "ranks", H5T_NATIVE_INT, &info->ranks, label);
     h5_read_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_read_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
     // what the attributes must agree on: a corrupt or hand-edited file is refused, not resumed
@@ -135,6 +138,7 @@ void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo*
     }
     if (info->finished != (info->step == cfg.steps)) die("%s: attribute 'finished' is %d at step %d of %d", label, info->finished, info->step, cfg.steps);
     if (info->threads < 1) die("%s: attribute 'threads' is %d", label, info->threads);
+    if (info->ranks < 1) die("%s: attribute 'ranks' is %d", label, info->ranks);
     int data_seed = cfg.seed;  // it repeats the config's seed; files written by other tools may leave it out
     if (H5Aexists(file, "data_seed") > 0) h5_read_attr(file, "data_seed", H5T_NATIVE_INT, &data_seed, label);
     if (data_seed != cfg.seed) die("%s: attribute 'data_seed' is %d but the config's seed is %d", label, data_seed, cfg.seed);

@@ -11,7 +11,8 @@ typedef struct {
     int step;               // optimizer updates done
     uint64_t rows_seen;     // training rows consumed: the data loader's position
     uint64_t tokenizer_hash;
-    int threads;            // OpenMP threads of the run that wrote it
+    int threads;            // OpenMP threads (per rank) of the run that wrote it
+    int ranks;              // data-parallel processes of the run that wrote it
     int finished;           // step == steps
     double train_loss;      // mean loss of the last step
 } CheckpointInfo;

@@ -372,6 +372,8 @@ void model_backward(Model* m, float dloss_scale) {
 
 void model_zero_grad(Model* m) { m->be->zero(m->grads_memory, m->n_params * sizeof(float)); }
 
+void model_sum_grads_across_ranks(Model* m) { m->be->sum_across_ranks(m->grads_memory, m->n_params); }
+
 void model_set_hook(Model* m, const ActivationHook* hook) { m->hook = hook; }
 
 void model_set_logit_quant(Model* m, LogitQuant quant) {

@@ -130,6 +130,8 @@ void model_forward_cached(Model* model, const int* tokens, int n, int pos);
 // gradient (1 / grad_accum for gradient accumulation).
 void model_backward(Model* model, float dloss_scale);
 void model_zero_grad(Model* model);
+// Each gradient becomes its sum over the data-parallel ranks
+void model_sum_grads_across_ranks(Model* model);
 // Every later forward (and the backward's recomputation) shows its activations to hook;
 // NULL removes it. The hook must outlive its use.
 void model_set_hook(Model* model, const ActivationHook* hook);

@@ -15,6 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
+static void (*die_handler)(void);
+void on_die(void (*handler)(void)) { die_handler = handler; }
+
 void die_at(const char* src, int line, const char* fmt, ...) {
     fprintf(stderr, "error: ");
     va_list ap;
@@ -22,6 +25,7 @@ void die_at(const char* src, int line, const char* fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n  (raised at %s:%d)\n", src, line);
+    if (die_handler) die_handler();
     exit(EXIT_FAILURE);
 }
 

@@ -9,6 +9,8 @@
 
 void die_at(const char* src, int line, const char* fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+// handler runs after die's message, before the exit (a data-parallel job aborts all its ranks)
+void on_die(void (*handler)(void));
 
 void* malloc_check(size_t size, const char* src, int line);
 void* calloc_check(size_t n, size_t size, const char* src, int line);

@@ -43,7 +43,7 @@ static int same_as_saved(const Model* m, const AdamW* opt, const CheckpointInfo*
                memcmp(m->params_memory, saved.params_memory, bytes) == 0 && memcmp(opt->m, saved_opt.m, bytes) == 0 &&
                memcmp(opt->v, saved_opt.v, bytes) == 0 && info->step == saved_info.step &&
                info->rows_seen == saved_info.rows_seen && info->tokenizer_hash == saved_info.tokenizer_hash &&
-               info->threads == saved_info.threads && info->finished == saved_info.finished &&
+               info->threads == saved_info.threads && info->ranks == saved_info.ranks && info->finished == saved_info.finished &&
                info->train_loss == saved_info.train_loss;
     free(text);
     return same;
@@ -179,7 +179,7 @@ int main(void) {
         saved_opt.m[i] = 0.01f * (float)(i % 13);
         saved_opt.v[i] = 0.001f * (float)(i % 7);
     }
-    CheckpointInfo info = {3, 3 * 2 * 3, 0x1234abcdull, 2, 0, 4.25};
+    CheckpointInfo info = {.step = 3, .rows_seen = 3 * 2 * 3, .tokenizer_hash = 0x1234abcdull, .threads = 2, .ranks = 2, .train_loss = 4.25};
     saved_info = info;
     saved_config = config_to_text(&cfg);
     checkpoint_save(PATH, &saved, &saved_opt, &saved_info);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../dist.h"
 #include "../util.h"
 #include "cpu.h"
 
@@ -59,6 +60,7 @@ static const Backend CPU = {
     .token_lambda_backward = cpu_token_lambda_backward,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
+    .sum_across_ranks = dist_sum_floats,  // MPI reduces host memory in place
     .adamw_update = cpu_adamw_update,
     .matmul_rate = cpu_matmul_rate,
 };
