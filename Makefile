@@ -9,18 +9,18 @@
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
-PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev \
+PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev \
             gnuplot-nox hdf5-tools sqlite3 strace $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
 # once build/deps.stamp has installed them, after make has read this file.
 MPI_PC := $(if $(NO_MPI),,mpi-c)
-PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto $(MPI_PC) 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp \
+PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto jansson $(MPI_PC) 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp \
              $(if $(NO_MPI),,-DDIFFTX_MPI)
 # The rpath pins the OpenMP build of OpenBLAS: Debian's alternatives may point libopenblas.so.0
 # at the pthread build, whose threads fight OpenMP's (20x slower attention at long context).
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto $(MPI_PC) 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
+PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto jansson $(MPI_PC) 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
@@ -40,7 +40,7 @@ LDLIBS = $(SANITIZERS) $(PKG_LIBS) -lmvec -fopenmp
 BACKENDS := model/cpu/backend_cpu.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
 MODEL := model/util.c model/h5.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
          model/checkpoint.c model/dist.c $(BACKENDS)
-DATA := data/tokenizer.c data/dataset.c data/needle.c
+DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
                experiments/table6.c experiments/table5.c experiments/needle_tasks.c experiments/attn_plot.c

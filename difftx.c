@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/dataset.h"
+#include "data/prepare.h"
 #include "data/needle.h"
 #include "data/tokenizer.h"
 #include "experiments/attn_plot.h"
@@ -40,15 +41,18 @@ static int parse_int_arg(const char* flag, const char* value) {
 }
 
 static int cmd_prepare(int argc, char** argv) {
-    int vocab = 4096;
-    static struct option opts[] = {{"vocab", required_argument, 0, 'v'}, {0, 0, 0, 0}};
+    PrepareOptions opt = PREPARE_DEFAULTS;
+    static struct option opts[] = {{"vocab", required_argument, 0, 'v'}, {"sample-mb", required_argument, 0, 'm'},
+                                   {"shard-tokens", required_argument, 0, 's'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c != 'v') die("%s", USAGE);
-        vocab = parse_int_arg("--vocab", optarg);
+        if (c == 'v') opt.vocab_size = parse_int_arg("--vocab", optarg);
+        else if (c == 'm') opt.sample_mb = parse_int_arg("--sample-mb", optarg);
+        else if (c == 's') opt.shard_tokens = (size_t)parse_int_arg("--shard-tokens", optarg);
+        else die("%s", USAGE);
     }
     if (argc - optind < 2) die("prepare needs OUT_DIR and at least one INPUT\n%s", USAGE);
-    dataset_prepare(argv[optind], (const char* const*)argv + optind + 1, argc - optind - 1, vocab);
+    dataset_prepare(argv[optind], (const char* const*)argv + optind + 1, argc - optind - 1, &opt);
     return 0;
 }
 
@@ -108,12 +112,13 @@ static int cmd_sample(int argc, char** argv) {
     DataDir data;
     data_open(&data, model.cfg.data, 0);
     const Tokenizer* tok = &data.tok;
-    if (tok->hash != info.tokenizer_hash) die("'%s/tokenizer.bin' does not match the checkpoint's tokenizer", data.dir);
+    if (tok->hash != info.tokenizer_hash) die("the tokenizer of '%s' does not match the checkpoint's", data.dir);
+    tokenizer_decode(tok, NULL, 0, NULL);  // dies now, not after the first token, when it cannot decode
     int T = model.cfg.seq_len;
     size_t plen = strlen(prompt);
     int* prompt_ids = mallocCheck((plen + 1) * sizeof(int));
-    prompt_ids[0] = TOKEN_EOT;  // documents start with <|endoftext|> in training
-    int n = 1 + (int)tokenizer_encode(tok, prompt, plen, prompt_ids + 1);
+    prompt_ids[0] = tok->eot;  // documents start with <|endoftext|> in training
+    int n = 1 + (plen ? (int)tokenizer_encode(tok, prompt, plen, prompt_ids + 1) : 0);
     int* history = mallocCheck(((size_t)n + n_tokens) * sizeof(int));
     memcpy(history, prompt_ids, n * sizeof(int));
     uint64_t rng = hash64((uint64_t)seed);
@@ -143,7 +148,7 @@ static int cmd_sample(int argc, char** argv) {
                 if (acc > u) break;
             }
         }
-        if (next == TOKEN_EOT) break;
+        if (next == tok->eot) break;
         history[n++] = next;
         size_t bytes = tokenizer_decode(tok, &next, 1, text);
         fwrite(text, 1, bytes, stdout);
@@ -311,7 +316,8 @@ typedef struct {
 } Command;
 
 static const Command COMMANDS[] = {
-    {"prepare", cmd_prepare, "[--vocab N] OUT_DIR INPUT...", "tokenizer + token shards from text files/folders"},
+    {"prepare", cmd_prepare, "[--vocab N] [--sample-mb MB] [--shard-tokens N] OUT_DIR INPUT...",
+     "tokenizer + token shards from text files, JSON-lines files (.jsonl) and folders of them"},
     {"needle-data", cmd_needle_data, "[--seq-len T] [--max-needles N] [--seed S] OUT_DIR DATA_DIR",
      "DATA_DIR's training text mixed with needle training episodes"},
     {"train", cmd_train, "RECIPE [key=value ...] [--until STEP]", "train (resumes from OUT/checkpoint.h5 if present)"},

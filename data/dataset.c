@@ -3,49 +3,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../model/util.h"
-
-typedef struct {
-    char** paths;
-    int n, cap;
-} PathList;
-
-static void add_path(PathList* list, const char* path) {
-    if (list->n == list->cap) {
-        list->cap = list->cap ? 2 * list->cap : 256;
-        char** grown = realloc(list->paths, list->cap * sizeof(char*));
-        if (!grown) die("out of memory listing the corpus");
-        list->paths = grown;
-    }
-    list->paths[list->n++] = strdup(path);
-}
-
-static void collect(PathList* list, const char* path) {
-    struct stat st;
-    if (stat(path, &st) != 0) die("corpus input '%s': %s", path, strerror(errno));
-    if (S_ISREG(st.st_mode)) {
-        add_path(list, path);
-        return;
-    }
-    if (!S_ISDIR(st.st_mode)) die("corpus input '%s' is neither a file nor a folder", path);
-    DIR* dir = opendir(path);
-    if (!dir) die("cannot open folder '%s': %s", path, strerror(errno));
-    struct dirent* e;
-    while ((e = readdir(dir))) {
-        if (e->d_name[0] == '.') continue;
-        char child[4096];
-        if ((size_t)snprintf(child, sizeof(child), "%s/%s", path, e->d_name) >= sizeof(child)) die("path too long under '%s'", path);
-        collect(list, child);
-    }
-    closedir(dir);
-}
-
-static int compare_paths(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 
 void shard_write(const char* path, const int* ids, size_t n, int n_docs, const Tokenizer* tok, int block) {
     if (n > 0x7FFFFFFFu) die("'%s': too many tokens for one shard (%zu)", path, n);
@@ -63,95 +28,131 @@ void shard_write(const char* path, const int* ids, size_t n, int n_docs, const T
     free(out);
 }
 
-static void write_shard(const char* path, const Tokenizer* tok, char** texts, size_t* lens, const int* docs, int n_docs) {
-    size_t cap = 1;
-    for (int i = 0; i < n_docs; i++) cap += lens[docs[i]] + 1;
-    int* ids = mallocCheck(cap * sizeof(int));
-    size_t n = 0;
-    for (int i = 0; i < n_docs; i++) {
-        ids[n++] = TOKEN_EOT;
-        n += tokenizer_encode(tok, texts[docs[i]], lens[docs[i]], ids + n);
-    }
-    shard_write(path, ids, n, n_docs, tok, 0);
-    printf("  %s: %d documents, %zu tokens\n", strrchr(path, '/') + 1, n_docs, n);
-    free(ids);
-}
-
-void dataset_prepare(const char* out_dir, const char* const* inputs, int n_inputs, int vocab_size) {
-    PathList list = {0};
-    for (int i = 0; i < n_inputs; i++) collect(&list, inputs[i]);
-    if (list.n < 2) die("the corpus needs at least 2 documents (files) to split into train and validation, found %d", list.n);
-    qsort(list.paths, list.n, sizeof(char*), compare_paths);
-    char** texts = mallocCheck(list.n * sizeof(char*));
-    size_t* lens = mallocCheck(list.n * sizeof(size_t));
-    int *train = mallocCheck(list.n * sizeof(int)), *val = mallocCheck(list.n * sizeof(int));
-    int n_train = 0, n_val = 0;
-    size_t bytes = 0;
-    for (int i = 0; i < list.n; i++) {
-        texts[i] = read_text_file(list.paths[i], &lens[i]);
-        bytes += lens[i];
-        if (i % VAL_EVERY == VAL_EVERY - 1) val[n_val++] = i; else train[n_train++] = i;
-    }
-    if (n_val == 0) val[n_val++] = train[--n_train];  // fewer than VAL_EVERY documents
-    printf("prepare: %d documents (%zu bytes), %d train, %d validation\n", list.n, bytes, n_train, n_val);
-
-    const char** train_texts = mallocCheck(n_train * sizeof(char*));
-    size_t* train_lens = mallocCheck(n_train * sizeof(size_t));
-    for (int i = 0; i < n_train; i++) {
-        train_texts[i] = texts[train[i]];
-        train_lens[i] = lens[train[i]];
-    }
-    double t0 = wall_time();
-    Tokenizer tok;
-    tokenizer_train(&tok, train_texts, train_lens, n_train, vocab_size);
-    printf("  tokenizer: %d ids (%d merges) trained in %.1f s\n", tok.vocab_size, tok.n_merges, wall_time() - t0);
-
-    char dir[4096], path[4200];
-    tmp_folder(dir, sizeof(dir), out_dir);
-    path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);
-    tokenizer_save(&tok, path);
-    path_printf(path, sizeof(path), "%s/train.bin", dir);
-    write_shard(path, &tok, texts, lens, train, n_train);
-    path_printf(path, sizeof(path), "%s/val.bin", dir);
-    write_shard(path, &tok, texts, lens, val, n_val);
-    replace_folder(dir, out_dir);
-    printf("  wrote %s/{tokenizer,train,val}.bin\n", out_dir);
-
-    tokenizer_free(&tok);
-    for (int i = 0; i < list.n; i++) {
-        free(texts[i]);
-        free(list.paths[i]);
-    }
-    free(list.paths);
-    free(texts);
-    free(lens);
-    free(train);
-    free(val);
-    free(train_texts);
-    free(train_lens);
-}
-
 void shard_load(Shard* s, const char* path) {
-    FILE* f = fopenCheck(path, "rb");
-    int32_t header[256];
-    freadCheck(header, sizeof(int32_t), 256, f, path);
-    if (header[0] != SHARD_MAGIC) die("'%s' is not a token shard (bad magic)", path);
-    if (header[1] != 1 && header[1] != SHARD_VERSION) die("'%s': shard version %d, this program reads 1 and %d", path, header[1], SHARD_VERSION);
+    memset(s, 0, sizeof(*s));
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) die("cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) die("cannot read '%s': %s", path, strerror(errno));
+    if (st.st_size < SHARD_HEADER_BYTES) die("'%s' is not a token shard (%lld bytes, shorter than a header)", path, (long long)st.st_size);
+    s->map_bytes = (size_t)st.st_size;
+    s->map = mmap(NULL, s->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (s->map == MAP_FAILED) die("cannot map '%s': %s", path, strerror(errno));
+    const int32_t* header = s->map;
+    if (header[0] == SHARD_MAGIC) {
+        if (header[1] != 1 && header[1] != SHARD_VERSION) die("'%s': shard version %d, this program reads 1 and %d", path, header[1], SHARD_VERSION);
+        s->n_documents = header[3];
+        s->vocab_size = header[4];
+        s->block = header[5];
+        s->tokenizer_hash = header[1] == 1 ? 0 : (uint64_t)(uint32_t)header[6] | (uint64_t)(uint32_t)header[7] << 32;
+    } else if (header[0] == LLMC_SHARD_MAGIC) {
+        if (header[1] != 1) die("'%s': llm.c shard version %d, this program reads 1", path, header[1]);
+        s->vocab_size = GPT2_VOCAB;
+        s->tokenizer_hash = GPT2_IDS_HASH;
+    } else {
+        die("'%s' is not a token shard (magic %d; expected %d, or llm.c's %d)", path, header[0], SHARD_MAGIC, LLMC_SHARD_MAGIC);
+    }
     if (header[2] < 2) die("'%s': shard holds %d tokens, too few to train on", path, header[2]);
-    s->n_tokens = (size_t)header[2];
-    s->n_documents = header[3];
-    s->vocab_size = header[4];
-    s->block = header[5];
-    s->tokenizer_hash = header[1] == 1 ? 0 : (uint64_t)(uint32_t)header[6] | (uint64_t)(uint32_t)header[7] << 32;
-    s->tokens = mallocCheck(s->n_tokens * sizeof(uint16_t));
-    freadCheck(s->tokens, sizeof(uint16_t), s->n_tokens, f, path);
-    fcloseCheck(f, path);
-    for (size_t i = 0; i < s->n_tokens; i++) {
-        if (s->tokens[i] >= s->vocab_size) die("'%s': token %zu has id %u outside the vocabulary (%d)", path, i, s->tokens[i], s->vocab_size);
+    s->n_tokens = (size_t)(uint32_t)header[2];
+    if (s->map_bytes != SHARD_HEADER_BYTES + 2 * s->n_tokens) {
+        die("'%s' has %zu bytes, but its header's %zu tokens make %zu (cut short?)", path, s->map_bytes, s->n_tokens,
+            SHARD_HEADER_BYTES + 2 * s->n_tokens);
+    }
+    s->tokens = (uint16_t*)((char*)s->map + SHARD_HEADER_BYTES);
+    // a branch-free maximum vectorizes: billions of tokens are checked in seconds, on one core,
+    // since OpenMP is not safe in the processes table6 forks after opening its data
+    uint16_t largest = 0;
+    for (size_t i = 0; i < s->n_tokens; i++) largest = s->tokens[i] > largest ? s->tokens[i] : largest;
+    if (largest >= s->vocab_size) {
+        size_t i = 0;
+        while (s->tokens[i] < s->vocab_size) i++;
+        die("'%s': token %zu has id %u outside the vocabulary (%d)", path, i, s->tokens[i], s->vocab_size);
     }
 }
 
-void shard_free(Shard* s) { free(s->tokens); }
+void shard_free(Shard* s) {
+    if (s->map) munmap(s->map, s->map_bytes);
+}
+
+// ---- data folders ----
+
+static int compare_names(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+// The shard files of a split, sorted: exactly `name`.bin, else name_<digits>.bin (this project's
+// folders); or files holding "_name" and ending in .bin (llm.c's)
+static int is_split_file(const char* file, const char* name, int llmc) {
+    size_t n = strlen(file), k = strlen(name);
+    if (n < 5 || strcmp(file + n - 4, ".bin") != 0) return 0;
+    if (llmc) {
+        char pattern[64];
+        snprintf(pattern, sizeof(pattern), "_%s", name);
+        return strstr(file, pattern) != NULL;
+    }
+    if (strncmp(file, name, k) != 0) return 0;
+    if (n == k + 4) return 1;
+    if (file[k] != '_' || n == k + 5) return 0;
+    for (size_t i = k + 1; i < n - 4; i++) {
+        if (file[i] < '0' || file[i] > '9') return 0;
+    }
+    return 1;
+}
+
+static void list_split(ShardList* list, const char* dir, const char* name, int llmc) {
+    DIR* d = opendir(dir);
+    if (!d) die("key 'data': cannot open folder '%s': %s", dir, strerror(errno));
+    char** names = NULL;
+    int n = 0, cap = 0, single = 0;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        if (!is_split_file(e->d_name, name, llmc)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            names = realloc(names, cap * sizeof(char*));
+            if (!names) die("out of memory listing '%s'", dir);
+        }
+        names[n++] = strdup(e->d_name);
+        single |= !llmc && strlen(e->d_name) == strlen(name) + 4;
+    }
+    closedir(d);
+    if (n == 0) {
+        die("key 'data': '%s' holds no %s shard (%s)", dir, name,
+            llmc ? "llm.c's names hold _train or _val" : "expected train.bin and val.bin, or train_000000.bin, ...");
+    }
+    if (single && n > 1) die("key 'data': '%s' holds both %s.bin and numbered %s shards; keep one kind", dir, name, name);
+    qsort(names, n, sizeof(char*), compare_names);
+    list->n = n;
+    list->paths = callocCheck(n, sizeof(list->paths[0]));
+    for (int i = 0; i < n; i++) {
+        path_printf(list->paths[i], sizeof(list->paths[i]), "%s/%s", dir, names[i]);
+        free(names[i]);
+    }
+    free(names);
+}
+
+static void load_split(ShardList* list, const DataDir* d) {
+    list->parts = callocCheck(list->n, sizeof(Shard));
+    list->n_tokens = 0;
+    for (int i = 0; i < list->n; i++) {
+        Shard* s = &list->parts[i];
+        shard_load(s, list->paths[i]);
+        list->n_tokens += s->n_tokens;
+        if (s->vocab_size != d->tok.vocab_size) {
+            die("key 'data': '%s' has vocabulary %d but the folder's tokenizer has %d", list->paths[i], s->vocab_size, d->tok.vocab_size);
+        }
+        if (s->tokenizer_hash && s->tokenizer_hash != d->tok.hash) {
+            die("key 'data': '%s' was made with another tokenizer than '%s/tokenizer.bin'; run `difftx prepare` again",
+                list->paths[i], d->dir);
+        }
+    }
+}
+
+static void free_split(ShardList* list) {
+    for (int i = 0; list->parts && i < list->n; i++) shard_free(&list->parts[i]);
+    free(list->parts);
+    free(list->paths);
+    memset(list, 0, sizeof(*list));
+}
 
 void data_open(DataDir* d, const char* dir, int parts) {
     memset(d, 0, sizeof(*d));
@@ -159,41 +160,70 @@ void data_open(DataDir* d, const char* dir, int parts) {
     d->parts = parts;
     char path[4200];
     path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);
-    if (access(path, R_OK) != 0) die("key 'data': '%s' has no readable tokenizer.bin; run `make data` or `difftx prepare` first", dir);
-    tokenizer_load(&d->tok, path);
-    Shard* shards[2] = {&d->train, &d->val};
-    static const char* names[2] = {"train.bin", "val.bin"};
-    for (int i = 0; i < 2; i++) {
-        if (!(parts & (1 << i))) continue;
-        path_printf(path, sizeof(path), "%s/%s", dir, names[i]);
-        shard_load(shards[i], path);
-        if (shards[i]->vocab_size != d->tok.vocab_size) {
-            die("key 'data': '%s' has vocabulary %d but '%s/tokenizer.bin' has %d", path, shards[i]->vocab_size, dir,
-                d->tok.vocab_size);
-        }
-        if (shards[i]->tokenizer_hash && shards[i]->tokenizer_hash != d->tok.hash) {
-            die("key 'data': '%s' was made with another tokenizer than '%s/tokenizer.bin'; run `difftx prepare` again", path, dir);
-        }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) die("key 'data': '%s' is not a folder; run `make data` or `difftx prepare` first", dir);
+    if (access(path, F_OK) == 0) {
+        tokenizer_load(&d->tok, path);
+    } else {
+        DIR* folder = opendir(dir);  // no tokenizer.bin: llm.c's shards, or nothing prepared yet
+        struct dirent* e;
+        int found = 0;
+        while (folder && (e = readdir(folder))) found |= is_split_file(e->d_name, "train", 1) || is_split_file(e->d_name, "val", 1);
+        if (folder) closedir(folder);
+        if (!found) die("key 'data': '%s' has no tokenizer.bin and no llm.c shards; run `make data` or `difftx prepare` first", dir);
+        d->llmc = 1;
+        path_printf(path, sizeof(path), "%s/gpt2_tokenizer.bin", dir);
+        tokenizer_gpt2(&d->tok, access(path, F_OK) == 0 ? path : NULL);
+    }
+    if (parts & DATA_TRAIN) {
+        list_split(&d->train, dir, "train", d->llmc);
+        load_split(&d->train, d);
+    }
+    if (parts & DATA_VAL) {
+        ShardList val = {0};
+        list_split(&val, dir, "val", d->llmc);
+        val.n = 1;
+        load_split(&val, d);
+        d->val = val.parts[0];
+        free(val.parts);
+        free(val.paths);
     }
 }
 
 void data_close(DataDir* d) {
     tokenizer_free(&d->tok);
-    if (d->parts & DATA_TRAIN) shard_free(&d->train);
+    free_split(&d->train);
     if (d->parts & DATA_VAL) shard_free(&d->val);
 }
 
-void loader_init(Loader* l, const Shard* shard, int T, uint64_t seed) {
-    if (shard->n_tokens < (size_t)T + 1) die("shard of %zu tokens is shorter than one window of seq_len + 1 = %d", shard->n_tokens, T + 1);
-    l->shard = shard;
+const Shard* data_single_train_shard(const DataDir* d, const char* purpose) {
+    if (d->train.n != 1) die("key 'data': %s reads one training shard, and '%s' has %d", purpose, d->dir, d->train.n);
+    return &d->train.parts[0];
+}
+
+// ---- batches ----
+
+void loader_init(Loader* l, const ShardList* shards, int T, uint64_t seed) {
+    l->shards = shards;
     l->T = T;
     l->seed = seed;
-    l->n_windows = (shard->n_tokens - 1) / T;
+    l->first_window = mallocCheck((shards->n + 1) * sizeof(size_t));
+    l->n_windows = 0;
+    for (int i = 0; i < shards->n; i++) {
+        l->first_window[i] = l->n_windows;
+        if (shards->parts[i].n_tokens > (size_t)T) l->n_windows += (shards->parts[i].n_tokens - 1) / T;
+    }
+    l->first_window[shards->n] = l->n_windows;
+    if (l->n_windows == 0) die("the training shards hold no window of seq_len + 1 = %d tokens", T + 1);
+    if (l->n_windows > UINT32_MAX) die("%zu training windows: more than this loader indexes (2^32); raise seq_len", l->n_windows);
     l->epoch = -1;
     l->order = mallocCheck(l->n_windows * sizeof(uint32_t));
 }
 
-void loader_free(Loader* l) { free(l->order); }
+void loader_free(Loader* l) {
+    free(l->order);
+    free(l->first_window);
+}
 
 static void copy_window(const Shard* s, size_t start, int T, int* inputs, int* targets) {
     for (int t = 0; t < T; t++) {
@@ -218,7 +248,13 @@ void loader_rows(Loader* l, size_t first_row, int B, int* inputs, int* targets) 
             l->epoch = epoch;
         }
         size_t window = l->order[row % l->n_windows];
-        copy_window(l->shard, window * l->T, l->T, inputs + (size_t)b * l->T, targets + (size_t)b * l->T);
+        int lo = 0, hi = l->shards->n - 1;  // the shard holding it: the last whose first window is <= it
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (l->first_window[mid] <= window) lo = mid; else hi = mid - 1;
+        }
+        copy_window(&l->shards->parts[lo], (window - l->first_window[lo]) * l->T, l->T, inputs + (size_t)b * l->T,
+                    targets + (size_t)b * l->T);
     }
 }
 

@@ -1,14 +1,18 @@
-// Corpus preparation and batching.
+// Token shards, data folders and batching.
 //
-// `prepare` takes text files and folders (searched recursively for regular files, taken in
-// sorted path order; each file is one document), sends every 20th document to validation,
-// trains the BPE tokenizer on the training documents and writes, into one folder:
-//   tokenizer.bin, train.bin, val.bin
-// A shard is a 1024-byte header of 256 int32 (magic, version, n_tokens, n_documents,
-// vocab_size, block, the tokenizer's hash as two int32 (low, high), then zeros) followed by
-// n_tokens uint16 ids; every document starts with the <|endoftext|> id, so document boundaries
-// survive. Version 1 shards (no tokenizer hash) are still read. The folder is written whole:
-// an interrupted `prepare` leaves the previous folder as it was.
+// A shard of this project is a 1024-byte header of 256 int32 (magic 20261121, version, n_tokens,
+// n_documents, vocab_size, block, the tokenizer's hash as two int32 (low, high), then zeros)
+// followed by n_tokens uint16 ids; every document starts with the <|endoftext|> id, so document
+// boundaries survive. Version 1 shards (no tokenizer hash) are still read. llm.c's shards are
+// read as they are: 256 int32 (magic 20240520, version 1, n_tokens, then zeros) and n_tokens
+// uint16 GPT-2 ids. Shards are memory-mapped, so a corpus larger than memory trains.
+//
+// A data folder is either
+//   made by `difftx prepare` (data/prepare.h): tokenizer.bin with train.bin and val.bin, or
+//     train_000000.bin, train_000001.bin, ... where a split takes several shards;
+//   or llm.c's shards: files *_train*.bin and *_val*.bin (fineweb_train_000001.bin, ...), with
+//     llm.c's gpt2_tokenizer.bin beside them when text is to be decoded.
+// Training windows come from every training shard; evaluation reads the first validation shard.
 #ifndef DATASET_H
 #define DATASET_H
 
@@ -19,48 +23,65 @@
 
 #define SHARD_MAGIC 20261121
 #define SHARD_VERSION 2
-#define VAL_EVERY 20
-
-void dataset_prepare(const char* out_dir, const char* const* inputs, int n_inputs, int vocab_size);
+#define LLMC_SHARD_MAGIC 20240520
+#define SHARD_HEADER_BYTES 1024
 
 typedef struct {
-    uint16_t* tokens;
+    uint16_t* tokens;  // (n_tokens) the file's mapping (read only), or memory the caller owns
     size_t n_tokens;
-    int n_documents, vocab_size;
+    int n_documents, vocab_size;  // n_documents 0 in llm.c's shards
     int block;  // > 0: the shard is made of self-contained blocks of this many tokens (needle training)
     uint64_t tokenizer_hash;  // of the tokenizer that made it; 0 in version 1 shards
+    void* map;                // the whole file's mapping, NULL when tokens are not mapped
+    size_t map_bytes;
 } Shard;
 
+// Maps path and checks every id against the vocabulary; dies naming the file
 void shard_load(Shard* s, const char* path);
 void shard_free(Shard* s);
 // ids (n) of tok written as a shard of n_docs documents, via a temporary file and rename
 void shard_write(const char* path, const int* ids, size_t n, int n_docs, const Tokenizer* tok, int block);
 
-// A folder made by `prepare`: its tokenizer and the shards asked for (DATA_TRAIN, DATA_VAL),
-// which must have been made with that tokenizer. Dies naming the folder as the `data` key.
+// The shards of one split, in file-name order
+typedef struct {
+    Shard* parts;  // (n)
+    char (*paths)[4096];
+    int n;
+    size_t n_tokens;  // over all parts
+} ShardList;
+
+// The data folder's tokenizer and the splits asked for (DATA_TRAIN, DATA_VAL), which must have
+// been made with that tokenizer. Dies naming the folder as the `data` key.
 enum { DATA_TRAIN = 1, DATA_VAL = 2 };
 typedef struct {
     char dir[4096];
+    int llmc;  // llm.c's shards of GPT-2 ids
     Tokenizer tok;
-    Shard train, val;  // loaded as asked
+    ShardList train;
+    Shard val;  // the first validation shard
     int parts;
 } DataDir;
 void data_open(DataDir* d, const char* dir, int parts);
 void data_close(DataDir* d);
+// The training split as one shard, for what reads it whole (the needle training mix); dies
+// naming `purpose` when it has several
+const Shard* data_single_train_shard(const DataDir* d, const char* purpose);
 
-// Training batches: the shard is cut into windows of T+1 tokens (T inputs, T targets shifted
-// by one); each epoch visits every window once in an order drawn from (seed, epoch). Row r of
-// the whole run is a pure function of (seed, r), so a resumed run sees exactly the same data.
+// Training batches: every training shard is cut into windows of T+1 tokens (T inputs, T targets
+// shifted by one); each epoch visits every window once in an order drawn from (seed, epoch).
+// Row r of the whole run is a pure function of (seed, r), so a resumed run sees exactly the
+// same data whatever the number of processes.
 typedef struct {
-    const Shard* shard;
+    const ShardList* shards;
     int T;
     uint64_t seed;
     size_t n_windows;
-    long epoch;           // epoch whose order is in `order`, -1 before any
-    uint32_t* order;      // (n_windows)
+    size_t* first_window;  // (n + 1) the index of each shard's first window; the total last
+    long epoch;            // epoch whose order is in `order`, -1 before any
+    uint32_t* order;       // (n_windows)
 } Loader;
 
-void loader_init(Loader* l, const Shard* shard, int T, uint64_t seed);
+void loader_init(Loader* l, const ShardList* shards, int T, uint64_t seed);
 void loader_free(Loader* l);
 // inputs, targets (B, T) for global rows first_row .. first_row + B - 1
 void loader_rows(Loader* l, size_t first_row, int B, int* inputs, int* targets);

@@ -253,7 +253,7 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     DataDir data;
     data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
     const Tokenizer* tok = &data.tok;
-    const Shard *train = &data.train, *val = &data.val;
+    const Shard *train = data_single_train_shard(&data, "the needle training mix"), *val = &data.val;
     NeedleSource src;
     needle_source_init(&src, tok, train, cities_path, NEEDLE_TRAIN);
     size_t blocks = train->n_tokens / seq_len, episodes = NEEDLE_EPISODES_PER_BLOCK * blocks;

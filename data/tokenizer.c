@@ -184,6 +184,8 @@ static void build_tables(Tokenizer* tok, const char* origin) {
     }
     tok->bytes[TOKEN_EOT] = mallocCheck(1);
     tok->length[TOKEN_EOT] = 0;
+    tok->eot = TOKEN_EOT;
+    tok->can_encode = tok->can_decode = 1;
     for (int i = 0; i < tok->n_merges; i++) {
         int a = tok->merges[i][0], b = tok->merges[i][1], id = TOKENIZER_BASE + i;
         if (a >= id || b >= id || a == TOKEN_EOT || b == TOKEN_EOT) die("%s: merge %d refers to an invalid id", origin, i);
@@ -291,7 +293,7 @@ void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens
 }
 
 void tokenizer_free(Tokenizer* tok) {
-    for (int i = 0; i < tok->vocab_size; i++) free(tok->bytes[i]);
+    for (int i = 0; tok->bytes && i < tok->vocab_size; i++) free(tok->bytes[i]);
     free(tok->bytes);
     free(tok->length);
     pairs_free(&tok->ranks);
@@ -343,6 +345,35 @@ typedef struct {
     Heap heap;
 } EncodeScratch;
 
+// llm.c's gpt2_tokenizer.bin: 256 uint32 (magic 20240328, version 1 or 2, vocab size, and in
+// version 2 the EOT id), then per id one length byte and that many bytes
+void tokenizer_gpt2(Tokenizer* tok, const char* path) {
+    memset(tok, 0, sizeof(*tok));
+    tok->vocab_size = GPT2_VOCAB;
+    tok->eot = GPT2_EOT;
+    tok->hash = GPT2_IDS_HASH;
+    pairs_init(&tok->ranks, 1);
+    if (!path) return;
+    FILE* f = fopenCheck(path, "rb");
+    uint32_t header[256];
+    freadCheck(header, sizeof(uint32_t), 256, f, path);
+    if (header[0] != 20240328) die("'%s' is not llm.c's GPT-2 tokenizer (bad magic)", path);
+    if (header[1] != 1 && header[1] != 2) die("'%s': llm.c tokenizer version %u, this program reads 1 and 2", path, header[1]);
+    if (header[2] != GPT2_VOCAB) die("'%s' holds %u tokens, GPT-2 has %d", path, header[2], GPT2_VOCAB);
+    if (header[1] == 2 && header[3] != GPT2_EOT) die("'%s': end-of-text id %u, GPT-2's is %d", path, header[3], GPT2_EOT);
+    tok->bytes = callocCheck(GPT2_VOCAB, sizeof(unsigned char*));
+    tok->length = callocCheck(GPT2_VOCAB, sizeof(int));
+    for (int i = 0; i < GPT2_VOCAB; i++) {
+        unsigned char n;
+        freadCheck(&n, 1, 1, f, path);
+        tok->bytes[i] = mallocCheck(n);
+        freadCheck(tok->bytes[i], 1, n, f, path);
+        tok->length[i] = i == GPT2_EOT ? 0 : n;  // a separator, not text
+    }
+    fcloseCheck(f, path);
+    tok->can_decode = 1;
+}
+
 static int rank_of(const Tokenizer* tok, int a, int b) { return (int)pairs_get(&tok->ranks, pair_key(a, b), -1); }
 
 // Merges the byte ids s (n) in place, the lowest-ranked pair first and of equal pairs the
@@ -384,6 +415,10 @@ static size_t encode_chunk(const Tokenizer* tok, int* s, size_t n, EncodeScratch
 }
 
 size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int* out) {
+    if (!tok->can_encode) {
+        die("encoding text needs this project's tokenizer (a 'data' folder made by `difftx prepare`); llm.c's "
+            "token shards hold GPT-2 ids, whose merges are not part of them");
+    }
     const unsigned char* t = (const unsigned char*)text;
     size_t n_out = 0;
     EncodeScratch scratch = {NULL, NULL, 0, {0}};
@@ -401,6 +436,9 @@ size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int*
 }
 
 size_t tokenizer_decode(const Tokenizer* tok, const int* ids, size_t n, char* out) {
+    if (!tok->can_decode) {
+        die("decoding GPT-2 ids needs llm.c's gpt2_tokenizer.bin beside the token shards (in the 'data' folder)");
+    }
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= tok->vocab_size) die("token id %d is outside the vocabulary (%d)", ids[i], tok->vocab_size);

@@ -28,16 +28,28 @@ typedef struct {
     unsigned char** bytes;   // (vocab_size) the bytes each id stands for
     int* length;             // (vocab_size)
     uint64_t hash;           // identity: a hash of the merge list
+    int eot;                 // the document separator's id
+    int can_encode;          // 0: ids only, and text is refused (llm.c's GPT-2 ids)
+    int can_decode;          // 0: no token table (GPT-2 ids without gpt2_tokenizer.bin)
 } Tokenizer;
+
+// llm.c's token shards hold GPT-2 ids; their tokenizer is an identity, not a merge list here
+#define GPT2_VOCAB 50257
+#define GPT2_EOT 50256
+#define GPT2_IDS_HASH 0x4750542d32696473ull  // "GPT-2ids"
 
 // docs: n_docs byte strings with their lengths
 void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens, int n_docs, int vocab_size);
 void tokenizer_save(const Tokenizer* tok, const char* path);
 void tokenizer_load(Tokenizer* tok, const char* path);
+// GPT-2 ids for llm.c's shards: decoded with llm.c's gpt2_tokenizer.bin when path names one
+// (else NULL: ids only); never encodes, since GPT-2's merges are not part of llm.c's files
+void tokenizer_gpt2(Tokenizer* tok, const char* path);
 void tokenizer_free(Tokenizer* tok);
-// out must hold len ids; returns the number written. O(len log len).
+// out must hold len ids; returns the number written. O(len log len). Dies unless can_encode.
 size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int* out);
-// out must hold the sum of the ids' lengths; returns the bytes written (EOT writes none)
+// out must hold the sum of the ids' lengths; returns the bytes written (EOT writes none).
+// Dies unless can_decode.
 size_t tokenizer_decode(const Tokenizer* tok, const int* ids, size_t n, char* out);
 
 #endif

@@ -8,10 +8,13 @@
 
 double arhit_threshold(size_t train_tokens) { return ZOOLOGY_COUNT * (double)train_tokens / ZOOLOGY_TOKENS; }
 
-void bigrams_count(BigramTable* table, const Shard* train) {
-    table->V = train->vocab_size;
+void bigrams_count(BigramTable* table, const ShardList* train) {
+    table->V = train->parts[0].vocab_size;
     table->counts = callocCheck((size_t)table->V * table->V, sizeof(uint32_t));
-    for (size_t i = 0; i + 1 < train->n_tokens; i++) table->counts[(size_t)train->tokens[i] * table->V + train->tokens[i + 1]]++;
+    for (int s = 0; s < train->n; s++) {
+        const Shard* shard = &train->parts[s];
+        for (size_t i = 0; i + 1 < shard->n_tokens; i++) table->counts[(size_t)shard->tokens[i] * table->V + shard->tokens[i + 1]]++;
+    }
     table->threshold = arhit_threshold(train->n_tokens);
 }
 

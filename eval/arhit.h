@@ -17,12 +17,13 @@
 
 typedef struct {
     int V;
-    uint32_t* counts;  // (V, V) bigram counts of the training shard
+    uint32_t* counts;  // (V, V) bigram counts of the training shards (pages never touched cost no memory)
     double threshold;  // a bigram with count <= threshold is rare enough to count as recall
 } BigramTable;
 
 double arhit_threshold(size_t train_tokens);
-void bigrams_count(BigramTable* table, const Shard* train);
+// Within each shard: a bigram across two shards' boundary is not one
+void bigrams_count(BigramTable* table, const ShardList* train);
 void bigrams_free(BigramTable* table);
 // window (T+1) tokens; hit (T) gets 1 where the token window[t+1] is an AR hit
 void arhit_classify(const BigramTable* table, const int* window, int T, unsigned char* hit);

@@ -111,9 +111,10 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
     }
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN);
-    if (data.train.block != cfg->seq_len) {
+    int block = data_single_train_shard(&data, "a needle training mix")->block;
+    if (block != cfg->seq_len) {
         die("'%s' holds needle blocks of %d tokens but the recipe trains at seq_len %d; delete '%s' to remake it", path,
-            data.train.block, cfg->seq_len, cfg->data);
+            block, cfg->seq_len, cfg->data);
     }
     data_close(&data);
 }

@@ -327,9 +327,10 @@ double train_recorded(Registry* reg, int64_t run, const Config* cfg) {
     double t0 = wall_time();
     train_run(cfg, 0, &observer);
     // the mix is made from code that changes, so its hash is what says which data a run saw
-    char data[CONFIG_STR + 16];
-    path_printf(data, sizeof(data), "%s/train.bin", cfg->data);
-    registry_artifact(reg, run, "training_data", data);
+    DataDir data;
+    data_open(&data, cfg->data, DATA_TRAIN);
+    for (int i = 0; i < data.train.n; i++) registry_artifact(reg, run, "training_data", data.train.paths[i]);
+    data_close(&data);
     free(buffer.keys);
     free(buffer.steps);
     free(buffer.tokens);

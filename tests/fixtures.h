@@ -5,8 +5,16 @@
 
 #include <stdio.h>
 
+#include "../data/prepare.h"
 #include "../model/config.h"
 #include "../model/util.h"
+
+// `difftx prepare --vocab vocab_size` with the other options at their defaults
+static inline void prepare_corpus(const char* out_dir, const char* const* inputs, int n_inputs, int vocab_size) {
+    PrepareOptions opt = PREPARE_DEFAULTS;
+    opt.vocab_size = vocab_size;
+    dataset_prepare(out_dir, inputs, n_inputs, &opt);
+}
 
 // n_docs files dir/docNN.txt of 40 short lines each
 static inline void write_test_corpus(const char* dir, int n_docs) {

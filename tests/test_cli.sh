@@ -81,7 +81,7 @@ expect_fail "parameters beyond memory" "training needs [0-9.]+ GiB, .* of parame
     $bin bench "$work/ok.ini" n_layer=4096 d_model=65536 n_head=256
 expect "refused sizes write nothing" test ! -e "$work/big"
 expect_fail "missing recipe" "cannot open recipe '$work/nope.ini'" $bin train "$work/nope.ini"
-expect_fail "missing corpus" "key 'data': '$work/nodata' has no readable tokenizer.bin" $bin train "$work/ok.ini" data=$work/nodata
+expect_fail "missing corpus" "key 'data': '$work/nodata' is not a folder; run .make data." $bin train "$work/ok.ini" data=$work/nodata
 expect_fail "missing prepare input" "corpus input '$work/absent'" $bin prepare "$work/data2" "$work/absent"
 expect_fail "missing checkpoint" "cannot read checkpoint '$work/none.h5'" $bin sample "$work/none.h5"
 echo "not hdf5" > "$work/text.h5"

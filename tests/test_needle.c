@@ -343,7 +343,7 @@ int main(void) {
     snprintf(cities, sizeof(cities), "%s/cities.txt", dir);
     write_test_corpus(corpus, 40);
     const char* inputs[] = {corpus};
-    dataset_prepare(data, inputs, 1, 400);
+    prepare_corpus(data, inputs, 1, 400);
     Tokenizer tok;
     char path[512];
     snprintf(path, sizeof(path), "%s/tokenizer.bin", data);

@@ -79,7 +79,7 @@ static void test_prepare_and_loader(void) {
     const char* dir = "build/test_corpus";
     write_test_corpus(dir, 25);
     const char* inputs[1] = {dir};
-    dataset_prepare("build/test_prepared", inputs, 1, 300);
+    prepare_corpus("build/test_prepared", inputs, 1, 300);
     Shard train, val;
     shard_load(&train, "build/test_prepared/train.bin");
     shard_load(&val, "build/test_prepared/val.bin");
@@ -102,8 +102,9 @@ static void test_prepare_and_loader(void) {
     // loader: each epoch visits every window once; rows depend only on (seed, row)
     int T = 16;
     Loader a, b;
-    loader_init(&a, &train, T, 5);
-    loader_init(&b, &train, T, 5);
+    ShardList shards = {.parts = &train, .n = 1, .n_tokens = train.n_tokens};
+    loader_init(&a, &shards, T, 5);
+    loader_init(&b, &shards, T, 5);
     size_t W = a.n_windows;
     int* seen = callocCheck(W, sizeof(int));
     int *in = mallocCheck(T * sizeof(int)), *tg = mallocCheck(T * sizeof(int));

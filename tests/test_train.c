@@ -240,7 +240,7 @@ static void test_cut_log_line(void) {
 int main(void) {
     write_test_corpus("build/test_train_corpus", 25);
     const char* inputs[1] = {"build/test_train_corpus"};
-    dataset_prepare("build/test_train_data", inputs, 1, 300);
+    prepare_corpus("build/test_train_data", inputs, 1, 300);
     test_variant(ATTN_STANDARD);
     test_variant(ATTN_DIFF);
     test_metrics_before_checkpoint();
