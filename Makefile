@@ -10,7 +10,7 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
 PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev \
-            gnuplot-nox hdf5-tools sqlite3 strace $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
+            gnuplot-nox hdf5-tools sqlite3 strace time perl $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
 # once build/deps.stamp has installed them, after make has read this file.
@@ -47,7 +47,7 @@ EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c e
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE))
 HEADERS := $(wildcard model/*.h model/cpu/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
-TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers
+TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
 .PHONY: all deps data train test bench table6 table2 fig5 table3 fig8 table5 clean FORCE
 .SECONDARY:

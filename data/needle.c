@@ -252,6 +252,10 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     char path[4200], out[4200];
     DataDir data;
     data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
+    if (data.llmc) {
+        die("the needle tasks write their questions as text and need this project's tokenizer, but '%s' holds llm.c's "
+            "GPT-2 shards; make the corpus with `difftx prepare` for them", data_dir);
+    }
     const Tokenizer* tok = &data.tok;
     const Shard *train = data_single_train_shard(&data, "the needle training mix"), *val = &data.val;
     NeedleSource src;

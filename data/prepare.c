@@ -15,7 +15,8 @@
 #include "tokenizer.h"
 
 #define PIECE_BYTES (4u << 20)    // the longest text read at once: longer documents come in pieces
-#define BATCH_BYTES (16u << 20)   // text encoded in parallel between two writes
+#define BATCH_BYTES_PER_THREAD (4u << 20)  // text encoded in parallel between two writes
+#define BATCH_BYTES_MAX (64u << 20)
 #define MALFORMED_SHOWN 5
 
 // ---- inputs ----
@@ -397,10 +398,12 @@ void dataset_prepare(const char* out_dir, const char* const* inputs, int n_input
     long malformed = 0;
     Unit* units = mallocCheck(cap * sizeof(Unit));
     ShardWriter* doc_split = &train;
+    size_t batch_bytes = (size_t)BATCH_BYTES_PER_THREAD * omp_get_max_threads();
+    if (batch_bytes > BATCH_BYTES_MAX) batch_bytes = BATCH_BYTES_MAX;
     for (int more = 1; more;) {
         int n = 0;
         size_t bytes = 0;
-        while (bytes < BATCH_BYTES && (more = reader_next(&r, &units[n]))) {
+        while (bytes < batch_bytes && (more = reader_next(&r, &units[n]))) {
             bytes += units[n++].len;
             if (n == cap) {
                 cap *= 2;

@@ -15,7 +15,8 @@
 // shards of at most shard_tokens tokens as it goes (train.bin, or train_000000.bin, ...,
 // when several). A document longer than 4 MB is read and encoded in pieces cut after a newline
 // that a non-space follows, where its encoding cannot change. The folder is written whole: an
-// interrupted `prepare` leaves the previous folder as it was.
+// interrupted `prepare` leaves the previous folder as it was. Memory: the sample and the
+// tokenizer trained on it, then about 5 bytes per byte of a batch, whatever the corpus size.
 #ifndef PREPARE_H
 #define PREPARE_H
 

@@ -166,6 +166,9 @@ static void test_cross_checks(void) {
     CheckpointInfo finished = saved_info;
     finished.finished = 1;
     expect_refused(&finished, "finished");
+    CheckpointInfo ranks = saved_info;
+    ranks.ranks = 0;
+    expect_refused(&ranks, "ranks");
     unlink(FLIPPED);
 }
 
