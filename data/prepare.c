@@ -188,7 +188,7 @@ static void reader_free(Reader* r) {
 static int unit_text(Unit* u) {
     if (u->line == 0) return 1;
     json_error_t err;
-    json_t* obj = json_loadb(u->data, u->len, JSON_ALLOW_NUL | JSON_DISABLE_EOF_CHECK, &err);
+    json_t* obj = json_loadb(u->data, u->len, JSON_ALLOW_NUL, &err);
     json_t* text = obj && json_is_object(obj) ? json_object_get(obj, "text") : NULL;
     int ok = text && json_is_string(text);
     if (!obj) snprintf(u->error, sizeof(u->error), "not JSON (%.100s, column %d)", err.text, err.column);
@@ -208,12 +208,6 @@ typedef struct {
     size_t total_bytes;
     double t0, last;
 } Progress;
-
-static void format_duration(char* buf, size_t n, double seconds) {
-    long s = (long)seconds;
-    if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, s / 60 % 60);
-    else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
-}
 
 // A line every 5 s, and one at the end (last) with the time taken instead of the time left
 static void progress(Progress* p, size_t bytes, size_t docs, int last) {

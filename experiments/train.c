@@ -103,12 +103,6 @@ static void diverged(int step, double loss, float norm, const char* ckpt, FILE* 
         loss, norm, ckpt, access(ckpt, F_OK) == 0 ? "" : " (none was written yet)");
 }
 
-static void format_duration(char* buf, size_t n, double seconds) {
-    long s = (long)seconds;
-    if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, s / 60 % 60);
-    else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
-}
-
 void train_check_memory(const Config* cfg, int vocab_size) {
     double activations, need = model_training_bytes(cfg, vocab_size, &activations), have = machine_memory_bytes();
     double gib = 1024.0 * 1024 * 1024;

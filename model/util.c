@@ -179,6 +179,12 @@ double wall_time(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+void format_duration(char* buf, size_t n, double seconds) {
+    long s = (long)seconds;
+    if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, s / 60 % 60);
+    else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+}
+
 void machine_description(char* buf, size_t n) {
     char host[256] = "unknown-host", cpu[256] = "unknown CPU", line[512];
     gethostname(host, sizeof(host) - 1);

@@ -49,6 +49,8 @@ void unlock_folder(int fd);
 char* read_text_file(const char* path, size_t* len);  // NUL-terminated, caller frees
 
 double wall_time(void);
+// "1h05m" or "3m07s"
+void format_duration(char* buf, size_t n, double seconds);
 // "hostname, CPU model name" for provenance records
 void machine_description(char* buf, size_t n);
 size_t peak_rss_bytes(void);

@@ -62,6 +62,9 @@ static void test_json_lines(void) {
         } else if (d == 12) {
             fprintf(f, "{\"text\": \"cut short\n");
             texts[d] = NULL;
+        } else if (d == 15) {
+            fprintf(f, "{\"text\": \"two values\"} {}\n");
+            texts[d] = NULL;
         } else {
             snprintf(storage[d], sizeof(storage[d]), "Doc %d says \"hi\"\n\tand caf\xc3\xa9 %d\\.", d, d * 7);
             texts[d] = storage[d];
