@@ -13,14 +13,21 @@ PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-de
             gnuplot-nox hdf5-tools sqlite3 strace time perl $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
-# once build/deps.stamp has installed them, after make has read this file.
+# once build/deps.stamp has installed them, after make has read this file. Paths come from
+# pkg-config and the compiler's multiarch triplet, so the program builds on any Debian
+# architecture (x86_64-linux-gnu, aarch64-linux-gnu, ...).
+MULTIARCH := $(shell $(CC) -print-multiarch)
 MPI_PC := $(if $(NO_MPI),,mpi-c)
-PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto jansson $(MPI_PC) 2>/dev/null) -I/usr/include/x86_64-linux-gnu/openblas-openmp \
-             $(if $(NO_MPI),,-DDIFFTX_MPI)
-# The rpath pins the OpenMP build of OpenBLAS: Debian's alternatives may point libopenblas.so.0
-# at the pthread build, whose threads fight OpenMP's (20x slower attention at long context).
-OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto jansson $(MPI_PC) 2>/dev/null) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
+# The OpenMP build of OpenBLAS, named by its own pkg-config file and pinned by rpath: Debian's
+# alternatives may point libopenblas.so.0 (and openblas.pc) at the pthread build, whose threads
+# fight OpenMP's (20x slower attention at long context).
+OPENBLAS_PC = PKG_CONFIG_PATH=/usr/lib/$(MULTIARCH)/openblas-openmp/pkgconfig pkg-config
+OPENBLAS_DIR = $(shell $(OPENBLAS_PC) --variable=libdir openblas 2>/dev/null)
+PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto jansson $(MPI_PC) 2>/dev/null) \
+             $(shell $(OPENBLAS_PC) --cflags openblas 2>/dev/null) $(if $(NO_MPI),,-DDIFFTX_MPI)
+# libm's linker script brings in libmvec, which the vectorised expf of vecmath.c calls
+PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto jansson $(MPI_PC) 2>/dev/null) \
+           $(shell $(OPENBLAS_PC) --libs openblas 2>/dev/null) -Wl,-rpath,$(OPENBLAS_DIR) -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
@@ -33,7 +40,7 @@ B := build
 CFLAGS ?= -O3 $(ARCH)
 endif
 CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"'
-LDLIBS = $(SANITIZERS) $(PKG_LIBS) -lmvec -fopenmp
+LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp
 
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
 # experiments/, and the command line difftx.c.

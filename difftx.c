@@ -139,8 +139,9 @@ static int cmd_sample(int argc, char** argv) {
         if (temperature == 0.0f) {
             for (int v = 1; v < model.V; v++) next = logits[v] > logits[next] ? v : next;
         } else {
-            double maxv = logits[0], sum = 0.0;
-            for (int v = 1; v < model.V; v++) maxv = fmax(maxv, logits[v]);
+            float maxv = logits[0];  // float: gcc 12 for arm64 crashes vectorising a double fmax over floats
+            double sum = 0.0;
+            for (int v = 1; v < model.V; v++) maxv = fmaxf(maxv, logits[v]);
             for (int v = 0; v < model.V; v++) sum += exp((logits[v] - maxv) / temperature);
             double u = rng_uniform(&rng) * sum, acc = 0.0;
             for (next = 0; next < model.V - 1; next++) {

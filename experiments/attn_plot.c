@@ -73,13 +73,14 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     static const char* names[3] = {"A1", "A2", "map"};
     int matrix = R == T;  // every row saved: a heatmap; otherwise the profile of the question rows
     float* A = mallocCheck((size_t)panels * R * T * sizeof(float));  // (panels, R, T)
-    double extreme = 1e-6;  // the colour scale is symmetric around 0 and spans every panel
+    float extreme = 1e-6f;  // the colour scale is symmetric around 0 and spans every panel
     for (int p = 0; p < panels; p++) {
         char name[128];
         snprintf(name, sizeof(name), "layer_%02d/head_%02d/%s", layer, head, diff ? names[p] : "map");
         h5_read_dataset(g, name, H5T_NATIVE_FLOAT, (size_t)R * T, A + (size_t)p * R * T, label);
     }
-    for (size_t i = 0; i < (size_t)panels * R * T; i++) extreme = fmax(extreme, fabs(A[i]));
+    // float throughout: gcc 12 for arm64 crashes vectorising a double fmax over floats
+    for (size_t i = 0; i < (size_t)panels * R * T; i++) extreme = fmaxf(extreme, fabsf(A[i]));
 
     // everything is read: only now the temporary folder
     snprintf(temp_dir, sizeof(temp_dir), "/tmp/difftx_attn_XXXXXX");
