@@ -22,7 +22,7 @@
 #include "model/optim.h"
 #include "model/util.h"
 
-static char USAGE[4096];  // filled from COMMANDS by main
+static char USAGE[8192];  // filled from COMMANDS by main
 
 // Recipe file, then key=value overrides, then validation
 static void load_config(Config* cfg, int argc, char** argv, int first) {
@@ -316,6 +316,13 @@ typedef struct {
     const char* what;
 } Command;
 
+static int cmd_keys(int argc, char** argv) {
+    (void)argv;
+    if (argc > 1) die("keys takes no arguments\n%s", USAGE);
+    config_print_keys(stdout);
+    return 0;
+}
+
 static const Command COMMANDS[] = {
     {"prepare", cmd_prepare, "[--vocab N] [--sample-mb MB] [--shard-tokens N] OUT_DIR INPUT...",
      "tokenizer + token shards from text files, JSON-lines files (.jsonl) and folders of them"},
@@ -331,24 +338,55 @@ static const Command COMMANDS[] = {
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
     {"table5", cmd_table5, "TABLE6_RECIPE --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
+    {"keys", cmd_keys, "", "every recipe key with its default and meaning, as a Markdown table"},
+    {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
     {"attn", cmd_attn, "FILE --sample S --layer L --head H [--out PNG]",
      "heatmap of saved attention maps, without the model"},
 };
 #define N_COMMANDS (sizeof(COMMANDS) / sizeof(COMMANDS[0]))
 
+static void print_command(FILE* f, const Command* c) { fprintf(f, "usage: difftx %s %s\n  %s\n", c->name, c->args, c->what); }
+
+static const Command* find_command(const char* name) {
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(name, COMMANDS[i].name) == 0) return &COMMANDS[i];
+    }
+    return NULL;
+}
+
 static int run_command(int argc, char** argv) {
-    int n = snprintf(USAGE, sizeof(USAGE), "usage:\n");
-    for (size_t i = 0; i < N_COMMANDS; i++) {
-        n += snprintf(USAGE + n, sizeof(USAGE) - n, "  difftx %s %s\n      %s\n", COMMANDS[i].name, COMMANDS[i].args, COMMANDS[i].what);
+    size_t n = (size_t)snprintf(USAGE, sizeof(USAGE), "usage:\n");
+    for (size_t i = 0; i < N_COMMANDS && n < sizeof(USAGE); i++) {
+        n += (size_t)snprintf(USAGE + n, sizeof(USAGE) - n, "  difftx %s %s\n      %s\n", COMMANDS[i].name, COMMANDS[i].args,
+                              COMMANDS[i].what);
     }
-    if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
-        fputs(USAGE, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 1 : 0;
+    if (argc < 2) {
+        fputs(USAGE, stderr);
+        return 1;
     }
-    for (size_t i = 0; i < N_COMMANDS; i++) {
-        if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+    if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        int about_help = argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0);
+        const Command* c = about_help ? find_command("help") : argc > 2 ? find_command(argv[2]) : NULL;
+        if (argc > 2 && !c) die("help: unknown subcommand '%s'\n%s", argv[2], USAGE);
+        if (c) print_command(stdout, c);
+        else fputs(USAGE, stdout);
+        return 0;
     }
-    die("unknown subcommand '%s'\n%s", argv[1], USAGE);
+    const Command* c = find_command(argv[1]);
+    if (!c) {
+        const char* names[N_COMMANDS];
+        for (size_t i = 0; i < N_COMMANDS; i++) names[i] = COMMANDS[i].name;
+        const char* near = closest_name(argv[1], names, (int)N_COMMANDS);
+        if (near) die("unknown subcommand '%s'; did you mean '%s'?", argv[1], near);
+        die("unknown subcommand '%s'\n%s", argv[1], USAGE);
+    }
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_command(stdout, c);
+            return 0;
+        }
+    }
+    return c->run(argc - 1, argv + 1);
 }
 
 // Under mpirun every rank starts here: rank 0 runs the command, the others join its training runs

@@ -54,7 +54,10 @@ const Section* recipe_preset(const Recipe* r, const char* name, const char* path
     for (int i = 0; i < r->n_presets; i++) {
         if (strcmp(r->presets[i].name, name) == 0) return &r->presets[i];
     }
-    die("%s: no [preset %s]", path, name);
+    char names[1024] = "";
+    size_t n = 0;
+    for (int i = 0; i < r->n_presets && n < sizeof(names); i++) n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s", i ? ", " : "", r->presets[i].name);
+    die("%s: no [preset %s]; its presets are %s", path, name, names);
 }
 
 const char* section_get(const Section* s, const char* key) {

@@ -34,34 +34,87 @@ static void require_same_config(const Config* stored, const Config* now, const c
     free(tb);
 }
 
-// The step of a whole log line ("train STEP LOSS LR NORM" or "val STEP LOSS", every field
-// parsed to its end), or -1 for anything else: a line a kill cut short reads as -1 even where
-// its cut-off step number still parses ("train 1" of "train 12 ...")
-static int log_line_step(const char* line) {
-    int step, end = -1;
+// log.tsv: a header, then one row per step and one per evaluation, tab-separated, so pandas,
+// gnuplot and sqlite3's .import read it as it is. Fields a row does not have are empty.
+static const char LOG_HEADER[] = "kind\tstep\ttokens\tloss\tlr\tgrad_norm\n";
+
+typedef struct {
+    int val;  // a validation row, else a training step
+    int step;
+    long tokens;
     double loss, lr, norm;
-    if (sscanf(line, "train %d %lf %lf %lf%n", &step, &loss, &lr, &norm, &end) == 4 && line[end] == 0) return step;
-    end = -1;
-    if (sscanf(line, "val %d %lf%n", &step, &loss, &end) == 2 && line[end] == 0) return step;
-    return -1;
+} LogRow;
+
+static void write_log_row(FILE* f, const LogRow* r) {
+    if (r->val) fprintf(f, "val\t%d\t%ld\t%.17g\t\t\n", r->step, r->tokens, r->loss);
+    else fprintf(f, "train\t%d\t%ld\t%.17g\t%.9g\t%.9g\n", r->step, r->tokens, r->loss, r->lr, r->norm);
 }
 
-// Keeps the whole log lines of steps <= step, so a resumed run's log reads as if it never stopped
-static void truncate_log(const char* path, int step) {
-    if (access(path, F_OK) != 0) return;
-    size_t len;
-    char* text = read_text_file(path, &len);
+// Splits line at sep into at most max fields, each parsed whole: returns the field count
+static int split_fields(char* line, char sep, char** fields, int max) {
+    int n = 0;
+    for (char* at = line; n < max; at++) {
+        fields[n++] = at;
+        at = strchr(at, sep);
+        if (!at) return n;
+        *at = 0;
+    }
+    return max + 1;  // too many
+}
+
+static int whole_long(const char* s, long* v) {
+    char* end;
+    *v = strtol(s, &end, 10);
+    return *s && !*end;
+}
+
+static int whole_double(const char* s, double* v) {
+    char* end;
+    *v = strtod(s, &end);
+    return *s && !*end;
+}
+
+// A whole row, every field parsed to its end (1), or 0 for anything else: a line a kill cut
+// short reads as 0 even where its cut-off step number still parses ("train\t1" of
+// "train\t12\t..."). Rows of the space-separated log of earlier versions ("train STEP LOSS LR
+// NORM", "val STEP LOSS") are read too, their tokens from tokens_per_step.
+static int parse_log_row(char* line, long tokens_per_step, LogRow* r) {
+    char* f[7] = {0};
+    long step = 0;
+    memset(r, 0, sizeof(*r));
+    int tabs = strchr(line, '\t') != NULL, n = split_fields(line, tabs ? '\t' : ' ', f, 6);
+    r->val = strcmp(f[0], "val") == 0;
+    if (!r->val && strcmp(f[0], "train") != 0) return 0;
+    if (n < 2 || !whole_long(f[1], &step)) return 0;
+    r->step = (int)step;
+    r->tokens = step * tokens_per_step;
+    if (!tabs) {  // earlier versions
+        if (r->val) return n == 3 && whole_double(f[2], &r->loss);
+        return n == 5 && whole_double(f[2], &r->loss) && whole_double(f[3], &r->lr) && whole_double(f[4], &r->norm);
+    }
+    if (n != 6 || !whole_long(f[2], &r->tokens) || !whole_double(f[3], &r->loss)) return 0;
+    if (r->val) return !*f[4] && !*f[5];
+    return whole_double(f[4], &r->lr) && whole_double(f[5], &r->norm);
+}
+
+// Keeps the whole rows of steps <= step, so a resumed run's log reads as if it never stopped
+static void truncate_log(const char* path, int step, long tokens_per_step) {
     char tmp[4096];
     tmp_path(tmp, sizeof(tmp), path);
     FILE* f = fopenCheck(tmp, "w");
-    for (char *line = text, *end; (end = strchr(line, '\n')); line = end + 1) {  // a last line without '\n' was cut
-        *end = 0;
-        int s = log_line_step(line);
-        if (s >= 0 && s <= step) fprintf(f, "%s\n", line);
+    fputs(LOG_HEADER, f);
+    if (access(path, F_OK) == 0) {
+        size_t len;
+        char* text = read_text_file(path, &len);
+        for (char *line = text, *end; (end = strchr(line, '\n')); line = end + 1) {  // a last line without '\n' was cut
+            *end = 0;
+            LogRow r;
+            if (parse_log_row(line, tokens_per_step, &r) && r.step <= step) write_log_row(f, &r);
+        }
+        free(text);
     }
     fcloseCheck(f, tmp);
     renameCheck(tmp, path);
-    free(text);
 }
 
 // Warm start: the parameters of a finished run with the same tensor layout; nothing else of
@@ -180,14 +233,14 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
                     "losses match a non-stop run bitwise only with the same ranks and threads\n", share.ranks, threads,
                     info.ranks, info.threads);
         }
-        if (root) truncate_log(log_path, info.step);
+        if (root) truncate_log(log_path, info.step, (long)cfg->batch_size * cfg->seq_len * cfg->grad_accum);
         printf("resuming %s from step %d\n", ckpt, info.step);
     } else {
         model_build(&model, cfg, tok->vocab_size);
         if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok->hash);
         else model_init_params(&model, (uint64_t)cfg->seed);
         adamw_alloc(&opt, &model);
-        if (root) truncate_log(log_path, 0);
+        if (root) truncate_log(log_path, 0, 0);
     }
     int B = cfg->batch_size, T = cfg->seq_len;
     size_t tokens_per_step = (size_t)B * T * cfg->grad_accum;
@@ -196,6 +249,15 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     if (share.ranks > 1) printf("%d ranks x %d micro-batches of %d rows, ", share.ranks, share.micros, share.micro_rows);
     printf("%d threads\n", threads);
     if (info.finished) printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);
+    if (root && cfg->warmup_steps >= cfg->steps) {
+        fprintf(stderr, "warning: warmup_steps = %d >= steps = %d: the learning rate never reaches lr\n", cfg->warmup_steps, cfg->steps);
+    }
+    size_t val_windows = (data.val.n_tokens - 1) / T, asked = (size_t)cfg->eval_batches * B;
+    if (root && asked > val_windows) {
+        fprintf(stderr, "warning: the validation shard holds %zu windows of seq_len + 1 = %d tokens, but eval_batches x "
+                "batch_size = %zu: windows repeat, so the validation loss averages only %zu distinct windows\n",
+                val_windows, T + 1, asked, val_windows);
+    }
 
     Loader loader;
     loader_init(&loader, &data.train, T, (uint64_t)cfg->seed);
@@ -210,10 +272,9 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         log = fopenCheck(log_path, "a");
         setvbuf(log, NULL, _IOLBF, 0);  // one write per line: a kill never leaves half a line mid-log
     }
-    double t_start = wall_time(), loss = info.train_loss;
-    int first_step = info.step;
+    double t_start = wall_time(), loss = info.train_loss, t_logged = t_start;
+    int first_step = info.step, step_logged = info.step;
     for (int step = first_step; step < until; step++) {
-        double t0 = wall_time();
         loader_rows(&loader, (size_t)step * cfg->grad_accum * B + share.first_row, share.micros * share.micro_rows, inputs,
                     targets);
         TrainStep st = train_step(&model, &opt, cfg, &share, step, inputs, targets);
@@ -221,21 +282,25 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         if (!isfinite(st.loss) || !isfinite(st.norm)) diverged(step + 1, st.loss, st.norm, ckpt, log);
         float norm = st.norm, lr = st.lr;
         int done = step + 1;
-        double dt = wall_time() - t0;
         long tokens_seen = (long)done * (long)tokens_per_step;
-        if (log) fprintf(log, "train %d %.17g %.9g %.9g\n", done, loss, lr, norm);
+        if (log) write_log_row(log, &(LogRow){0, done, tokens_seen, loss, lr, norm});
         if (observer) observer->metric(observer->ctx, "train_loss", done, tokens_seen, loss);
         if (done % cfg->log_every == 0 || done == until) {
-            char eta[32];
-            double elapsed = wall_time() - t_start;
+            // the rate over the steps since the last line: steady, unlike one step's, and current
+            char elapsed_text[32], eta[32];
+            double now = wall_time(), elapsed = now - t_start;
+            format_duration(elapsed_text, sizeof(elapsed_text), elapsed);
             format_duration(eta, sizeof(eta), elapsed / (done - first_step) * (cfg->steps - done));
-            printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %6.0f tok/s | eta %s\n", done, cfg->steps, loss, lr,
-                   norm, tokens_per_step / dt, eta);
+            printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %ld tokens | %6.0f tok/s | %s elapsed, eta %s\n", done,
+                   cfg->steps, loss, lr, norm, tokens_seen, (double)(done - step_logged) * tokens_per_step / (now - t_logged),
+                   elapsed_text, eta);
             fflush(stdout);
+            t_logged = now;
+            step_logged = done;
         }
         if ((cfg->eval_every && done % cfg->eval_every == 0) || done == cfg->steps) {
             double val_loss = evaluate(&model, &data.val, &share, inputs, targets);
-            if (log) fprintf(log, "val %d %.17g\n", done, val_loss);
+            if (log) write_log_row(log, &(LogRow){1, done, tokens_seen, val_loss, 0, 0});
             if (observer) observer->metric(observer->ctx, "val_loss", done, tokens_seen, val_loss);
             printf("step %5d | val loss %.4f\n", done, val_loss);
         }
@@ -250,6 +315,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         }
     }
     if (log) fcloseCheck(log, log_path);
+    if (root && until > first_step) printf("%s at step %d: checkpoint %s, log %s\n", until == cfg->steps ? "finished" : "stopped", until, ckpt, log_path);
     free(inputs);
     free(targets);
     loader_free(&loader);

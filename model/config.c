@@ -18,23 +18,47 @@ typedef struct {
     KeyType type;
     size_t offset;
     const char* choices[4];  // KEY_CHOICE: value i is stored as int i
+    const char* meaning;     // what `difftx keys` and the README say
 } Key;
 
-#define K(name, type) {#name, type, offsetof(Config, name), {0}}
+#define K(name, type, meaning) {#name, type, offsetof(Config, name), {0}, meaning}
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 static const Key KEYS[] = {
-    {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}},  // a name of ATTN_VARIANTS
-    K(n_layer, KEY_INT), K(d_model, KEY_INT), K(n_head, KEY_INT), K(head_dim, KEY_INT),
-    K(head_norm, KEY_BOOL), K(lambda_init, KEY_STRING), K(ffn_hidden, KEY_INT),
-    K(rope_theta, KEY_FLOAT), K(seq_len, KEY_INT), K(init_std, KEY_FLOAT), K(init_from, KEY_STRING),
-    K(data, KEY_STRING), K(out, KEY_STRING),
-    K(batch_size, KEY_INT), K(grad_accum, KEY_INT), K(steps, KEY_INT), K(lr, KEY_FLOAT),
-    K(lr_final, KEY_FLOAT), K(warmup_steps, KEY_INT),
-    {"schedule", KEY_CHOICE, offsetof(Config, schedule), {"linear", "cosine", 0}},
-    K(beta1, KEY_FLOAT), K(beta2, KEY_FLOAT), K(adam_eps, KEY_FLOAT), K(weight_decay, KEY_FLOAT),
-    K(grad_clip, KEY_FLOAT), K(seed, KEY_INT),
-    K(eval_every, KEY_INT), K(eval_batches, KEY_INT), K(checkpoint_every, KEY_INT), K(log_every, KEY_INT),
+    {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}, "`standard`, `diff` or `diff2` (DIFF V2)"},
+    K(n_layer, KEY_INT, "L, the number of layers"),
+    K(d_model, KEY_INT, "C, the model width"),
+    K(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps)"),
+    K(head_dim, KEY_INT, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for diff, d_model / n_head otherwise"),
+    K(head_norm, KEY_BOOL, "per-head RMSNorm (the paper's GroupNorm); unset: true for diff, false for standard and diff2; "
+                           "checkpoints and the registry record the resolved value"),
+    K(lambda_init, KEY_STRING, "`schedule` (0.8 - 0.6 exp(-0.3 (layer - 1))) or a constant such as 0.8"),
+    K(ffn_hidden, KEY_INT, "F, the SwiGLU width; 0: 8/3 d_model rounded up to a multiple of 64"),
+    K(rope_theta, KEY_FLOAT, "RoPE base"),
+    K(seq_len, KEY_INT, "T, the context length"),
+    K(init_std, KEY_FLOAT, "standard deviation of the weight matrices at initialisation"),
+    K(init_from, KEY_STRING, "warm start: a finished run's `checkpoint.h5` whose parameters this run starts from (same "
+                             "architecture and tokenizer; step, optimizer state and data order start fresh)"),
+    K(data, KEY_STRING, "folder made by `difftx prepare`, or of llm.c's token shards"),
+    K(out, KEY_STRING, "run folder: `checkpoint.h5`, `log.tsv`"),
+    K(batch_size, KEY_INT, "sequences per micro-batch"),
+    K(grad_accum, KEY_INT, "micro-batches per update"),
+    K(steps, KEY_INT, "updates"),
+    K(lr, KEY_FLOAT, "peak learning rate"),
+    K(lr_final, KEY_FLOAT, "learning rate at the last step"),
+    K(warmup_steps, KEY_INT, "linear warmup length, in updates"),
+    {"schedule", KEY_CHOICE, offsetof(Config, schedule), {"linear", "cosine", 0}, "`linear` (the paper's) or `cosine` decay after warmup"},
+    K(beta1, KEY_FLOAT, "AdamW's first-moment decay"),
+    K(beta2, KEY_FLOAT, "AdamW's second-moment decay"),
+    K(adam_eps, KEY_FLOAT, "AdamW's epsilon"),
+    K(weight_decay, KEY_FLOAT, "AdamW's decoupled weight decay, applied to weight matrices only (embedding and LM head "
+                               "included), not to gains or lambda vectors"),
+    K(grad_clip, KEY_FLOAT, "global gradient-norm clipping (0: off)"),
+    K(seed, KEY_INT, "initialisation and data order"),
+    K(eval_every, KEY_INT, "validation loss every N updates (0: at the end only)"),
+    K(eval_batches, KEY_INT, "validation over the first eval_batches x batch_size windows of the validation shard"),
+    K(checkpoint_every, KEY_INT, "checkpoint every N updates (0: at the end only)"),
+    K(log_every, KEY_INT, "progress line every N updates"),
 };
 #undef K
 #define N_KEYS (sizeof(KEYS) / sizeof(KEYS[0]))
@@ -82,7 +106,12 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
         if (strcmp(KEYS[i].name, name) == 0) key = &KEYS[i];
     }
     if (!key) {
-        snprintf(msg, sizeof(msg), "unknown key '%s'", name);
+        const char* names[N_KEYS];
+        for (size_t i = 0; i < N_KEYS; i++) names[i] = KEYS[i].name;
+        const char* near = closest_name(name, names, (int)N_KEYS);
+        int n = snprintf(msg, sizeof(msg), "unknown key '%.100s'", name);
+        if (near) snprintf(msg + n, sizeof(msg) - n, "; did you mean '%s'?", near);
+        else snprintf(msg + n, sizeof(msg) - n, " (`difftx keys` lists them)");
         return msg;
     }
     char* field = (char*)cfg + key->offset;
@@ -300,6 +329,33 @@ void config_validate(const Config* cfg) {
 
 void config_checkpoint_path(const Config* cfg, char* path, size_t n) { path_printf(path, n, "%s/checkpoint.h5", cfg->out); }
 
+// A key's value in cfg as a recipe writes it, floats with float_format
+static void format_value(char* value, size_t n, const Key* k, const Config* cfg, const char* float_format) {
+    const char* field = (const char*)cfg + k->offset;
+    switch (k->type) {
+    case KEY_INT: snprintf(value, n, "%d", *(const int*)field); break;
+    case KEY_FLOAT: snprintf(value, n, float_format, *(const float*)field); break;
+    case KEY_BOOL: snprintf(value, n, "%s", *(const int*)field ? "true" : "false"); break;
+    case KEY_STRING: snprintf(value, n, "%s", field); break;
+    case KEY_CHOICE:
+    case KEY_ATTENTION: snprintf(value, n, "%s", choice_name(k, *(const int*)field)); break;
+    }
+}
+
+void config_print_keys(FILE* f) {
+    Config defaults;
+    config_defaults(&defaults);
+    fprintf(f, "| key | default | meaning |\n|---|---|---|\n");
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const Key* k = &KEYS[i];
+        char value[CONFIG_STR + 32];
+        format_value(value, sizeof(value), k, &defaults, "%g");
+        // unset head_norm defers to the attention variant
+        if (k->type == KEY_BOOL && *(const int*)((const char*)&defaults + k->offset) < 0) snprintf(value, sizeof(value), "(the variant's)");
+        fprintf(f, "| `%s` | %s | %s |\n", k->name, value[0] ? value : "(empty)", k->meaning);
+    }
+}
+
 // Every key explicit, head_norm resolved: the text records what the run is, not which keys
 // were left to defaults
 char* config_to_text(const Config* cfg) {
@@ -310,16 +366,8 @@ char* config_to_text(const Config* cfg) {
     char* text = mallocCheck(cap);
     for (size_t i = 0; i < N_KEYS; i++) {
         const Key* k = &KEYS[i];
-        const char* field = (const char*)cfg + k->offset;
         char value[CONFIG_STR + 32];
-        switch (k->type) {
-        case KEY_INT: snprintf(value, sizeof(value), "%d", *(const int*)field); break;
-        case KEY_FLOAT: snprintf(value, sizeof(value), "%.9g", *(const float*)field); break;
-        case KEY_BOOL: snprintf(value, sizeof(value), "%s", *(const int*)field ? "true" : "false"); break;
-        case KEY_STRING: snprintf(value, sizeof(value), "%s", field); break;
-        case KEY_CHOICE:
-        case KEY_ATTENTION: snprintf(value, sizeof(value), "%s", choice_name(k, *(const int*)field)); break;
-        }
+        format_value(value, sizeof(value), k, cfg, "%.9g");
         len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", k->name, value);
     }
     return text;

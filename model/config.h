@@ -4,6 +4,7 @@
 #define CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "attention.h"
 
@@ -53,6 +54,8 @@ const char* config_set(Config* cfg, const char* key, const char* value);
 void config_validate(const Config* cfg);
 // "key = value" lines for every key, loadable again with config_load_string.
 char* config_to_text(const Config* cfg);
+// Every key with its default and meaning, as a Markdown table (`difftx keys`)
+void config_print_keys(FILE* f);
 // "<out>/checkpoint.h5": where a run of this config keeps its checkpoint
 void config_checkpoint_path(const Config* cfg, char* path, size_t n);
 void config_load_string(Config* cfg, const char* text, const char* origin);

@@ -230,3 +230,32 @@ float rng_normal(uint64_t* state) {
     float u2 = rng_uniform(state);
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
 }
+
+// Edit distance (insertions, deletions, substitutions), for names under 64 bytes
+static int edit_distance(const char* a, const char* b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= 64 || m >= 64) return 64;
+    int row[64], prev[64];
+    for (size_t j = 0; j <= m; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            int best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+        }
+        memcpy(prev, row, (m + 1) * sizeof(int));
+    }
+    return prev[m];
+}
+
+const char* closest_name(const char* word, const char* const* names, int n) {
+    const char* best = NULL;
+    int best_distance = (int)strlen(word) / 3 + 1;  // more edits than that is another word
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(word, names[i]);
+        if (d <= best_distance && (!best || d < edit_distance(word, best))) best = names[i];
+    }
+    return best;
+}

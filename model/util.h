@@ -49,6 +49,8 @@ void unlock_folder(int fd);
 char* read_text_file(const char* path, size_t* len);  // NUL-terminated, caller frees
 
 double wall_time(void);
+// The name of names nearest to word in edits, or NULL when none is near (a typo, not another word)
+const char* closest_name(const char* word, const char* const* names, int n);
 // "1h05m" or "3m07s"
 void format_duration(char* buf, size_t n, double seconds);
 // "hostname, CPU model name" for provenance records

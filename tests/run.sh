@@ -12,7 +12,7 @@ run() {  # NAME COMMAND...
     echo "== $name"
     out=$("$@" 2>&1)
     rc=$?
-    echo "$out" | grep -vE '^(step |model: |prepare: |  build/|  tokenizer: |  train: |  val: |  wrote |resuming |run already)'
+    echo "$out" | grep -vE '^(step |model: |prepare: |  build/|  tokenizer: |  train: |  val: |  wrote |resuming |run already|finished at step |stopped at step )'
     summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out" | tail -1)
     if [ -z "$summary" ]; then
         broken="$broken $name(exit $rc)"

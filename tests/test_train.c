@@ -68,7 +68,7 @@ static void test_variant(int attention) {
 
     train_run(&c, 5, NULL);  // stops after step 5; the checkpoint of step 3 is the last, then step 5 is written
     char* partial = read_log(c_dir);
-    CHECK(strstr(partial, "train 5 ") && !strstr(partial, "train 6 "), "%s: --until stops after step 5", name);
+    CHECK(strstr(partial, "\ntrain\t5\t") && !strstr(partial, "\ntrain\t6\t"), "%s: --until stops after step 5", name);
     Model mc;
     CheckpointInfo info;
     char ckpt[256];
@@ -106,7 +106,7 @@ static void test_variant(int attention) {
 
     // loss goes down on the tiny repetitive corpus
     double first;
-    sscanf(strstr(log_a, "train 1 ") + 8, "%lf", &first);
+    sscanf(strstr(log_a, "\ntrain\t1\t") + 1, "train\t%*d\t%*d\t%lf", &first);
     CHECK(loss_a < first - 0.5, "%s: loss falls from %.3f to %.3f in 8 steps", name, first, loss_a);
     printf("%s: loss %.4f -> %.4f over 8 steps; resume and determinism exact\n", name, first, loss_a);
 
@@ -215,8 +215,8 @@ static void test_metrics_reconciled(void) {
     unlink(db);
 }
 
-// A kill mid-line leaves "train 1" of "train 12 ..." at the end of the log: the resume keeps
-// whole lines only, so the log equals a non-stop run's
+// A kill mid-line leaves "train\t1" of "train\t12\t..." at the end of the log: the resume keeps
+// whole rows only, so the log equals a non-stop run's; an earlier version's log carries over
 static void test_cut_log_line(void) {
     const char* a_dir = "build/test_train_cut_a";
     const char* b_dir = "build/test_train_cut_b";
@@ -228,11 +228,32 @@ static void test_cut_log_line(void) {
     char path[512];
     snprintf(path, sizeof(path), "%s/log.tsv", b_dir);
     FILE* f = fopenCheck(path, "a");
-    fputs("train 1", f);  // no newline: what a kill while writing "train 12 ..." leaves
+    fputs("train\t1", f);  // no newline: what a kill while writing "train\t12\t..." leaves
     fcloseCheck(f, path);
     train_run(&b, 0, NULL);
     char *log_a = read_log(a_dir), *log_b = read_log(b_dir);
     CHECK(strcmp(log_a, log_b) == 0, "a cut-off last line does not survive the resume");
+    const char* header = "kind\tstep\ttokens\tloss\tlr\tgrad_norm\n";
+    CHECK(strncmp(log_a, header, strlen(header)) == 0, "the log starts with its header");
+    free(log_b);
+
+    // a log of earlier versions (space-separated, no header, no tokens) is carried over on resume
+    fresh(b_dir);
+    train_run(&b, 3, NULL);
+    char* rows = read_log(b_dir);
+    f = fopenCheck(path, "w");
+    for (char* line = strtok(rows, "\n"); line; line = strtok(NULL, "\n")) {
+        int step;
+        long tokens;
+        char loss[64], lr[64], norm[64];
+        if (sscanf(line, "train\t%d\t%ld\t%63s\t%63s\t%63s", &step, &tokens, loss, lr, norm) == 5) fprintf(f, "train %d %s %s %s\n", step, loss, lr, norm);
+        else if (sscanf(line, "val\t%d\t%ld\t%63s", &step, &tokens, loss) == 3) fprintf(f, "val %d %s\n", step, loss);
+    }
+    fcloseCheck(f, path);
+    free(rows);
+    train_run(&b, 0, NULL);
+    log_b = read_log(b_dir);
+    CHECK(strcmp(log_a, log_b) == 0, "an earlier version's log resumes as the same table");
     free(log_a);
     free(log_b);
 }
