@@ -25,7 +25,7 @@ static const char* SCHEMA =
     "  out_dir TEXT NOT NULL,"
     "  started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
     "CREATE TABLE IF NOT EXISTS params (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
-    "  value TEXT NOT NULL, PRIMARY KEY (run_id, key));"
+    "  value NUMERIC NOT NULL, PRIMARY KEY (run_id, key));"
     "CREATE TABLE IF NOT EXISTS metrics (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
     "  step INTEGER NOT NULL, tokens INTEGER NOT NULL, value REAL NOT NULL);"
     "CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run_id, key, step);"
@@ -96,11 +96,32 @@ void registry_open(Registry* reg, const char* path) {
     // FULL: a committed transaction is on disk (WAL synced at each commit), a power loss included
     exec(reg, "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;");
     exec(reg, "BEGIN IMMEDIATE;");
-    exec(reg, SCHEMA);
-    // registries from before data-parallel training: their runs had one rank
-    sqlite3_stmt* st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'ranks'");
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 0) exec(reg, "ALTER TABLE runs ADD COLUMN ranks INTEGER NOT NULL DEFAULT 1;");
+    sqlite3_stmt* st = prepare(reg, "PRAGMA user_version");
+    int version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
     sqlite3_finalize(st);
+    if (version > REGISTRY_SCHEMA) {
+        die("registry '%s' has schema version %d, newer than this program's %d: use the difftx that wrote it, or a newer "
+            "one", path, version, REGISTRY_SCHEMA);
+    }
+    st = prepare(reg, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs'");
+    int existing = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+    sqlite3_finalize(st);
+    exec(reg, SCHEMA);
+    if (existing && version < REGISTRY_SCHEMA) {
+        // version 0, from before schema versions: runs without `ranks` (they had one), and
+        // params stored as text, which compared as text ('10' < '9')
+        st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'ranks'");
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 0) exec(reg, "ALTER TABLE runs ADD COLUMN ranks INTEGER NOT NULL DEFAULT 1;");
+        sqlite3_finalize(st);
+        exec(reg, "CREATE TABLE params_numeric (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
+                  "  value NUMERIC NOT NULL, PRIMARY KEY (run_id, key));"
+                  "INSERT INTO params_numeric SELECT run_id, key, value FROM params; DROP TABLE params;"
+                  "ALTER TABLE params_numeric RENAME TO params;");
+        fprintf(stderr, "registry '%s': migrated from schema version %d to %d\n", path, version, REGISTRY_SCHEMA);
+    }
+    char pragma[64];
+    snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d;", REGISTRY_SCHEMA);
+    exec(reg, pragma);
     exec(reg, "COMMIT;");
 }
 

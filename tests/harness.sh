@@ -26,3 +26,10 @@ summary() {  # prints the totals; the exit status says whether all passed
     echo "$passed passed, $failed failed"
     [ $failed -eq 0 ]
 }
+
+# doc_queries: the SQL statements of docs/registry.md's query block, one per line, with the
+# presets of the examples ('small', 'default') read as the tests' 'smoke'
+doc_queries() {
+    sed -n '/^```sql/,/^```/p' docs/registry.md | sed '1d;$d' | grep -v '^--' | tr '\n' ' ' | tr ';' '\n' |
+        sed -E "s/'(small|default)'/'smoke'/g; s/^ +//" | grep -v '^$'
+}

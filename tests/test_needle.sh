@@ -149,4 +149,13 @@ expect "attempts: KILLED, then FINISHED" test "$(status killed)" = "KILLED FINIS
 expect "resumed copy stage's log equals a non-stop run's" cmp -s "$work/killed/needle/smoke/standard_copy/log.tsv" "$work/nonstop/needle/smoke/standard_copy/log.tsv"
 expect "resumed table equals a non-stop run's" cmp -s <(grep '^| standard' "$work/killed/table2.md") <(grep '^| standard' "$work/nonstop/table2.md")
 
+# every documented query (docs/registry.md) runs on this registry; Table 2's give its cells
+n=0
+while IFS= read -r query; do
+    n=$((n + 1))
+    expect "documented query $n runs on the needle registry" sqlite3 -bail "$work/results/registry.sqlite" "$query" > "$work/query$n.out"
+done < <(doc_queries)
+cells=$(sql "SELECT COUNT(*) FROM (SELECT DISTINCT run_id, n_needles FROM episodes WHERE task = 'table2')")
+expect "Table 2's documented queries give its $cells cells" test "$(wc -l < "$work/query4.out")" = "$cells" -a "$(wc -l < "$work/query5.out")" = "$cells" -a "$cells" -gt 0
+
 summary

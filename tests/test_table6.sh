@@ -85,4 +85,18 @@ expect_fail "second table6 on one results folder" "table6 results folder '$work/
 wait $first
 expect "the first finishes every row once" test "$(sqlite3 "$work/results_lock/registry.sqlite" "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = 8
 
+# 6. a second preset in the same registry: every documented query (docs/registry.md) runs and
+#    answers for its own preset only
+{ cat "$work/table6.ini"; echo "[preset smoke2]"; sed -n '/^\[preset smoke\]$/,/^\[/p' "$work/table6.ini" | sed '1d;/^\[/d'; } > "$work/two_presets.ini"
+$bin table6 "$work/two_presets.ini" --preset smoke2 --results "$work/results" --plots "$work/plots" > "$work/smoke2.log" 2>&1
+expect "a second preset trains into the same registry" test "$(sql "SELECT COUNT(DISTINCT preset) FROM experiments")" = 2
+n=0
+while IFS= read -r query; do
+    n=$((n + 1))
+    expect "documented query $n runs" sqlite3 -bail "$work/results/registry.sqlite" "$query" > "$work/query$n.out"
+done < <(doc_queries)
+expect "7 documented queries" test $n = 7
+expect "the table query: 8 rows of one seed each" test "$(grep -c '|1|' "$work/query1.out")" = 8
+expect "the curve query: one curve of 3 points, not two presets' interleaved" test "$(wc -l < "$work/query2.out")" = 3
+
 summary

@@ -211,6 +211,9 @@ static void test_metrics_reconciled(void) {
     CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE step > 3 AND value > 100") == 0 &&
               count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE step <= 3 AND value > 100") == 3,
           "steps past the checkpoint come from the resumed attempt, the ones before it stay");
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE key = 'n_layer' AND typeof(value) = 'integer'") == 2 &&
+              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE key = 'lr' AND typeof(value) = 'real'") == 2,
+          "numeric params are stored as numbers");
     registry_close(&reg);
     unlink(db);
 }
@@ -258,6 +261,41 @@ static void test_cut_log_line(void) {
     free(log_b);
 }
 
+// A registry from before schema versions (params as text, no `ranks`) is migrated: numbers
+// compare as numbers, its runs have one rank, and it says which schema it now has
+static void test_registry_migration(void) {
+    const char* db = "build/test_train_old.sqlite";
+    unlink(db);
+    sqlite3* old;
+    sqlite3_open(db, &old);
+    sqlite3_exec(old, "CREATE TABLE experiments (id INTEGER PRIMARY KEY, name TEXT NOT NULL, preset TEXT NOT NULL,"
+                      " recipe_path TEXT NOT NULL, recipe_text TEXT NOT NULL, created TEXT NOT NULL, UNIQUE (name, preset));"
+                      "CREATE TABLE runs (id INTEGER PRIMARY KEY, experiment_id INTEGER NOT NULL, row TEXT NOT NULL,"
+                      " seed INTEGER NOT NULL, attempt INTEGER NOT NULL, status TEXT NOT NULL, git_commit TEXT NOT NULL,"
+                      " git_dirty INTEGER NOT NULL, host TEXT NOT NULL, cpu_model TEXT NOT NULL, threads INTEGER NOT NULL,"
+                      " pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL, out_dir TEXT NOT NULL,"
+                      " started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
+                      "CREATE TABLE params (run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+                      " PRIMARY KEY (run_id, key));"
+                      "INSERT INTO experiments VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
+                      "INSERT INTO runs VALUES (1, 1, 'diff', 1000, 1, 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 1, 'x', 'o', 'now', 'now');"
+                      "INSERT INTO params VALUES (1, 'n_layer', '10'), (1, 'lr', '0.00100000005'), (1, 'attention', 'diff'),"
+                      " (1, 'head_norm', 'true');",
+                 NULL, NULL, NULL);
+    sqlite3_close(old);
+    Registry reg;
+    registry_open(&reg, db);
+    CHECK(count_rows(&reg, "PRAGMA user_version") == REGISTRY_SCHEMA, "a migrated registry has schema version %d", REGISTRY_SCHEMA);
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE key = 'n_layer' AND value > 9") == 1 &&
+              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE key = 'lr' AND value < 0.002 AND typeof(value) = 'real'") == 1,
+          "migrated numeric params compare as numbers (10 > 9, not '10' < '9')");
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE typeof(value) = 'text' AND value IN ('diff', 'true')") == 2,
+          "text params stay text");
+    CHECK(count_rows(&reg, "SELECT ranks FROM runs WHERE id = 1") == 1, "runs from before data parallelism had one rank");
+    registry_close(&reg);
+    unlink(db);
+}
+
 int main(void) {
     write_test_corpus("build/test_train_corpus", 25);
     const char* inputs[1] = {"build/test_train_corpus"};
@@ -267,5 +305,6 @@ int main(void) {
     test_metrics_before_checkpoint();
     test_metrics_reconciled();
     test_cut_log_line();
+    test_registry_migration();
     return check_summary();
 }
