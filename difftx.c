@@ -11,6 +11,7 @@
 #include "data/prepare.h"
 #include "data/needle.h"
 #include "data/tokenizer.h"
+#include "eval/arhit.h"
 #include "experiments/attn_plot.h"
 #include "experiments/needle_tasks.h"
 #include "experiments/table5.h"
@@ -316,6 +317,47 @@ typedef struct {
     const char* what;
 } Command;
 
+static int cmd_eval(int argc, char** argv) {
+    int windows = 512;  // Table 6's small preset
+    static struct option opts[] = {{"windows", required_argument, 0, 'w'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'w') windows = parse_int_arg("--windows", optarg);
+        else die("%s", USAGE);
+    }
+    if (optind >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
+    const char* path = argv[optind];
+    Model model;
+    CheckpointInfo info;
+    checkpoint_load(path, &model, NULL, &info);
+    const char* data_dir = model.cfg.data;
+    for (int i = optind + 1; i < argc; i++) {
+        if (strncmp(argv[i], "data=", 5) != 0) die("eval: '%s': expected data=DIR\n%s", argv[i], USAGE);
+        data_dir = argv[i] + 5;
+    }
+    DataDir data;
+    data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
+    if (data.tok.hash != info.tokenizer_hash) die("'%s' was trained with another tokenizer than the data in '%s'", path, data_dir);
+    int T = model.cfg.seq_len, available = (int)((data.val.n_tokens - 1) / T);
+    if (windows < 1) die("option --windows: at least 1");
+    if (windows > available) {
+        fprintf(stderr, "warning: the validation shard holds %d windows of %d tokens; evaluating those, not %d\n", available, T + 1, windows);
+        windows = available;
+    }
+    BigramTable table;
+    bigrams_count(&table, &data.train);
+    SliceLoss s = evaluate_slices(&model, &data.val, &table, windows, model.cfg.batch_size);
+    printf("%s: %s attention, step %d of %d%s\n", path, config_attention_name(&model.cfg), info.step, model.cfg.steps,
+           info.finished ? "" : " (unfinished)");
+    printf("validation: the first %d windows of %d tokens of '%s' (%ld tokens)\n", windows, T, data_dir, s.tokens);
+    printf("valid %.4f | AR-Hit %.4f (%.2f%% of tokens: %ld) | Others %.4f\n", s.valid, s.arhit, 100 * s.arhit_fraction,
+           (long)llround(s.arhit_fraction * s.tokens), s.others);
+    bigrams_free(&table);
+    data_close(&data);
+    model_free(&model);
+    return 0;
+}
+
 static int cmd_keys(int argc, char** argv) {
     (void)argv;
     if (argc > 1) die("keys takes no arguments\n%s", USAGE);
@@ -338,6 +380,8 @@ static const Command COMMANDS[] = {
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
     {"table5", cmd_table5, "TABLE6_RECIPE --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
+    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N]",
+     "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},
     {"keys", cmd_keys, "", "every recipe key with its default and meaning, as a Markdown table"},
     {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
     {"attn", cmd_attn, "FILE --sample S --layer L --head H [--out PNG]",

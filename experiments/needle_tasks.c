@@ -685,7 +685,7 @@ int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows)
         train_row(&rows[i], &reg, experiment);
         snprintf(out[i].name, sizeof(out[i].name), "%s", rows[i].name);
         out[i].cfg = rows[i].cfg;
-        snprintf(out[i].checkpoint, sizeof(out[i].checkpoint), "%s", rows[i].checkpoint);
+        path_printf(out[i].checkpoint, sizeof(out[i].checkpoint), "%s", rows[i].checkpoint);
         out[i].run = rows[i].run;
     }
     registry_close(&reg);

@@ -99,4 +99,15 @@ expect "7 documented queries" test $n = 7
 expect "the table query: 8 rows of one seed each" test "$(grep -c '|1|' "$work/query1.out")" = 8
 expect "the curve query: one curve of 3 points, not two presets' interleaved" test "$(wc -l < "$work/query2.out")" = 3
 
+# 7. difftx eval: any checkpoint's Valid / AR-Hit / Others, equal to what the table recorded
+t_ckpt=$work/results/table6/smoke/transformer/seed1000/checkpoint.h5
+$bin eval "$t_ckpt" --windows 64 > "$work/eval.log" 2>&1
+for key in valid arhit others; do
+    want=$(printf '%.4f' "$(sql "SELECT e.value FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id WHERE x.preset = 'smoke' AND r.row = 'transformer' AND r.status = 'FINISHED' AND e.key = '$key'")")
+    label=$(sed 's/arhit/AR-Hit/; s/others/Others/' <<<"$key")
+    expect "difftx eval gives the recorded $key ($want)" grep -qE "(^| )$label $want( |$)" "$work/eval.log"
+done
+expect "difftx eval states its windows and the AR-Hit token count" grep -qE "^validation: the first 64 windows of 64 tokens .*\(4096 tokens\)" "$work/eval.log"
+expect "difftx eval runs from another folder with data=" bash -c "cd /tmp && '$PWD/$bin' eval '$PWD/$t_ckpt' data='$PWD/$work/data' --windows 64 | grep -qE '^valid '"
+
 summary
