@@ -46,7 +46,7 @@ LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp
 # experiments/, and the command line difftx.c.
 BACKENDS := model/cpu/backend_cpu.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
 MODEL := model/util.c model/h5.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
-         model/checkpoint.c model/dist.c $(BACKENDS)
+         model/checkpoint.c model/safetensors.c model/dist.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \

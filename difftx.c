@@ -21,6 +21,7 @@
 #include "model/dist.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "model/safetensors.h"
 #include "model/util.h"
 
 static char USAGE[8192];  // filled from COMMANDS by main
@@ -358,6 +359,29 @@ static int cmd_eval(int argc, char** argv) {
     return 0;
 }
 
+static int cmd_export(int argc, char** argv) {
+    if (argc != 3) die("export needs CHECKPOINT and OUT.safetensors\n%s", USAGE);
+    Model model;
+    CheckpointInfo info;
+    checkpoint_load(argv[1], &model, NULL, &info);
+    char* config = config_to_text(&model.cfg);
+    char step[32], vocab[32], eps[32], hash[32];
+    snprintf(step, sizeof(step), "%d", info.step);
+    snprintf(vocab, sizeof(vocab), "%d", model.V);
+    snprintf(eps, sizeof(eps), "%g", RMSNORM_EPS);
+    snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)info.tokenizer_hash);
+    const char* metadata[][2] = {
+        {"format", "difftx"}, {"layout", "docs/export.md"}, {"config", config}, {"step", step},
+        {"vocab_size", vocab}, {"tokenizer_hash", hash}, {"rmsnorm_eps", eps},
+        {"rope", "interleaved channel pairs (2j, 2j+1) of each query/key sub-head of width head_dim, rotated by position x rope_theta^(-2j/head_dim)"},
+    };
+    safetensors_write(argv[2], &model, metadata, (int)(sizeof(metadata) / sizeof(metadata[0])));
+    printf("wrote %s: %d tensors, %zu parameters, from step %d of %s\n", argv[2], model.n_tensors, model.n_params, info.step, argv[1]);
+    free(config);
+    model_free(&model);
+    return 0;
+}
+
 static int cmd_keys(int argc, char** argv) {
     (void)argv;
     if (argc > 1) die("keys takes no arguments\n%s", USAGE);
@@ -382,6 +406,7 @@ static const Command COMMANDS[] = {
      "activation outliers of trained standard and DIFF models"},
     {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},
+    {"export", cmd_export, "CHECKPOINT OUT.safetensors", "the weights alone, for PyTorch (layout in docs/export.md)"},
     {"keys", cmd_keys, "", "every recipe key with its default and meaning, as a Markdown table"},
     {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
     {"attn", cmd_attn, "FILE --sample S --layer L --head H [--out PNG]",

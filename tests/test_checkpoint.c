@@ -10,7 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "../model/checkpoint.h"
+#include "../model/safetensors.h"
 #include "../model/util.h"
 #include "check.h"
 
@@ -172,6 +175,53 @@ static void test_cross_checks(void) {
     unlink(FLIPPED);
 }
 
+// The safetensors export, read back by the format's rules: a little-endian u64 header length
+// (8-byte aligned data), a JSON header with every tensor's dtype, shape and byte range, the
+// ranges covering the data exactly, and each tensor's bytes the model's
+static void test_safetensors(void) {
+    const char* path = "build/test_export.safetensors";
+    const char* meta[][2] = {{"format", "difftx"}, {"step", "3"}};
+    safetensors_write(path, &saved, meta, 2);
+    size_t len;
+    char* file = read_text_file(path, &len);
+    uint64_t n;
+    memcpy(&n, file, 8);
+    float* params = mallocCheck(saved.n_params * sizeof(float));
+    model_get_params(&saved, params);
+    CHECK(n % 8 == 0 && 8 + n + saved.n_params * sizeof(float) == len, "header of %llu bytes (8-byte aligned), then the data",
+          (unsigned long long)n);
+    json_error_t err;
+    json_t* header = json_loadb(file + 8, n, 0, &err);
+    CHECK(header != NULL, "the header is JSON (%s)", header ? "" : err.text);
+    if (!header) return;
+    json_t* m = json_object_get(header, "__metadata__");
+    CHECK(json_is_string(json_object_get(m, "format")) && strcmp(json_string_value(json_object_get(m, "step")), "3") == 0,
+          "metadata holds strings");
+    int described = 0, same = 1;
+    size_t covered = 0;
+    for (int i = 0; i < saved.n_tensors; i++) {
+        const ParamTensor* t = &saved.tensors[i];
+        json_t* e = json_object_get(header, t->name);
+        json_t* shape = json_object_get(e, "shape");
+        json_t* range = json_object_get(e, "data_offsets");
+        if (!e || strcmp(json_string_value(json_object_get(e, "dtype")), "F32") != 0 || (int)json_array_size(shape) != t->ndim) continue;
+        size_t count = 1;
+        for (int d = 0; d < t->ndim; d++) count *= (size_t)json_integer_value(json_array_get(shape, d));
+        size_t begin = (size_t)json_integer_value(json_array_get(range, 0)), end = (size_t)json_integer_value(json_array_get(range, 1));
+        if (count != t->size || end - begin != count * sizeof(float)) continue;
+        described++;
+        covered += end - begin;
+        same &= memcmp(file + 8 + n + begin, params + t->offset, end - begin) == 0;
+    }
+    CHECK(described == saved.n_tensors && (int)json_object_size(header) == saved.n_tensors + 1,
+          "every tensor named with dtype F32, its shape and its byte range (%d of %d)", described, saved.n_tensors);
+    CHECK(covered == saved.n_params * sizeof(float) && same, "the ranges cover the data, each holding its tensor's floats");
+    json_decref(header);
+    free(params);
+    free(file);
+    unlink(path);
+}
+
 int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     Config cfg = small_config();
@@ -188,6 +238,7 @@ int main(void) {
     checkpoint_save(PATH, &saved, &saved_opt, &saved_info);
     test_bit_flips();
     test_cross_checks();
+    test_safetensors();
     free(saved_config);
     adamw_free(&saved_opt);
     model_free(&saved);

@@ -110,4 +110,11 @@ done
 expect "difftx eval states its windows and the AR-Hit token count" grep -qE "^validation: the first 64 windows of 64 tokens .*\(4096 tokens\)" "$work/eval.log"
 expect "difftx eval runs from another folder with data=" bash -c "cd /tmp && '$PWD/$bin' eval '$PWD/$t_ckpt' data='$PWD/$work/data' --windows 64 | grep -qE '^valid '"
 
+# 8. difftx export: the weights alone in safetensors, every parameter once after the header
+$bin export "$t_ckpt" "$work/transformer.safetensors" > "$work/export.log" 2>&1
+params=$(sed -nE 's/^wrote .*: [0-9]+ tensors, ([0-9]+) parameters, from step 30 of .*/\1/p' "$work/export.log")
+header=$(od -An -t u8 -N 8 "$work/transformer.safetensors" | tr -d ' ')
+expect "export writes header and every parameter ($params)" test -n "$params" -a "$(stat -c %s "$work/transformer.safetensors")" = $((8 + header + 4 * params))
+expect "the header names the config" bash -c "head -c $((8 + header)) '$work/transformer.safetensors' | grep -q '\"config\":\"attention = standard'"
+
 summary
