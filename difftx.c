@@ -111,10 +111,20 @@ static int cmd_sample(int argc, char** argv) {
     Model model;
     CheckpointInfo info;
     checkpoint_load(argv[optind], &model, NULL, &info);
-    DataDir data;
-    data_open(&data, model.cfg.data, 0);
-    const Tokenizer* tok = &data.tok;
-    if (tok->hash != info.tokenizer_hash) die("the tokenizer of '%s' does not match the checkpoint's", data.dir);
+    // the run folder's copy first, so a checkpoint samples from anywhere; then its data folder
+    Tokenizer found;
+    char folder[4096];
+    path_printf(folder, sizeof(folder), "%s", argv[optind]);
+    char* slash = strrchr(folder, '/');
+    if (slash) *slash = 0; else strcpy(folder, ".");
+    if (!tokenizer_in_folder(&found, folder, info.tokenizer_hash) && !tokenizer_in_folder(&found, model.cfg.data, info.tokenizer_hash)) {
+        if (info.tokenizer_hash != GPT2_IDS_HASH) {
+            die("no tokenizer for '%s': neither its folder '%s' nor its data folder '%s' holds the tokenizer.bin it was "
+                "trained with", argv[optind], folder, model.cfg.data);
+        }
+        tokenizer_gpt2(&found, NULL);  // GPT-2 ids without llm.c's token table: decoding says what is missing
+    }
+    const Tokenizer* tok = &found;
     tokenizer_decode(tok, NULL, 0, NULL);  // dies now, not after the first token, when it cannot decode
     int T = model.cfg.seq_len;
     size_t plen = strlen(prompt);
@@ -162,7 +172,7 @@ static int cmd_sample(int argc, char** argv) {
     free(logits);
     free(history);
     free(prompt_ids);
-    data_close(&data);
+    tokenizer_free(&found);
     model_free(&model);
     return 0;
 }

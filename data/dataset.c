@@ -196,6 +196,41 @@ void data_close(DataDir* d) {
     if (d->parts & DATA_VAL) shard_free(&d->val);
 }
 
+int tokenizer_in_folder(Tokenizer* tok, const char* folder, uint64_t hash) {
+    char path[4200];
+    path_printf(path, sizeof(path), "%s/%s", folder, hash == GPT2_IDS_HASH ? "gpt2_tokenizer.bin" : "tokenizer.bin");
+    if (access(path, R_OK) != 0) return 0;
+    Tokenizer found;
+    if (hash == GPT2_IDS_HASH) tokenizer_gpt2(&found, path);
+    else tokenizer_load(&found, path);
+    if (found.hash != hash) {
+        tokenizer_free(&found);
+        return 0;
+    }
+    *tok = found;
+    return 1;
+}
+
+void data_copy_tokenizer(const DataDir* d, const char* folder) {
+    const char* name = d->llmc ? "gpt2_tokenizer.bin" : "tokenizer.bin";
+    char from[4200], to[4200], tmp[4300];
+    path_printf(from, sizeof(from), "%s/%s", d->dir, name);
+    path_printf(to, sizeof(to), "%s/%s", folder, name);
+    if (access(from, R_OK) != 0) return;
+    size_t len, have_len = 0;
+    char* bytes = read_text_file(from, &len);
+    char* have = access(to, R_OK) == 0 ? read_text_file(to, &have_len) : NULL;
+    if (!have || have_len != len || memcmp(have, bytes, len) != 0) {
+        tmp_path(tmp, sizeof(tmp), to);
+        FILE* f = fopenCheck(tmp, "wb");
+        fwriteCheck(bytes, 1, len, f, tmp);
+        fcloseCheck(f, tmp);
+        renameCheck(tmp, to);
+    }
+    free(have);
+    free(bytes);
+}
+
 const Shard* data_single_train_shard(const DataDir* d, const char* purpose) {
     if (d->train.n != 1) die("key 'data': %s reads one training shard, and '%s' has %d", purpose, d->dir, d->train.n);
     return &d->train.parts[0];

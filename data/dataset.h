@@ -63,6 +63,13 @@ typedef struct {
 } DataDir;
 void data_open(DataDir* d, const char* dir, int parts);
 void data_close(DataDir* d);
+// The tokenizer of identity `hash` in folder: its tokenizer.bin, or for GPT-2 ids llm.c's
+// gpt2_tokenizer.bin. Returns 0 (tok untouched) when folder holds none that matches.
+int tokenizer_in_folder(Tokenizer* tok, const char* folder, uint64_t hash);
+// Copies d's tokenizer file into folder (a run folder), so that the run's checkpoint is
+// readable wherever it goes; nothing for GPT-2 ids without llm.c's token table
+void data_copy_tokenizer(const DataDir* d, const char* folder);
+
 // The training split as one shard, for what reads it whole (the needle training mix); dies
 // naming `purpose` when it has several
 const Shard* data_single_train_shard(const DataDir* d, const char* purpose);

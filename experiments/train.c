@@ -14,10 +14,12 @@
 #include "../model/optim.h"
 #include "../model/util.h"
 
-// Dies naming the first key whose value differs; `out` may differ, so run folders can move
+// Dies naming the first key whose value differs; `out` may differ, so run folders can move, and
+// `steps` may grow, which extends the run
 static void require_same_config(const Config* stored, const Config* now, const char* ckpt) {
     Config a = *stored, b = *now;
     memcpy(a.out, b.out, sizeof(a.out));
+    a.steps = b.steps;
     char *ta = config_to_text(&a), *tb = config_to_text(&b);
     char *la = ta, *lb = tb;
     while (*la && *lb) {
@@ -217,6 +219,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     if (root) {
         mkdir_p(cfg->out);
         lock = lock_folder(cfg->out, "run folder");
+        data_copy_tokenizer(&data, cfg->out);  // the run folder stands alone
     }
     config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
     path_printf(log_path, sizeof(log_path), "%s/log.tsv", cfg->out);
@@ -227,6 +230,13 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     if (access(ckpt, F_OK) == 0) {
         checkpoint_load(ckpt, &model, &opt, &info);
         require_same_config(&model.cfg, cfg, ckpt);
+        if (cfg->steps < info.step) die("key 'steps': %d is below the %d steps '%s' has trained; a run only grows", cfg->steps, info.step, ckpt);
+        if (cfg->steps != model.cfg.steps) {
+            printf("extending %s from %d to %d steps: parameters, AdamW moments and data position carry on; the "
+                   "learning-rate schedule is the one of %d steps from here\n", ckpt, model.cfg.steps, cfg->steps, cfg->steps);
+            model.cfg.steps = cfg->steps;  // what the next checkpoint records
+            info.finished = info.step == cfg->steps;
+        }
         if (info.tokenizer_hash != tok->hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
         if (root && (info.threads != threads || info.ranks != share.ranks)) {
             fprintf(stderr, "warning: resuming with %d ranks of %d threads, the checkpoint was written by %d of %d; "

@@ -200,4 +200,18 @@ expect "a validation split smaller than asked is warned of" grep -qE "warning: t
 expect "progress shows tokens seen, tokens/s and elapsed time" grep -qE "^step +4/4 \| .* \| 128 tokens \| +[0-9]+ tok/s \| 0m0[0-9]s elapsed, eta" "$work/warn.log"
 expect "a run ends naming its checkpoint and log" grep -q "^finished at step 4: checkpoint $work/warn/checkpoint.h5, log $work/warn/log.tsv" "$work/warn.log"
 
+# a finished run extended by raising steps keeps its optimizer: with a schedule that does not
+# depend on steps, 4 + 4 steps log exactly the training losses of 8 at once
+flat="warmup_steps=0 lr_final=1e-3 eval_every=0"
+$bin train "$work/ok.ini" $flat out=$work/extended > /dev/null 2>&1
+$bin train "$work/ok.ini" $flat steps=8 out=$work/extended > "$work/extend.log" 2>&1
+$bin train "$work/ok.ini" $flat steps=8 out=$work/eight > /dev/null 2>&1
+expect "extending says what carries on" grep -q "^extending $work/extended/checkpoint.h5 from 4 to 8 steps: parameters, AdamW moments and data position carry on" "$work/extend.log"
+expect "an extended run's training losses equal a run of 8 steps" cmp -s <(grep -P '^train\t' "$work/extended/log.tsv") <(grep -P '^train\t' "$work/eight/log.tsv")
+expect "and its final validation too" cmp -s <(grep -P '^val\t8\t' "$work/extended/log.tsv") <(grep -P '^val\t8\t' "$work/eight/log.tsv")
+expect_fail "a run does not shrink" "key 'steps': 6 is below the 8 steps" $bin train "$work/ok.ini" $flat steps=6 out=$work/extended
+# the run folder holds its tokenizer: sampling works from any folder
+expect "the run folder holds the tokenizer" cmp -s "$work/data/tokenizer.bin" "$work/eight/tokenizer.bin"
+expect "sample from another folder" bash -c "cd /tmp && '$PWD/$bin' sample '$PWD/$work/eight/checkpoint.h5' --tokens 3 --prompt Document > /dev/null"
+
 summary
