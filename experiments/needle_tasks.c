@@ -254,8 +254,8 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
         }
     }
     char path[4200], dat[4200];
-    path_printf(path, sizeof(path), "%s/table2.md", opt->results);
-    path_printf(dat, sizeof(dat), "%s/table2.dat", opt->results);
+    preset_path(path, sizeof(path), opt->results, "table2", opt->preset, ".md");
+    preset_path(dat, sizeof(dat), opt->results, "table2", opt->preset, ".dat");
     Report rep, *f = &rep;
     report_open(f, path, 1);
     FILE* bars = fopenCheck(dat, "w");
@@ -309,12 +309,13 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     GnuplotVars vars = {"", 0};
     gnuplot_string(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
-    path_printf(text, sizeof(text), "%s/table2.png", opt->plots);
+    preset_path(text, sizeof(text), opt->plots, "table2", opt->preset, ".png");
     gnuplot_string(&vars, "out", text);
     snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth", opt->preset, context, samples);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table2.gp", &vars);
-    printf("\nwrote %s, %s/table2.png; every query in table 'episodes' of %s/registry.sqlite\n", path, opt->plots, opt->results);
+    printf("\nwrote %s, %s/table2_%s.png; every query in table 'episodes' of %s/registry.sqlite\n", path, opt->plots,
+           opt->preset, opt->results);
 }
 
 static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
@@ -330,7 +331,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         lengths[n_lengths++] = atoi(t);
     }
     char path[4200];
-    path_printf(path, sizeof(path), "%s/fig5.md", opt->results);
+    preset_path(path, sizeof(path), opt->results, "fig5", opt->preset, ".md");
     Report rep, *md = &rep;
     report_open(md, path, 0);
     report_printf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
@@ -345,7 +346,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         run_cells(&rows[i], src, tok, cells, n_lengths * N_DEPTHS, samples, eval_seed, &rec);
         store_records(reg, rows[i].run, "fig5", &rec);
         char dat[4200];
-        path_printf(dat, sizeof(dat), "%s/fig5_%s.dat", opt->results, rows[i].name);
+        path_printf(dat, sizeof(dat), "%s/fig5_%s_%s.dat", opt->results, opt->preset, rows[i].name);
         FILE* f = fopenCheck(dat, "w");
         report_printf(md, "### %s (trained at context %d)\n\n| depth |", rows[i].name, rows[i].cfg.seq_len);
         for (int l = 0; l < n_lengths; l++) report_printf(md, " %d |", lengths[l]);
@@ -375,14 +376,14 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         GnuplotVars vars = {"", 0};
         gnuplot_string(&vars, "data", dat);
         gnuplot_number(&vars, "n_lengths", n_lengths);
-        path_printf(text, sizeof(text), "%s/fig5_%s.png", opt->plots, rows[i].name);
+        path_printf(text, sizeof(text), "%s/fig5_%s_%s.png", opt->plots, opt->preset, rows[i].name);
         gnuplot_string(&vars, "out", text);
         gnuplot_string(&vars, "xtics_text", tics);  // integers only: fig5.gp evaluates it
         snprintf(text, sizeof(text), "Figure 5, %s (trained at %d): N = 8, R = 1, %d samples per cell", rows[i].name,
                  rows[i].cfg.seq_len, samples);
         gnuplot_string(&vars, "title_text", text);
         gnuplot("fig5.gp", &vars);
-        printf("wrote %s/fig5_%s.png\n", opt->plots, rows[i].name);
+        printf("wrote %s\n", text);
     }
     report_close(md);
     printf("wrote %s\n", path);
@@ -453,9 +454,9 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         overall[i] = m;
     }
     char path[4200], dat[4200], fig1[4200];
-    path_printf(path, sizeof(path), "%s/table3.md", opt->results);
-    path_printf(dat, sizeof(dat), "%s/table3.dat", opt->results);
-    snprintf(fig1, sizeof(fig1), "%s/fig1.dat", opt->results);
+    preset_path(path, sizeof(path), opt->results, "table3", opt->preset, ".md");
+    preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
+    preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
     Report rep, *f = &rep;
     report_open(f, path, 1);
     report_printf(f, "\n## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d\n\n",
@@ -504,14 +505,14 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     gnuplot_string(&vars, "data", dat);
     gnuplot_string(&vars, "fig1", fig1);
     gnuplot_string(&vars, "names", names);
-    path_printf(text, sizeof(text), "%s/table3.png", opt->plots);
+    preset_path(text, sizeof(text), opt->plots, "table3", opt->preset, ".png");
     gnuplot_string(&vars, "out", text);
-    path_printf(text, sizeof(text), "%s/fig1.png", opt->plots);
+    preset_path(text, sizeof(text), opt->plots, "fig1", opt->preset, ".png");
     gnuplot_string(&vars, "out_fig1", text);
     snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d", opt->preset, context);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table3.gp", &vars);
-    printf("\nwrote %s, %s/table3.png, %s/fig1.png\n", path, opt->plots, opt->plots);
+    printf("\nwrote %s, %s/table3_%s.png, %s/fig1_%s.png\n", path, opt->plots, opt->preset, opt->plots, opt->preset);
 }
 
 // ---- Figure 8: attention logits quantized ----
@@ -592,8 +593,8 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
         }
     }
     char path[4200], dat[4200];
-    path_printf(path, sizeof(path), "%s/fig8.md", opt->results);
-    path_printf(dat, sizeof(dat), "%s/fig8.dat", opt->results);
+    preset_path(path, sizeof(path), opt->results, "fig8", opt->preset, ".md");
+    preset_path(dat, sizeof(dat), opt->results, "fig8", opt->preset, ".dat");
     Report rep, *f = &rep;
     report_open(f, path, 1);
     report_printf(f, "\n## Figure 8 (preset %s): attention logits quantized to fewer bits\n\n", opt->preset);
@@ -635,12 +636,12 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
     GnuplotVars vars = {"", 0};
     gnuplot_string(&vars, "data", dat);
     gnuplot_number(&vars, "series", 2 * n_rows);
-    path_printf(text, sizeof(text), "%s/fig8.png", opt->plots);
+    preset_path(text, sizeof(text), opt->plots, "fig8", opt->preset, ".png");
     gnuplot_string(&vars, "out", text);
     snprintf(text, sizeof(text), "Figure 8, preset %s: attention logits quantized (solid: per tensor, dashed: per row)", opt->preset);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig8.gp", &vars);
-    printf("\nwrote %s, %s/fig8.png\n", path, opt->plots);
+    printf("\nwrote %s, %s/fig8_%s.png\n", path, opt->plots, opt->preset);
 }
 
 // The rows of the recipe with their configs, parameter counts checked and the training mix

@@ -11,6 +11,10 @@
 
 #include "../model/util.h"
 
+void preset_path(char* out, size_t n, const char* dir, const char* name, const char* preset, const char* suffix) {
+    path_printf(out, n, "%s/%s_%s%s", dir, name, preset, suffix);
+}
+
 void report_open(Report* r, const char* path, int to_stdout) {
     snprintf(r->path, sizeof(r->path), "%s", path);
     tmp_path(r->tmp, sizeof(r->tmp), path);

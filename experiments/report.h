@@ -12,6 +12,10 @@ typedef struct {
 } Report;
 
 // to_stdout = 0 writes the markdown file only
+// dir/<name>_<preset><suffix> ("results/table6_small.md", "plots/table6_small_curves.png"):
+// every table and figure carries its preset, so running one preset never overwrites another's
+void preset_path(char* out, size_t n, const char* dir, const char* name, const char* preset, const char* suffix);
+
 void report_open(Report* r, const char* path, int to_stdout);
 void report_printf(Report* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void report_close(Report* r);

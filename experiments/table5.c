@@ -111,7 +111,9 @@ int table5_main(const Table5Options* opt) {
     for (int i = 0; i < n; i++) study(&models[i], &reg, opt->results);
     registry_close(&reg);
 
-    path_printf(path, sizeof(path), "%s/table5.md", opt->results);
+    char presets[256];  // both sources' presets name the table
+    snprintf(presets, sizeof(presets), "%s_%s", opt->preset, opt->needle_preset);
+    preset_path(path, sizeof(path), opt->results, "table5", presets, ".md");
     Report rep, *f = &rep;
     report_open(f, path, 1);
     report_printf(f, "\n## Table 5: largest activation values (Table 6 preset %s, needle preset %s)\n\n", opt->preset, opt->needle_preset);
@@ -175,7 +177,7 @@ int table5_main(const Table5Options* opt) {
 
     // figure data: per model, one block per kind of rows "layer top1 top10 top100 median" with
     // the pooled values at layer -1
-    path_printf(dat, sizeof(dat), "%s/table5.dat", opt->results);
+    preset_path(dat, sizeof(dat), opt->results, "table5", presets, ".dat");
     FILE* g = fopenCheck(dat, "w");
     char names[2048] = "";
     for (int k = 0; k < OUTLIER_KINDS; k++) {
@@ -197,12 +199,12 @@ int table5_main(const Table5Options* opt) {
     gnuplot_string(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
     gnuplot_number(&vars, "models", n);
-    path_printf(text, sizeof(text), "%s/table5.png", opt->plots);
+    preset_path(text, sizeof(text), opt->plots, "table5", presets, ".png");
     gnuplot_string(&vars, "out", text);
     snprintf(text, sizeof(text), "Table 5: largest activations (Table 6 preset %s, needle preset %s)", opt->preset, opt->needle_preset);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table5.gp", &vars);
-    printf("\nwrote %s, %s/table5.png; per-layer statistics in %s/table5/\n", path, opt->plots, opt->results);
+    printf("\nwrote %s, %s/table5_%s.png; per-layer statistics in %s/table5/\n", path, opt->plots, presets, opt->results);
     for (int i = 0; i < n; i++) outlier_stats_free(&models[i].stats);
     free(models);
     return 0;

@@ -288,7 +288,7 @@ int table6_main(const Table6Options* opt) {
     // ---- the table ----
     RowResult res[RECIPE_SECTIONS];
     for (int i = 0; i < r->n_rows; i++) res[i] = row_result(&reg, experiment, r, preset, i, opt);
-    path_printf(path, sizeof(path), "%s/table6.md", opt->results);
+    preset_path(path, sizeof(path), opt->results, "table6", opt->preset, ".md");
     Report rep;
     report_open(&rep, path, 1);
     int h = section_int(preset, "h", opt->recipe), d = section_int(preset, "d", opt->recipe);
@@ -340,8 +340,8 @@ int table6_main(const Table6Options* opt) {
 
     // ---- figures: data files then gnuplot ----
     char bars[4096], curves[4096];
-    path_printf(bars, sizeof(bars), "%s/table6_bars.dat", opt->results);
-    path_printf(curves, sizeof(curves), "%s/table6_curves.dat", opt->results);
+    preset_path(bars, sizeof(bars), opt->results, "table6", opt->preset, "_bars.dat");
+    preset_path(curves, sizeof(curves), opt->results, "table6", opt->preset, "_curves.dat");
     FILE* f = fopenCheck(bars, "w");
     fprintf(f, "# row label valid valid_std arhit arhit_std others others_std\n");
     for (int i = 0; i < r->n_rows; i++) {
@@ -368,14 +368,15 @@ int table6_main(const Table6Options* opt) {
     gnuplot_string(&vars, "bars", bars);
     gnuplot_string(&vars, "curves", curves);
     gnuplot_number(&vars, "rows", r->n_rows);
-    path_printf(text, sizeof(text), "%s/table6.png", opt->plots);
+    preset_path(text, sizeof(text), opt->plots, "table6", opt->preset, ".png");
     gnuplot_string(&vars, "out_bars", text);
-    path_printf(text, sizeof(text), "%s/table6_curves.png", opt->plots);
+    preset_path(text, sizeof(text), opt->plots, "table6", opt->preset, "_curves.png");
     gnuplot_string(&vars, "out_curves", text);
     snprintf(text, sizeof(text), "Table 6, preset %s, %d seed(s)", opt->preset, opt->seeds);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table6.gp", &vars);
-    printf("\nwrote %s, %s/table6.png, %s/table6_curves.png; runs in %s/registry.sqlite\n", path, opt->plots, opt->plots, opt->results);
+    printf("\nwrote %s, %s/table6_%s.png, %s/table6_%s_curves.png; runs in %s/registry.sqlite\n", path, opt->plots,
+           opt->preset, opt->plots, opt->preset, opt->results);
     registry_close(&reg);
     unlock_folder(lock);
     int missing = 0;

@@ -29,30 +29,30 @@ expect "needle run starts from the copy stage's checkpoint" bash -c "sqlite3 '$w
 hash() { sha256sum "$1" | cut -c1-64; }
 expect "each stage's training data recorded by its sha256" test "$(sql "SELECT group_concat(ok, ' ') FROM (SELECT r.row || ':' || (a.sha256 = CASE WHEN r.row LIKE '%_copy' THEN '$(hash "$work/mix/copy/train.bin")' ELSE '$(hash "$work/mix/train.bin")' END) AS ok FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE a.kind = 'training_data' ORDER BY a.rowid)")" = "standard_copy:1 standard:1 diff_copy:1 diff:1"
 expect "copying check stored with its first-copy baseline" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('copy_score', 'copy_score_first') AND value BETWEEN 0 AND 1")" = 4
-expect "table2 written" grep -q "| N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |" "$work/results/table2.md"
-expect "paper row beside" grep -q "| paper DIFF | 1.00 | 0.92 | 0.84 | 0.85 |" "$work/results/table2.md"
+expect "table2 written" grep -q "| N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |" "$work/results/table2_smoke.md"
+expect "paper row beside" grep -q "| paper DIFF | 1.00 | 0.92 | 0.84 | 0.85 |" "$work/results/table2_smoke.md"
 # queries per row: 2 samples x 5 depths x (1 + 2 + 2 + 2)
 expect "every query stored" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table2' GROUP BY run_id" | sort -u)" = 70
 expect "outcomes are 0/1 with the decoded text" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table2' AND correct IN (0, 1) AND output IS NOT NULL")" = 140
 expect "answers are evaluation numbers of 7 digits" test "$(sql "SELECT COUNT(*) FROM episodes WHERE number < 1000000 OR number > 9999999")" = 0
 for row in standard diff; do
     acc=$(sql "SELECT printf('%.2f', AVG(e.correct)) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$row' AND e.task = 'table2' AND e.n_needles = 6")
-    expect "$row: N=6 cell equals the database" bash -c "grep -E '^\\| $row \\|' '$work/results/table2.md' | head -1 | grep -qE '\\| $acc ± [0-9.]+ \\[[0-9.]+\\] \\|\$'"
+    expect "$row: N=6 cell equals the database" bash -c "grep -E '^\\| $row \\|' '$work/results/table2_smoke.md' | head -1 | grep -qE '\\| $acc ± [0-9.]+ \\[[0-9.]+\\] \\|\$'"
 done
-expect "table2 figure is PNG" is_png "$work/plots/table2.png"
+expect "table2 figure is PNG" is_png "$work/plots/table2_smoke.png"
 
 task fig5 > "$work/fig5.log" 2>&1
 expect "fig5 exits 0" test $? -eq 0
 expect "fig5 trains nothing again" bash -c "! grep -q '^== training' '$work/fig5.log'"
-expect "fig5 heatmaps" bash -c "$(declare -f is_png); is_png '$work/plots/fig5_standard.png' && is_png '$work/plots/fig5_diff.png'"
+expect "fig5 heatmaps" bash -c "$(declare -f is_png); is_png '$work/plots/fig5_smoke_standard.png' && is_png '$work/plots/fig5_smoke_diff.png'"
 expect "fig5 sweeps 3 lengths x 5 depths" test "$(sql "SELECT COUNT(DISTINCT length || '/' || depth) FROM episodes WHERE task = 'fig5'")" = 15
 expect "fig5 has 8 needles" test "$(sql "SELECT DISTINCT n_needles FROM episodes WHERE task = 'fig5'")" = 8
-expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-9]+%|average) \|( [0-9.]+ \|){3}$' "$work/results/fig5.md")" = 12
+expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-9]+%|average) \|( [0-9.]+ \|){3}$' "$work/results/fig5_smoke.md")" = 12
 
 task table3 > "$work/table3.log" 2>&1
 expect "table3 exits 0" test $? -eq 0
-expect "table3 written" grep -q "| paper DIFF | 0.27 | 0.30 | 0.31 | 0.32 | 0.40 | 0.01 |" "$work/results/table3.md"
-expect "table3 and fig1 figures" bash -c "$(declare -f is_png); is_png '$work/plots/table3.png' && is_png '$work/plots/fig1.png'"
+expect "table3 written" grep -q "| paper DIFF | 0.27 | 0.30 | 0.31 | 0.32 | 0.40 | 0.01 |" "$work/results/table3_smoke.md"
+expect "table3 and fig1 figures" bash -c "$(declare -f is_png); is_png '$work/plots/table3_smoke.png' && is_png '$work/plots/fig1_smoke.png'"
 # per episode, answer + noise + question + BOS = 1 (rows are normalised)
 expect "allocations sum to 1" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3' AND abs(answer + noise + question + bos - 1) > 1e-4")" = 0
 expect "allocation of every episode stored" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3'")" = 80
@@ -73,14 +73,14 @@ task fig8 > "$work/fig8.log" 2>&1
 expect "fig8 exits 0" test $? -eq 0
 expect "fig8 trains nothing again" bash -c "! grep -q '^== training' '$work/fig8.log'"
 expect "fig8 table: 16 bits once, 8/6/4 per tensor and per row, per model" \
-    test "$(grep -cE '^\| (standard|diff) \| (none \| 16|per tensor \| [864]|per row \| [864]) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' "$work/results/fig8.md")" = 14
+    test "$(grep -cE '^\| (standard|diff) \| (none \| 16|per tensor \| [864]|per row \| [864]) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' "$work/results/fig8_smoke.md")" = 14
 expect "fig8 stores the queries of every width and scale" test "$(sql "SELECT COUNT(DISTINCT task) FROM episodes WHERE task LIKE 'fig8_%'")" = 7
 # fig8's first sample per cell is table2's first sample (same seeds): unquantized, same answers
 expect "fig8 at 16 bits answers as table2 did" test "$(sql "SELECT SUM(a.output = b.output) || '/' || COUNT(*) FROM episodes a JOIN episodes b ON a.run_id = b.run_id AND a.seed = b.seed AND a.query = b.query WHERE a.task = 'fig8_tensor_16bit' AND b.task = 'table2'")" = "30/30"
 expect "fig8 metrics in the registry" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key LIKE 'fig8_%' AND value BETWEEN 0 AND 20")" = 56
 loss16=$(sql "SELECT printf('%.4f', value) FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE r.row = 'diff' AND key = 'fig8_tensor_16bit_loss'")
-expect "fig8 table's 16-bit loss is the registry's" grep -qE "^\| diff \| none \| 16 \| $loss16 \|" "$work/results/fig8.md"
-expect "fig8 figure" is_png "$work/plots/fig8.png"
+expect "fig8 table's 16-bit loss is the registry's" grep -qE "^\| diff \| none \| 16 \| $loss16 \|" "$work/results/fig8_smoke.md"
+expect "fig8 figure" is_png "$work/plots/fig8_smoke.png"
 
 # Table 5: the two Table 6 rows of a preset (trained here) and the needle models
 sed "s#^data = data/default#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
@@ -88,16 +88,16 @@ t5() { $bin table5 "$work/table6.ini" --preset smoke --needle "$work/needle.ini"
 t5 > "$work/table5.log" 2>&1
 expect "table5 exits 0" test $? -eq 0
 expect "table5 trained Table 6's transformer and diff rows only" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT r.row FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'table6' AND r.status = 'FINISHED' ORDER BY r.id)")" = "transformer diff"
-expect "table5: both kinds for 4 models and the paper's rows" test "$(grep -cE '^\| (table6/smoke/(transformer|diff)|needle/smoke/(standard|diff)|paper (Transformer|DIFF) \(3B\)) \| (Attention Logits|Hidden States) \|( [0-9.]+ \|){6}$' "$work/results/table5.md")" = 12
-expect "table5 paper row" grep -q "| paper DIFF (3B) | Attention Logits | 38.8 | 38.8 | 37.3 | 32.0 | 27.4 | 3.3 |" "$work/results/table5.md"
+expect "table5: both kinds for 4 models and the paper's rows" test "$(grep -cE '^\| (table6/smoke/(transformer|diff)|needle/smoke/(standard|diff)|paper (Transformer|DIFF) \(3B\)) \| (Attention Logits|Hidden States) \|( [0-9.]+ \|){6}$' "$work/results/table5_smoke_smoke.md")" = 12
+expect "table5 paper row" grep -q "| paper DIFF (3B) | Attention Logits | 38.8 | 38.8 | 37.3 | 32.0 | 27.4 | 3.3 |" "$work/results/table5_smoke_smoke.md"
 top1=$(sql "SELECT printf('%.2f', value) FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'needle' AND r.row = 'diff' AND key = 'table5_attention_logits_top1'")
-expect "table5 Top-1 is the registry's ($top1)" grep -qE "^\| needle/smoke/diff \| Attention Logits \| $top1 \|" "$work/results/table5.md"
+expect "table5 Top-1 is the registry's ($top1)" grep -qE "^\| needle/smoke/diff \| Attention Logits \| $top1 \|" "$work/results/table5_smoke_smoke.md"
 h5=$work/results/table5/needle_smoke_diff.h5
 expect "table5 HDF5 per model, recorded as artifacts" test "$(ls "$work"/results/table5/*.h5 | wc -l)/$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'outlier_stats'")" = "4/4"
 expect "table5 HDF5 layout: per layer (1 layer x 100) and pooled" bash -c "h5ls -r '$h5' | grep -c 'attention_logits/top .*{1, 100}\|hidden_states/histogram .*{1, 65536}\|attention_logits/pooled_top .*{100}' | grep -qx 3"
 # the needle smoke model: 1 layer, 4 heads x 2 maps, 3 windows of 768: 3 x 8 x 768 x 769 / 2 logits
 expect "table5 counts every causal logit of both maps" bash -c "h5dump -d attention_logits/pooled_count '$h5' | grep -q '(0): 7087104'"
-expect "table5 figure" is_png "$work/plots/table5.png"
+expect "table5 figure" is_png "$work/plots/table5_smoke_smoke.png"
 t5 > "$work/table5_again.log" 2>&1
 expect "table5 again trains nothing" bash -c "! grep -q '^== ' '$work/table5_again.log'"
 
@@ -147,7 +147,7 @@ expect "rerun resumes from the checkpoint" grep -q "^resuming $ckpt from step [1
 expect "attempts: KILLED, then FINISHED" test "$(status killed)" = "KILLED FINISHED"
 "${long[@]}" --results "$work/nonstop" --plots "$work/plots_nonstop" > /dev/null 2>&1
 expect "resumed copy stage's log equals a non-stop run's" cmp -s "$work/killed/needle/smoke/standard_copy/log.tsv" "$work/nonstop/needle/smoke/standard_copy/log.tsv"
-expect "resumed table equals a non-stop run's" cmp -s <(grep '^| standard' "$work/killed/table2.md") <(grep '^| standard' "$work/nonstop/table2.md")
+expect "resumed table equals a non-stop run's" cmp -s <(grep '^| standard' "$work/killed/table2_smoke.md") <(grep '^| standard' "$work/nonstop/table2_smoke.md")
 
 # every documented query (docs/registry.md) runs on this registry; Table 2's give its cells
 n=0

@@ -46,13 +46,13 @@ expect "checkpoint artifacts with sha256" test "$(finished_artifacts "kind = 'ch
 expect "every row's training data recorded by its sha256" test "$(finished_artifacts "kind = 'training_data' AND path = '$work/data/train.bin' AND sha256 = '$(sha256sum "$work/data/train.bin" | cut -c1-64)'")" = 8
 expect "provenance recorded" test "$(sql "SELECT COUNT(*) FROM runs WHERE git_commit != '' AND cpu_model != '' AND threads > 0 AND recipe_text LIKE '%attention = %'")" -ge 9
 # DIFF V2: 2 x 4 query heads on 4 key/value heads of 16, trained, parameters within 1% (else the run stops)
-expect "DIFF V2 row trained" bash -c "grep -qE '^\\| DIFF V2 \\(not in paper\\) \\| 4 \\| 16 \\| ✗ \\| 1 \\| [0-9.]+ .*not in the paper' '$work/results/table6.md'"
-expect "table written" grep -q "| DIFF | 2 | 16 | ✓ | 1 |" "$work/results/table6.md"
-expect "claims written" grep -q "DIFF beats Transformer overall" "$work/results/table6.md"
-expect "bar figure" test -s "$work/plots/table6.png"
-expect "curve figure" test -s "$work/plots/table6_curves.png"
+expect "DIFF V2 row trained" bash -c "grep -qE '^\\| DIFF V2 \\(not in paper\\) \\| 4 \\| 16 \\| ✗ \\| 1 \\| [0-9.]+ .*not in the paper' '$work/results/table6_smoke.md'"
+expect "table written" grep -q "| DIFF | 2 | 16 | ✓ | 1 |" "$work/results/table6_smoke.md"
+expect "claims written" grep -q "DIFF beats Transformer overall" "$work/results/table6_smoke.md"
+expect "bar figure" test -s "$work/plots/table6_smoke.png"
+expect "curve figure" test -s "$work/plots/table6_smoke_curves.png"
 is_png() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = "211PNG" ]; }
-expect "figures are PNG" bash -c "$(declare -f is_png); is_png '$work/plots/table6.png' && is_png '$work/plots/table6_curves.png'"
+expect "figures are PNG" bash -c "$(declare -f is_png); is_png '$work/plots/table6_smoke.png' && is_png '$work/plots/table6_smoke_curves.png'"
 
 # 3. a finished table trains nothing when rerun
 run_table > "$work/again.log" 2>&1
@@ -67,10 +67,10 @@ hostile="$work/plots \`cd $root/$work;touch PWNED\` '\$(cd $root/$work;touch PWN
 awk -v data="$root/$work/data" '/^\[row /{row=$0} /^data = /{$0="data = " data} !(row=="[row diff]" && /^paper/)' \
     experiments/table6.ini > "$work/table6_abs.ini"
 (cd / && "$root/$bin" table6 "$root/$work/table6_abs.ini" --preset smoke --results "$root/$work/results_abs" --plots "$root/$hostile") > "$work/hostile.log" 2>&1
-expect "figures drawn into a hostile folder name from another working directory" is_png "$hostile/table6.png"
+expect "figures drawn into a hostile folder name from another working directory" is_png "$hostile/table6_smoke.png"
 expect "nothing in the folder name ran" test ! -e "$work/PWNED" -a ! -e "$work/PWNED2"
-expect "a row without 'paper' is tabled as not in the paper" grep -qE '^\| DIFF \| 2 \| 16 \| ✓ \| 1 \| .*not in the paper' "$work/results_abs/table6.md"
-expect "claims against it have no paper gap" grep -q "DIFF beats Transformer overall (Valid) | [-+0-9.]* | n/a (1 seed) | n/a (not in the paper)" "$work/results_abs/table6.md"
+expect "a row without 'paper' is tabled as not in the paper" grep -qE '^\| DIFF \| 2 \| 16 \| ✓ \| 1 \| .*not in the paper' "$work/results_abs/table6_smoke.md"
+expect "claims against it have no paper gap" grep -q "DIFF beats Transformer overall (Valid) | [-+0-9.]* | n/a (1 seed) | n/a (not in the paper)" "$work/results_abs/table6_smoke.md"
 sed 's/^paper = 3.062 0.880 3.247$/paper = 3.062 high/' "$work/table6.ini" > "$work/bad_paper.ini"
 expect_fail "a malformed paper value" "bad_paper.ini: \[row diff\] key 'paper': '3.062 high' is not three numbers" \
     $bin table6 "$work/bad_paper.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
@@ -90,6 +90,8 @@ expect "the first finishes every row once" test "$(sqlite3 "$work/results_lock/r
 { cat "$work/table6.ini"; echo "[preset smoke2]"; sed -n '/^\[preset smoke\]$/,/^\[/p' "$work/table6.ini" | sed '1d;/^\[/d'; } > "$work/two_presets.ini"
 $bin table6 "$work/two_presets.ini" --preset smoke2 --results "$work/results" --plots "$work/plots" > "$work/smoke2.log" 2>&1
 expect "a second preset trains into the same registry" test "$(sql "SELECT COUNT(DISTINCT preset) FROM experiments")" = 2
+expect "each preset keeps its own table" bash -c "grep -q 'Table 6 (preset smoke)' '$work/results/table6_smoke.md' && grep -q 'Table 6 (preset smoke2)' '$work/results/table6_smoke2.md'"
+expect "each preset keeps its own figures" bash -c "test -s '$work/plots/table6_smoke.png' && test -s '$work/plots/table6_smoke2_curves.png'"
 n=0
 while IFS= read -r query; do
     n=$((n + 1))
