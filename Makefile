@@ -50,7 +50,8 @@ MODEL := model/util.c model/h5.c model/config.c model/attention.c model/backend.
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
-               experiments/table6.c experiments/table5.c experiments/needle_tasks.c experiments/attn_plot.c
+               experiments/table6.c experiments/table5.c experiments/needle_tasks.c experiments/attn_plot.c \
+               experiments/runs.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE))
 HEADERS := $(wildcard model/*.h model/cpu/*.h data/*.h eval/*.h experiments/*.h tests/*.h)

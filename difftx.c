@@ -14,6 +14,7 @@
 #include "eval/arhit.h"
 #include "experiments/attn_plot.h"
 #include "experiments/needle_tasks.h"
+#include "experiments/runs.h"
 #include "experiments/table5.h"
 #include "experiments/table6.h"
 #include "experiments/train.h"
@@ -77,15 +78,17 @@ static int cmd_needle_data(int argc, char** argv) {
 
 static int cmd_train(int argc, char** argv) {
     int until = 0;
-    static struct option opts[] = {{"until", required_argument, 0, 'u'}, {0, 0, 0, 0}};
+    const char* results = "results";
+    static struct option opts[] = {{"until", required_argument, 0, 'u'}, {"results", required_argument, 0, 'r'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c != 'u') die("%s", USAGE);
-        until = parse_int_arg("--until", optarg);
+        if (c == 'u') until = parse_int_arg("--until", optarg);
+        else if (c == 'r') results = optarg;
+        else die("%s", USAGE);
     }
     Config cfg;
     load_config(&cfg, argc, argv, optind);
-    train_run(&cfg, until, NULL);
+    train_tracked(argv[optind], &cfg, until, results);
     return 0;
 }
 
@@ -392,6 +395,49 @@ static int cmd_export(int argc, char** argv) {
     return 0;
 }
 
+static int cmd_runs(int argc, char** argv) {
+    RunFilter f = {"results", NULL, NULL, NULL};
+    static struct option opts[] = {{"results", required_argument, 0, 'r'}, {"experiment", required_argument, 0, 'e'},
+                                   {"preset", required_argument, 0, 'p'}, {"status", required_argument, 0, 's'},
+                                   {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'r') f.results = optarg;
+        else if (c == 'e') f.experiment = optarg;
+        else if (c == 'p') f.preset = optarg;
+        else if (c == 's') f.status = optarg;
+        else die("%s", USAGE);
+    }
+    if (optind < argc) die("runs takes options only\n%s", USAGE);
+    runs_list(&f);
+    return 0;
+}
+
+static int cmd_compare(int argc, char** argv) {
+    const char *results = "results", *out = NULL;
+    static struct option opts[] = {{"results", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'r') results = optarg;
+        else if (c == 'o') out = optarg;
+        else die("%s", USAGE);
+    }
+    int n = argc - optind;
+    if (n < 1 || n > 16) die("compare takes 1 to 16 run ids (`difftx runs` lists them)\n%s", USAGE);
+    int64_t ids[16];
+    char png[4096] = "plots/compare";
+    for (int i = 0; i < n; i++) {
+        ids[i] = parse_int_arg("run id", argv[optind + i]);
+        size_t len = strlen(png);
+        snprintf(png + len, sizeof(png) - len, "_%lld", (long long)ids[i]);
+    }
+    strncat(png, ".png", sizeof(png) - strlen(png) - 1);
+    if (out) path_printf(png, sizeof(png), "%s", out);
+    else mkdir_p("plots");
+    runs_compare(results, ids, n, png);
+    return 0;
+}
+
 static int cmd_keys(int argc, char** argv) {
     (void)argv;
     if (argc > 1) die("keys takes no arguments\n%s", USAGE);
@@ -404,7 +450,8 @@ static const Command COMMANDS[] = {
      "tokenizer + token shards from text files, JSON-lines files (.jsonl) and folders of them"},
     {"needle-data", cmd_needle_data, "[--seq-len T] [--max-needles N] [--seed S] OUT_DIR DATA_DIR",
      "DATA_DIR's training text mixed with needle training episodes"},
-    {"train", cmd_train, "RECIPE [key=value ...] [--until STEP]", "train (resumes from OUT/checkpoint.h5 if present)"},
+    {"train", cmd_train, "RECIPE [key=value ...] [--until STEP] [--results DIR]",
+     "train (resumes from OUT/checkpoint.h5 if present), recorded in DIR/registry.sqlite (default results)"},
     {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]", "generate text"},
     {"bench", cmd_bench, "RECIPE [key=value ...] [--vocab N] [--steps N] [--forward]",
      "speed and peak memory on random tokens"},
@@ -417,6 +464,10 @@ static const Command COMMANDS[] = {
     {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},
     {"export", cmd_export, "CHECKPOINT OUT.safetensors", "the weights alone, for PyTorch (layout in docs/export.md)"},
+    {"runs", cmd_runs, "[--results DIR] [--experiment E] [--preset P] [--status S]",
+     "every recorded run: id, experiment, preset, row, seed, status, steps, final losses, tokens/s, start"},
+    {"compare", cmd_compare, "ID... [--results DIR] [--out PNG]",
+     "runs' differing config keys and final metrics side by side; their loss curves in one figure"},
     {"keys", cmd_keys, "", "every recipe key with its default and meaning, as a Markdown table"},
     {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
     {"attn", cmd_attn, "FILE --sample S --layer L --head H [--out PNG]",

@@ -89,10 +89,9 @@ static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, c
     printf("== training %s (%s)\n", row, cfg->out);
     fflush(stdout);
     run = registry_begin_run(reg, experiment, row, cfg->seed, cfg);
-    double seconds = train_recorded(reg, run, cfg);
+    train_recorded(reg, run, cfg, 0);
     char checkpoint[CONFIG_STR + 16];
     config_checkpoint_path(cfg, checkpoint, sizeof(checkpoint));
-    registry_evaluation(reg, run, "train_seconds", seconds);
     registry_artifact(reg, run, "checkpoint", checkpoint);
     registry_end_run(reg, run, RUN_FINISHED);
     return run;

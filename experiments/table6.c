@@ -82,7 +82,7 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     registry_open(&reg, path);
     int64_t run = registry_begin_run(&reg, experiment, row, cfg->seed, cfg);
-    double train_seconds = train_recorded(&reg, run, cfg);
+    train_recorded(&reg, run, cfg, 0);
 
     Model model;
     CheckpointInfo info;
@@ -101,7 +101,6 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     registry_evaluation(&reg, run, "eval_tokens", (double)s.tokens);
     registry_evaluation(&reg, run, "params", (double)model.n_params);
     registry_evaluation(&reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->seq_len * cfg->grad_accum);
-    registry_evaluation(&reg, run, "train_seconds", train_seconds);
     registry_artifact(&reg, run, "checkpoint", path);
     registry_end_run(&reg, run, RUN_FINISHED);
     printf("%s seed %d: valid %.4f, AR-Hit %.4f (%.2f%% of tokens), Others %.4f\n", row, cfg->seed, s.valid, s.arhit,

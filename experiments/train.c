@@ -357,6 +357,7 @@ typedef struct {
     Registry* reg;
     int64_t run;
     int n, cap;
+    int steps_trained;  // by this process: its throughput
     const char** keys;
     int* steps;
     int64_t* tokens;
@@ -365,6 +366,7 @@ typedef struct {
 
 static void buffer_metric(void* ctx, const char* key, int step, long tokens, double value) {
     MetricBuffer* b = ctx;
+    b->steps_trained += strcmp(key, "train_loss") == 0;
     if (b->n == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 256;
         b->keys = realloc(b->keys, b->cap * sizeof(char*));
@@ -391,11 +393,15 @@ static void resume_metrics(void* ctx, int step) {
     registry_forget_metrics_after(b->reg, b->run, step);
 }
 
-double train_recorded(Registry* reg, int64_t run, const Config* cfg) {
-    MetricBuffer buffer = {reg, run, 0, 0, NULL, NULL, NULL, NULL};
+void train_recorded(Registry* reg, int64_t run, const Config* cfg, int until) {
+    MetricBuffer buffer = {reg, run, 0, 0, 0, NULL, NULL, NULL, NULL};
     TrainObserver observer = {buffer_metric, flush_metrics, resume_metrics, &buffer};
     double t0 = wall_time();
-    train_run(cfg, 0, &observer);
+    train_run(cfg, until, &observer);
+    double seconds = wall_time() - t0;
+    registry_evaluation(reg, run, "train_seconds", seconds);
+    double tokens = (double)buffer.steps_trained * cfg->batch_size * cfg->seq_len * cfg->grad_accum;
+    if (buffer.steps_trained) registry_evaluation(reg, run, "tokens_per_second", tokens / seconds);
     // the mix is made from code that changes, so its hash is what says which data a run saw
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN);
@@ -405,5 +411,32 @@ double train_recorded(Registry* reg, int64_t run, const Config* cfg) {
     free(buffer.steps);
     free(buffer.tokens);
     free(buffer.values);
-    return wall_time() - t0;
+}
+
+void train_tracked(const char* recipe_path, const Config* cfg, int until, const char* results) {
+    char path[4200], preset[256];
+    mkdir_p(results);
+    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    Registry reg;
+    registry_open(&reg, path);
+    int reaped = registry_reap(&reg);
+    if (reaped) printf("marked %d interrupted run(s) KILLED\n", reaped);
+    const char* base = strrchr(recipe_path, '/') ? strrchr(recipe_path, '/') + 1 : recipe_path;
+    snprintf(preset, sizeof(preset), "%.*s", (int)(strstr(base, ".ini") ? strstr(base, ".ini") - base : (long)strlen(base)), base);
+    char* recipe_text = read_text_file(recipe_path, NULL);
+    int64_t experiment = registry_experiment(&reg, "train", preset, recipe_path, recipe_text);
+    free(recipe_text);
+    int64_t run = registry_finished_run(&reg, experiment, cfg->out, cfg->seed, cfg);
+    if (run) {
+        printf("run %lld of %s already finished this config\n", (long long)run, path);
+        train_run(cfg, until, NULL);
+    } else {
+        run = registry_begin_run(&reg, experiment, cfg->out, cfg->seed, cfg);
+        printf("run %lld in %s\n", (long long)run, path);
+        train_recorded(&reg, run, cfg, until);
+        config_checkpoint_path(cfg, path, sizeof(path));
+        registry_artifact(&reg, run, "checkpoint", path);
+        registry_end_run(&reg, run, until > 0 && until < cfg->steps ? RUN_KILLED : RUN_FINISHED);
+    }
+    registry_close(&reg);
 }

@@ -38,6 +38,11 @@ void train_follow(void);
 // anything is allocated)
 void train_check_memory(const Config* cfg, int vocab_size);
 
+// `difftx train`: trains cfg (from recipe_path) up to `until` as a run of experiment "train",
+// preset the recipe's file name, row its out folder, in results/registry.sqlite; FINISHED at
+// its last step, KILLED when it stops before (--until, or a kill noticed later)
+void train_tracked(const char* recipe_path, const Config* cfg, int until, const char* results);
+
 typedef struct {
     double loss;  // mean over the micro-batches; the first non-finite one ends the step early
     float norm;   // gradient norm before clipping; NaN when the step ended early
@@ -61,9 +66,10 @@ BatchShare batch_share(const Config* cfg, int rank, int ranks);
 TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, const BatchShare* share, int step, const int* inputs,
                      const int* targets);
 
-// Trains cfg (resuming from its checkpoint) as registry run `run`, whose metrics are stored
-// at each checkpoint so a killed run stores no step twice, and records its training shard as
-// artifact `training_data`; returns the wall seconds.
-double train_recorded(Registry* reg, int64_t run, const Config* cfg);
+// Trains cfg (resuming from its checkpoint) up to `until` (0: to the end) as registry run `run`,
+// whose metrics are stored at each checkpoint so a killed run stores no step twice; records
+// the evaluations train_seconds and tokens_per_second of this process's training and each
+// training shard as artifact `training_data`.
+void train_recorded(Registry* reg, int64_t run, const Config* cfg, int until);
 
 #endif

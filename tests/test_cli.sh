@@ -25,21 +25,21 @@ recipe() {  # recipe FILE [extra lines...]: a valid tiny recipe plus extra lines
 }
 
 recipe "$work/unknown.ini" "colour = blue"
-expect_fail "unknown key" "unknown.ini:14: unknown key 'colour'" $bin train "$work/unknown.ini"
+expect_fail "unknown key" "unknown.ini:14: unknown key 'colour'" $bin train --results "$work/reg" "$work/unknown.ini"
 recipe "$work/type.ini" "grad_accum = two"
-expect_fail "wrong type" "type.ini:14: key 'grad_accum': 'two' is not an integer" $bin train "$work/type.ini"
+expect_fail "wrong type" "type.ini:14: key 'grad_accum': 'two' is not an integer" $bin train --results "$work/reg" "$work/type.ini"
 recipe "$work/choice.ini"
 sed -i 's/^attention = diff$/attention = triple/' "$work/choice.ini"
-expect_fail "bad choice" "choice.ini:1: key 'attention': 'triple' is not one of standard, diff, diff2" $bin train "$work/choice.ini"
+expect_fail "bad choice" "choice.ini:1: key 'attention': 'triple' is not one of standard, diff, diff2" $bin train --results "$work/reg" "$work/choice.ini"
 
 # the recipe format: lines of any length, no continuation lines, no repeated keys, nothing but text
 recipe "$work/repeat.ini" "steps = 7"
-expect_fail "repeated key" "repeat.ini:14: key 'steps' repeats line 7" $bin train "$work/repeat.ini"
+expect_fail "repeated key" "repeat.ini:14: key 'steps' repeats line 7" $bin train --results "$work/reg" "$work/repeat.ini"
 recipe "$work/indented.ini" "    steps = 2"
-expect_fail "an indented line is a line, not a continuation" "indented.ini:14: key 'steps' repeats line 7" $bin train "$work/indented.ini"
+expect_fail "an indented line is a line, not a continuation" "indented.ini:14: key 'steps' repeats line 7" $bin train --results "$work/reg" "$work/indented.ini"
 long_comment="# $(printf 'x%.0s' $(seq 1 300)) steps = 7"
 recipe "$work/long_comment.ini" "$long_comment"
-$bin train "$work/long_comment.ini" out=$work/long_comment_run > /dev/null 2>&1
+$bin train --results "$work/reg" "$work/long_comment.ini" out=$work/long_comment_run > /dev/null 2>&1
 expect "a 300-character comment line stays a comment (4 steps, not 7)" grep -qP "^train\t4\t" "$work/long_comment_run/log.tsv"
 expect "and nothing past step 4" bash -c "! grep -qP '^train\t5\t' '$work/long_comment_run/log.tsv'"
 long_data="$work/$(printf 'd%.0s' $(seq 1 150))/$(printf 'd%.0s' $(seq 1 150))"  # a 300-character data line
@@ -48,40 +48,40 @@ ln -sfn "$PWD/$work/data" "$long_data"
 long_out="$work/$(printf 'e%.0s' $(seq 1 250))/$(printf 'f%.0s' $(seq 1 250))"
 recipe "$work/long_path.ini"
 sed -i "s#^data = .*#data = $long_data#" "$work/long_path.ini"
-$bin train "$work/long_path.ini" out=$long_out > /dev/null 2>&1
+$bin train --results "$work/reg" "$work/long_path.ini" out=$long_out > /dev/null 2>&1
 expect "a 300-character data line and a 500-character out folder train" test -f "$long_out/checkpoint.h5"
 expect "and the checkpoint, whose config holds both, samples" $bin sample "$long_out/checkpoint.h5" --tokens 3
 printf 'attention = diff\nn_layer = 1\0\n' > "$work/nul.ini"
-expect_fail "a NUL byte" "nul.ini:2: a NUL byte" $bin train "$work/nul.ini"
+expect_fail "a NUL byte" "nul.ini:2: a NUL byte" $bin train --results "$work/reg" "$work/nul.ini"
 mkdir -p "$work/folder.ini"
-expect_fail "a folder as recipe" "recipe '$work/folder.ini' is not a regular file" $bin train "$work/folder.ini"
+expect_fail "a folder as recipe" "recipe '$work/folder.ini' is not a regular file" $bin train --results "$work/reg" "$work/folder.ini"
 recipe "$work/garbage.ini" "just words"
-expect_fail "a line of no known shape" "garbage.ini:14: expected 'key = value'" $bin train "$work/garbage.ini"
+expect_fail "a line of no known shape" "garbage.ini:14: expected 'key = value'" $bin train --results "$work/reg" "$work/garbage.ini"
 sed 's/^h = 4$/h = 4abc/' experiments/table6.ini > "$work/preset_int.ini"
 expect_fail "a preset integer with trailing text" "\[smoke\] needs 'h' as a positive integer, not '4abc'" \
     $bin table6 "$work/preset_int.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
 recipe "$work/section.ini" "[model]" "n_layer = 2"
-expect_fail "section" "section.ini:15: sections are not used" $bin train "$work/section.ini"
+expect_fail "section" "section.ini:15: sections are not used" $bin train --results "$work/reg" "$work/section.ini"
 recipe "$work/ok.ini"
-expect_fail "override type" "override 'lr=fast': key 'lr': 'fast' is not a finite number" $bin train "$work/ok.ini" lr=fast
-expect_fail "override unknown" "override 'dropout=0.1': unknown key 'dropout'" $bin train "$work/ok.ini" dropout=0.1
-expect_fail "override syntax" "override 'lr': expected key=value" $bin train "$work/ok.ini" lr
-expect_fail "d_model divisibility" "key 'd_model': 30 must equal 2 x n_head x head_dim" $bin train "$work/ok.ini" d_model=30
-expect_fail "odd head_dim" "key 'head_dim': 5 must be even" $bin train "$work/ok.ini" attention=standard d_model=10 n_head=2 head_dim=5
-expect_fail "lambda_init" "key 'lambda_init': 'high' is neither 'schedule' nor a number" $bin train "$work/ok.ini" lambda_init=high
+expect_fail "override type" "override 'lr=fast': key 'lr': 'fast' is not a finite number" $bin train --results "$work/reg" "$work/ok.ini" lr=fast
+expect_fail "override unknown" "override 'dropout=0.1': unknown key 'dropout'" $bin train --results "$work/reg" "$work/ok.ini" dropout=0.1
+expect_fail "override syntax" "override 'lr': expected key=value" $bin train --results "$work/reg" "$work/ok.ini" lr
+expect_fail "d_model divisibility" "key 'd_model': 30 must equal 2 x n_head x head_dim" $bin train --results "$work/reg" "$work/ok.ini" d_model=30
+expect_fail "odd head_dim" "key 'head_dim': 5 must be even" $bin train --results "$work/reg" "$work/ok.ini" attention=standard d_model=10 n_head=2 head_dim=5
+expect_fail "lambda_init" "key 'lambda_init': 'high' is neither 'schedule' nor a number" $bin train --results "$work/reg" "$work/ok.ini" lambda_init=high
 # sizes: every size key has a bound that keeps the model's arithmetic in range, and a run that
 # needs more memory than the machine has is refused, naming the keys, before it allocates
-expect_fail "huge d_model" "key 'd_model': 2000000000 is too large \(at most 65536\)" $bin train "$work/ok.ini" d_model=2000000000 out=$work/big
-expect_fail "huge batch_size" "key 'batch_size': 100000000 is too large \(at most 4194304\)" $bin train "$work/ok.ini" batch_size=100000000 out=$work/big
+expect_fail "huge d_model" "key 'd_model': 2000000000 is too large \(at most 65536\)" $bin train --results "$work/reg" "$work/ok.ini" d_model=2000000000 out=$work/big
+expect_fail "huge batch_size" "key 'batch_size': 100000000 is too large \(at most 4194304\)" $bin train --results "$work/reg" "$work/ok.ini" batch_size=100000000 out=$work/big
 expect_fail "tokens per micro-batch" "keys 'batch_size' and 'seq_len': 4000000 x 256 tokens per micro-batch are too many" \
-    $bin train "$work/ok.ini" batch_size=4000000 seq_len=256 out=$work/big
+    $bin train --results "$work/reg" "$work/ok.ini" batch_size=4000000 seq_len=256 out=$work/big
 expect_fail "activations beyond memory" "training needs [0-9.]+ GiB, more than this machine's .* of one micro-batch's activations \(keys 'batch_size' = 400000, 'seq_len' = 256\)" \
-    $bin train "$work/ok.ini" batch_size=400000 seq_len=256 out=$work/big
+    $bin train --results "$work/reg" "$work/ok.ini" batch_size=400000 seq_len=256 out=$work/big
 expect_fail "parameters beyond memory" "training needs [0-9.]+ GiB, .* of parameters with their gradients and AdamW moments \(keys 'n_layer' = 4096, 'd_model' = 65536" \
     $bin bench "$work/ok.ini" n_layer=4096 d_model=65536 n_head=256
 expect "refused sizes write nothing" test ! -e "$work/big"
-expect_fail "missing recipe" "cannot open recipe '$work/nope.ini'" $bin train "$work/nope.ini"
-expect_fail "missing corpus" "key 'data': '$work/nodata' is not a folder; run .make data." $bin train "$work/ok.ini" data=$work/nodata
+expect_fail "missing recipe" "cannot open recipe '$work/nope.ini'" $bin train --results "$work/reg" "$work/nope.ini"
+expect_fail "missing corpus" "key 'data': '$work/nodata' is not a folder; run .make data." $bin train --results "$work/reg" "$work/ok.ini" data=$work/nodata
 expect_fail "missing prepare input" "corpus input '$work/absent'" $bin prepare "$work/data2" "$work/absent"
 expect_fail "missing checkpoint" "cannot read checkpoint '$work/none.h5'" $bin sample "$work/none.h5"
 echo "not hdf5" > "$work/text.h5"
@@ -95,7 +95,7 @@ expect_fail "row without head_norm" "no_head_norm.ini: \[row diff\] must state '
 expect "a refused table trains nothing" test ! -e "$work/refused/table6"
 
 # a good run, then a corrupted copy of its checkpoint: Fletcher32 catches flipped data bytes
-$bin train "$work/ok.ini" >/dev/null 2>&1
+$bin train --results "$work/reg" "$work/ok.ini" >/dev/null 2>&1
 expect "good run finishes" test -f "$work/run/checkpoint.h5"
 expect "no temporary file left" test ! -e "$work/run/checkpoint.h5.tmp"
 corrupt() {  # corrupt DATASET OUT: a copy of the run's checkpoint with 8 bytes of DATASET's chunk overwritten
@@ -110,25 +110,25 @@ expect_fail "corrupt parameters" "checkpoint '$work/corrupt_params.h5': cannot r
 mkdir -p "$work/resume"
 corrupt adam_v/lm_head "$work/resume/checkpoint.h5"
 expect_fail "corrupt moments on resume" "checkpoint '$work/resume/checkpoint.h5': cannot read dataset 'adam_v/lm_head' \(corrupt" \
-    $bin train "$work/ok.ini" out=$work/resume steps=8
+    $bin train --results "$work/reg" "$work/ok.ini" out=$work/resume steps=8
 size=$(stat -c %s "$work/run/checkpoint.h5")
 head -c $((size / 3)) "$work/run/checkpoint.h5" > "$work/truncated.h5"
 expect_fail "truncated checkpoint" "checkpoint '$work/truncated.h5'" $bin sample "$work/truncated.h5"
-expect_fail "config mismatch on resume" "belongs to a run with a different config.*'lr = " $bin train "$work/ok.ini" lr=0.5 steps=4
+expect_fail "config mismatch on resume" "belongs to a run with a different config.*'lr = " $bin train --results "$work/reg" "$work/ok.ini" lr=0.5 steps=4
 
 # one writer per run folder: a second `train` on it stops at once, naming the first; the lock
 # goes with the process, so after a kill -9 the folder is free again
-$bin train "$work/ok.ini" out=$work/locked steps=1000000 > /dev/null 2>&1 &
+$bin train --results "$work/reg" "$work/ok.ini" out=$work/locked steps=1000000 > /dev/null 2>&1 &
 first=$!
 for _ in $(seq 1 200); do [ -s "$work/locked/.lock" ] && break; sleep 0.05; done
 expect_fail "second writer of a run folder" "run folder '$work/locked' is in use by another difftx process \(pid $first\)" \
-    $bin train "$work/ok.ini" out=$work/locked steps=1000000
+    $bin train --results "$work/reg" "$work/ok.ini" out=$work/locked steps=1000000
 kill -9 $first
 wait $first 2>/dev/null
-expect "the lock is released with its process" $bin train "$work/ok.ini" out=$work/locked steps=1000000 --until 1
+expect "the lock is released with its process" $bin train --results "$work/reg" "$work/ok.ini" out=$work/locked steps=1000000 --until 1
 
 # durability: the checkpoint is synced before its rename and its folder after
-strace -f -y -e trace=fsync,rename -o "$work/trace" $bin train "$work/ok.ini" out=$work/synced steps=1 > /dev/null 2>&1
+strace -f -y -e trace=fsync,rename -o "$work/trace" $bin train --results "$work/reg" "$work/ok.ini" out=$work/synced steps=1 > /dev/null 2>&1
 synced=$(awk '/fsync\([0-9]+<[^>]*\/synced\/checkpoint\.h5\.tmp>\)/ {s = NR} /rename\(".*\/synced\/checkpoint\.h5\.tmp", ".*\/synced\/checkpoint\.h5"\)/ && s {r = NR}
               /fsync\([0-9]+<[^>]*\/synced>\)/ && r && !d {d = NR} END {print (s && r && d && s < r && r < d) ? "ordered" : "missing"}' "$work/trace")
 expect "checkpoint fsynced, renamed, folder fsynced (strace: $synced)" test "$synced" = ordered
@@ -140,7 +140,7 @@ mkdir -p "$work/long_corpus"
 cp "$work"/corpus/*.txt "$work/long_corpus/"  # doc19, the 20th document, is validation
 for d in 1 2 3; do head -c 140000 /dev/zero | tr '\0' a > "$work/long_corpus/run$d.txt"; done
 $bin prepare --vocab 1000 "$work/long_data" "$work/long_corpus" > /dev/null
-$bin train "$work/ok.ini" data=$work/long_data out=$work/long_run steps=1 > /dev/null 2>&1
+$bin train --results "$work/reg" "$work/ok.ini" data=$work/long_data out=$work/long_run steps=1 > /dev/null 2>&1
 $bin sample "$work/long_run/checkpoint.h5" --tokens 3000 --temperature 100 --seed 4 > "$work/long_sample.txt" 2> "$work/long_sample.err"
 longest=$(tr -c a "\n" < "$work/long_sample.txt" | awk 'length > m {m = length} END {print m + 0}')
 expect "sample prints a 140,000-byte token whole (longest run of a: $longest)" test "$longest" -ge 140000
@@ -152,17 +152,17 @@ $bin prepare --vocab 300 "$work/swap" "$work/corpus" > /dev/null
 touch "$work/swap/stale.txt"
 strace -f -o /dev/null -e trace=rename -e inject=rename:error=EIO:when=2 $bin prepare --vocab 300 "$work/swap" "$work/long_corpus" > /dev/null 2>&1
 expect "an interrupted prepare leaves the old folder whole" cmp -s "$work/swap/tokenizer.bin" "$work/data/tokenizer.bin"
-expect "and it trains" $bin train "$work/ok.ini" data=$work/swap out=$work/swap_run steps=1
+expect "and it trains" $bin train --results "$work/reg" "$work/ok.ini" data=$work/swap out=$work/swap_run steps=1
 $bin prepare --vocab 300 "$work/swap" "$work/long_corpus" > /dev/null
 expect "a finished prepare replaces the folder whole" test ! -e "$work/swap/stale.txt" -a ! -e "$work/swap.tmp" -a -s "$work/swap/val.bin"
 cp -r "$work/data" "$work/mixed"
 cp "$work/swap/tokenizer.bin" "$work/mixed/tokenizer.bin"
 expect_fail "shards of another tokenizer" "key 'data': '$work/mixed/train.bin' was made with another tokenizer than '$work/mixed/tokenizer.bin'" \
-    $bin train "$work/ok.ini" data=$work/mixed out=$work/mixed_run
+    $bin train --results "$work/reg" "$work/ok.ini" data=$work/mixed out=$work/mixed_run
 
 # divergence: an absurd learning rate blows the loss up; the run stops naming the step and
 # the last good checkpoint stays readable
-expect_fail "non-finite loss" "training diverged at step [0-9]+: loss" $bin train "$work/ok.ini" out=$work/diverge lr=1e30 steps=20
+expect_fail "non-finite loss" "training diverged at step [0-9]+: loss" $bin train --results "$work/reg" "$work/ok.ini" out=$work/diverge lr=1e30 steps=20
 step=$(h5dump -a step "$work/diverge/checkpoint.h5" 2>/dev/null | grep -oE '\(0\): [0-9]+' | grep -oE '[0-9]+$')
 expect "last good checkpoint kept (step ${step:-none})" test -n "$step"
 expect "last good checkpoint not finished" bash -c "h5dump -a finished '$work/diverge/checkpoint.h5' | grep -q '(0): 0'"
@@ -170,16 +170,16 @@ expect "last good checkpoint not finished" bash -c "h5dump -a finished '$work/di
 # warm start (init_from): only a finished run of the same architecture and tokenizer; the new
 # run starts from its parameters (with lr 1e-20 they stay those after one step)
 expect_fail "init_from an unfinished run" "key 'init_from': '$work/diverge/checkpoint.h5' is not a finished run's checkpoint" \
-    $bin train "$work/ok.ini" out=$work/warm init_from=$work/diverge/checkpoint.h5
+    $bin train --results "$work/reg" "$work/ok.ini" out=$work/warm init_from=$work/diverge/checkpoint.h5
 expect_fail "init_from another width" "key 'init_from': '$work/run/checkpoint.h5' has tensor tok_embedding \(300, 32\) where this config has tok_embedding \(300, 64\)" \
-    $bin train "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 d_model=64
+    $bin train --results "$work/reg" "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 d_model=64
 $bin prepare --vocab 290 "$work/data290" "$work/corpus" >/dev/null
 expect_fail "init_from another tokenizer" "key 'init_from': '$work/run/checkpoint.h5' was trained with another tokenizer" \
-    $bin train "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 data=$work/data290
+    $bin train --results "$work/reg" "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 data=$work/data290
 expect "nothing written by refused warm starts" test ! -e "$work/warm/checkpoint.h5"
-$bin train "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 steps=1 lr=1e-20 >/dev/null 2>&1
+$bin train --results "$work/reg" "$work/ok.ini" out=$work/warm init_from=$work/run/checkpoint.h5 steps=1 lr=1e-20 >/dev/null 2>&1
 expect "warm start keeps the source parameters" h5diff -d 1e-12 "$work/run/checkpoint.h5" "$work/warm/checkpoint.h5" /params /params
-$bin train "$work/ok.ini" out=$work/cold steps=1 lr=1e-20 >/dev/null 2>&1
+$bin train --results "$work/reg" "$work/ok.ini" out=$work/cold steps=1 lr=1e-20 >/dev/null 2>&1
 expect "without init_from the same run starts elsewhere" bash -c "! h5diff -q -d 1e-3 '$work/run/checkpoint.h5' '$work/cold/checkpoint.h5' /params /params"
 
 # command-line habits: help for every subcommand, the key table the README shows, the nearest
@@ -191,10 +191,10 @@ for c in $subcommands; do
 done
 expect "difftx help train" bash -c "'$bin' help train | grep -q '^usage: difftx train RECIPE'"
 expect "the README's key table is difftx keys" bash -c "diff <('$bin' keys) <(sed -n '/^<!-- generated by .difftx keys/,/^<!-- end of keys/p' README.md | sed '1d;\$d')"
-expect_fail "a mistyped key gets the nearest" "unknown key 'step'; did you mean 'steps'\?" $bin train "$work/ok.ini" step=3
+expect_fail "a mistyped key gets the nearest" "unknown key 'step'; did you mean 'steps'\?" $bin train --results "$work/reg" "$work/ok.ini" step=3
 expect_fail "a mistyped subcommand gets the nearest" "unknown subcommand 'trian'; did you mean 'train'\?" $bin trian "$work/ok.ini"
 expect_fail "a bad preset lists the valid ones" "no \[preset smal\]; its presets are smoke, small, paper" $bin table6 experiments/table6.ini --preset smal
-$bin train "$work/ok.ini" warmup_steps=4 eval_batches=500 out=$work/warn > "$work/warn.log" 2>&1
+$bin train --results "$work/reg" "$work/ok.ini" warmup_steps=4 eval_batches=500 out=$work/warn > "$work/warn.log" 2>&1
 expect "warmup as long as the run is warned of" grep -q "warning: warmup_steps = 4 >= steps = 4" "$work/warn.log"
 expect "a validation split smaller than asked is warned of" grep -qE "warning: the validation shard holds [0-9]+ windows of seq_len \+ 1 = 17 tokens, but eval_batches x batch_size = 1000" "$work/warn.log"
 expect "progress shows tokens seen, tokens/s and elapsed time" grep -qE "^step +4/4 \| .* \| 128 tokens \| +[0-9]+ tok/s \| 0m0[0-9]s elapsed, eta" "$work/warn.log"
@@ -203,15 +203,25 @@ expect "a run ends naming its checkpoint and log" grep -q "^finished at step 4: 
 # a finished run extended by raising steps keeps its optimizer: with a schedule that does not
 # depend on steps, 4 + 4 steps log exactly the training losses of 8 at once
 flat="warmup_steps=0 lr_final=1e-3 eval_every=0"
-$bin train "$work/ok.ini" $flat out=$work/extended > /dev/null 2>&1
-$bin train "$work/ok.ini" $flat steps=8 out=$work/extended > "$work/extend.log" 2>&1
-$bin train "$work/ok.ini" $flat steps=8 out=$work/eight > /dev/null 2>&1
+$bin train --results "$work/reg" "$work/ok.ini" $flat out=$work/extended > /dev/null 2>&1
+$bin train --results "$work/reg" "$work/ok.ini" $flat steps=8 out=$work/extended > "$work/extend.log" 2>&1
+$bin train --results "$work/reg" "$work/ok.ini" $flat steps=8 out=$work/eight > /dev/null 2>&1
 expect "extending says what carries on" grep -q "^extending $work/extended/checkpoint.h5 from 4 to 8 steps: parameters, AdamW moments and data position carry on" "$work/extend.log"
 expect "an extended run's training losses equal a run of 8 steps" cmp -s <(grep -P '^train\t' "$work/extended/log.tsv") <(grep -P '^train\t' "$work/eight/log.tsv")
 expect "and its final validation too" cmp -s <(grep -P '^val\t8\t' "$work/extended/log.tsv") <(grep -P '^val\t8\t' "$work/eight/log.tsv")
-expect_fail "a run does not shrink" "key 'steps': 6 is below the 8 steps" $bin train "$work/ok.ini" $flat steps=6 out=$work/extended
+expect_fail "a run does not shrink" "key 'steps': 6 is below the 8 steps" $bin train --results "$work/reg" "$work/ok.ini" $flat steps=6 out=$work/extended
 # the run folder holds its tokenizer: sampling works from any folder
 expect "the run folder holds the tokenizer" cmp -s "$work/data/tokenizer.bin" "$work/eight/tokenizer.bin"
 expect "sample from another folder" bash -c "cd /tmp && '$PWD/$bin' sample '$PWD/$work/eight/checkpoint.h5' --tokens 3 --prompt Document > /dev/null"
+
+# plain training runs are recorded: an attempt stopped by --until is KILLED, its resume FINISHED
+$bin train "$work/ok.ini" out=$work/tracked --results "$work/tracked_reg" --until 2 > /dev/null 2>&1
+$bin train "$work/ok.ini" out=$work/tracked --results "$work/tracked_reg" > /dev/null 2>&1
+$bin train "$work/ok.ini" out=$work/tracked --results "$work/tracked_reg" > "$work/tracked_again.log" 2>&1
+$bin runs --results "$work/tracked_reg" > "$work/runs.log" 2>&1
+expect "a stopped attempt is recorded KILLED" grep -qE "^ +1  train +ok +$work/tracked +1337 KILLED +2/4" "$work/runs.log"
+expect "its resume FINISHED, with losses and tokens/s" grep -qE "^ +2  train +ok +$work/tracked +1337 FINISHED +4/4 +[0-9.]+ +[0-9.]+ +[0-9]+ " "$work/runs.log"
+expect "a finished run is not recorded again" grep -q "^run 2 of $work/tracked_reg/registry.sqlite already finished this config" "$work/tracked_again.log"
+expect "train records its metrics" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'")" = 4
 
 summary

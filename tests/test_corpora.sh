@@ -42,7 +42,7 @@ expect "training split in several shards" test -f "$work/big_data/train_000001.b
 
 # 4. training reads every shard of a split
 tiny="n_layer=1 d_model=32 n_head=2 head_dim=8 seq_len=32 batch_size=4 steps=6 eval_every=3 eval_batches=2 warmup_steps=1 log_every=3"
-$bin train experiments/default.ini $tiny data=$work/big_data out=$work/run_big > "$work/run_big.log" 2>&1
+$bin train --results "$work/reg" experiments/default.ini $tiny data=$work/big_data out=$work/run_big > "$work/run_big.log" 2>&1
 expect "trains on several shards" grep -qP "^val\t6\t" "$work/run_big/log.tsv"
 
 # 5. llm.c's shards train as they are; sampling decodes with gpt2_tokenizer.bin when present
@@ -54,7 +54,7 @@ shard() {  # shard PATH N: an llm.c shard of N GPT-2 ids
 shard "$work/llmc/mini_train_000001.bin" 20000
 shard "$work/llmc/mini_train_000002.bin" 9000
 shard "$work/llmc/mini_val_000000.bin" 3000
-$bin train experiments/default.ini $tiny data=$work/llmc out=$work/run_llmc > "$work/run_llmc.log" 2>&1
+$bin train --results "$work/reg" experiments/default.ini $tiny data=$work/llmc out=$work/run_llmc > "$work/run_llmc.log" 2>&1
 expect "trains on llm.c shards" grep -qP "^val\t6\t" "$work/run_llmc/log.tsv"
 expect "with GPT-2's vocabulary" grep -q "parameters" "$work/run_llmc.log"
 expect_fail "sampling GPT-2 ids without llm.c's token table says what is missing" "needs llm.c's gpt2_tokenizer.bin" \
@@ -72,8 +72,8 @@ expect_fail "the needle tasks say they need this project's tokenizer" "need this
 # 6. broken llm.c shards are named
 perl -e 'open(my $f, ">", $ARGV[0]) or die; binmode $f; print $f pack("l<256", 20240520, 1, 100, (0) x 253), pack("S<*", (50257) x 100)' "$work/llmc/mini_train_000003.bin"
 expect_fail "an id outside GPT-2's vocabulary is named" "mini_train_000003.bin': token 0 has id 50257 outside the vocabulary" \
-    $bin train experiments/default.ini $tiny data=$work/llmc out=$work/run_bad
+    $bin train --results "$work/reg" experiments/default.ini $tiny data=$work/llmc out=$work/run_bad
 head -c 1500 "$work/llmc/mini_train_000001.bin" > "$work/llmc/mini_train_000003.bin"
 expect_fail "a shard cut short is named" "mini_train_000003.bin' has 1500 bytes, but its header's 20000 tokens make 41024" \
-    $bin train experiments/default.ini $tiny data=$work/llmc out=$work/run_bad
+    $bin train --results "$work/reg" experiments/default.ini $tiny data=$work/llmc out=$work/run_bad
 summary

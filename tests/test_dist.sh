@@ -39,8 +39,8 @@ within() { awk -v x="$1" -v tol="$2" 'BEGIN { exit !(x != "" && x + 0 == x && x 
 for split in "batch_size=8 grad_accum=1" "batch_size=4 grad_accum=2"; do
     name=${split// /_}
     args="$tiny $split steps=40 eval_every=20 checkpoint_every=20"
-    $bin train experiments/default.ini $args out=$work/one_$name >/dev/null
-    mpi 2 $bin train experiments/default.ini $args out=$work/two_$name > "$work/two_$name.log" 2>&1
+    $bin train --results "$work/reg" experiments/default.ini $args out=$work/one_$name >/dev/null
+    mpi 2 $bin train --results "$work/reg" experiments/default.ini $args out=$work/two_$name > "$work/two_$name.log" 2>&1
     expect "2 ranks ($split) exit 0" test $? -eq 0
     diff=$(max_rel_diff "$work/one_$name/log.tsv" "$work/two_$name/log.tsv")
     echo "   1 vs 2 ranks ($split): 40 steps and 2 validations, largest relative loss difference $diff"
@@ -52,17 +52,17 @@ expect "the rank count is stated" grep -q "2 ranks x 1 micro-batches of 4 rows" 
 
 # 2. a global batch that does not split is refused by every rank, without a hang
 expect_fail "3 ranks cannot split 8 rows" "8 rows per step do not split evenly across 3 ranks" \
-    mpi 3 $bin train experiments/default.ini $tiny batch_size=8 steps=4 out=$work/three
+    mpi 3 $bin train --results "$work/reg" experiments/default.ini $tiny batch_size=8 steps=4 out=$work/three
 
 # 3. a rank killed mid-run takes the job down; the run resumes exactly where it stopped
 long="$tiny batch_size=8 steps=400 eval_every=100 checkpoint_every=25"
-mpi 2 $bin train experiments/default.ini $long out=$work/nonstop >/dev/null 2>&1
-mpi 2 $bin train experiments/default.ini $long out=$work/killed > "$work/killed.log" 2>&1 &
+mpi 2 $bin train --results "$work/reg" experiments/default.ini $long out=$work/nonstop >/dev/null 2>&1
+mpi 2 $bin train --results "$work/reg" experiments/default.ini $long out=$work/killed > "$work/killed.log" 2>&1 &
 job=$!
 ckpt=$work/killed/checkpoint.h5
 for _ in $(seq 1 300); do [ -f "$ckpt" ] && break; sleep 0.05; done
 follower=""
-for pid in $(pgrep -f "difftx train experiments/default.ini .*out=$work/killed"); do
+for pid in $(pgrep -f "difftx train .*out=$work/killed"); do
     grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$pid/environ" 2>/dev/null && follower=$pid
 done
 expect "rank 1 found while running" test -n "$follower"
@@ -75,10 +75,10 @@ expect "the job goes down within 30 s" test $((SECONDS - start)) -lt 30
 expect "the launcher names the dead rank" grep -qiE "rank 1 .*(killed|signal 9)|signal 9 \(Killed\)" "$work/killed.log"
 expect "killed before the end" bash -c "! grep -qP '^val\t400\t' '$work/killed/log.tsv'"
 cp -r "$work/killed" "$work/killed_one"
-mpi 2 $bin train experiments/default.ini $long out=$work/killed > "$work/resumed.log" 2>&1
+mpi 2 $bin train --results "$work/reg" experiments/default.ini $long out=$work/killed > "$work/resumed.log" 2>&1
 expect "resumed with 2 ranks" grep -q "resuming $ckpt from step" "$work/resumed.log"
 expect "resumed run logs exactly the non-stop run's losses" cmp -s "$work/nonstop/log.tsv" "$work/killed/log.tsv"
-$bin train experiments/default.ini $long out=$work/killed_one > "$work/resumed_one.log" 2>&1
+$bin train --results "$work/reg" experiments/default.ini $long out=$work/killed_one > "$work/resumed_one.log" 2>&1
 expect "a 2-rank run resumes on 1 rank" grep -q "resuming .*killed_one/checkpoint.h5 from step" "$work/resumed_one.log"
 d=$(max_rel_diff "$work/nonstop/log.tsv" "$work/killed_one/log.tsv")
 expect "resumed on 1 rank: the non-stop run's losses within 1e-6 (got $d)" within "$d" 1e-6

@@ -119,4 +119,19 @@ header=$(od -An -t u8 -N 8 "$work/transformer.safetensors" | tr -d ' ')
 expect "export writes header and every parameter ($params)" test -n "$params" -a "$(stat -c %s "$work/transformer.safetensors")" = $((8 + header + 4 * params))
 expect "the header names the config" bash -c "head -c $((8 + header)) '$work/transformer.safetensors' | grep -q '\"config\":\"attention = standard'"
 
+# 9. difftx runs and compare over the table's registry
+$bin runs --results "$work/results" --experiment table6 --preset smoke --status FINISHED > "$work/runs.log" 2>&1
+expect "runs lists the 8 finished rows of preset smoke" grep -q "^8 runs in $work/results/registry.sqlite" "$work/runs.log"
+expect "runs shows steps and final losses" grep -qE "^ +[0-9]+  table6 +smoke +diff +1000 FINISHED +30/30 +[0-9.]+ +[0-9.]+ +[0-9]+  20" "$work/runs.log"
+t_id=$(sql "SELECT r.id FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.preset = 'smoke' AND r.row = 'transformer' AND r.status = 'FINISHED'")
+d_id=$(sql "SELECT r.id FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.preset = 'smoke' AND r.row = 'diff' AND r.status = 'FINISHED'")
+$bin compare "$t_id" "$d_id" --results "$work/results" --out "$work/plots/compare.png" > "$work/compare.log" 2>&1
+expect "compare names the differing switches" grep -qE "^attention +\| standard +\| diff" "$work/compare.log"
+expect "compare leaves out what is the same" bash -c "! grep -qE '^(n_layer|lr|seq_len) ' '$work/compare.log'"
+d_val=$(printf '%.4f' "$(sql "SELECT value FROM metrics WHERE run_id = $d_id AND key = 'val_loss' ORDER BY step DESC LIMIT 1")")
+expect "compare shows the final validation loss ($d_val)" grep -qE "^final val loss +\| [0-9.]+ +\| $d_val" "$work/compare.log"
+expect "compare draws the curves" is_png "$work/plots/compare.png"
+expect "compare's data holds both runs' curves" test "$(grep -c '^"' "$work/results/compare.dat")" = 4
+expect_fail "compare refuses an unknown run" "compare: no run 9999" $bin compare 9999 --results "$work/results" --out "$work/plots/none.png"
+
 summary

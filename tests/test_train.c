@@ -203,7 +203,7 @@ static void test_metrics_reconciled(void) {
     }
     registry_end_run(&reg, first, RUN_KILLED);
     int64_t second = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg);
-    train_recorded(&reg, second, &cfg);
+    train_recorded(&reg, second, &cfg, 0);
     CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'") == 8 &&
               count_rows(&reg, "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'") == 8,
           "every step's training loss stored once after the resume (%d rows)",

@@ -1,0 +1,163 @@
+#define _GNU_SOURCE
+#include "runs.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/util.h"
+#include "registry.h"
+#include "report.h"
+
+static void open_registry(Registry* reg, const char* results) {
+    char path[4200];
+    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    FILE* probe = fopen(path, "rb");
+    if (!probe) die("no registry at '%s' (--results names the folder that holds registry.sqlite)", path);
+    fclose(probe);
+    registry_open(reg, path);
+    registry_reap(reg);
+}
+
+static sqlite3_stmt* query(Registry* reg, const char* sql) {
+    sqlite3_stmt* st;
+    if (sqlite3_prepare_v2(reg->db, sql, -1, &st, NULL) != SQLITE_OK) die("registry '%s': %s", reg->path, sqlite3_errmsg(reg->db));
+    return st;
+}
+
+// Columns shared by the list and the comparison: what a run is and how it ended
+#define RUN_COLUMNS                                                                                                  \
+    "SELECT r.id, x.name, x.preset, r.row, r.seed, r.status,"                                                        \
+    " (SELECT MAX(step) FROM metrics m WHERE m.run_id = r.id AND m.key = 'train_loss'),"                              \
+    " (SELECT value FROM params p WHERE p.run_id = r.id AND p.key = 'steps'),"                                       \
+    " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.key = 'train_loss' ORDER BY step DESC LIMIT 1),"      \
+    " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.key = 'val_loss' ORDER BY step DESC LIMIT 1),"        \
+    " (SELECT value FROM evaluations e WHERE e.run_id = r.id AND e.key = 'tokens_per_second'), r.started"           \
+    " FROM runs r JOIN experiments x ON x.id = r.experiment_id "
+
+static void number(char* out, size_t n, sqlite3_stmt* st, int col, const char* format) {
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) snprintf(out, n, "-");
+    else snprintf(out, n, format, sqlite3_column_double(st, col));
+}
+
+void runs_list(const RunFilter* f) {
+    Registry reg;
+    open_registry(&reg, f->results);
+    sqlite3_stmt* st = query(&reg, RUN_COLUMNS "WHERE (?1 IS NULL OR x.name = ?1) AND (?2 IS NULL OR x.preset = ?2) AND"
+                                               " (?3 IS NULL OR r.status = ?3) ORDER BY r.id");
+    const char* values[3] = {f->experiment, f->preset, f->status};
+    for (int i = 0; i < 3; i++) {
+        if (values[i]) sqlite3_bind_text(st, i + 1, values[i], -1, SQLITE_STATIC);
+    }
+    printf("%5s  %-10s %-10s %-28s %6s %-9s %11s %8s %8s %9s  %s\n", "id", "experiment", "preset", "row", "seed", "status",
+           "steps", "train", "val", "tok/s", "started");
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        char steps[32], train[32], val[32], rate[32];
+        snprintf(steps, sizeof(steps), "%d/%d", sqlite3_column_int(st, 6), sqlite3_column_int(st, 7));
+        number(train, sizeof(train), st, 8, "%.4f");
+        number(val, sizeof(val), st, 9, "%.4f");
+        number(rate, sizeof(rate), st, 10, "%.0f");
+        printf("%5lld  %-10s %-10s %-28s %6d %-9s %11s %8s %8s %9s  %s\n", (long long)sqlite3_column_int64(st, 0),
+               sqlite3_column_text(st, 1), sqlite3_column_text(st, 2), sqlite3_column_text(st, 3), sqlite3_column_int(st, 4),
+               sqlite3_column_text(st, 5), steps, train, val, rate, sqlite3_column_text(st, 11));
+        n++;
+    }
+    sqlite3_finalize(st);
+    printf("%d run%s in %s\n", n, n == 1 ? "" : "s", reg.path);
+    registry_close(&reg);
+}
+
+// The value of key in run's params, or "" (the caller frees)
+static char* param(Registry* reg, int64_t run, const char* key) {
+    sqlite3_stmt* st = query(reg, "SELECT CAST(value AS TEXT) FROM params WHERE run_id = ? AND key = ?");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+    char* value = strdup(sqlite3_step(st) == SQLITE_ROW ? (const char*)sqlite3_column_text(st, 0) : "");
+    sqlite3_finalize(st);
+    return value;
+}
+
+void runs_compare(const char* results, const int64_t* ids, int n, const char* png) {
+    Registry reg;
+    open_registry(&reg, results);
+    char labels[16][160];
+    printf("%-18s", "run");
+    for (int i = 0; i < n; i++) printf(" | %-22lld", (long long)ids[i]);
+    printf("\n");
+    // what each run is and how it ended
+    static const char* rows[] = {"experiment", "preset", "row", "seed", "status", "steps", "final train loss",
+                                 "final val loss", "tokens/s"};
+    char cells[9][16][64];
+    for (int i = 0; i < n; i++) {
+        sqlite3_stmt* st = query(&reg, RUN_COLUMNS "WHERE r.id = ?");
+        sqlite3_bind_int64(st, 1, ids[i]);
+        if (sqlite3_step(st) != SQLITE_ROW) die("compare: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
+        for (int c = 0; c < 3; c++) snprintf(cells[c][i], sizeof(cells[c][i]), "%s", sqlite3_column_text(st, c + 1));
+        snprintf(cells[3][i], sizeof(cells[3][i]), "%d", sqlite3_column_int(st, 4));
+        snprintf(cells[4][i], sizeof(cells[4][i]), "%s", sqlite3_column_text(st, 5));
+        snprintf(cells[5][i], sizeof(cells[5][i]), "%d/%d", sqlite3_column_int(st, 6), sqlite3_column_int(st, 7));
+        number(cells[6][i], sizeof(cells[6][i]), st, 8, "%.4f");
+        number(cells[7][i], sizeof(cells[7][i]), st, 9, "%.4f");
+        number(cells[8][i], sizeof(cells[8][i]), st, 10, "%.0f");
+        snprintf(labels[i], sizeof(labels[i]), "%lld %.20s/%.20s %.60s seed %.12s", (long long)ids[i], cells[0][i],
+                 cells[1][i], cells[2][i], cells[3][i]);
+        sqlite3_finalize(st);
+    }
+    for (int k = 0; k < 9; k++) {
+        printf("%-18s", rows[k]);
+        for (int i = 0; i < n; i++) printf(" | %-22s", cells[k][i]);
+        printf("\n");
+    }
+    // the config keys whose values differ, in the first run's order
+    sqlite3_stmt* keys = query(&reg, "SELECT key FROM params WHERE run_id = ? ORDER BY rowid");
+    sqlite3_bind_int64(keys, 1, ids[0]);
+    int differ = 0;
+    while (sqlite3_step(keys) == SQLITE_ROW) {
+        const char* key = (const char*)sqlite3_column_text(keys, 0);
+        char* values[16];
+        int same = 1;
+        for (int i = 0; i < n; i++) {
+            values[i] = param(&reg, ids[i], key);
+            same &= strcmp(values[i], values[0]) == 0;
+        }
+        if (!same) {
+            if (!differ++) printf("config where the runs differ:\n");
+            printf("%-18s", key);
+            for (int i = 0; i < n; i++) printf(" | %-22s", values[i]);
+            printf("\n");
+        }
+        for (int i = 0; i < n; i++) free(values[i]);
+    }
+    sqlite3_finalize(keys);
+    if (!differ) printf("the runs' configs are the same\n");
+
+    // the curves: per run, a validation block and a training block of "tokens loss"
+    char dat[4200], name[256];
+    const char* base = strrchr(png, '/') ? strrchr(png, '/') + 1 : png;
+    snprintf(name, sizeof(name), "%.*s", (int)(strstr(base, ".png") ? strstr(base, ".png") - base : (long)strlen(base)), base);
+    path_printf(dat, sizeof(dat), "%s/%s.dat", results, name);
+    FILE* f = fopenCheck(dat, "w");
+    static const char* metric[2] = {"val_loss", "train_loss"};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < n; i++) {
+            int64_t* tokens;
+            double* values;
+            int points = registry_mean_curve(&reg, &ids[i], 1, metric[k], &tokens, &values);
+            fprintf(f, "\"%s\"\n", labels[i]);
+            for (int p = 0; p < points; p++) fprintf(f, "%lld %.9g\n", (long long)tokens[p], values[p]);
+            if (points == 0) fprintf(f, "0 NaN\n");  // an empty block would end the file's indexing
+            fprintf(f, "\n\n");
+            free(tokens);
+            free(values);
+        }
+    }
+    fcloseCheck(f, dat);
+    GnuplotVars vars = {"", 0};
+    gnuplot_string(&vars, "data", dat);
+    gnuplot_number(&vars, "runs", n);
+    gnuplot_string(&vars, "out", png);
+    gnuplot("compare.gp", &vars);
+    printf("wrote %s (data %s)\n", png, dat);
+    registry_close(&reg);
+}

@@ -1,0 +1,24 @@
+// Every recorded run, listed and compared: `difftx runs` and `difftx compare` over a results
+// registry (registry.h).
+#ifndef RUNS_H
+#define RUNS_H
+
+#include <stdint.h>
+
+// Filters are NULL for any: experiment (train, table6, needle), preset, status
+typedef struct {
+    const char* results;  // the folder of registry.sqlite
+    const char* experiment;
+    const char* preset;
+    const char* status;
+} RunFilter;
+
+// One line per run: id, experiment, preset, row, seed, status, steps, final losses, tokens/s, start
+void runs_list(const RunFilter* filter);
+
+// The runs' configs where they differ and their final metrics side by side; their validation
+// and training losses against tokens drawn into png (one figure, two panels), its data in
+// results/<png's name>.dat
+void runs_compare(const char* results, const int64_t* ids, int n, const char* png);
+
+#endif
