@@ -34,7 +34,8 @@ static const double PAPER_NOISE[2][N_DEPTHS] = {{0.51, 0.54, 0.52, 0.49, 0.49}, 
 
 int needle_extra_key(int is_row, const char* k) {
     static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
-                                 "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens"};
+                                 "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens",
+                                 "plumbing"};
     for (size_t i = 0; !is_row && i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strcmp(k, keys[i]) == 0) return 1;
     }
@@ -85,7 +86,10 @@ static Config copy_stage_config(const Config* cfg, const Section* preset, const 
 // resumes from its checkpoint
 static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, const Config* cfg) {
     int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg);
-    if (run) return run;
+    if (run) {
+        printf("%s: already finished (run %lld)\n", row, (long long)run);
+        return run;
+    }
     printf("== training %s (%s)\n", row, cfg->out);
     fflush(stdout);
     run = registry_begin_run(reg, experiment, row, cfg->seed, cfg);
@@ -260,6 +264,7 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     FILE* bars = fopenCheck(dat, "w");
     fprintf(bars, "# setting, then per row: accuracy, standard error, paper\n");
     report_printf(f, "\n## Table 2 (preset %s): multi-needle retrieval at context %d\n\n", opt->preset, context);
+    report_printf(f, "%s", preset_note(preset, opt->recipe));
     provenance(f, rows, n_rows, opt, samples);
     report_printf(f, "Greedy decoding on a KV cache, each query after the context on its own. Each cell: accuracy = fraction "
                "of queried numbers reproduced exactly (± its binomial standard error), then [fraction of samples with all "
@@ -334,6 +339,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
     Report rep, *md = &rep;
     report_open(md, path, 0);
     report_printf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
+    report_printf(md, "%s", preset_note(preset, opt->recipe));
     provenance(md, rows, n_rows, opt, samples);
     for (int i = 0; i < n_rows; i++) {
         Cell cells[MAX_LENGTHS * N_DEPTHS];
@@ -460,6 +466,7 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     report_open(f, path, 1);
     report_printf(f, "\n## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d\n\n",
             opt->preset, context);
+    report_printf(f, "%s", preset_note(preset, opt->recipe));
     provenance(f, rows, n_rows, opt, samples * N_SETTINGS);
     report_printf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
                "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
@@ -479,7 +486,7 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_NOISE[p][d]);
         report_printf(f, "\n");
     }
-    report_printf(f, "\nFigure 1 breakdown (mean over depths): | Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
+    report_printf(f, "\nFigure 1 breakdown (mean over depths):\n\n| Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
     for (int i = 0; i < n_rows; i++) {
         const Allocation* m = &overall[i];
         report_printf(f, "| %s | %.3f | %.3f | %.3f | %.3f |\n", rows[i].name, m->answer, m->noise, m->question, m->bos);
@@ -597,6 +604,7 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
     Report rep, *f = &rep;
     report_open(f, path, 1);
     report_printf(f, "\n## Figure 8 (preset %s): attention logits quantized to fewer bits\n\n", opt->preset);
+    report_printf(f, "%s", preset_note(preset, opt->recipe));
     provenance(f, rows, n_rows, opt, samples);
     report_printf(f, "Dynamic post-training absmax quantization of the attention logits before every softmax: Q = 2^(b-1) - 1, "
                "s = max|S| / Q recomputed on every forward, S_hat = s clamp(round(S / s), -Q, Q); DIFF's two maps separately. "

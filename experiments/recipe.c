@@ -60,6 +60,14 @@ const Section* recipe_preset(const Recipe* r, const char* name, const char* path
     die("%s: no [preset %s]; its presets are %s", path, name, names);
 }
 
+const char* preset_note(const Section* preset, const char* path) {
+    const char* v = section_get(preset, "plumbing");
+    if (!v || strcmp(v, "false") == 0) return "";
+    if (strcmp(v, "true") != 0) die("%s: [preset %s] key 'plumbing': '%s' is not true or false", path, preset->name, v);
+    return "> **A plumbing check.** This preset trains for seconds to run every code path; its numbers and verdicts "
+           "say nothing about the paper's claims. Use a larger preset for those.\n\n";
+}
+
 const char* section_get(const Section* s, const char* key) {
     for (int i = 0; i < s->n; i++) {
         if (strcmp(s->key[i], key) == 0) return s->value[i];

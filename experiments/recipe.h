@@ -34,6 +34,9 @@ typedef struct {
 Recipe* recipe_load(const char* path, ExtraKey extra_key);
 // The preset called name, or dies naming the recipe
 const Section* recipe_preset(const Recipe* r, const char* name, const char* path);
+// A preset with `plumbing = true` (the smoke presets) runs the code path in seconds; the note
+// its tables carry says so, and "" for any other preset
+const char* preset_note(const Section* preset, const char* path);
 const char* section_get(const Section* s, const char* key);
 // A positive integer key, or dies naming the recipe and section
 int section_int(const Section* s, const char* key, const char* path);

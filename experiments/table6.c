@@ -23,7 +23,7 @@ static int is_row_key(const char* k) {
            !strcmp(k, "match_params");
 }
 static int is_preset_key(const char* k) {
-    return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
+    return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens") || !strcmp(k, "plumbing");
 }
 int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
 
@@ -118,7 +118,10 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
 static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
                          int eval_windows) {
     int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg);
-    if (run) return run;
+    if (run) {
+        printf("%s, seed %d: already finished (run %lld)\n", row, cfg->seed, (long long)run);
+        return run;
+    }
     printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
     fflush(stdout);
     if (dist_ranks() > 1) {
@@ -293,11 +296,14 @@ int table6_main(const Table6Options* opt) {
     int h = section_int(preset, "h", opt->recipe), d = section_int(preset, "d", opt->recipe);
     double threshold = res[0].threshold;
     report_printf(&rep, "\n## Table 6 (preset %s): validation loss, %d seed(s) per row, mean ± sample std\n\n", opt->preset, opt->seeds);
+    report_printf(&rep, "%s", preset_note(preset, opt->recipe));
     report_printf(&rep, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
             section_get(preset, "n_layer"), h * d, h, d, (long long)first.steps * first.batch_size * first.seq_len * first.grad_accum,
             eval_windows, first.seq_len);
+    long eval_tokens = (long)eval_windows * first.seq_len;
     report_printf(&rep, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
-            "rescaled to the training shard); %.2f%% of evaluated tokens.\n\n", threshold, 100 * res[0].arhit_fraction);
+            "rescaled to the training shard); %.2f%% of evaluated tokens (%ld of %ld).\n\n", threshold,
+            100 * res[0].arhit_fraction, lround(res[0].arhit_fraction * eval_tokens), eval_tokens);
     report_printf(&rep, "| Model | #Heads | d | GN | n | Valid | AR-Hit | Others | params | paper Valid | paper AR-Hit | paper Others |\n");
     report_printf(&rep, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < r->n_rows; i++) {

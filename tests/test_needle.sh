@@ -156,6 +156,8 @@ while IFS= read -r query; do
     expect "documented query $n runs on the needle registry" sqlite3 -bail "$work/results/registry.sqlite" "$query" > "$work/query$n.out"
 done < <(doc_queries)
 cells=$(sql "SELECT COUNT(*) FROM (SELECT DISTINCT run_id, n_needles FROM episodes WHERE task = 'table2')")
+expect "the smoke tables say they are a plumbing check" bash -c "grep -q '^> \*\*A plumbing check' '$work/results/table2_smoke.md' && grep -q '^> \*\*A plumbing check' '$work/results/table3_smoke.md'"
+expect "Table 3's Figure 1 table is a Markdown table" bash -c "grep -qx 'Figure 1 breakdown (mean over depths):' '$work/results/table3_smoke.md' && grep -qx '| Model | answer | noise | question | BOS |' '$work/results/table3_smoke.md'"
 expect "Table 2's documented queries give its $cells cells" test "$(wc -l < "$work/query4.out")" = "$cells" -a "$(wc -l < "$work/query5.out")" = "$cells" -a "$cells" -gt 0
 
 summary

@@ -58,6 +58,9 @@ expect "figures are PNG" bash -c "$(declare -f is_png); is_png '$work/plots/tabl
 run_table > "$work/again.log" 2>&1
 expect "finished rows are skipped" bash -c "! grep -q '^== ' '$work/again.log'"
 expect "table reprinted" grep -q "Table 6 (preset smoke)" "$work/again.log"
+expect "a rerun names the rows already finished" test "$(grep -c '^[a-z_0-9]*, seed 1000: already finished (run [0-9]*)$' "$work/again.log")" = 8
+expect "the smoke table says it is a plumbing check" grep -q "^> \*\*A plumbing check.\*\*" "$work/results/table6_smoke.md"
+expect "AR-Hit's token count beside its fraction" grep -qE "% of evaluated tokens \([0-9]+ of 4096\)" "$work/results/table6_smoke.md"
 
 # 4. figures into a folder whose name holds quotes and shell and gnuplot substitutions, from
 #    another working directory: drawn, and nothing in the name runs
