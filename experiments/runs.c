@@ -25,13 +25,17 @@ static sqlite3_stmt* query(Registry* reg, const char* sql) {
     return st;
 }
 
-// Columns shared by the list and the comparison: what a run is and how it ended
+// Columns shared by the list and the comparison: what a run is and how it ended. A resumed
+// attempt's steps and losses include the attempts before it (each step is stored once).
+#define ATTEMPTS_SO_FAR                                                                                                 \
+    " FROM metrics m JOIN runs f ON f.id = m.run_id WHERE f.experiment_id = r.experiment_id AND f.row = r.row AND"     \
+    " f.seed = r.seed AND f.recipe_text = r.recipe_text AND f.attempt <= r.attempt AND m.key = "
 #define RUN_COLUMNS                                                                                                  \
     "SELECT r.id, x.name, x.preset, r.row, r.seed, r.status,"                                                        \
-    " (SELECT MAX(step) FROM metrics m WHERE m.run_id = r.id AND m.key = 'train_loss'),"                              \
+    " (SELECT MAX(m.step)" ATTEMPTS_SO_FAR "'train_loss'),"                                                          \
     " (SELECT value FROM params p WHERE p.run_id = r.id AND p.key = 'steps'),"                                       \
-    " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.key = 'train_loss' ORDER BY step DESC LIMIT 1),"      \
-    " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.key = 'val_loss' ORDER BY step DESC LIMIT 1),"        \
+    " (SELECT m.value" ATTEMPTS_SO_FAR "'train_loss' ORDER BY m.step DESC LIMIT 1),"                                 \
+    " (SELECT m.value" ATTEMPTS_SO_FAR "'val_loss' ORDER BY m.step DESC LIMIT 1),"                                   \
     " (SELECT value FROM evaluations e WHERE e.run_id = r.id AND e.key = 'tokens_per_second'), r.started"           \
     " FROM runs r JOIN experiments x ON x.id = r.experiment_id "
 

@@ -348,17 +348,21 @@ int table6_main(const Table6Options* opt) {
     preset_path(bars, sizeof(bars), opt->results, "table6", opt->preset, "_bars.dat");
     preset_path(curves, sizeof(curves), opt->results, "table6", opt->preset, "_curves.dat");
     FILE* f = fopenCheck(bars, "w");
-    fprintf(f, "# row label valid valid_std arhit arhit_std others others_std\n");
+    fprintf(f, "# row label attention valid valid_std arhit arhit_std others others_std paper_valid paper_arhit paper_others\n");
     for (int i = 0; i < r->n_rows; i++) {
         Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-        fprintf(f, "%d \"%s %dx%d%s\" %.6f %.6f %.6f %.6f %.6f %.6f\n", i, section_get(&r->rows[i], "label"), cfg.n_head,
-                config_head_dim(&cfg), config_head_norm(&cfg) ? " GN" : "", res[i].mean[0], res[i].std[0],
-                res[i].mean[1], res[i].std[1], res[i].mean[2], res[i].std[2]);
+        double pv[3];
+        paper_values(&r->rows[i], pv, opt->recipe);
+        fprintf(f, "%d \"%s %dx%d%s\" %d %.6f %.6f %.6f %.6f %.6f %.6f %.4f %.4f %.4f\n", i, section_get(&r->rows[i], "label"),
+                cfg.n_head, config_head_dim(&cfg), config_head_norm(&cfg) ? " GN" : "", (int)cfg.attention, res[i].mean[0],
+                res[i].std[0], res[i].mean[1], res[i].std[1], res[i].mean[2], res[i].std[2], pv[0], pv[1], pv[2]);
     }
     fcloseCheck(f, bars);
     f = fopenCheck(curves, "w");
     for (int i = 0; i < r->n_rows; i++) {
-        fprintf(f, "\"%s (%s)\"\n", section_get(&r->rows[i], "label"), r->rows[i].name);
+        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
+        fprintf(f, "\"%s %dx%d%s\"\n", section_get(&r->rows[i], "label"), cfg.n_head, config_head_dim(&cfg),
+                config_head_norm(&cfg) ? " GN" : "");
         int64_t* tokens;
         double* values;
         int n = registry_mean_curve(&reg, res[i].runs, res[i].n, "val_loss", &tokens, &values);
@@ -377,8 +381,12 @@ int table6_main(const Table6Options* opt) {
     gnuplot_string(&vars, "out_bars", text);
     preset_path(text, sizeof(text), opt->plots, "table6", opt->preset, "_curves.png");
     gnuplot_string(&vars, "out_curves", text);
-    snprintf(text, sizeof(text), "Table 6, preset %s, %d seed(s)", opt->preset, opt->seeds);
+    snprintf(text, sizeof(text), "Table 6, preset %s, %d seed(s): losses on the first %d validation windows of %d tokens",
+             opt->preset, opt->seeds, eval_windows, first.seq_len);
     gnuplot_string(&vars, "title_text", text);
+    snprintf(text, sizeof(text), "Table 6, preset %s: validation loss during training, on eval_batches x batch_size = %d "
+             "windows (the table: %d)", opt->preset, first.eval_batches * first.batch_size, eval_windows);
+    gnuplot_string(&vars, "curves_title", text);
     gnuplot("table6.gp", &vars);
     printf("\nwrote %s, %s/table6_%s.png, %s/table6_%s_curves.png; runs in %s/registry.sqlite\n", path, opt->plots,
            opt->preset, opt->plots, opt->preset, opt->results);
