@@ -31,6 +31,29 @@ static void label_of(char* out, size_t n, const char* text) {
 // The plot's temporary folder and image, removed however the program ends (die() exits)
 static char temp_dir[64], temp_png[4200];
 
+#define CLIP_PERCENTILE 99  // colour scales end here, so that a BOS sink does not wash out the map
+
+static int compare_floats(const void* a, const void* b) {
+    float x = *(const float*)a, y = *(const float*)b;
+    return (x > y) - (x < y);
+}
+
+// The CLIP_PERCENTILE-th percentile of |A| over the causal entries (key <= query) of panels
+// first..last of A (panels, T, T)
+static float causal_percentile(const float* A, int first, int last, int T) {
+    size_t n = 0, cap = (size_t)(last - first + 1) * T * (T + 1) / 2;
+    float* v = mallocCheck(cap * sizeof(float));
+    for (int p = first; p <= last; p++) {
+        for (int q = 0; q < T; q++) {
+            for (int k = 0; k <= q; k++) v[n++] = fabsf(A[((size_t)p * T + q) * T + k]);
+        }
+    }
+    qsort(v, n, sizeof(float), compare_floats);
+    float x = v[(size_t)((n - 1) * (CLIP_PERCENTILE / 100.0))];
+    free(v);
+    return x > 1e-6f ? x : 1e-6f;
+}
+
 static void remove_temp_dir(void) {
     if (temp_dir[0]) remove_tree(temp_dir);
     if (temp_png[0]) unlink(temp_png);
@@ -73,14 +96,13 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     static const char* names[3] = {"A1", "A2", "map"};
     int matrix = R == T;  // every row saved: a heatmap; otherwise the profile of the question rows
     float* A = mallocCheck((size_t)panels * R * T * sizeof(float));  // (panels, R, T)
-    float extreme = 1e-6f;  // the colour scale is symmetric around 0 and spans every panel
     for (int p = 0; p < panels; p++) {
         char name[128];
         snprintf(name, sizeof(name), "layer_%02d/head_%02d/%s", layer, head, diff ? names[p] : "map");
         h5_read_dataset(g, name, H5T_NATIVE_FLOAT, (size_t)R * T, A + (size_t)p * R * T, label);
     }
-    // float throughout: gcc 12 for arm64 crashes vectorising a double fmax over floats
-    for (size_t i = 0; i < (size_t)panels * R * T; i++) extreme = fmaxf(extreme, fabsf(A[i]));
+    // the maps (A1, A2, or softmax) share one sequential scale, the difference a diverging one
+    float maps_max = matrix ? causal_percentile(A, 0, diff ? 1 : 0, T) : 1, diff_max = matrix && diff ? causal_percentile(A, 2, 2, T) : 1;
 
     // everything is read: only now the temporary folder
     snprintf(temp_dir, sizeof(temp_dir), "/tmp/difftx_attn_XXXXXX");
@@ -110,18 +132,22 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     path_printf(decor, sizeof(decor), "%s/decor.gp", temp_dir);
     FILE* f = fopenCheck(decor, "w");
     if (matrix) {
-        int every = T <= 64 ? 1 : (T + 63) / 64;
-        for (int axis = 0; axis < 2; axis++) {
-            fprintf(f, "set %s (", axis ? "ytics" : "xtics");
-            for (int t = 0; t < T; t += every) {
-                char l[160];
-                label_of(l, sizeof(l), text[t]);
-                fprintf(f, "%s%s %d", t ? ", " : "", l, t);
+        // token text where it can be read (up to 96 tokens), positions otherwise
+        if (T <= 96) {
+            for (int axis = 0; axis < 2; axis++) {
+                fprintf(f, "set %s (", axis ? "ytics" : "xtics");
+                for (int t = 0; t < T; t++) {
+                    char l[160];
+                    label_of(l, sizeof(l), text[t]);
+                    fprintf(f, "%s%s %d", t ? ", " : "", l, t);
+                }
+                fprintf(f, ")\n");
             }
-            fprintf(f, ")\n");
+        } else {
+            fprintf(f, "set xtics %d norotate font ',8'\nset ytics %d font ',8'\n", (T / 8 + 9) / 10 * 10, (T / 8 + 9) / 10 * 10);
         }
-        for (int i = 0; i < N; i++) {  // needle spans outlined on the key axis
-            fprintf(f, "set object %d rect from %g, graph 0 to %g, graph 1 front fs empty border lc rgb '%s' lw 1.5\n", i + 1,
+        for (int i = 0; i < N; i++) {  // needle spans as bars above the key axis, off the map
+            fprintf(f, "set object %d rect from %g, graph 1.008 to %g, graph 1.03 noclip fs solid noborder fc rgb '%s'\n", i + 1,
                     needles[2 * i] - 0.5, needles[2 * i] + needles[2 * i + 1] - 0.5, i == 0 ? "#00aa00" : "#888888");
         }
     } else {
@@ -136,6 +162,10 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     tmp_path(tmp, sizeof(tmp), png);
     snprintf(temp_png, sizeof(temp_png), "%s", tmp);
     snprintf(title, sizeof(title), "%s, %s, layer %d, head %d, %d tokens", path, group, layer, head, T);
+    if (matrix) {
+        snprintf(title + strlen(title), sizeof(title) - strlen(title), "\nneedles: bars above each map (answer green, "
+                 "distractors grey); colours end at the %dth percentile of the causal entries", CLIP_PERCENTILE);
+    }
     GnuplotVars vars = {"", 0};
     gnuplot_string(&vars, "mode", matrix ? "matrix" : "profile");
     gnuplot_number(&vars, "panels", panels);
@@ -143,7 +173,8 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     gnuplot_string(&vars, "titles", diff ? "A1 A2 A1-lambda*A2" : "softmax");
     gnuplot_string(&vars, "decor", decor);
     gnuplot_number(&vars, "T", T);
-    gnuplot_number(&vars, "cbmax", extreme);
+    gnuplot_number(&vars, "maps_max", maps_max);
+    gnuplot_number(&vars, "diff_max", diff_max);
     gnuplot_string(&vars, "out", tmp);
     gnuplot_string(&vars, "title_text", title);
     gnuplot("attn.gp", &vars);
