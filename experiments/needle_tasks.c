@@ -341,6 +341,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
     report_printf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
     report_printf(md, "%s", preset_note(preset, opt->recipe));
     provenance(md, rows, n_rows, opt, samples);
+    char files[RECIPE_SECTIONS * 4300] = "", titles[RECIPE_SECTIONS * 128] = "";
     for (int i = 0; i < n_rows; i++) {
         Cell cells[MAX_LENGTHS * N_DEPTHS];
         for (int k = 0; k < n_lengths * N_DEPTHS; k++) {
@@ -376,20 +377,24 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         }
         report_printf(md, "\n");
         fcloseCheck(f, dat);
-        char text[4400], tics[2048] = "";
-        for (int l = 0; l < n_lengths; l++) snprintf(tics + strlen(tics), sizeof(tics) - strlen(tics), "%s'%d' %d", l ? ", " : "", lengths[l], l);
-        GnuplotVars vars = {"", 0};
-        gnuplot_string(&vars, "data", dat);
-        gnuplot_number(&vars, "n_lengths", n_lengths);
-        path_printf(text, sizeof(text), "%s/fig5_%s_%s.png", opt->plots, opt->preset, rows[i].name);
-        gnuplot_string(&vars, "out", text);
-        gnuplot_string(&vars, "xtics_text", tics);  // integers only: fig5.gp evaluates it
-        snprintf(text, sizeof(text), "Figure 5, %s (trained at %d): N = 8, R = 1, %d samples per cell", rows[i].name,
-                 rows[i].cfg.seq_len, samples);
-        gnuplot_string(&vars, "title_text", text);
-        gnuplot("fig5.gp", &vars);
-        printf("wrote %s\n", text);
+        snprintf(files + strlen(files), sizeof(files) - strlen(files), "%s%s", i ? " " : "", dat);
+        snprintf(titles + strlen(titles), sizeof(titles) - strlen(titles), "%s%s", i ? " " : "", rows[i].name);
     }
+    // the models side by side on one colour scale
+    char text[4400], tics[2048] = "";
+    for (int l = 0; l < n_lengths; l++) snprintf(tics + strlen(tics), sizeof(tics) - strlen(tics), "%s'%d' %d", l ? ", " : "", lengths[l], l);
+    GnuplotVars vars = {"", 0};
+    gnuplot_string(&vars, "files", files);
+    gnuplot_string(&vars, "titles", titles);
+    gnuplot_number(&vars, "n_lengths", n_lengths);
+    preset_path(text, sizeof(text), opt->plots, "fig5", opt->preset, ".png");
+    gnuplot_string(&vars, "out", text);
+    gnuplot_string(&vars, "xtics_text", tics);  // integers only: fig5.gp evaluates it
+    snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens",
+             opt->preset, samples, rows[0].cfg.seq_len);
+    gnuplot_string(&vars, "title_text", text);
+    gnuplot("fig5.gp", &vars);
+    printf("wrote %s/fig5_%s.png\n", opt->plots, opt->preset);
     report_close(md);
     printf("wrote %s\n", path);
 }
@@ -496,7 +501,10 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     FILE* g = fopenCheck(fig1, "w");
     for (int d = 0; d < N_DEPTHS; d++) {
         fprintf(t3, "\"%.0f%%\"", 100 * DEPTHS[d]);
-        for (int i = 0; i < n_rows; i++) fprintf(t3, " %.4f %.4f", by_depth[i][d].answer, by_depth[i][d].noise);
+        for (int i = 0; i < n_rows; i++) {
+            int p = paper_row(&rows[i]);
+            fprintf(t3, " %.4f %.4f %.2f %.2f", by_depth[i][d].answer, by_depth[i][d].noise, PAPER_ANSWER[p][d], PAPER_NOISE[p][d]);
+        }
         fprintf(t3, "\n");
     }
     for (int i = 0; i < n_rows; i++) {
@@ -505,12 +513,16 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     }
     fcloseCheck(t3, dat);
     fcloseCheck(g, fig1);
-    char text[4400], names[512] = "";
-    for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
+    char text[4400], names[512] = "", papers[512] = "";
+    for (int i = 0; i < n_rows; i++) {
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
+        snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", i ? " " : "", paper_row(&rows[i]) ? "DIFF" : "Transformer");
+    }
     GnuplotVars vars = {"", 0};
     gnuplot_string(&vars, "data", dat);
     gnuplot_string(&vars, "fig1", fig1);
     gnuplot_string(&vars, "names", names);
+    gnuplot_string(&vars, "papers", papers);
     preset_path(text, sizeof(text), opt->plots, "table3", opt->preset, ".png");
     gnuplot_string(&vars, "out", text);
     preset_path(text, sizeof(text), opt->plots, "fig1", opt->preset, ".png");

@@ -1,24 +1,32 @@
 # Table 3 and Figure 1. difftx needle --task table3 writes the data and calls:
-#   gnuplot -e "data='...'; fig1='...'; names='standard diff'; out='...'; out_fig1='...'; title_text='...'" plots/table3.gp
-# data: one line per depth: "label" then per model: answer, noise
+#   gnuplot -e "data='...'; fig1='...'; names='standard diff'; papers='Transformer DIFF'; out='...'; out_fig1='...'; title_text='...'" plots/table3.gp
+# data: one line per depth: "label" then per model: answer, noise, the paper's answer and noise
 # fig1: one line per model: "name" answer noise question bos
 
-set terminal pngcairo size 1000,520 font "sans,11" noenhanced
+set terminal pngcairo size 1100,540 font "sans,11" noenhanced
 set output out
 set multiplot layout 1, 2 title title_text
 n = words(names)
-set style data histogram
-set style histogram clustered gap 1.5
-set style fill solid 0.6 border -1
+array colours[4] = ["#1f5fa8", "#e07b00", "#2a9d3a", "#c62828"]
 set grid ytics
 set xlabel "answer needle depth"
-set title "attention to the answer span (higher is better)"
-set key top left
-plot for [i = 1:n] data using (column(2 * i)):xtic(1) title word(names, i)
-set title "attention noise (lower is better)"
-plot for [i = 1:n] data using (column(2 * i + 1)):xtic(1) title word(names, i)
+set ylabel "share of the question's attention (rows sum to 1)"
+set xrange [-0.3:4.3]
+set yrange [0:*]
+set key outside bottom center horizontal maxrows 2
+# ours: filled points; the paper (3B models, 4K context): open points, dashed, same colour
+set title "to the answer span (higher is better)"
+plot for [i = 1:n] data using 0:(column(4 * i - 2)):xtic(1) with linespoints pt 7 lw 2 lc rgb colours[i] title word(names, i), \
+     for [i = 1:n] data using 0:(column(4 * i)) with linespoints pt 6 dt 2 lc rgb colours[i] title "paper ".word(papers, i)
+set title "to the noise context (lower is better)"
+plot for [i = 1:n] data using 0:(column(4 * i - 1)):xtic(1) with linespoints pt 7 lw 2 lc rgb colours[i] title word(names, i), \
+     for [i = 1:n] data using 0:(column(4 * i + 1)) with linespoints pt 6 dt 2 lc rgb colours[i] title "paper ".word(papers, i)
 unset multiplot
 
+set yrange [*:*]
+set xrange [*:*]
+set style data histogram
+set style fill solid 0.6 border -1
 set output out_fig1
 set title "Figure 1: where the question's attention goes (mean over depths, rows normalised to 1)"
 set style histogram rowstacked

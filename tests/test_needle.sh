@@ -44,7 +44,7 @@ expect "table2 figure is PNG" is_png "$work/plots/table2_smoke.png"
 task fig5 > "$work/fig5.log" 2>&1
 expect "fig5 exits 0" test $? -eq 0
 expect "fig5 trains nothing again" bash -c "! grep -q '^== training' '$work/fig5.log'"
-expect "fig5 heatmaps" bash -c "$(declare -f is_png); is_png '$work/plots/fig5_smoke_standard.png' && is_png '$work/plots/fig5_smoke_diff.png'"
+expect "fig5: both models side by side in one figure" bash -c "$(declare -f is_png); is_png '$work/plots/fig5_smoke.png'"
 expect "fig5 sweeps 3 lengths x 5 depths" test "$(sql "SELECT COUNT(DISTINCT length || '/' || depth) FROM episodes WHERE task = 'fig5'")" = 15
 expect "fig5 has 8 needles" test "$(sql "SELECT DISTINCT n_needles FROM episodes WHERE task = 'fig5'")" = 8
 expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-9]+%|average) \|( [0-9.]+ \|){3}$' "$work/results/fig5_smoke.md")" = 12
