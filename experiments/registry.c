@@ -87,6 +87,72 @@ static void now_iso(char* buf, size_t n) {
     strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+// params: one row per key of a config text ("key = value" lines), inside the caller's transaction
+static void insert_params(Registry* reg, int64_t run, const char* config_text) {
+    char* text = strdup(config_text);
+    char* save = NULL;
+    for (char* line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char* eq = strstr(line, " = ");
+        if (!eq) continue;
+        *eq = 0;
+        sqlite3_stmt* st = prepare(reg, "INSERT INTO params (run_id, key, value) VALUES (?, ?, ?)");
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_text(st, 2, line, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, eq + 3, -1, SQLITE_TRANSIENT);
+        step_done(reg, st, "insert param");
+    }
+    free(text);
+}
+
+// Version 2 and older recorded configs with head_dim and ffn_hidden as given (0 for automatic)
+// and floats in 9 digits: rewritten as today's config text records them, so that a finished
+// run of the same config is still found and curves still join across attempts
+static void canonical_configs(Registry* reg) {
+    sqlite3_stmt* st = prepare(reg, "SELECT id, recipe_text FROM runs");
+    int n = 0, cap = 64;
+    int64_t* ids = mallocCheck(cap * sizeof(int64_t));
+    char** texts = mallocCheck(cap * sizeof(char*));
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap) {
+            cap *= 2;
+            ids = realloc(ids, cap * sizeof(int64_t));
+            texts = realloc(texts, cap * sizeof(char*));
+            if (!ids || !texts) die("out of memory migrating '%s'", reg->path);
+        }
+        ids[n] = sqlite3_column_int64(st, 0);
+        texts[n++] = strdup((const char*)sqlite3_column_text(st, 1));
+    }
+    sqlite3_finalize(st);
+    for (int i = 0; i < n; i++) {
+        Config cfg;
+        config_defaults(&cfg);
+        int ok = 1, keys = 0;
+        char* save = NULL;
+        for (char* line = strtok_r(texts[i], "\n", &save); line && ok; line = strtok_r(NULL, "\n", &save)) {
+            char* eq = strstr(line, " = ");
+            if (!eq) continue;
+            *eq = 0;
+            ok = config_set(&cfg, line, eq + 3) == NULL;
+            keys++;
+        }
+        if (ok && keys) {  // a text this program cannot read stays as it is
+            char* text = config_to_text(&cfg);
+            st = prepare(reg, "UPDATE runs SET recipe_text = ? WHERE id = ?");
+            sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 2, ids[i]);
+            step_done(reg, st, "rewrite a run's config");
+            st = prepare(reg, "DELETE FROM params WHERE run_id = ?");
+            sqlite3_bind_int64(st, 1, ids[i]);
+            step_done(reg, st, "rewrite a run's params");
+            insert_params(reg, ids[i], text);
+            free(text);
+        }
+        free(texts[i]);
+    }
+    free(ids);
+    free(texts);
+}
+
 void registry_open(Registry* reg, const char* path) {
     snprintf(reg->path, sizeof(reg->path), "%s", path);
     if (sqlite3_open_v2(path, &reg->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
@@ -107,7 +173,7 @@ void registry_open(Registry* reg, const char* path) {
     int existing = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
     sqlite3_finalize(st);
     exec(reg, SCHEMA);
-    if (existing && version < REGISTRY_SCHEMA) {
+    if (existing && version < 2) {
         // version 0, from before schema versions: runs without `ranks` (they had one), and
         // params stored as text, which compared as text ('10' < '9')
         st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'ranks'");
@@ -117,6 +183,9 @@ void registry_open(Registry* reg, const char* path) {
                   "  value NUMERIC NOT NULL, PRIMARY KEY (run_id, key));"
                   "INSERT INTO params_numeric SELECT run_id, key, value FROM params; DROP TABLE params;"
                   "ALTER TABLE params_numeric RENAME TO params;");
+    }
+    if (existing && version < 3) canonical_configs(reg);
+    if (existing && version < REGISTRY_SCHEMA) {
         fprintf(stderr, "registry '%s': migrated from schema version %d to %d\n", path, version, REGISTRY_SCHEMA);
     }
     char pragma[64];
@@ -216,17 +285,7 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     sqlite3_bind_int(st, 14, dist_ranks());
     step_done(reg, st, "insert run");
     int64_t run = sqlite3_last_insert_rowid(reg->db);
-    // params: one row per recipe key, from the "key = value" text
-    for (char* line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        char* eq = strstr(line, " = ");
-        if (!eq) continue;
-        *eq = 0;
-        st = prepare(reg, "INSERT INTO params (run_id, key, value) VALUES (?, ?, ?)");
-        sqlite3_bind_int64(st, 1, run);
-        sqlite3_bind_text(st, 2, line, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 3, eq + 3, -1, SQLITE_TRANSIENT);
-        step_done(reg, st, "insert param");
-    }
+    insert_params(reg, run, text);
     exec(reg, "COMMIT;");
     free(text);
     return run;

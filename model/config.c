@@ -329,12 +329,20 @@ void config_validate(const Config* cfg) {
 
 void config_checkpoint_path(const Config* cfg, char* path, size_t n) { path_printf(path, n, "%s/checkpoint.h5", cfg->out); }
 
-// A key's value in cfg as a recipe writes it, floats with float_format
-static void format_value(char* value, size_t n, const Key* k, const Config* cfg, const char* float_format) {
+// A key's value in cfg as a recipe writes it; a float in the fewest digits that read back as
+// the same float, so 1e-3 prints as 0.001, not 0.00100000005
+static void format_value(char* value, size_t n, const Key* k, const Config* cfg) {
     const char* field = (const char*)cfg + k->offset;
     switch (k->type) {
     case KEY_INT: snprintf(value, n, "%d", *(const int*)field); break;
-    case KEY_FLOAT: snprintf(value, n, float_format, *(const float*)field); break;
+    case KEY_FLOAT: {
+        float x = *(const float*)field;
+        for (int digits = 1; digits <= 9; digits++) {
+            snprintf(value, n, "%.*g", digits, x);
+            if (strtof(value, NULL) == x) break;
+        }
+        break;
+    }
     case KEY_BOOL: snprintf(value, n, "%s", *(const int*)field ? "true" : "false"); break;
     case KEY_STRING: snprintf(value, n, "%s", field); break;
     case KEY_CHOICE:
@@ -349,25 +357,27 @@ void config_print_keys(FILE* f) {
     for (size_t i = 0; i < N_KEYS; i++) {
         const Key* k = &KEYS[i];
         char value[CONFIG_STR + 32];
-        format_value(value, sizeof(value), k, &defaults, "%g");
+        format_value(value, sizeof(value), k, &defaults);
         // unset head_norm defers to the attention variant
         if (k->type == KEY_BOOL && *(const int*)((const char*)&defaults + k->offset) < 0) snprintf(value, sizeof(value), "(the variant's)");
         fprintf(f, "| `%s` | %s | %s |\n", k->name, value[0] ? value : "(empty)", k->meaning);
     }
 }
 
-// Every key explicit, head_norm resolved: the text records what the run is, not which keys
-// were left to defaults
+// Every key explicit, head_norm, head_dim and ffn_hidden resolved: the text records what the
+// run is, not which keys were left to defaults
 char* config_to_text(const Config* cfg) {
     Config resolved = *cfg;
     resolved.head_norm = config_head_norm(cfg);
+    resolved.head_dim = config_head_dim(cfg);
+    resolved.ffn_hidden = config_ffn_hidden(cfg);
     cfg = &resolved;
     size_t cap = N_KEYS * (CONFIG_STR + 64), len = 0;
     char* text = mallocCheck(cap);
     for (size_t i = 0; i < N_KEYS; i++) {
         const Key* k = &KEYS[i];
         char value[CONFIG_STR + 32];
-        format_value(value, sizeof(value), k, cfg, "%.9g");
+        format_value(value, sizeof(value), k, cfg);
         len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", k->name, value);
     }
     return text;

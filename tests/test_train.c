@@ -279,6 +279,8 @@ static void test_registry_migration(void) {
                       " PRIMARY KEY (run_id, key));"
                       "INSERT INTO experiments VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
                       "INSERT INTO runs VALUES (1, 1, 'diff', 1000, 1, 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 1, 'x', 'o', 'now', 'now');"
+                      "INSERT INTO runs VALUES (2, 1, 'diff', 1001, 1, 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 1,"
+                      " 'attention = diff\nd_model = 256\nhead_dim = 0\nffn_hidden = 0\nlr = 0.00100000005\n', 'o', 'now', 'now');"
                       "INSERT INTO params VALUES (1, 'n_layer', '10'), (1, 'lr', '0.00100000005'), (1, 'attention', 'diff'),"
                       " (1, 'head_norm', 'true');",
                  NULL, NULL, NULL);
@@ -286,12 +288,17 @@ static void test_registry_migration(void) {
     Registry reg;
     registry_open(&reg, db);
     CHECK(count_rows(&reg, "PRAGMA user_version") == REGISTRY_SCHEMA, "a migrated registry has schema version %d", REGISTRY_SCHEMA);
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE key = 'n_layer' AND value > 9") == 1 &&
-              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE key = 'lr' AND value < 0.002 AND typeof(value) = 'real'") == 1,
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND key = 'n_layer' AND value > 9") == 1 &&
+              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND key = 'lr' AND value < 0.002 AND typeof(value) = 'real'") == 1,
           "migrated numeric params compare as numbers (10 > 9, not '10' < '9')");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE typeof(value) = 'text' AND value IN ('diff', 'true')") == 2,
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND typeof(value) = 'text' AND value IN ('diff', 'true')") == 2,
           "text params stay text");
     CHECK(count_rows(&reg, "SELECT ranks FROM runs WHERE id = 1") == 1, "runs from before data parallelism had one rank");
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE id = 2 AND recipe_text LIKE '%ffn_hidden = 704%' AND "
+                           "recipe_text LIKE '%head_dim = 32%' AND recipe_text LIKE '%lr = 0.001\n%'") == 1 &&
+              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 2 AND key = 'ffn_hidden' AND value = 704") == 1,
+          "configs are rewritten resolved, floats as written");
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE id = 1 AND recipe_text = 'x'") == 1, "a config it cannot read stays");
     registry_close(&reg);
     unlink(db);
 }
