@@ -27,7 +27,7 @@ static const char* SCHEMA =
     "CREATE TABLE IF NOT EXISTS params (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
     "  value NUMERIC NOT NULL, PRIMARY KEY (run_id, key));"
     "CREATE TABLE IF NOT EXISTS metrics (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
-    "  step INTEGER NOT NULL, tokens INTEGER NOT NULL, value REAL NOT NULL);"
+    "  step INTEGER NOT NULL, tokens INTEGER NOT NULL, value REAL NOT NULL, time REAL);"
     "CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run_id, key, step);"
     "CREATE TABLE IF NOT EXISTS evaluations (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
     "  value REAL NOT NULL, PRIMARY KEY (run_id, key));"
@@ -184,7 +184,13 @@ void registry_open(Registry* reg, const char* path) {
                   "INSERT INTO params_numeric SELECT run_id, key, value FROM params; DROP TABLE params;"
                   "ALTER TABLE params_numeric RENAME TO params;");
     }
-    if (existing && version < 3) canonical_configs(reg);
+    if (existing && version < 3) {
+        // metrics gain the time they were measured at (NULL in older rows)
+        st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info('metrics') WHERE name = 'time'");
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 0) exec(reg, "ALTER TABLE metrics ADD COLUMN time REAL;");
+        sqlite3_finalize(st);
+        canonical_configs(reg);
+    }
     if (existing && version < REGISTRY_SCHEMA) {
         fprintf(stderr, "registry '%s': migrated from schema version %d to %d\n", path, version, REGISTRY_SCHEMA);
     }
@@ -323,15 +329,16 @@ void registry_end_pid(Registry* reg, int pid, RunStatus status) {
 }
 
 void registry_metrics(Registry* reg, int64_t run, int n, const char* const* keys, const int* steps,
-                      const int64_t* tokens, const double* values) {
+                      const int64_t* tokens, const double* values, const double* times) {
     exec(reg, "BEGIN IMMEDIATE;");
-    sqlite3_stmt* st = prepare(reg, "INSERT INTO metrics (run_id, key, step, tokens, value) VALUES (?, ?, ?, ?, ?)");
+    sqlite3_stmt* st = prepare(reg, "INSERT INTO metrics (run_id, key, step, tokens, value, time) VALUES (?, ?, ?, ?, ?, ?)");
     for (int i = 0; i < n; i++) {
         sqlite3_bind_int64(st, 1, run);
         sqlite3_bind_text(st, 2, keys[i], -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 3, steps[i]);
         sqlite3_bind_int64(st, 4, tokens[i]);
         sqlite3_bind_double(st, 5, values[i]);
+        sqlite3_bind_double(st, 6, times[i]);
         sql_check(reg, sqlite3_step(st), "insert metric");
         sqlite3_reset(st);
     }

@@ -36,9 +36,10 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
 void registry_end_run(Registry* reg, int64_t run, RunStatus status);
 // Ends the RUNNING attempts of process pid on this host with status (a worker that failed).
 void registry_end_pid(Registry* reg, int pid, RunStatus status);
-// Appends metrics in one transaction: keys[i] at (steps[i], tokens[i]) = values[i].
+// Appends metrics in one transaction: keys[i] at (steps[i], tokens[i]) = values[i], measured
+// at times[i] (seconds since 1970, UTC).
 void registry_metrics(Registry* reg, int64_t run, int n, const char* const* keys, const int* steps,
-                      const int64_t* tokens, const double* values);
+                      const int64_t* tokens, const double* values, const double* times);
 // Deletes the metrics past step of the earlier attempts of run's (experiment, row, seed, config):
 // a resumed attempt repeats those steps
 void registry_forget_metrics_after(Registry* reg, int64_t run, int step);

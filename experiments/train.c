@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../data/dataset.h"
@@ -362,6 +363,7 @@ typedef struct {
     int* steps;
     int64_t* tokens;
     double* values;
+    double* times;  // seconds since 1970: metrics carry wall-clock time
 } MetricBuffer;
 
 static void buffer_metric(void* ctx, const char* key, int step, long tokens, double value) {
@@ -373,18 +375,22 @@ static void buffer_metric(void* ctx, const char* key, int step, long tokens, dou
         b->steps = realloc(b->steps, b->cap * sizeof(int));
         b->tokens = realloc(b->tokens, b->cap * sizeof(int64_t));
         b->values = realloc(b->values, b->cap * sizeof(double));
-        if (!b->keys || !b->steps || !b->tokens || !b->values) die("out of memory buffering metrics");
+        b->times = realloc(b->times, b->cap * sizeof(double));
+        if (!b->keys || !b->steps || !b->tokens || !b->values || !b->times) die("out of memory buffering metrics");
     }
     b->keys[b->n] = key;  // string literals from the training loop
     b->steps[b->n] = step;
     b->tokens[b->n] = tokens;
     b->values[b->n] = value;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    b->times[b->n] = (double)now.tv_sec + 1e-9 * now.tv_nsec;
     b->n++;
 }
 
 static void flush_metrics(void* ctx) {
     MetricBuffer* b = ctx;
-    registry_metrics(b->reg, b->run, b->n, b->keys, b->steps, b->tokens, b->values);
+    registry_metrics(b->reg, b->run, b->n, b->keys, b->steps, b->tokens, b->values, b->times);
     b->n = 0;
 }
 
@@ -394,7 +400,7 @@ static void resume_metrics(void* ctx, int step) {
 }
 
 void train_recorded(Registry* reg, int64_t run, const Config* cfg, int until) {
-    MetricBuffer buffer = {reg, run, 0, 0, 0, NULL, NULL, NULL, NULL};
+    MetricBuffer buffer = {reg, run, 0, 0, 0, NULL, NULL, NULL, NULL, NULL};
     TrainObserver observer = {buffer_metric, flush_metrics, resume_metrics, &buffer};
     double t0 = wall_time();
     train_run(cfg, until, &observer);
@@ -411,6 +417,7 @@ void train_recorded(Registry* reg, int64_t run, const Config* cfg, int until) {
     free(buffer.steps);
     free(buffer.tokens);
     free(buffer.values);
+    free(buffer.times);
 }
 
 void train_tracked(const char* recipe_path, const Config* cfg, int until, const char* results) {

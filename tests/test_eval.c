@@ -55,7 +55,7 @@ static void test_registry(void) {
                 const char* key = "train_loss";
                 int64_t tokens = i;
                 double value = k + i * 1e-3;
-                registry_metrics(&own, run, 1, &key, &i, &tokens, &value);
+                registry_metrics(&own, run, 1, &key, &i, &tokens, &value, &value);
             }
             registry_end_run(&own, run, RUN_FINISHED);
             registry_close(&own);

@@ -199,7 +199,7 @@ static void test_metrics_reconciled(void) {
         const char* key = "train_loss";
         int64_t tokens = step;
         double value = 100.0 + step;  // the killed attempt's values
-        registry_metrics(&reg, first, 1, &key, &step, &tokens, &value);
+        registry_metrics(&reg, first, 1, &key, &step, &tokens, &value, &value);
     }
     registry_end_run(&reg, first, RUN_KILLED);
     int64_t second = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg);
@@ -277,6 +277,9 @@ static void test_registry_migration(void) {
                       " started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
                       "CREATE TABLE params (run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
                       " PRIMARY KEY (run_id, key));"
+                      "CREATE TABLE metrics (run_id INTEGER NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL,"
+                      " tokens INTEGER NOT NULL, value REAL NOT NULL);"
+                      "INSERT INTO metrics VALUES (2, 'val_loss', 10, 100, 5.5);"
                       "INSERT INTO experiments VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
                       "INSERT INTO runs VALUES (1, 1, 'diff', 1000, 1, 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 1, 'x', 'o', 'now', 'now');"
                       "INSERT INTO runs VALUES (2, 1, 'diff', 1001, 1, 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 1,"
@@ -299,6 +302,8 @@ static void test_registry_migration(void) {
               count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 2 AND key = 'ffn_hidden' AND value = 704") == 1,
           "configs are rewritten resolved, floats as written");
     CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE id = 1 AND recipe_text = 'x'") == 1, "a config it cannot read stays");
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE time IS NULL AND value = 5.5") == 1,
+          "old metrics gain a time column, empty for them");
     registry_close(&reg);
     unlink(db);
 }
