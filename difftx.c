@@ -182,13 +182,16 @@ static int cmd_sample(int argc, char** argv) {
 
 static int cmd_bench(int argc, char** argv) {
     int vocab = 4096, steps = 6, forward_only = 0;
+    const char* results = "results";
     static struct option opts[] = {{"vocab", required_argument, 0, 'v'}, {"steps", required_argument, 0, 's'},
-                                   {"forward", no_argument, 0, 'f'}, {0, 0, 0, 0}};
+                                   {"forward", no_argument, 0, 'f'}, {"results", required_argument, 0, 'r'},
+                                   {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'v') vocab = parse_int_arg("--vocab", optarg);
         else if (c == 's') steps = parse_int_arg("--steps", optarg);
         else if (c == 'f') forward_only = 1;
+        else if (c == 'r') results = optarg;
         else die("%s", USAGE);
     }
     Config cfg;
@@ -227,16 +230,19 @@ static int cmd_bench(int argc, char** argv) {
     printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d backend=%s\n",
            forward_only ? "forward" : "train", config_attention_name(&cfg), model.L, model.C,
            model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads(), model.be->name);
+    double mfu = 0;
     if (forward_only) {
         printf("  %.3f s per forward pass, %.0f tokens/s, peak RSS %.0f MiB\n", step_s, tok_s, peak);
     } else {
         double flops = model_flops_per_token(&model, T), sgemm = model.be->matmul_rate();
         double achieved = flops * tok_s / 1e9;
+        mfu = 100.0 * achieved / sgemm;
         printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s = %.0f%% MFU of the measured "
                "matmul rate %.1f GFLOP/s, peak RSS %.0f MiB\n",
-               tok_s, step_s, flops / 1e6, achieved, 100.0 * achieved / sgemm, sgemm, peak);
+               tok_s, step_s, flops / 1e6, achieved, mfu, sgemm, peak);
         adamw_free(&opt);
     }
+    runs_record_bench(results, argv[optind], &cfg, forward_only, tok_s, mfu, peak);
     free(inputs);
     free(targets);
     model_free(&model);
@@ -453,7 +459,7 @@ static const Command COMMANDS[] = {
     {"train", cmd_train, "RECIPE [key=value ...] [--until STEP] [--results DIR]",
      "train (resumes from OUT/checkpoint.h5 if present), recorded in DIR/registry.sqlite (default results)"},
     {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]", "generate text"},
-    {"bench", cmd_bench, "RECIPE [key=value ...] [--vocab N] [--steps N] [--forward]",
+    {"bench", cmd_bench, "RECIPE [key=value ...] [--vocab N] [--steps N] [--forward] [--results DIR]",
      "speed and peak memory on random tokens"},
     {"table6", cmd_table6, "RECIPE [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "the paper's Table 6 ablations (make table6)"},

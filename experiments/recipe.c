@@ -119,3 +119,19 @@ int64_t recipe_experiment(Registry* reg, const char* results, const char* name, 
     free(recipe_text);
     return experiment;
 }
+
+int64_t recipe_file_experiment(Registry* reg, const char* results, const char* name, const char* recipe_path) {
+    char path[4200], preset[256];
+    mkdir_p(results);
+    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    registry_open(reg, path);
+    int reaped = registry_reap(reg);
+    if (reaped) printf("marked %d interrupted run(s) KILLED\n", reaped);
+    const char* base = strrchr(recipe_path, '/') ? strrchr(recipe_path, '/') + 1 : recipe_path;
+    const char* ini = strstr(base, ".ini");
+    snprintf(preset, sizeof(preset), "%.*s", (int)(ini ? ini - base : (long)strlen(base)), base);
+    char* recipe_text = read_text_file(recipe_path, NULL);
+    int64_t experiment = registry_experiment(reg, name, preset, recipe_path, recipe_text);
+    free(recipe_text);
+    return experiment;
+}

@@ -59,6 +59,9 @@ typedef struct {
 // process would train the same rows again, so it stops naming the first), opens
 // results/registry.sqlite, marks interrupted attempts KILLED and returns the id of experiment
 // `name` for this preset and recipe file
+// Opens results/registry.sqlite (marking dead attempts KILLED) and finds or creates experiment
+// `name` whose preset is the recipe file's name without .ini ("default" for default.ini)
+int64_t recipe_file_experiment(Registry* reg, const char* results, const char* name, const char* recipe_path);
 int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path,
                           int* lock);
 

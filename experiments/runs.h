@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "../model/config.h"
+
 // Filters are NULL for any: experiment (train, table6, needle), preset, status
 typedef struct {
     const char* results;  // the folder of registry.sqlite
@@ -20,5 +22,11 @@ void runs_list(const RunFilter* filter);
 // and training losses against tokens drawn into png (one figure, two panels), its data in
 // results/<png's name>.dat
 void runs_compare(const char* results, const int64_t* ids, int n, const char* png);
+
+// `difftx bench` as a run of experiment "bench" (preset: the recipe's file name, row: train or
+// forward) with its config and the evaluations tokens_per_second, mfu (percent; training only)
+// and peak_rss_mib
+void runs_record_bench(const char* results, const char* recipe_path, const Config* cfg, int forward_only,
+                       double tokens_per_second, double mfu, double peak_rss_mib);
 
 #endif

@@ -14,6 +14,7 @@
 #include "../model/model.h"
 #include "../model/optim.h"
 #include "../model/util.h"
+#include "recipe.h"
 
 // Dies naming the first key whose value differs; `out` may differ, so run folders can move, and
 // `steps` may grow, which extends the run
@@ -421,25 +422,16 @@ void train_recorded(Registry* reg, int64_t run, const Config* cfg, int until) {
 }
 
 void train_tracked(const char* recipe_path, const Config* cfg, int until, const char* results) {
-    char path[4200], preset[256];
-    mkdir_p(results);
-    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    char path[4200];
     Registry reg;
-    registry_open(&reg, path);
-    int reaped = registry_reap(&reg);
-    if (reaped) printf("marked %d interrupted run(s) KILLED\n", reaped);
-    const char* base = strrchr(recipe_path, '/') ? strrchr(recipe_path, '/') + 1 : recipe_path;
-    snprintf(preset, sizeof(preset), "%.*s", (int)(strstr(base, ".ini") ? strstr(base, ".ini") - base : (long)strlen(base)), base);
-    char* recipe_text = read_text_file(recipe_path, NULL);
-    int64_t experiment = registry_experiment(&reg, "train", preset, recipe_path, recipe_text);
-    free(recipe_text);
+    int64_t experiment = recipe_file_experiment(&reg, results, "train", recipe_path);
     int64_t run = registry_finished_run(&reg, experiment, cfg->out, cfg->seed, cfg);
     if (run) {
-        printf("run %lld of %s already finished this config\n", (long long)run, path);
+        printf("run %lld of %s already finished this config\n", (long long)run, reg.path);
         train_run(cfg, until, NULL);
     } else {
         run = registry_begin_run(&reg, experiment, cfg->out, cfg->seed, cfg);
-        printf("run %lld in %s\n", (long long)run, path);
+        printf("run %lld in %s\n", (long long)run, reg.path);
         train_recorded(&reg, run, cfg, until);
         config_checkpoint_path(cfg, path, sizeof(path));
         registry_artifact(&reg, run, "checkpoint", path);

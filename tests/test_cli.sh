@@ -223,6 +223,8 @@ expect "a stopped attempt is recorded KILLED" grep -qE "^ +1  train +ok +$work/t
 expect "its resume FINISHED, with losses and tokens/s" grep -qE "^ +2  train +ok +$work/tracked +1337 FINISHED +4/4 +[0-9.]+ +[0-9.]+ +[0-9]+ " "$work/runs.log"
 expect "a finished run is not recorded again" grep -q "^run 2 of $work/tracked_reg/registry.sqlite already finished this config" "$work/tracked_again.log"
 expect "train records its metrics" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'")" = 4
+$bin bench "$work/ok.ini" --steps 2 --vocab 300 --results "$work/tracked_reg" > /dev/null 2>&1
+expect "a benchmark is recorded with its throughput" bash -c "'$bin' runs --results '$work/tracked_reg' --experiment bench | grep -qE '^ +3  bench +ok +train +1337 FINISHED .* [0-9]+  20'"
 expect "metrics carry the wall-clock time they were measured at" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics WHERE time > strftime('%s', 'now') - 3600 AND time <= strftime('%s', 'now') + 1")" = "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics")"
 
 summary
