@@ -213,20 +213,14 @@ int tokenizer_in_folder(Tokenizer* tok, const char* folder, uint64_t hash) {
 
 void data_copy_tokenizer(const DataDir* d, const char* folder) {
     const char* name = d->llmc ? "gpt2_tokenizer.bin" : "tokenizer.bin";
-    char from[4200], to[4200], tmp[4300];
+    char from[4200], to[4200];
     path_printf(from, sizeof(from), "%s/%s", d->dir, name);
     path_printf(to, sizeof(to), "%s/%s", folder, name);
     if (access(from, R_OK) != 0) return;
     size_t len, have_len = 0;
     char* bytes = read_text_file(from, &len);
     char* have = access(to, R_OK) == 0 ? read_text_file(to, &have_len) : NULL;
-    if (!have || have_len != len || memcmp(have, bytes, len) != 0) {
-        tmp_path(tmp, sizeof(tmp), to);
-        FILE* f = fopenCheck(tmp, "wb");
-        fwriteCheck(bytes, 1, len, f, tmp);
-        fcloseCheck(f, tmp);
-        renameCheck(tmp, to);
-    }
+    if (!have || have_len != len || memcmp(have, bytes, len) != 0) copy_file(from, to);
     free(have);
     free(bytes);
 }

@@ -212,18 +212,6 @@ static void add_episode(int* out, const NeedleSource* src, int length, int max_n
     episode_free(&e);
 }
 
-static void copy_file(const char* from, const char* to) {
-    size_t len;
-    char* bytes = read_text_file(from, &len);
-    char tmp[4096];
-    tmp_path(tmp, sizeof(tmp), to);
-    FILE* f = fopenCheck(tmp, "wb");
-    fwriteCheck(bytes, 1, len, f, tmp);
-    fcloseCheck(f, tmp);
-    renameCheck(tmp, to);
-    free(bytes);
-}
-
 // Fills out (n) with copy practice: <|endoftext|>, a span of span_min..span_max tokens of
 // text, the same span again, and so on. Every second copy is predictable only by copying,
 // the signal that makes induction heads form.

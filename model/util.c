@@ -259,3 +259,15 @@ const char* closest_name(const char* word, const char* const* names, int n) {
     }
     return best;
 }
+
+void copy_file(const char* from, const char* to) {
+    size_t len;
+    char* bytes = read_text_file(from, &len);
+    char tmp[4096];
+    tmp_path(tmp, sizeof(tmp), to);
+    FILE* f = fopenCheck(tmp, "wb");
+    fwriteCheck(bytes, 1, len, f, tmp);
+    fcloseCheck(f, tmp);
+    renameCheck(tmp, to);
+    free(bytes);
+}

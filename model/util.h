@@ -36,6 +36,7 @@ void path_printf(char* buf, size_t n, const char* fmt, ...) __attribute__((forma
 void rename_check(const char* from, const char* to, const char* src, int line);
 #define renameCheck(from, to) rename_check(from, to, __FILE__, __LINE__)
 void mkdir_p(const char* path);
+void copy_file(const char* from, const char* to);  // whole, through a temporary file and rename
 void remove_tree(const char* path);  // a file or folder and all it holds, without a shell
 // A folder written whole: tmp_folder makes an empty "<path>.tmp" to write into, replace_folder
 // puts it in place of path in one atomic exchange (the old folder, if any, is then removed),
