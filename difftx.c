@@ -481,7 +481,9 @@ static const Command COMMANDS[] = {
 };
 #define N_COMMANDS (sizeof(COMMANDS) / sizeof(COMMANDS[0]))
 
-static void print_command(FILE* f, const Command* c) { fprintf(f, "usage: difftx %s %s\n  %s\n", c->name, c->args, c->what); }
+static void print_command(FILE* f, const Command* c) {
+    fprintf(f, "usage: difftx %s%s%s\n  %s\n", c->name, c->args[0] ? " " : "", c->args, c->what);
+}
 
 static const Command* find_command(const char* name) {
     for (size_t i = 0; i < N_COMMANDS; i++) {
@@ -493,8 +495,8 @@ static const Command* find_command(const char* name) {
 static int run_command(int argc, char** argv) {
     size_t n = (size_t)snprintf(USAGE, sizeof(USAGE), "usage:\n");
     for (size_t i = 0; i < N_COMMANDS && n < sizeof(USAGE); i++) {
-        n += (size_t)snprintf(USAGE + n, sizeof(USAGE) - n, "  difftx %s %s\n      %s\n", COMMANDS[i].name, COMMANDS[i].args,
-                              COMMANDS[i].what);
+        n += (size_t)snprintf(USAGE + n, sizeof(USAGE) - n, "  difftx %s%s%s\n      %s\n", COMMANDS[i].name,
+                              COMMANDS[i].args[0] ? " " : "", COMMANDS[i].args, COMMANDS[i].what);
     }
     if (argc < 2) {
         fputs(USAGE, stderr);
