@@ -12,12 +12,19 @@
 
 #include "../model/util.h"
 
+void shard_header(int32_t header[256], size_t n, int n_docs, const Tokenizer* tok, int block) {
+    int32_t fields[8] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n, n_docs, tok->vocab_size, block,
+                         (int32_t)(uint32_t)tok->hash, (int32_t)(uint32_t)(tok->hash >> 32)};
+    memset(header, 0, 256 * sizeof(int32_t));
+    memcpy(header, fields, sizeof(fields));
+}
+
 void shard_write(const char* path, const int* ids, size_t n, int n_docs, const Tokenizer* tok, int block) {
     if (n > 0x7FFFFFFFu) die("'%s': too many tokens for one shard (%zu)", path, n);
     uint16_t* out = mallocCheck(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) out[i] = (uint16_t)ids[i];
-    int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n, n_docs, tok->vocab_size, block,
-                           (int32_t)(uint32_t)tok->hash, (int32_t)(uint32_t)(tok->hash >> 32)};
+    int32_t header[256];
+    shard_header(header, n, n_docs, tok, block);
     char tmp[4096];
     tmp_path(tmp, sizeof(tmp), path);
     FILE* f = fopenCheck(tmp, "wb");
@@ -115,10 +122,11 @@ static void list_split(ShardList* list, const char* dir, const char* name, int l
         single |= !llmc && strlen(e->d_name) == strlen(name) + 4;
     }
     closedir(d);
-    if (n == 0) {
-        die("key 'data': '%s' holds no %s shard (%s)", dir, name,
-            llmc ? "llm.c's names hold _train or _val" : "expected train.bin and val.bin, or train_000000.bin, ...");
+    if (n == 0 && llmc) {
+        die("key 'data': '%s' has neither tokenizer.bin nor llm.c's %s shards (names holding _%s); run `make data` or "
+            "`difftx prepare` first", dir, name, name);
     }
+    if (n == 0) die("key 'data': '%s' holds no %s shard (expected %s.bin, or %s_000000.bin, ...)", dir, name, name, name);
     if (single && n > 1) die("key 'data': '%s' holds both %s.bin and numbered %s shards; keep one kind", dir, name, name);
     qsort(names, n, sizeof(char*), compare_names);
     list->n = n;
@@ -147,34 +155,36 @@ static void load_split(ShardList* list, const DataDir* d) {
     }
 }
 
-static void free_split(ShardList* list) {
+void shard_list_free(ShardList* list) {
     for (int i = 0; list->parts && i < list->n; i++) shard_free(&list->parts[i]);
     free(list->parts);
     free(list->paths);
     memset(list, 0, sizeof(*list));
 }
 
+// A folder without tokenizer.bin is llm.c's (list_split says so when it holds no shards either)
+static int is_llmc_folder(const char* dir) {
+    char path[4200];
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) die("key 'data': '%s' is not a folder; run `make data` or `difftx prepare` first", dir);
+    path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);
+    return access(path, F_OK) != 0;
+}
+
+void data_list_split(ShardList* list, const char* dir, const char* name) {
+    memset(list, 0, sizeof(*list));
+    list_split(list, dir, name, is_llmc_folder(dir));
+}
+
 void data_open(DataDir* d, const char* dir, int parts) {
     memset(d, 0, sizeof(*d));
     path_printf(d->dir, sizeof(d->dir), "%s", dir);
     d->parts = parts;
+    d->llmc = is_llmc_folder(dir);
     char path[4200];
-    path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) die("key 'data': '%s' is not a folder; run `make data` or `difftx prepare` first", dir);
-    if (access(path, F_OK) == 0) {
-        tokenizer_load(&d->tok, path);
-    } else {
-        DIR* folder = opendir(dir);  // no tokenizer.bin: llm.c's shards, or nothing prepared yet
-        struct dirent* e;
-        int found = 0;
-        while (folder && (e = readdir(folder))) found |= is_split_file(e->d_name, "train", 1) || is_split_file(e->d_name, "val", 1);
-        if (folder) closedir(folder);
-        if (!found) die("key 'data': '%s' has no tokenizer.bin and no llm.c shards; run `make data` or `difftx prepare` first", dir);
-        d->llmc = 1;
-        path_printf(path, sizeof(path), "%s/gpt2_tokenizer.bin", dir);
-        tokenizer_gpt2(&d->tok, access(path, F_OK) == 0 ? path : NULL);
-    }
+    path_printf(path, sizeof(path), "%s/%s", dir, d->llmc ? "gpt2_tokenizer.bin" : "tokenizer.bin");
+    if (!d->llmc) tokenizer_load(&d->tok, path);
+    else tokenizer_gpt2(&d->tok, access(path, F_OK) == 0 ? path : NULL);
     if (parts & DATA_TRAIN) {
         list_split(&d->train, dir, "train", d->llmc);
         load_split(&d->train, d);
@@ -182,7 +192,7 @@ void data_open(DataDir* d, const char* dir, int parts) {
     if (parts & DATA_VAL) {
         ShardList val = {0};
         list_split(&val, dir, "val", d->llmc);
-        val.n = 1;
+        val.n = 1;  // evaluation reads the first
         load_split(&val, d);
         d->val = val.parts[0];
         free(val.parts);
@@ -192,7 +202,7 @@ void data_open(DataDir* d, const char* dir, int parts) {
 
 void data_close(DataDir* d) {
     tokenizer_free(&d->tok);
-    free_split(&d->train);
+    shard_list_free(&d->train);
     if (d->parts & DATA_VAL) shard_free(&d->val);
 }
 
@@ -216,13 +226,7 @@ void data_copy_tokenizer(const DataDir* d, const char* folder) {
     char from[4200], to[4200];
     path_printf(from, sizeof(from), "%s/%s", d->dir, name);
     path_printf(to, sizeof(to), "%s/%s", folder, name);
-    if (access(from, R_OK) != 0) return;
-    size_t len, have_len = 0;
-    char* bytes = read_text_file(from, &len);
-    char* have = access(to, R_OK) == 0 ? read_text_file(to, &have_len) : NULL;
-    if (!have || have_len != len || memcmp(have, bytes, len) != 0) copy_file(from, to);
-    free(have);
-    free(bytes);
+    if (access(from, R_OK) == 0) copy_file(from, to);
 }
 
 const Shard* data_single_train_shard(const DataDir* d, const char* purpose) {

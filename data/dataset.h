@@ -39,6 +39,8 @@ typedef struct {
 // Maps path and checks every id against the vocabulary; dies naming the file
 void shard_load(Shard* s, const char* path);
 void shard_free(Shard* s);
+// The 256 int32 that start a shard of n tokens of n_docs documents made by tok
+void shard_header(int32_t header[256], size_t n, int n_docs, const Tokenizer* tok, int block);
 // ids (n) of tok written as a shard of n_docs documents, via a temporary file and rename
 void shard_write(const char* path, const int* ids, size_t n, int n_docs, const Tokenizer* tok, int block);
 
@@ -49,6 +51,11 @@ typedef struct {
     int n;
     size_t n_tokens;  // over all parts
 } ShardList;
+
+// The shard files of split `name` ("train", "val") of the data folder dir, found as data_open
+// finds them, without opening them (paths and n only)
+void data_list_split(ShardList* list, const char* dir, const char* name);
+void shard_list_free(ShardList* list);
 
 // The data folder's tokenizer and the splits asked for (DATA_TRAIN, DATA_VAL), which must have
 // been made with that tokenizer. Dies naming the folder as the `data` key.

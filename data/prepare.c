@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "prepare.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -90,8 +91,6 @@ typedef struct {
     size_t line_cap;
 } Reader;
 
-static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
 static void open_file(Reader* r) {
     const char* path = r->in->paths[r->file];
     r->f = fopenCheck(path, "rb");
@@ -130,7 +129,7 @@ static int reader_next(Reader* r, Unit* u) {
             r->line++;
             r->consumed += (size_t)n;
             size_t i = 0;
-            while (i < (size_t)n && is_space((unsigned char)r->line_buf[i])) i++;
+            while (i < (size_t)n && isspace((unsigned char)r->line_buf[i])) i++;
             if (i == (size_t)n) continue;  // blank
             u->line = r->line;
             u->doc = r->next_doc++;
@@ -149,12 +148,7 @@ static int reader_next(Reader* r, Unit* u) {
             r->f = NULL;
             continue;
         }
-        size_t cut = total;
-        if (!at_end) {  // after a newline that a non-space follows: the chunks there are the same either way
-            size_t p = total - 1;
-            while (p > 0 && !(r->buf[p - 1] == '\n' && !is_space((unsigned char)r->buf[p]))) p--;
-            if (p > 0) cut = p;
-        }
+        size_t cut = at_end ? total : tokenizer_safe_cut(r->buf, total);
         if (r->pieces == 0) r->next_doc++;
         u->doc = r->next_doc - 1;
         u->piece = r->pieces++;
@@ -310,8 +304,8 @@ typedef struct {
 
 static void writer_finish_file(ShardWriter* w) {
     if (!w->f) return;
-    int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)w->n_tokens, w->n_docs, w->tok->vocab_size, 0,
-                           (int32_t)(uint32_t)w->tok->hash, (int32_t)(uint32_t)(w->tok->hash >> 32)};
+    int32_t header[256];
+    shard_header(header, w->n_tokens, w->n_docs, w->tok, 0);
     if (fseek(w->f, 0, SEEK_SET) != 0) die("cannot write '%s': %s", w->path, strerror(errno));
     fwriteCheck(header, sizeof(int32_t), 256, w->f, w->path);
     fcloseCheck(w->f, w->path);
@@ -388,7 +382,7 @@ void dataset_prepare(const char* out_dir, const char* const* inputs, int n_input
     Reader r;
     reader_init(&r, &in);
     Progress p = {"encoding", in.bytes, wall_time(), wall_time()};
-    int cap = 1024, malformed_shown = 0;
+    int cap = 1024;
     long malformed = 0;
     Unit* units = mallocCheck(cap * sizeof(Unit));
     ShardWriter* doc_split = &train;
@@ -409,8 +403,7 @@ void dataset_prepare(const char* out_dir, const char* const* inputs, int n_input
         for (int i = 0; i < n; i++) {
             Unit* u = &units[i];
             if (u->error[0]) {
-                if (malformed_shown++ < MALFORMED_SHOWN) fprintf(stderr, "warning: %s:%ld: skipped: %s\n", in.paths[u->file], u->line, u->error);
-                malformed++;
+                if (malformed++ < MALFORMED_SHOWN) fprintf(stderr, "warning: %s:%ld: skipped: %s\n", in.paths[u->file], u->line, u->error);
             } else {
                 // every piece follows its document's split; validation stops growing at its cap
                 if (u->piece == 0) doc_split = is_val_number(u->doc, n_docs) && val.total_tokens < val_cap ? &val : &train;

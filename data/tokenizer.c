@@ -27,6 +27,15 @@ static size_t chunk_length(const unsigned char* text, size_t len) {
     return i;
 }
 
+size_t tokenizer_safe_cut(const char* text, size_t len) {
+    // a whitespace run ends at a non-space and no space leads the word after a newline, so a
+    // chunk boundary lies there whatever came before
+    for (size_t p = len ? len - 1 : 0; p > 0; p--) {
+        if (text[p - 1] == '\n' && !is_space((unsigned char)text[p])) return p;
+    }
+    return len;
+}
+
 // ---- chunk counting: open addressing on (bytes, length) ----
 typedef struct {
     const unsigned char* text;

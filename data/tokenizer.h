@@ -48,6 +48,10 @@ void tokenizer_gpt2(Tokenizer* tok, const char* path);
 void tokenizer_free(Tokenizer* tok);
 // out must hold len ids; returns the number written. O(len log len). Dies unless can_encode.
 size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int* out);
+// The last position p in (0, len) where text[0..p) and text[p..len) encode to what text encodes
+// to, as far as len bytes show (after a newline that a non-space follows), or len when there is
+// none: where a long text may be cut into pieces
+size_t tokenizer_safe_cut(const char* text, size_t len);
 // out must hold the sum of the ids' lengths; returns the bytes written (EOT writes none).
 // Dies unless can_decode.
 size_t tokenizer_decode(const Tokenizer* tok, const int* ids, size_t n, char* out);

@@ -34,8 +34,7 @@ static const double PAPER_NOISE[2][N_DEPTHS] = {{0.51, 0.54, 0.52, 0.49, 0.49}, 
 
 int needle_extra_key(int is_row, const char* k) {
     static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
-                                 "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens",
-                                 "plumbing"};
+                                 "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens"};
     for (size_t i = 0; !is_row && i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strcmp(k, keys[i]) == 0) return 1;
     }
@@ -313,13 +312,13 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     GnuplotVars vars = {"", 0};
     gnuplot_string(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
-    preset_path(text, sizeof(text), opt->plots, "table2", opt->preset, ".png");
-    gnuplot_string(&vars, "out", text);
+    char png[4400];
+    preset_path(png, sizeof(png), opt->plots, "table2", opt->preset, ".png");
+    gnuplot_string(&vars, "out", png);
     snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth", opt->preset, context, samples);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table2.gp", &vars);
-    printf("\nwrote %s, %s/table2_%s.png; every query in table 'episodes' of %s/registry.sqlite\n", path, opt->plots,
-           opt->preset, opt->results);
+    printf("\nwrote %s, %s; every query in table 'episodes' of %s/registry.sqlite\n", path, png, opt->results);
 }
 
 static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
@@ -387,14 +386,15 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
     gnuplot_string(&vars, "files", files);
     gnuplot_string(&vars, "titles", titles);
     gnuplot_number(&vars, "n_lengths", n_lengths);
-    preset_path(text, sizeof(text), opt->plots, "fig5", opt->preset, ".png");
-    gnuplot_string(&vars, "out", text);
+    char png[4400];
+    preset_path(png, sizeof(png), opt->plots, "fig5", opt->preset, ".png");
+    gnuplot_string(&vars, "out", png);
     gnuplot_string(&vars, "xtics_text", tics);  // integers only: fig5.gp evaluates it
     snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens",
              opt->preset, samples, rows[0].cfg.seq_len);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig5.gp", &vars);
-    printf("wrote %s/fig5_%s.png\n", opt->plots, opt->preset);
+    printf("wrote %s\n", png);
     report_close(md);
     printf("wrote %s\n", path);
 }
@@ -523,14 +523,15 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     gnuplot_string(&vars, "fig1", fig1);
     gnuplot_string(&vars, "names", names);
     gnuplot_string(&vars, "papers", papers);
-    preset_path(text, sizeof(text), opt->plots, "table3", opt->preset, ".png");
-    gnuplot_string(&vars, "out", text);
-    preset_path(text, sizeof(text), opt->plots, "fig1", opt->preset, ".png");
-    gnuplot_string(&vars, "out_fig1", text);
+    char png[4400], fig1_png[4400];
+    preset_path(png, sizeof(png), opt->plots, "table3", opt->preset, ".png");
+    gnuplot_string(&vars, "out", png);
+    preset_path(fig1_png, sizeof(fig1_png), opt->plots, "fig1", opt->preset, ".png");
+    gnuplot_string(&vars, "out_fig1", fig1_png);
     snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d", opt->preset, context);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table3.gp", &vars);
-    printf("\nwrote %s, %s/table3_%s.png, %s/fig1_%s.png\n", path, opt->plots, opt->preset, opt->plots, opt->preset);
+    printf("\nwrote %s, %s, %s\n", path, png, fig1_png);
 }
 
 // ---- Figure 8: attention logits quantized ----
@@ -655,12 +656,13 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
     GnuplotVars vars = {"", 0};
     gnuplot_string(&vars, "data", dat);
     gnuplot_number(&vars, "series", 2 * n_rows);
-    preset_path(text, sizeof(text), opt->plots, "fig8", opt->preset, ".png");
-    gnuplot_string(&vars, "out", text);
+    char png[4400];
+    preset_path(png, sizeof(png), opt->plots, "fig8", opt->preset, ".png");
+    gnuplot_string(&vars, "out", png);
     snprintf(text, sizeof(text), "Figure 8, preset %s: attention logits quantized (solid: per tensor, dashed: per row)", opt->preset);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig8.gp", &vars);
-    printf("\nwrote %s, %s/fig8_%s.png\n", path, opt->plots, opt->preset);
+    printf("\nwrote %s, %s\n", path, png);
 }
 
 // The rows of the recipe with their configs, parameter counts checked and the training mix

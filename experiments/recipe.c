@@ -6,6 +6,12 @@
 
 #include "../model/util.h"
 
+// A key the runner reads rather than the config: `plumbing` (preset_note) in every recipe's
+// presets, and the runner's own
+static int runner_key(ExtraKey extra_key, int is_row, const char* key) {
+    return (!is_row && strcmp(key, "plumbing") == 0) || extra_key(is_row, key);
+}
+
 static const char* on_line(void* user, const char* section, const char* key, const char* value) {
     Recipe* r = user;
     Section* s = &r->common;
@@ -24,7 +30,7 @@ static const char* on_line(void* user, const char* section, const char* key, con
         }
         s = &list[*n - 1];
     }
-    if (!section[0] || !r->extra_key(strncmp(section, "row ", 4) == 0, key)) {
+    if (!section[0] || !runner_key(r->extra_key, strncmp(section, "row ", 4) == 0, key)) {
         Config scratch;
         config_defaults(&scratch);
         const char* err = config_set(&scratch, key, value);
@@ -87,7 +93,7 @@ int section_int(const Section* s, const char* key, const char* path) {
 
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key) {
     for (int i = 0; i < s->n; i++) {
-        if (extra_key(0, s->key[i]) || extra_key(1, s->key[i])) continue;
+        if (runner_key(extra_key, 0, s->key[i]) || runner_key(extra_key, 1, s->key[i])) continue;
         const char* err = config_set(cfg, s->key[i], s->value[i]);
         if (err) die("%s", err);
     }

@@ -87,6 +87,19 @@ static void now_iso(char* buf, size_t n) {
     strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+// Adds column to table unless it is there already (a migration a killed process half did)
+static void add_column(Registry* reg, const char* table, const char* column, const char* declaration) {
+    sqlite3_stmt* st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?");
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+    int present = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+    sqlite3_finalize(st);
+    if (present) return;
+    char sql[256];
+    snprintf(sql, sizeof(sql), "ALTER TABLE %s ADD COLUMN %s %s;", table, column, declaration);
+    exec(reg, sql);
+}
+
 // params: one row per key of a config text ("key = value" lines), inside the caller's transaction
 static void insert_params(Registry* reg, int64_t run, const char* config_text) {
     char* text = strdup(config_text);
@@ -176,9 +189,7 @@ void registry_open(Registry* reg, const char* path) {
     if (existing && version < 2) {
         // version 0, from before schema versions: runs without `ranks` (they had one), and
         // params stored as text, which compared as text ('10' < '9')
-        st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'ranks'");
-        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 0) exec(reg, "ALTER TABLE runs ADD COLUMN ranks INTEGER NOT NULL DEFAULT 1;");
-        sqlite3_finalize(st);
+        add_column(reg, "runs", "ranks", "INTEGER NOT NULL DEFAULT 1");
         exec(reg, "CREATE TABLE params_numeric (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
                   "  value NUMERIC NOT NULL, PRIMARY KEY (run_id, key));"
                   "INSERT INTO params_numeric SELECT run_id, key, value FROM params; DROP TABLE params;"
@@ -186,9 +197,7 @@ void registry_open(Registry* reg, const char* path) {
     }
     if (existing && version < 3) {
         // metrics gain the time they were measured at (NULL in older rows)
-        st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info('metrics') WHERE name = 'time'");
-        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 0) exec(reg, "ALTER TABLE metrics ADD COLUMN time REAL;");
-        sqlite3_finalize(st);
+        add_column(reg, "metrics", "time", "REAL");
         canonical_configs(reg);
     }
     if (existing && version < REGISTRY_SCHEMA) {

@@ -199,12 +199,13 @@ int table5_main(const Table5Options* opt) {
     gnuplot_string(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
     gnuplot_number(&vars, "models", n);
-    preset_path(text, sizeof(text), opt->plots, "table5", presets, ".png");
-    gnuplot_string(&vars, "out", text);
+    char png[4400];
+    preset_path(png, sizeof(png), opt->plots, "table5", presets, ".png");
+    gnuplot_string(&vars, "out", png);
     snprintf(text, sizeof(text), "Table 5: largest activations (Table 6 preset %s, needle preset %s)", opt->preset, opt->needle_preset);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table5.gp", &vars);
-    printf("\nwrote %s, %s/table5_%s.png; per-layer statistics in %s/table5/\n", path, opt->plots, presets, opt->results);
+    printf("\nwrote %s, %s; per-layer statistics in %s/table5/\n", path, png, opt->results);
     for (int i = 0; i < n; i++) outlier_stats_free(&models[i].stats);
     free(models);
     return 0;

@@ -23,7 +23,7 @@ static int is_row_key(const char* k) {
            !strcmp(k, "match_params");
 }
 static int is_preset_key(const char* k) {
-    return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens") || !strcmp(k, "plumbing");
+    return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
 }
 int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
 
@@ -377,10 +377,11 @@ int table6_main(const Table6Options* opt) {
     gnuplot_string(&vars, "bars", bars);
     gnuplot_string(&vars, "curves", curves);
     gnuplot_number(&vars, "rows", r->n_rows);
-    preset_path(text, sizeof(text), opt->plots, "table6", opt->preset, ".png");
-    gnuplot_string(&vars, "out_bars", text);
-    preset_path(text, sizeof(text), opt->plots, "table6", opt->preset, "_curves.png");
-    gnuplot_string(&vars, "out_curves", text);
+    char png[4400], curves_png[4400];
+    preset_path(png, sizeof(png), opt->plots, "table6", opt->preset, ".png");
+    gnuplot_string(&vars, "out_bars", png);
+    preset_path(curves_png, sizeof(curves_png), opt->plots, "table6", opt->preset, "_curves.png");
+    gnuplot_string(&vars, "out_curves", curves_png);
     snprintf(text, sizeof(text), "Table 6, preset %s, %d seed(s): losses on the first %d validation windows of %d tokens",
              opt->preset, opt->seeds, eval_windows, first.seq_len);
     gnuplot_string(&vars, "title_text", text);
@@ -388,8 +389,7 @@ int table6_main(const Table6Options* opt) {
              "windows (the table: %d)", opt->preset, first.eval_batches * first.batch_size, eval_windows);
     gnuplot_string(&vars, "curves_title", text);
     gnuplot("table6.gp", &vars);
-    printf("\nwrote %s, %s/table6_%s.png, %s/table6_%s_curves.png; runs in %s/registry.sqlite\n", path, opt->plots,
-           opt->preset, opt->plots, opt->preset, opt->results);
+    printf("\nwrote %s, %s, %s; runs in %s/registry.sqlite\n", path, png, curves_png, opt->results);
     registry_close(&reg);
     unlock_folder(lock);
     int missing = 0;

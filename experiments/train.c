@@ -211,6 +211,8 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     if (until <= 0 || until > cfg->steps) until = cfg->steps;
     BatchShare share = batch_share(cfg, dist_rank(), dist_ranks());
     int root = share.rank == 0;
+    int B = cfg->batch_size, T = cfg->seq_len;
+    size_t tokens_per_step = (size_t)B * T * cfg->grad_accum;
     char ckpt[4096], log_path[4096];
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
@@ -245,7 +247,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
                     "losses match a non-stop run bitwise only with the same ranks and threads\n", share.ranks, threads,
                     info.ranks, info.threads);
         }
-        if (root) truncate_log(log_path, info.step, (long)cfg->batch_size * cfg->seq_len * cfg->grad_accum);
+        if (root) truncate_log(log_path, info.step, (long)tokens_per_step);
         printf("resuming %s from step %d\n", ckpt, info.step);
     } else {
         model_build(&model, cfg, tok->vocab_size);
@@ -254,8 +256,6 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         adamw_alloc(&opt, &model);
         if (root) truncate_log(log_path, 0, 0);
     }
-    int B = cfg->batch_size, T = cfg->seq_len;
-    size_t tokens_per_step = (size_t)B * T * cfg->grad_accum;
     printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, ", config_attention_name(cfg),
            model.L, model.C, model.H, model.D, model.F, model.n_params, tokens_per_step);
     if (share.ranks > 1) printf("%d ranks x %d micro-batches of %d rows, ", share.ranks, share.micros, share.micro_rows);
@@ -410,10 +410,10 @@ void train_recorded(Registry* reg, int64_t run, const Config* cfg, int until) {
     double tokens = (double)buffer.steps_trained * cfg->batch_size * cfg->seq_len * cfg->grad_accum;
     if (buffer.steps_trained) registry_evaluation(reg, run, "tokens_per_second", tokens / seconds);
     // the mix is made from code that changes, so its hash is what says which data a run saw
-    DataDir data;
-    data_open(&data, cfg->data, DATA_TRAIN);
-    for (int i = 0; i < data.train.n; i++) registry_artifact(reg, run, "training_data", data.train.paths[i]);
-    data_close(&data);
+    ShardList shards;
+    data_list_split(&shards, cfg->data, "train");
+    for (int i = 0; i < shards.n; i++) registry_artifact(reg, run, "training_data", shards.paths[i]);
+    shard_list_free(&shards);
     free(buffer.keys);
     free(buffer.steps);
     free(buffer.tokens);

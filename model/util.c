@@ -252,10 +252,13 @@ static int edit_distance(const char* a, const char* b) {
 
 const char* closest_name(const char* word, const char* const* names, int n) {
     const char* best = NULL;
-    int best_distance = (int)strlen(word) / 3 + 1;  // more edits than that is another word
+    int best_distance = (int)strlen(word) / 3 + 2;  // more edits than strlen / 3 + 1 is another word
     for (int i = 0; i < n; i++) {
         int d = edit_distance(word, names[i]);
-        if (d <= best_distance && (!best || d < edit_distance(word, best))) best = names[i];
+        if (d < best_distance) {
+            best = names[i];
+            best_distance = d;
+        }
     }
     return best;
 }
