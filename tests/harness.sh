@@ -33,3 +33,13 @@ doc_queries() {
     sed -n '/^```sql/,/^```/p' docs/registry.md | sed '1d;$d' | grep -v '^--' | tr '\n' ' ' | tr ';' '\n' |
         sed -E "s/'(small|default)'/'smoke'/g; s/^ +//" | grep -v '^$'
 }
+
+# prepare_table6_corpus: $work/data, prepared from 60 documents with enough validation text for
+# table6's smoke preset (64 windows of 64 tokens); needs $bin and $work
+prepare_table6_corpus() {
+    mkdir -p "$work/corpus"
+    for d in $(seq -w 0 59); do
+        for i in $(seq 1 150); do echo "Record $d, entry $i: the $((i * 7 % 13)) ships sailed past harbour $((10#$d % 5)) at dawn."; done > "$work/corpus/doc$d.txt"
+    done
+    $bin prepare --vocab 400 "$work/data" "$work/corpus" >/dev/null || { echo "prepare failed"; exit 1; }
+}

@@ -19,10 +19,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 # leak checking stays off under mpirun: a sanitizer build would report MPI's own allocations
 mpi() { ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun -np "$1" --oversubscribe "${@:2}"; }
 
-for d in $(seq -w 0 59); do
-    for i in $(seq 1 150); do echo "Record $d, entry $i: the $((i * 7 % 13)) ships sailed past harbour $((10#$d % 5)) at dawn."; done > "$work/corpus/doc$d.txt"
-done
-$bin prepare --vocab 400 "$work/data" "$work/corpus" >/dev/null || { echo "prepare failed"; exit 1; }
+prepare_table6_corpus
 tiny="data=$work/data attention=diff n_layer=2 d_model=64 n_head=2 head_dim=16 seq_len=64 eval_batches=4 warmup_steps=5 log_every=10"
 
 # largest relative difference between two logs' losses, row by row (same rows required)

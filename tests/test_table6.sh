@@ -10,11 +10,7 @@ rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh
 sql() { sqlite3 "$work/results/registry.sqlite" "$1"; }
 
-# a corpus with enough validation text for the smoke preset's 64 windows of 64 tokens
-for d in $(seq -w 0 59); do
-    for i in $(seq 1 150); do echo "Record $d, entry $i: the $((i * 7 % 13)) ships sailed past harbour $((10#$d % 5)) at dawn."; done > "$work/corpus/doc$d.txt"
-done
-$bin prepare --vocab 400 "$work/data" "$work/corpus" >/dev/null || { echo "prepare failed"; exit 1; }
+prepare_table6_corpus
 sed "s#^data = .*#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
 run_table() { $bin table6 "$work/table6.ini" --preset smoke --results "$work/results" --plots "$work/plots"; }
 
