@@ -6,6 +6,8 @@
 #   make table6 | table2 | fig5 | table3 | table5 | fig8   the paper's tables and figures from models trained here
 # MPI=K runs the table and figure targets as K data-parallel ranks (mpirun -np K); NO_MPI=1
 # builds a program without MPI, which then always runs as one process.
+# CUDA=1 builds build/cuda/difftx with the CUDA backend beside the CPU one (docs/gpu.md);
+# make gpu-bundle packs it with its tests and libraries for a GPU machine without them.
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
@@ -31,7 +33,22 @@ PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto jansson $(MPI
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
-ifdef SANITIZE
+# The CUDA toolkit: CUDA_HOME, else the folder of the nvcc on PATH. CUDA_ARCH: the GPU
+# generation the kernels are built for (90: Hopper), with PTX for newer ones.
+NVCC := $(or $(wildcard $(CUDA_HOME)/bin/nvcc),$(shell command -v nvcc 2>/dev/null))
+CUDA_DIR := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= 90
+ifdef CUDA
+ifeq ($(NVCC),)
+$(error CUDA=1: no nvcc found (set CUDA_HOME to the CUDA toolkit))
+endif
+B := build/cuda
+CFLAGS ?= -O3 $(ARCH)
+CUDA_SRC := $(wildcard model/cuda/*.cu)
+NVCCFLAGS := -O3 -std=c++17 --generate-code arch=compute_$(CUDA_ARCH),code=[sm_$(CUDA_ARCH),compute_$(CUDA_ARCH)] \
+             -DDIFFTX_CUDA_ARCH=$(CUDA_ARCH) $(if $(NO_MPI),,-DDIFFTX_MPI) -Xcompiler -Wall,-Wextra
+CUDA_LIBS := -L$(CUDA_DIR)/lib64 -Wl,-rpath,$(CUDA_DIR)/lib64 -lcublas -lcudart $(if $(NO_MPI),,-lnccl) -lstdc++
+else ifdef SANITIZE
 B := build/san
 SANITIZERS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 CFLAGS := -O1 -g $(ARCH) $(SANITIZERS)
@@ -39,8 +56,8 @@ else
 B := build
 CFLAGS ?= -O3 $(ARCH)
 endif
-CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"'
-LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp
+CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"' $(if $(CUDA),-DDIFFTX_CUDA)
+LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
 # experiments/, and the command line difftx.c.
@@ -53,11 +70,11 @@ EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c e
                experiments/table6.c experiments/table5.c experiments/needle_tasks.c experiments/attn_plot.c \
                experiments/runs.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
-OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE))
-HEADERS := $(wildcard model/*.h model/cpu/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
-TESTS := test_backend_ops test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
+OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
+HEADERS := $(wildcard model/*.h model/cpu/*.h model/cuda/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
+TESTS := test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: all deps data train test bench table6 table2 fig5 table3 fig8 table5 clean FORCE
+.PHONY: all deps data train test bench table6 table2 fig5 table3 fig8 table5 clean FORCE cuda-build gpu-bundle
 .SECONDARY:
 all: build/difftx
 
@@ -84,6 +101,9 @@ $(B)/obj/%.o: %.c $(HEADERS) | build/deps.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 $(B)/obj/model/cpu/vecmath.o: CFLAGS += -ffast-math
+$(B)/obj/%.o: %.cu $(HEADERS) | build/deps.stamp
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 # these files record the commit: rebuild them whenever `git describe` changes
 COMMIT_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(shell grep -l GIT_COMMIT $(CORE)))
@@ -129,9 +149,21 @@ table2 fig5 table3 fig8: build/difftx data/default/train.bin
 table5: build/difftx data/default/train.bin
 	$(MPIRUN)build/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET)
 
+# The CUDA build, whenever a toolkit is found, so that a CUDA compile or link error fails the
+# tests; its programs run in tests/test_cuda_build.sh
+CUDA_PROGRAMS := difftx test_backend_ops test_devices
+cuda-build:
+	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 $(addprefix build/cuda/,$(CUDA_PROGRAMS)),@echo "no nvcc: the CUDA build is not compiled")
+
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
-test: $(B)/difftx $(addprefix $(B)/,$(TESTS))
+test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(if $(SANITIZE),,cuda-build)
 	BUILD=$(B) tests/run.sh $(TESTS)
+
+# A folder for a GPU machine that has the driver and CUDA but none of this project's
+# libraries: the CUDA build, its tests, the libraries they load (from ldd; glibc, the
+# driver and CUDA's own left out) and gpu-check.sh, which runs the whole GPU check
+gpu-bundle: cuda-build
+	tests/make_gpu_bundle.sh build/gpu-bundle $(addprefix build/cuda/,$(CUDA_PROGRAMS))
 
 bench: build/difftx
 	tests/bench.sh

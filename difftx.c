@@ -27,6 +27,12 @@
 
 static char USAGE[8192];  // filled from COMMANDS by main
 
+// Stops before anything is written when the device cannot run here
+static void require_device(const char* device) {
+    const char* why = backend_unusable(device);
+    if (why) die("%s", why);
+}
+
 // Recipe file, then key=value overrides, then validation
 static void load_config(Config* cfg, int argc, char** argv, int first) {
     if (first >= argc) die("missing RECIPE argument\n%s", USAGE);
@@ -34,6 +40,7 @@ static void load_config(Config* cfg, int argc, char** argv, int first) {
     config_load_file(cfg, argv[first]);
     for (int i = first + 1; i < argc; i++) config_apply_override(cfg, argv[i]);
     config_validate(cfg);
+    require_device(config_device_name(cfg));
 }
 
 static int parse_int_arg(const char* flag, const char* value) {
@@ -94,14 +101,16 @@ static int cmd_train(int argc, char** argv) {
 
 static int cmd_sample(int argc, char** argv) {
     const char* prompt = "";
+    const char* device = "cpu";
     int n_tokens = 200, seed = 1;
     float temperature = 0.8f;
     static struct option opts[] = {{"prompt", required_argument, 0, 'p'}, {"tokens", required_argument, 0, 'n'},
                                    {"temperature", required_argument, 0, 't'}, {"seed", required_argument, 0, 's'},
-                                   {0, 0, 0, 0}};
+                                   {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'p') prompt = optarg;
+        else if (c == 'd') device = optarg;
         else if (c == 'n') n_tokens = parse_int_arg("--tokens", optarg);
         else if (c == 's') seed = parse_int_arg("--seed", optarg);
         else if (c == 't') {
@@ -113,7 +122,8 @@ static int cmd_sample(int argc, char** argv) {
     if (optind >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
     Model model;
     CheckpointInfo info;
-    checkpoint_load(argv[optind], &model, NULL, &info);
+    require_device(device);
+    checkpoint_load(argv[optind], device, &model, NULL, &info);
     // the run folder's copy first, so a checkpoint samples from anywhere; then its data folder
     Tokenizer found;
     char folder[4096];
@@ -223,23 +233,25 @@ static int cmd_bench(int argc, char** argv) {
         } else {
             train_step(&model, &opt, &cfg, &share, s, inputs, targets);
         }
+        model.be->synchronize();  // the step's work is done, not only issued
         if (s > 0) timed += wall_time() - t0;
     }
     double step_s = timed / (steps - 1), tok_s = N / step_s;
-    double peak = peak_rss_bytes() / (1024.0 * 1024.0);
-    printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d backend=%s\n",
+    double peak = model.be->peak_memory_bytes() / (1024.0 * 1024.0);
+    const char* peak_what = model.be->host_memory ? "RSS" : "device memory";
+    printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d device=%s\n",
            forward_only ? "forward" : "train", config_attention_name(&cfg), model.L, model.C,
-           model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads(), model.be->name);
+           model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads(), model.be->device_name());
     double mfu = 0;
     if (forward_only) {
-        printf("  %.3f s per forward pass, %.0f tokens/s, peak RSS %.0f MiB\n", step_s, tok_s, peak);
+        printf("  %.3f s per forward pass, %.0f tokens/s, peak %s %.0f MiB\n", step_s, tok_s, peak_what, peak);
     } else {
         double flops = model_flops_per_token(&model, T), sgemm = model.be->matmul_rate();
         double achieved = flops * tok_s / 1e9;
         mfu = 100.0 * achieved / sgemm;
         printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s = %.0f%% MFU of the measured "
-               "matmul rate %.1f GFLOP/s, peak RSS %.0f MiB\n",
-               tok_s, step_s, flops / 1e6, achieved, mfu, sgemm, peak);
+               "matmul rate %.1f GFLOP/s, peak %s %.0f MiB\n",
+               tok_s, step_s, flops / 1e6, achieved, mfu, sgemm, peak_what, peak);
         adamw_free(&opt);
     }
     runs_record_bench(results, argv[optind], &cfg, forward_only, tok_s, mfu, peak);
@@ -339,17 +351,20 @@ typedef struct {
 
 static int cmd_eval(int argc, char** argv) {
     int windows = 512;  // Table 6's small preset
-    static struct option opts[] = {{"windows", required_argument, 0, 'w'}, {0, 0, 0, 0}};
+    const char* device = "cpu";
+    static struct option opts[] = {{"windows", required_argument, 0, 'w'}, {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'w') windows = parse_int_arg("--windows", optarg);
+        else if (c == 'd') device = optarg;
         else die("%s", USAGE);
     }
     if (optind >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
     const char* path = argv[optind];
     Model model;
     CheckpointInfo info;
-    checkpoint_load(path, &model, NULL, &info);
+    require_device(device);
+    checkpoint_load(path, device, &model, NULL, &info);
     const char* data_dir = model.cfg.data;
     for (int i = optind + 1; i < argc; i++) {
         if (strncmp(argv[i], "data=", 5) != 0) die("eval: '%s': expected data=DIR\n%s", argv[i], USAGE);
@@ -382,7 +397,7 @@ static int cmd_export(int argc, char** argv) {
     if (argc != 3) die("export needs CHECKPOINT and OUT.safetensors\n%s", USAGE);
     Model model;
     CheckpointInfo info;
-    checkpoint_load(argv[1], &model, NULL, &info);
+    checkpoint_load(argv[1], "cpu", &model, NULL, &info);  // weights only: no computation
     char* config = config_to_text(&model.cfg);
     char step[32], vocab[32], eps[32], hash[32];
     snprintf(step, sizeof(step), "%d", info.step);
@@ -458,7 +473,7 @@ static const Command COMMANDS[] = {
      "DATA_DIR's training text mixed with needle training episodes"},
     {"train", cmd_train, "RECIPE [key=value ...] [--until STEP] [--results DIR]",
      "train (resumes from OUT/checkpoint.h5 if present), recorded in DIR/registry.sqlite (default results)"},
-    {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]", "generate text"},
+    {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S] [--device cpu|cuda]", "generate text"},
     {"bench", cmd_bench, "RECIPE [key=value ...] [--vocab N] [--steps N] [--forward] [--results DIR]",
      "speed and peak memory on random tokens"},
     {"table6", cmd_table6, "RECIPE [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
@@ -467,7 +482,7 @@ static const Command COMMANDS[] = {
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
     {"table5", cmd_table5, "TABLE6_RECIPE --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
-    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N]",
+    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N] [--device cpu|cuda]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},
     {"export", cmd_export, "CHECKPOINT OUT.safetensors", "the weights alone, for PyTorch (layout in docs/export.md)"},
     {"runs", cmd_runs, "[--results DIR] [--experiment E] [--preset P] [--status S]",

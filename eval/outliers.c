@@ -1,7 +1,6 @@
 #include "outliers.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,39 +100,17 @@ double act_stats_median(const ActStats* s) {
 }
 
 // ---- collection through the activation hook ----
-#define MAX_THREADS 256
-
-// The hook runs on the attention kernel's threads at once; each thread adds to its own
-// per-layer statistics (found by thread id under a lock held only for the lookup), merged at
-// the end. Merging is order-free, so the result does not depend on the thread count.
+// The hook is called one block at a time, in an order that may vary (backend.h); histograms,
+// counts and the top values are the same in any order, so the statistics never depend on the
+// backend's blocks or threads.
 typedef struct {
     int L;
-    pthread_mutex_t lock;
-    pthread_t thread[MAX_THREADS];
-    ActStats* stats[MAX_THREADS];  // (OUTLIER_KINDS * L) each
-    int n_threads;
+    ActStats* stats;  // (OUTLIER_KINDS * L)
 } Collector;
-
-static ActStats* thread_stats(Collector* c) {
-    pthread_t self = pthread_self();
-    pthread_mutex_lock(&c->lock);
-    int i = 0;
-    while (i < c->n_threads && !pthread_equal(c->thread[i], self)) i++;
-    if (i == c->n_threads) {
-        if (i == MAX_THREADS) die("outlier statistics: more than %d threads ran the forward pass", MAX_THREADS);
-        c->thread[i] = self;
-        c->stats[i] = mallocCheck((size_t)OUTLIER_KINDS * c->L * sizeof(ActStats));
-        for (int k = 0; k < OUTLIER_KINDS * c->L; k++) act_stats_init(&c->stats[i][k]);
-        c->n_threads++;
-    }
-    ActStats* s = c->stats[i];
-    pthread_mutex_unlock(&c->lock);
-    return s;
-}
 
 static void collect_hook(void* ctx, const Activation* act) {
     Collector* c = ctx;
-    ActStats* s = thread_stats(c);
+    ActStats* s = c->stats;
     if (act->kind == ACT_ATTN_LOGITS) {
         if (act->recompute) return;
         ActStats* st = &s[OUTLIER_LOGITS * c->L + act->layer];
@@ -159,8 +136,8 @@ void outlier_stats_collect(OutlierStats* out, Model* model, const Shard* text, i
             (size_t)(windows - 1) * stride + T, text->n_tokens);
     }
     int L = model->L;
-    Collector c = {.L = L, .n_threads = 0};
-    pthread_mutex_init(&c.lock, NULL);
+    Collector c = {L, mallocCheck((size_t)OUTLIER_KINDS * L * sizeof(ActStats))};
+    for (int k = 0; k < OUTLIER_KINDS * L; k++) act_stats_init(&c.stats[k]);
     ActivationHook hook = {collect_hook, &c};
     model_set_hook(model, &hook);
     int* tokens = mallocCheck((size_t)batch * T * sizeof(int));
@@ -186,15 +163,12 @@ void outlier_stats_collect(OutlierStats* out, Model* model, const Shard* text, i
         act_stats_init(&out->pooled[k]);
         for (int l = 0; l < L; l++) {
             act_stats_init(&out->layer[k][l]);
-            for (int i = 0; i < c.n_threads; i++) act_stats_merge(&out->layer[k][l], &c.stats[i][k * L + l]);
+            act_stats_merge(&out->layer[k][l], &c.stats[k * L + l]);
             act_stats_merge(&out->pooled[k], &out->layer[k][l]);
         }
     }
-    for (int i = 0; i < c.n_threads; i++) {
-        for (int k = 0; k < OUTLIER_KINDS * L; k++) act_stats_free(&c.stats[i][k]);
-        free(c.stats[i]);
-    }
-    pthread_mutex_destroy(&c.lock);
+    for (int k = 0; k < OUTLIER_KINDS * L; k++) act_stats_free(&c.stats[k]);
+    free(c.stats);
 }
 
 void outlier_stats_free(OutlierStats* s) {

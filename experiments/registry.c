@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../model/backend.h"
 #include "../model/dist.h"
 #include "../model/util.h"
 
@@ -21,7 +22,7 @@ static const char* SCHEMA =
     "  row TEXT NOT NULL, seed INTEGER NOT NULL, attempt INTEGER NOT NULL,"
     "  status TEXT NOT NULL CHECK (status IN ('RUNNING', 'FINISHED', 'FAILED', 'KILLED')),"
     "  git_commit TEXT NOT NULL, git_dirty INTEGER NOT NULL, host TEXT NOT NULL, cpu_model TEXT NOT NULL,"
-    "  threads INTEGER NOT NULL, ranks INTEGER NOT NULL DEFAULT 1, pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL,"
+    "  threads INTEGER NOT NULL, ranks INTEGER NOT NULL DEFAULT 1, device TEXT NOT NULL DEFAULT 'cpu', pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL,"
     "  out_dir TEXT NOT NULL,"
     "  started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
     "CREATE TABLE IF NOT EXISTS params (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
@@ -200,6 +201,7 @@ void registry_open(Registry* reg, const char* path) {
         add_column(reg, "metrics", "time", "REAL");
         canonical_configs(reg);
     }
+    if (existing && version < 4) add_column(reg, "runs", "device", "TEXT NOT NULL DEFAULT 'cpu'");  // before CUDA
     if (existing && version < REGISTRY_SCHEMA) {
         fprintf(stderr, "registry '%s': migrated from schema version %d to %d\n", path, version, REGISTRY_SCHEMA);
     }
@@ -281,8 +283,8 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     exec(reg, "BEGIN IMMEDIATE;");
     sqlite3_stmt* st = prepare(reg,
         "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
-        " ranks, pid, pid_start, recipe_text, out_dir, started) VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(attempt), 0) + 1"
-        " FROM runs WHERE experiment_id = ?1 AND row = ?2 AND seed = ?3), 'RUNNING', ?4, ?5, ?6, ?7, ?8, ?14, ?9, ?13,"
+        " ranks, device, pid, pid_start, recipe_text, out_dir, started) VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(attempt), 0) + 1"
+        " FROM runs WHERE experiment_id = ?1 AND row = ?2 AND seed = ?3), 'RUNNING', ?4, ?5, ?6, ?7, ?8, ?14, ?15, ?9, ?13,"
         " ?10, ?11, ?12)");
     sqlite3_bind_int64(st, 1, experiment);
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
@@ -298,6 +300,7 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     sqlite3_bind_text(st, 12, now, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 13, process_start((int)getpid()));
     sqlite3_bind_int(st, 14, dist_ranks());
+    sqlite3_bind_text(st, 15, backend_named(config_device_name(cfg))->device_name(), -1, SQLITE_TRANSIENT);
     step_done(reg, st, "insert run");
     int64_t run = sqlite3_last_insert_rowid(reg->db);
     insert_params(reg, run, text);

@@ -19,7 +19,7 @@ typedef enum { RUN_RUNNING, RUN_FINISHED, RUN_FAILED, RUN_KILLED } RunStatus;
 
 // The schema's version (PRAGMA user_version): older registries are migrated on opening, newer
 // ones refused
-#define REGISTRY_SCHEMA 3
+#define REGISTRY_SCHEMA 4
 
 void registry_open(Registry* reg, const char* path);
 void registry_close(Registry* reg);

@@ -87,7 +87,7 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     Model model;
     CheckpointInfo info;
     config_checkpoint_path(cfg, path, sizeof(path));
-    checkpoint_load(path, &model, NULL, &info);
+    checkpoint_load(path, config_device_name(cfg), &model, NULL, &info);
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     BigramTable table;

@@ -126,7 +126,7 @@ static void truncate_log(const char* path, int step, long tokens_per_step) {
 static void init_from_checkpoint(Model* model, const char* path, uint64_t tokenizer_hash) {
     Model src;
     CheckpointInfo info;
-    checkpoint_load(path, &src, NULL, &info);
+    checkpoint_load(path, "cpu", &src, NULL, &info);  // read only, then copied across
     if (!info.finished) die("key 'init_from': '%s' is not a finished run's checkpoint (step %d of %d)", path, info.step, src.cfg.steps);
     if (info.tokenizer_hash != tokenizer_hash) die("key 'init_from': '%s' was trained with another tokenizer than this run's data", path);
     if (src.n_tensors != model->n_tensors) die("key 'init_from': '%s' has another architecture than this config", path);
@@ -161,12 +161,14 @@ static void diverged(int step, double loss, float norm, const char* ckpt, FILE* 
 }
 
 void train_check_memory(const Config* cfg, int vocab_size) {
-    double activations, need = model_training_bytes(cfg, vocab_size, &activations), have = machine_memory_bytes();
+    double activations, need = model_training_bytes(cfg, vocab_size, &activations);
+    const Backend* be = backend_named(config_device_name(cfg));
+    double have = be->memory_bytes();
     double gib = 1024.0 * 1024 * 1024;
     if (need > have) {
-        die("training needs %.1f GiB, more than this machine's %.1f GiB: %.1f GiB of parameters with their gradients and AdamW "
+        die("training needs %.1f GiB, more than the %.1f GiB of device %s: %.1f GiB of parameters with their gradients and AdamW "
             "moments (keys 'n_layer' = %d, 'd_model' = %d, 'ffn_hidden' and the vocabulary of %d) and %.1f GiB of one "
-            "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib,
+            "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib, be->device_name(),
             (need - activations) / gib, cfg->n_layer, cfg->d_model, vocab_size, activations / gib, cfg->batch_size, cfg->seq_len);
     }
 }
@@ -232,7 +234,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     CheckpointInfo info = {0};
     int threads = omp_get_max_threads();
     if (access(ckpt, F_OK) == 0) {
-        checkpoint_load(ckpt, &model, &opt, &info);
+        checkpoint_load(ckpt, config_device_name(cfg), &model, &opt, &info);
         require_same_config(&model.cfg, cfg, ckpt);
         if (cfg->steps < info.step) die("key 'steps': %d is below the %d steps '%s' has trained; a run only grows", cfg->steps, info.step, ckpt);
         if (cfg->steps != model.cfg.steps) {
@@ -242,10 +244,11 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
             info.finished = info.step == cfg->steps;
         }
         if (info.tokenizer_hash != tok->hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
-        if (root && (info.threads != threads || info.ranks != share.ranks)) {
-            fprintf(stderr, "warning: resuming with %d ranks of %d threads, the checkpoint was written by %d of %d; "
-                    "losses match a non-stop run bitwise only with the same ranks and threads\n", share.ranks, threads,
-                    info.ranks, info.threads);
+        const char* device = model.be->device_name();
+        if (root && (info.threads != threads || info.ranks != share.ranks || strcmp(info.device, device) != 0)) {
+            fprintf(stderr, "warning: resuming with %d ranks of %d threads on %s, the checkpoint was written by %d of %d on "
+                    "%s; losses match a non-stop run bitwise only with the same device, ranks and threads\n", share.ranks,
+                    threads, device, info.ranks, info.threads, info.device);
         }
         if (root) truncate_log(log_path, info.step, (long)tokens_per_step);
         printf("resuming %s from step %d\n", ckpt, info.step);
@@ -321,8 +324,8 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
             // checkpoint, which the resumed run's observer drops (resume); the other order
             // would lose this interval's metrics for good
             if (observer) observer->flush(observer->ctx);
-            CheckpointInfo now = {done, (uint64_t)done * cfg->grad_accum * B, tok->hash, threads, share.ranks,
-                                  done == cfg->steps, loss};
+            CheckpointInfo now = {.step = done, .rows_seen = (uint64_t)done * cfg->grad_accum * B, .tokenizer_hash = tok->hash,
+                                  .threads = threads, .ranks = share.ranks, .finished = done == cfg->steps, .train_loss = loss};
             checkpoint_save(ckpt, &model, &opt, &now);
         }
     }

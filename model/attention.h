@@ -70,7 +70,14 @@ AttnShape attention_shape(const AttnVariant* v, int H, int D);
 int attention_value_width(const AttnShape* s);  // Dv
 int attention_key_heads(const AttnShape* s);    // KH
 int attention_qkv_width(const AttnShape* s);    // columns of one qkv row
+// Column offsets in a qkv row, for every backend: query sub-head of map m of head h, its key
+// sub-head (head h's shared one with shared_kv), head h's value columns
+int attention_q_col(const AttnShape* s, int h, int m);
+int attention_k_col(const AttnShape* s, int h, int m);
+int attention_v_col(const AttnShape* s, int h);
 // Offset of the per-token lambda columns in a qkv row, -1 without them
 int attention_lambda_offset(const AttnShape* s);
+// Sub-heads RoPE rotates: the queries and the keys, from column 0 on
+int attention_rope_heads(const AttnShape* s);
 
 #endif

@@ -1,10 +1,21 @@
 // The backend selection: the one place that lists the backends built into the program.
 #include "backend.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "cpu/cpu.h"
+#ifdef DIFFTX_CUDA
+#include "cuda/cuda.h"
+#endif
 #include "util.h"
 
-static const Backend* (*const BUILT[])(void) = {backend_cpu};
+static const Backend* (*const BUILT[])(void) = {
+    backend_cpu,
+#ifdef DIFFTX_CUDA
+    backend_cuda,
+#endif
+};
 #define N_BUILT ((int)(sizeof(BUILT) / sizeof(BUILT[0])))
 
 int backend_count(void) { return N_BUILT; }
@@ -12,4 +23,41 @@ int backend_count(void) { return N_BUILT; }
 const Backend* backend_at(int i) {
     if (i < 0 || i >= N_BUILT) die("backend %d: this program has backends 0..%d", i, N_BUILT - 1);
     return BUILT[i]();
+}
+
+// Each backend's init runs once; its answer is kept
+static const char* init_once(int i) {
+    static int done[N_BUILT];
+    static const char* why[N_BUILT];
+    if (!done[i]) {
+        why[i] = BUILT[i]()->init();
+        done[i] = 1;
+    }
+    return why[i];
+}
+
+const char* backend_unusable(const char* device) {
+    static char msg[512];
+    for (int i = 0; i < N_BUILT; i++) {
+        if (strcmp(BUILT[i]()->name, device) != 0) continue;
+        const char* why = init_once(i);
+        if (!why) return NULL;
+        snprintf(msg, sizeof(msg), "device '%.40s' cannot run here: %s", device, why);
+        return msg;
+    }
+    if (strcmp(device, "cuda") == 0) {
+        snprintf(msg, sizeof(msg), "device 'cuda': this program was built without CUDA (build it with `make CUDA=1`, see docs/gpu.md)");
+    } else {
+        snprintf(msg, sizeof(msg), "device '%.40s' is not a backend of this program (cpu%s)", device, N_BUILT > 1 ? ", cuda" : "");
+    }
+    return msg;
+}
+
+const Backend* backend_named(const char* device) {
+    const char* why = backend_unusable(device);
+    if (why) die("%s", why);
+    for (int i = 0; i < N_BUILT; i++) {
+        if (strcmp(BUILT[i]()->name, device) == 0) return BUILT[i]();
+    }
+    die("device '%s': no such backend", device);
 }

@@ -21,14 +21,18 @@
 //   ACT_ATTN_LOGITS   scale * q k^T of one map as its softmax gets it (quantized when the
 //                     shape's quant asks), in blocks of query rows:
 //                     rows row0..row0+rows-1 of sequence b, head, map; row r sees keys
-//                     0..row0+r (entries past that are not used), `ld` floats apart.
-//                     Called from the attention kernel's threads, concurrently for distinct
-//                     (b, head) pairs. The backward pass recomputes these logits and calls the
-//                     hook again with recompute = 1: everything after the softmax gets the
-//                     gradient of the replaced logits, and q and k get it as if the replacement
-//                     were the identity (the straight-through estimator of quantized training).
+//                     0..row0+r (entries past that are not used), `ld` floats apart. How the
+//                     rows are cut into blocks is the backend's choice. The backward pass
+//                     recomputes these logits and calls the hook again with recompute = 1:
+//                     everything after the softmax gets the gradient of the replaced logits,
+//                     and q and k get it as if the replacement were the identity (the
+//                     straight-through estimator of quantized training).
 //   ACT_LAYER_OUTPUT  a layer's output after both residual additions, rows x C (rows = B*T).
-// data is host memory (the CPU backend's buffers).
+// The contract, for every backend: data is host memory, and the hook is called from one
+// thread at a time (never concurrently), in an order that may vary, so a hook needs no locks
+// and what it accumulates must not depend on the order of blocks. A backend whose buffers are
+// host memory (host_memory) shows its own buffers (no copy); any other stages a host copy and
+// uploads it back after the call, since the hook may write.
 typedef enum { ACT_ATTN_LOGITS, ACT_LAYER_OUTPUT } ActivationKind;
 
 typedef struct {
@@ -37,7 +41,7 @@ typedef struct {
     int b, head, map;   // attention logits only
     int row0, rows, cols, ld;
     int recompute;
-    float* data;
+    float* data;  // host memory
 } Activation;
 
 typedef struct {
@@ -58,9 +62,25 @@ typedef struct {
 } AdamWStep;
 
 typedef struct {
-    const char* name;
+    const char* name;  // what the `device` key names: "cpu", "cuda"
+    int host_memory;   // buffers are host memory: the hook sees them without a copy
 
-    // buffers: alloc returns zeroed memory; release(NULL) does nothing
+    // Makes the backend usable (a device context, library handles) and returns NULL, or says
+    // why it cannot be used on this machine (static storage); called once, before any other
+    // operation, by backend_named
+    const char* (*init)(void);
+    // what this backend runs on, for provenance: "cpu", "cuda NVIDIA H100 80GB HBM3 (sm_90)"
+    const char* (*device_name)(void);
+    // bytes of memory its buffers can take: the machine's RAM, or the device's memory
+    double (*memory_bytes)(void);
+    // the most memory this process has held so far: the peak resident set on the host, the
+    // high-water mark of live buffers on a device
+    double (*peak_memory_bytes)(void);
+    // returns once every operation issued so far has finished: timings are honest only after it
+    void (*synchronize)(void);
+
+    // buffers: alloc returns zeroed memory; release(NULL) does nothing. upload and download
+    // return once the host buffer may be reused or read. copy's ranges must not overlap.
     void* (*alloc)(size_t bytes);
     void (*release)(void* buf);
     void (*zero)(void* buf, size_t bytes);
@@ -132,8 +152,13 @@ typedef struct {
     double (*matmul_rate)(void);
 } Backend;
 
-// The backends this program was built with; the first is the default
+// The backends this program was built with; the first ("cpu") is the default
 int backend_count(void);
 const Backend* backend_at(int i);
+// The backend `device` names, initialised on first use; dies saying why when this program was
+// built without it or this machine cannot run it
+const Backend* backend_named(const char* device);
+// NULL when backend_named(device) would succeed, else why not (static storage); never dies
+const char* backend_unusable(const char* device);
 
 #endif

@@ -74,6 +74,7 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     h5_write_attr(file, "data_seed", H5T_NATIVE_INT, &model->cfg.seed, label);
     h5_write_attr(file, "threads", H5T_NATIVE_INT, &info->threads, label);
     h5_write_attr(file, "ranks", H5T_NATIVE_INT, &info->ranks, label);
+    h5_write_string_attr(file, "device", model->be->device_name(), label);
     h5_write_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_write_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
     h5_write_string_attr(file, "git_commit", GIT_COMMIT, label);
@@ -86,9 +87,9 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     model_get_params(model, host);
     write_tensors(file, "params", model, host, label);
     if (opt) {
-        opt->be->download(host, opt->m, bytes);
+        adamw_get_moments(opt, model->n_params, host, NULL);
         write_tensors(file, "adam_m", model, host, label);
-        opt->be->download(host, opt->v, bytes);
+        adamw_get_moments(opt, model->n_params, NULL, host);
         write_tensors(file, "adam_v", model, host, label);
     }
     free(host);
@@ -96,7 +97,7 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     renameCheck(tmp, path);
 }
 
-void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo* info) {
+void checkpoint_load(const char* path, const char* device, Model* model, AdamW* opt, CheckpointInfo* info) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (H5Fis_hdf5(path) <= 0) die("cannot read checkpoint '%s': missing, unreadable or not an HDF5 file", path);
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -126,6 +127,12 @@ void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo*
     h5_read_attr(file, "threads", H5T_NATIVE_INT, &info->threads, label);
     info->ranks = 1;  // written before data-parallel training existed
     if (H5Aexists(file, "ranks") > 0) h5_read_attr(file, "ranks", H5T_NATIVE_INT, &info->ranks, label);
+    snprintf(info->device, sizeof(info->device), "cpu");  // written before the CUDA backend existed
+    if (H5Aexists(file, "device") > 0) {
+        char* written_on = h5_read_string_attr(file, "device", label);
+        snprintf(info->device, sizeof(info->device), "%s", written_on);
+        free(written_on);
+    }
     h5_read_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_read_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
     // what the attributes must agree on: a corrupt or hand-edited file is refused, not resumed
@@ -142,6 +149,8 @@ void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo*
     int data_seed = cfg.seed;  // it repeats the config's seed; files written by other tools may leave it out
     if (H5Aexists(file, "data_seed") > 0) h5_read_attr(file, "data_seed", H5T_NATIVE_INT, &data_seed, label);
     if (data_seed != cfg.seed) die("%s: attribute 'data_seed' is %d but the config's seed is %d", label, data_seed, cfg.seed);
+    const char* why = config_set(&cfg, "device", device);
+    if (why) die("%s: %s", label, why);
     model_build(model, &cfg, vocab);
     size_t bytes = model->n_params * sizeof(float);
     float* host = mallocCheck(bytes);
@@ -150,9 +159,9 @@ void checkpoint_load(const char* path, Model* model, AdamW* opt, CheckpointInfo*
     if (opt) {
         adamw_alloc(opt, model);
         read_tensors(file, "adam_m", model, host, label);
-        opt->be->upload(opt->m, host, bytes);
+        adamw_set_moments(opt, model->n_params, host, NULL);
         read_tensors(file, "adam_v", model, host, label);
-        opt->be->upload(opt->v, host, bytes);
+        adamw_set_moments(opt, model->n_params, NULL, host);
     }
     free(host);
     H5Fclose(file);

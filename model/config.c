@@ -19,13 +19,14 @@ typedef struct {
     size_t offset;
     const char* choices[4];  // KEY_CHOICE: value i is stored as int i
     const char* meaning;     // what `difftx keys` and the README say
+    int run_setting;         // how a run is computed, not what it is: left out of config_to_text
 } Key;
 
-#define K(name, type, meaning) {#name, type, offsetof(Config, name), {0}, meaning}
+#define K(name, type, meaning) {#name, type, offsetof(Config, name), {0}, meaning, 0}
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 static const Key KEYS[] = {
-    {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}, "`standard`, `diff` or `diff2` (DIFF V2)"},
+    {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}, "`standard`, `diff` or `diff2` (DIFF V2)", 0},
     K(n_layer, KEY_INT, "L, the number of layers"),
     K(d_model, KEY_INT, "C, the model width"),
     K(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps)"),
@@ -47,7 +48,7 @@ static const Key KEYS[] = {
     K(lr, KEY_FLOAT, "peak learning rate"),
     K(lr_final, KEY_FLOAT, "learning rate at the last step"),
     K(warmup_steps, KEY_INT, "linear warmup length, in updates"),
-    {"schedule", KEY_CHOICE, offsetof(Config, schedule), {"linear", "cosine", 0}, "`linear` (the paper's) or `cosine` decay after warmup"},
+    {"schedule", KEY_CHOICE, offsetof(Config, schedule), {"linear", "cosine", 0}, "`linear` (the paper's) or `cosine` decay after warmup", 0},
     K(beta1, KEY_FLOAT, "AdamW's first-moment decay"),
     K(beta2, KEY_FLOAT, "AdamW's second-moment decay"),
     K(adam_eps, KEY_FLOAT, "AdamW's epsilon"),
@@ -59,6 +60,9 @@ static const Key KEYS[] = {
     K(eval_batches, KEY_INT, "validation over the first eval_batches x batch_size windows of the validation shard"),
     K(checkpoint_every, KEY_INT, "checkpoint every N updates (0: at the end only)"),
     K(log_every, KEY_INT, "progress line every N updates"),
+    {"device", KEY_CHOICE, offsetof(Config, device), {"cpu", "cuda", 0},
+     "`cpu` or `cuda` (a build with `make CUDA=1` on a machine with an NVIDIA GPU): where the run computes. Not part "
+     "of the config's identity: a run may resume on the other device; checkpoints and the registry record it", 1},
 };
 #undef K
 #define N_KEYS (sizeof(KEYS) / sizeof(KEYS[0]))
@@ -252,6 +256,8 @@ const AttnVariant* config_variant(const Config* cfg) { return &ATTN_VARIANTS[cfg
 
 const char* config_attention_name(const Config* cfg) { return config_variant(cfg)->name; }
 
+const char* config_device_name(const Config* cfg) { return cfg->device == DEVICE_CUDA ? "cuda" : "cpu"; }
+
 int config_head_norm(const Config* cfg) { return cfg->head_norm < 0 ? config_variant(cfg)->head_norm : cfg->head_norm; }
 
 // With shared key/value heads (DIFF V2) n_head heads of width D (their maps share them) make
@@ -365,7 +371,7 @@ void config_print_keys(FILE* f) {
 }
 
 // Every key explicit, head_norm, head_dim and ffn_hidden resolved: the text records what the
-// run is, not which keys were left to defaults
+// run is, not which keys were left to defaults, nor where it computed (device)
 char* config_to_text(const Config* cfg) {
     Config resolved = *cfg;
     resolved.head_norm = config_head_norm(cfg);
@@ -376,6 +382,7 @@ char* config_to_text(const Config* cfg) {
     char* text = mallocCheck(cap);
     for (size_t i = 0; i < N_KEYS; i++) {
         const Key* k = &KEYS[i];
+        if (k->run_setting) continue;
         char value[CONFIG_STR + 32];
         format_value(value, sizeof(value), k, cfg);
         len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", k->name, value);

@@ -11,6 +11,7 @@
 #define CONFIG_STR 4096  // PATH_MAX: string values, paths among them
 
 typedef enum { SCHEDULE_LINEAR = 0, SCHEDULE_COSINE = 1 } ScheduleKind;
+typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } DeviceKind;
 
 typedef struct {
     // model
@@ -42,6 +43,8 @@ typedef struct {
     float beta1, beta2, adam_eps, weight_decay, grad_clip;
     int seed;
     int eval_every, eval_batches, checkpoint_every, log_every;
+    // where the run computes (DeviceKind): a run setting, not part of the config text
+    int device;
 } Config;
 
 void config_defaults(Config* cfg);
@@ -52,7 +55,8 @@ void config_apply_override(Config* cfg, const char* key_equals_value);
 const char* config_set(Config* cfg, const char* key, const char* value);
 // Cross-key checks (divisibility, ranges); dies naming the key.
 void config_validate(const Config* cfg);
-// "key = value" lines for every key, loadable again with config_load_string.
+// "key = value" lines for every key but the run settings (device), loadable again with
+// config_load_string: what a run is, its identity in checkpoints and the registry.
 char* config_to_text(const Config* cfg);
 // Every key with its default and meaning, as a Markdown table (`difftx keys`)
 void config_print_keys(FILE* f);
@@ -73,6 +77,7 @@ char* read_recipe_file(const char* path, size_t* len);
 
 const AttnVariant* config_variant(const Config* cfg);
 const char* config_attention_name(const Config* cfg);  // "standard", "diff", "diff2"
+const char* config_device_name(const Config* cfg);     // "cpu", "cuda": a backend's name
 int config_head_norm(const Config* cfg);     // head_norm after resolving the variant's default
 int config_head_dim(const Config* cfg);      // D after resolving 0
 int config_ffn_hidden(const Config* cfg);    // F after resolving 0

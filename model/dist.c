@@ -13,7 +13,7 @@
 #ifdef DIFFTX_MPI
 #include <mpi.h>
 
-static int rank = 0, ranks = 1, joined = 0;
+static int rank = 0, ranks = 1, local_rank = 0, joined = 0;
 
 static void abort_job(void) {
     fprintf(stderr, "rank %d of %d failed: taking the whole job down\n", rank, ranks);
@@ -32,12 +32,13 @@ void dist_init(int* argc, char*** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     on_die(abort_job);
+    MPI_Comm node;
+    int local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_free(&node);
     if (!getenv("OMP_NUM_THREADS")) {
-        MPI_Comm node;
-        int local;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-        MPI_Comm_size(node, &local);
-        MPI_Comm_free(&node);
         int threads = omp_get_num_procs() / local;
         omp_set_num_threads(threads > 0 ? threads : 1);
     }
@@ -76,6 +77,10 @@ int dist_follow(void* msg, size_t bytes) {
     return 1;
 }
 
+void dist_broadcast(void* buf, size_t bytes) {
+    if (ranks > 1) MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
 // MPI counts in int: a paper-size gradient is reduced in pieces
 static void sum_in_place(void* x, size_t n, MPI_Datatype type, size_t size) {
     if (ranks == 1) return;
@@ -91,7 +96,7 @@ void dist_sum_doubles(double* x, size_t n) { sum_in_place(x, n, MPI_DOUBLE, size
 
 #else  // built without MPI: always one process
 
-static const int rank = 0, ranks = 1;
+static const int rank = 0, ranks = 1, local_rank = 0;
 
 void dist_init(int* argc, char*** argv) {
     (void)argc;
@@ -102,6 +107,10 @@ void dist_init(int* argc, char*** argv) {
 }
 
 int dist_finish(int code) { return code; }
+void dist_broadcast(void* buf, size_t bytes) {
+    (void)buf;
+    (void)bytes;
+}
 void dist_lead(const void* msg, size_t bytes) {
     (void)msg;
     (void)bytes;
@@ -122,4 +131,5 @@ void dist_sum_doubles(double* x, size_t n) {
 #endif
 
 int dist_rank(void) { return rank; }
+int dist_local_rank(void) { return local_rank; }
 int dist_ranks(void) { return ranks; }

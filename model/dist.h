@@ -23,6 +23,11 @@ void dist_lead(const void* msg, size_t bytes);
 // A follower's next message from rank 0 (bytes of it into msg); 0 once rank 0 has finished
 int dist_follow(void* msg, size_t bytes);
 
+// The rank's place among the ranks on its machine (0 without MPI): which GPU it takes
+int dist_local_rank(void);
+// Rank 0's `bytes` of buf copied to every rank; all ranks call it together
+void dist_broadcast(void* buf, size_t bytes);
+
 // In place: x (n) becomes its sum over the ranks, identical on every rank. Host memory.
 void dist_sum_floats(float* x, size_t n);
 void dist_sum_doubles(double* x, size_t n);

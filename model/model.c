@@ -60,7 +60,6 @@ static void model_shape(Model* m, const Config* cfg, int vocab_size) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->variant = config_variant(cfg);
-    m->be = backend_at(0);
     m->V = vocab_size;
     m->L = cfg->n_layer;
     m->C = cfg->d_model;
@@ -90,6 +89,7 @@ size_t model_param_count(const Config* cfg, int vocab_size) {
 
 void model_build(Model* m, const Config* cfg, int vocab_size) {
     model_shape(m, cfg, vocab_size);
+    m->be = backend_named(config_device_name(cfg));
     m->lambda_init = mallocCheck(m->L * sizeof(float));
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);
     m->lambda = m->be->alloc(m->L * sizeof(float));
@@ -118,27 +118,32 @@ void model_init_params(Model* m, uint64_t seed) {
 
 static void free_acts(Model* m) {
     const Backend* be = m->be;
+    free(m->acts);
+    m->acts = NULL;
+    free(m->hook_staging);
+    m->hook_staging = NULL;
+    if (!be) return;  // a shape only (model_param_count): nothing allocated
     be->release(m->acts_memory);
     be->release(m->grad_scratch);
     be->release(m->targets);
     be->release(m->tokens);
     be->release(m->rope);
-    free(m->acts);
     m->acts_memory = m->grad_scratch = m->rope = NULL;
-    m->acts = NULL;
     m->targets = m->tokens = NULL;
 }
 
 void model_free(Model* m) {
     const Backend* be = m->be;
     free_acts(m);
-    be->release(m->params_memory);
-    be->release(m->grads_memory);
-    be->release(m->lambda);
-    be->release(m->dlambda);
-    be->release(m->cache);
-    be->release(m->cache_rope);
-    be->release(m->maps_scratch);
+    if (be) {
+        be->release(m->params_memory);
+        be->release(m->grads_memory);
+        be->release(m->lambda);
+        be->release(m->dlambda);
+        be->release(m->cache);
+        be->release(m->cache_rope);
+        be->release(m->maps_scratch);
+    }
     free(m->params.layers);
     free(m->grads.layers);
     free(m->tensors);
@@ -167,42 +172,17 @@ static size_t grad_scratch_floats(const Model* m, size_t N) {
     return N * (2 * (size_t)m->C + 3 * (size_t)m->F + 2 * (size_t)m->H * m->Dv + m->QKV);
 }
 
-// Floats of one layer's activations for N rows (LayerActs), and of the rest (final norm,
-// logits, row losses): what alloc_acts takes
-static size_t layer_act_floats(const Model* m, size_t N) {
-    size_t C = m->C, HDv = (size_t)m->H * m->Dv, hn = m->head_norm;
-    return N * (4 * C + 3 + m->QKV + (size_t)m->H * m->M + HDv * (1 + hn) + (size_t)m->H * hn + 3 * (size_t)m->F);
-}
-static size_t head_act_floats(const Model* m, size_t N) { return N * (2 * (size_t)m->C + 2 + (size_t)m->V); }
-
-double model_training_bytes(const Config* cfg, int vocab_size, double* activation_bytes) {
-    Model m;
-    model_shape(&m, cfg, vocab_size);
-    double N = (double)cfg->batch_size * cfg->seq_len;
-    double activations = 4.0 * N * (m.L * (double)layer_act_floats(&m, 1) + head_act_floats(&m, 1) + grad_scratch_floats(&m, 1));
-    double params = 4.0 * 4.0 * m.n_params;  // parameters, gradients, AdamW m and v
-    model_free(&m);
-    if (activation_bytes) *activation_bytes = activations;
-    return params + activations;
-}
-
-static void alloc_acts(Model* m, int B, int T, int training) {
-    free_acts(m);
-    m->B = B;
-    m->T = T;
-    m->shape.B = B;
-    m->shape.T = T;
-    m->training = training;
-    size_t N = (size_t)B * T, C = m->C, HDv = (size_t)m->H * m->Dv;
-    int slots = training ? m->L : 1;
+// The one place that lays out the activations of N rows: a LayerActs per slot, then the final
+// norm, logits and row losses. With base NULL it only counts (into scratch structs); returns
+// the floats taken.
+static size_t place_acts(Model* m, float* base, size_t N, int slots) {
+    size_t C = m->C, HDv = (size_t)m->H * m->Dv, used = 0;
     int hn = m->head_norm;
-    size_t total = slots * layer_act_floats(m, N) + head_act_floats(m, N);
-    m->acts_memory = m->be->alloc(total * sizeof(float));
-    m->acts = callocCheck(slots, sizeof(LayerActs));
-    float* p = m->acts_memory;
-#define TAKE(n) (p += (n), p - (n))
+    LayerActs scratch;
+    float *x_final, *lnf, *lnf_rstd, *logits, *row_loss;
+#define TAKE(n) (used += (n), base ? base + used - (n) : NULL)
     for (int s = 0; s < slots; s++) {
-        LayerActs* a = &m->acts[s];
+        LayerActs* a = base ? &m->acts[s] : &scratch;
         a->x = TAKE(N * C);
         a->ln1 = TAKE(N * C);
         a->ln1_rstd = TAKE(N);
@@ -217,12 +197,45 @@ static void alloc_acts(Model* m, int B, int T, int training) {
         a->gate_up = TAKE(N * 2 * m->F);
         a->h = TAKE(N * m->F);
     }
-    m->x_final = TAKE(N * C);
-    m->lnf = TAKE(N * C);
-    m->lnf_rstd = TAKE(N);
-    m->logits = TAKE(N * m->V);
-    m->row_loss = TAKE(N);
+    x_final = TAKE(N * C);
+    lnf = TAKE(N * C);
+    lnf_rstd = TAKE(N);
+    logits = TAKE(N * m->V);
+    row_loss = TAKE(N);
 #undef TAKE
+    if (base) {
+        m->x_final = x_final;
+        m->lnf = lnf;
+        m->lnf_rstd = lnf_rstd;
+        m->logits = logits;
+        m->row_loss = row_loss;
+    }
+    return used;
+}
+
+double model_training_bytes(const Config* cfg, int vocab_size, double* activation_bytes) {
+    Model m;
+    model_shape(&m, cfg, vocab_size);
+    size_t N = (size_t)cfg->batch_size * cfg->seq_len;
+    double activations = 4.0 * ((double)place_acts(&m, NULL, N, m.L) + (double)grad_scratch_floats(&m, N));
+    double params = 4.0 * 4.0 * m.n_params;  // parameters, gradients, AdamW m and v
+    model_free(&m);
+    if (activation_bytes) *activation_bytes = activations;
+    return params + activations;
+}
+
+static void alloc_acts(Model* m, int B, int T, int training) {
+    free_acts(m);
+    m->B = B;
+    m->T = T;
+    m->shape.B = B;
+    m->shape.T = T;
+    m->training = training;
+    size_t N = (size_t)B * T;
+    int slots = training ? m->L : 1;
+    m->acts = callocCheck(slots, sizeof(LayerActs));
+    m->acts_memory = m->be->alloc(place_acts(m, NULL, N, slots) * sizeof(float));
+    place_acts(m, m->acts_memory, N, slots);
     m->grad_scratch = training ? m->be->alloc(grad_scratch_floats(m, N) * sizeof(float)) : NULL;
     m->targets = m->be->alloc(N * sizeof(int));
     m->tokens = m->be->alloc(N * sizeof(int));
@@ -237,6 +250,21 @@ static HookSite hook_site(const Model* m, int l) {
     return site;
 }
 
+// The hook sees host memory (backend.h): the buffer itself on a host backend, else a copy
+// that goes back once the hook may have written it
+static void show_layer_output(Model* m, int l, float* out, int row0, int N) {
+    size_t bytes = (size_t)N * m->C * sizeof(float);
+    float* data = out;
+    if (!m->be->host_memory) {
+        if (!m->hook_staging) m->hook_staging = mallocCheck(bytes);  // freed with the activations
+        data = m->hook_staging;
+        m->be->download(data, out, bytes);
+    }
+    Activation act = {ACT_LAYER_OUTPUT, l, 0, 0, 0, row0, N, m->C, m->C, 0, data};
+    m->hook->fn(m->hook->ctx, &act);
+    if (data != out) m->be->upload(out, data, bytes);
+}
+
 // pos < 0: a plain forward over B x T rows with qkv in the layer's activations. pos >= 0:
 // T new rows of one sequence at positions pos.., their qkv written into the cache after the
 // pos cached rows, attending to all of them.
@@ -249,7 +277,7 @@ static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
     const float* rope = pos < 0 ? m->rope : m->cache_rope + (size_t)pos * m->D;
     be->rmsnorm_forward(a->ln1, a->ln1_rstd, a->x, p->attn_norm, 1.0f, N, C);
     be->matmul_forward(qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
-    be->rope_apply(qkv, rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 0);
+    be->rope_apply(qkv, rope, N, m->T, attention_rope_heads(&m->shape), m->D, m->QKV, 0);
     if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_forward(qkv, N, &m->shape);
     if (m->variant->lambda == LAMBDA_PER_LAYER) be->lambda_forward(m->lambda + l, p->lambda, m->lambda_init[l], m->D);
     if (pos < 0) {
@@ -268,10 +296,7 @@ static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
     be->swiglu_forward(a->h, a->gate_up, N, m->F);
     be->copy(out, a->mid, (size_t)N * C * sizeof(float));  // out may alias a->x at inference
     be->matmul_forward(out, a->h, p->w_down, N, m->F, C, 1);
-    if (m->hook) {
-        Activation act = {ACT_LAYER_OUTPUT, l, 0, 0, 0, pos < 0 ? 0 : pos, N, C, C, 0, out};
-        m->hook->fn(m->hook->ctx, &act);
-    }
+    if (m->hook) show_layer_output(m, l, out, pos < 0 ? 0 : pos, N);
 }
 
 // Embedding, layers and LM head over the allocated B x T rows; pos as in layer_forward
@@ -351,7 +376,7 @@ static void layer_backward(Model* m, int l, float* dres) {
     be->attention_backward(dqkv, per_layer ? m->dlambda : NULL, dy, a->qkv, a->lse, m->lambda + l, &m->shape, hook_site(m, l));
     if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_backward(dqkv, a->qkv, N, &m->shape);
     if (per_layer) be->lambda_backward(g->lambda, m->dlambda, p->lambda, m->D);
-    be->rope_apply(dqkv, m->rope, N, m->T, m->M * m->H + m->KH, m->D, m->QKV, 1);
+    be->rope_apply(dqkv, m->rope, N, m->T, attention_rope_heads(&m->shape), m->D, m->QKV, 1);
     be->matmul_backward(dln, g->wqkv, dqkv, a->ln1, p->wqkv, N, C, m->QKV);
     be->rmsnorm_backward(dres, g->attn_norm, dln, a->x, p->attn_norm, a->ln1_rstd, 1.0f, N, C);
 }
@@ -429,8 +454,16 @@ void model_attention_maps(Model* m, int l, int h, int first_row, int T, float* A
 void model_get_params(const Model* m, float* params) { m->be->download(params, m->params_memory, m->n_params * sizeof(float)); }
 void model_set_params(Model* m, const float* params) { m->be->upload(m->params_memory, params, m->n_params * sizeof(float)); }
 void model_copy_params(Model* dst, const Model* src) {
-    if (dst->n_params != src->n_params || dst->be != src->be) die("model_copy_params: the models differ in layout or backend");
-    dst->be->copy(dst->params_memory, src->params_memory, dst->n_params * sizeof(float));
+    if (dst->n_params != src->n_params) die("model_copy_params: the models differ in layout");
+    size_t bytes = dst->n_params * sizeof(float);
+    if (dst->be == src->be) {
+        dst->be->copy(dst->params_memory, src->params_memory, bytes);
+        return;
+    }
+    float* host = mallocCheck(bytes);  // across backends: through the host
+    model_get_params(src, host);
+    model_set_params(dst, host);
+    free(host);
 }
 
 void model_get_grads(const Model* m, float* grads) { m->be->download(grads, m->grads_memory, m->n_params * sizeof(float)); }

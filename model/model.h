@@ -102,10 +102,12 @@ typedef struct {
     double loss;          // mean loss of the last forward, NaN without targets
     int have_targets;     // the last forward had targets, so backward may run
     const ActivationHook* hook;
+    float* hook_staging;  // (N, C) host copy of a layer output for a backend without host memory
 } Model;
 
-// Shapes and parameter layout from a validated config on the default backend; parameters
-// allocated, not initialised.
+// Shapes and parameter layout from a validated config, on the backend its `device` key names
+// (dying with the reason when that device cannot run here); parameters allocated, not
+// initialised.
 void model_build(Model* model, const Config* cfg, int vocab_size);
 void model_init_params(Model* model, uint64_t seed);
 // Parameter count of a config without allocating anything
@@ -159,7 +161,8 @@ void model_attention_maps(Model* model, int l, int h, int first_row, int T, floa
 void model_get_params(const Model* model, float* params);
 void model_set_params(Model* model, const float* params);
 void model_get_grads(const Model* model, float* grads);
-// dst's parameters become src's (same config and backend)
+// dst's parameters become src's (same layout; the backends may differ: a CPU and a CUDA model
+// side by side)
 void model_copy_params(Model* dst, const Model* src);
 
 size_t model_matmul_params(const Model* model);  // every weight used in a matmul, LM head too

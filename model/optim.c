@@ -16,6 +16,16 @@ void adamw_free(AdamW* opt) {
     opt->be->release(opt->v);
 }
 
+void adamw_get_moments(const AdamW* opt, size_t n_params, float* m, float* v) {
+    if (m) opt->be->download(m, opt->m, n_params * sizeof(float));
+    if (v) opt->be->download(v, opt->v, n_params * sizeof(float));
+}
+
+void adamw_set_moments(AdamW* opt, size_t n_params, const float* m, const float* v) {
+    if (m) opt->be->upload(opt->m, m, n_params * sizeof(float));
+    if (v) opt->be->upload(opt->v, v, n_params * sizeof(float));
+}
+
 float lr_at(const Config* cfg, int step) {
     if (step < cfg->warmup_steps) return cfg->lr * (float)(step + 1) / (float)cfg->warmup_steps;
     int decay_steps = cfg->steps - cfg->warmup_steps;

@@ -13,6 +13,9 @@ typedef struct {
 
 void adamw_alloc(AdamW* opt, const Model* model);
 void adamw_free(AdamW* opt);
+// The moments as host floats (n_params each; either pointer may be NULL)
+void adamw_get_moments(const AdamW* opt, size_t n_params, float* m, float* v);
+void adamw_set_moments(AdamW* opt, size_t n_params, const float* m, const float* v);
 // step counts from 0; returns the learning rate of that step
 float lr_at(const Config* cfg, int step);
 // Scales the gradients so their global L2 norm is at most max_norm (as torch's

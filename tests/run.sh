@@ -31,6 +31,8 @@ run test_needle_sh tests/test_needle.sh
 run test_dist tests/test_dist.sh
 run test_corpora_sh tests/test_corpora.sh
 [ "$BUILD" = build/san ] || run test_memory tests/test_memory.sh
+# the CUDA build, compiled by make test wherever nvcc is found
+if [ "$BUILD" != build/san ] && [ -x build/cuda/difftx ]; then run test_cuda_build tests/test_cuda_build.sh; fi
 [ -z "$broken" ] || echo "broken test programs:$broken"
 echo "$total_passed passed, $total_failed failed"
 [ $total_failed -eq 0 ] && [ -z "$broken" ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The layers: every #include of the sources runs downward, difftx.c > experiments/ > eval/ >
-# data/ > model/ (model/cpu/ is part of the model layer), and the file-level include graph has
+# data/ > model/ (model/cpu/ and model/cuda/, its backends, are part of the model layer), and the file-level include graph has
 # no loop. Prints the include graph by folder.
 set -u
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ rank() {  # layer of a path: 0 model, 1 data, 2 eval, 3 experiments, 4 the comma
         model/*) echo 0 ;; data/*) echo 1 ;; eval/*) echo 2 ;; experiments/*) echo 3 ;; difftx.c) echo 4 ;; *) echo 9 ;;
     esac
 }
-edges=$(for f in $(git ls-files 'difftx.c' 'model/*.[ch]' 'data/*.[ch]' 'eval/*.[ch]' 'experiments/*.[ch]'); do
+edges=$(for f in $(git ls-files 'difftx.c' 'model/*.[ch]' 'model/*.cu' 'data/*.[ch]' 'eval/*.[ch]' 'experiments/*.[ch]'); do
     grep -oE '^#include "[^"]+"' "$f" | sed -E 's/#include "(.*)"/\1/' | while read -r inc; do
         echo "$f $(realpath -m --relative-to=. "$(dirname "$f")/$inc")"
     done
@@ -26,6 +26,7 @@ echo "include graph by folder (number of includes):"
 while read -r from to; do
     fd=$(dirname "$from"); td=$(dirname "$to")
     [ "$from" = difftx.c ] && fd=difftx.c
-    [ "$fd" = "$td" ] || echo "  ${fd%%/cpu} -> ${td%%/cpu}"
+    fd=${fd%%/cpu}; fd=${fd%%/cuda}; td=${td%%/cpu}; td=${td%%/cuda}
+    [ "$fd" = "$td" ] || echo "  $fd -> $td"
 done <<<"$edges" | grep -v 'model -> model$' | sort | uniq -c
 summary

@@ -212,13 +212,20 @@ static void test_maps_times_v(int M, int shared_kv) {
         for (int t = 0; t < s.T; t++) for (int h = 0; h < s.H; h++) qkv[(size_t)t * QKV + lam + h] = rng_uniform(&rng);
     }
     float lambda = 0.37f;
-    float* y = mallocCheck((size_t)rows * HDv * sizeof(float));
-    be->attention_forward(y, NULL, qkv, &lambda, &s, no_hook);
-    float* P = mallocCheck((size_t)M * rows * s.T * sizeof(float));
+    size_t qkv_bytes = (size_t)s.T * QKV * sizeof(float), y_bytes = (size_t)rows * HDv * sizeof(float);
+    size_t P_bytes = (size_t)M * rows * s.T * sizeof(float);
+    float *d_qkv = be->alloc(qkv_bytes), *d_lambda = be->alloc(sizeof(float)), *d_y = be->alloc(y_bytes), *d_P = be->alloc(P_bytes);
+    be->upload(d_qkv, qkv, qkv_bytes);
+    be->upload(d_lambda, &lambda, sizeof(float));
+    float* y = mallocCheck(y_bytes);
+    be->attention_forward(d_y, NULL, d_qkv, d_lambda, &s, no_hook);
+    be->download(y, d_y, y_bytes);
+    float* P = mallocCheck(P_bytes);
     double worst = 0, row_sum_err = 0;
     for (int h = 0; h < s.H; h++) {
-        be->attention_maps(P, qkv, &s, h, no_hook);
-        int v_col = M * s.H * s.D + (shared_kv ? s.H : M * s.H) * s.D + h * Dv;
+        be->attention_maps(d_P, d_qkv, &s, h, no_hook);
+        be->download(P, d_P, P_bytes);
+        int v_col = attention_v_col(&s, h);
         for (int r = 0; r < rows; r++) {
             int t = s.q0 + r;
             float lam_r = M == 1 ? 0.0f : lam >= 0 ? qkv[(size_t)t * QKV + lam + h] : lambda;
@@ -242,6 +249,10 @@ static void test_maps_times_v(int M, int shared_kv) {
     free(qkv);
     free(y);
     free(P);
+    be->release(d_qkv);
+    be->release(d_lambda);
+    be->release(d_y);
+    be->release(d_P);
 }
 
 static float* tensor_at(const Model* m, float* params, const char* name) {

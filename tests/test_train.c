@@ -50,7 +50,24 @@ static void fresh(const char* out) {
     unlink(path);
 }
 
-static int same_floats(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+// Parameters and (when both optimizers are given) AdamW moments equal bitwise, read through the
+// model's and the optimizer's downloads
+static int same_state(const Model* a, const AdamW* oa, const Model* b, const AdamW* ob) {
+    size_t n = a->n_params, bytes = n * sizeof(float);
+    if (b->n_params != n) return 0;
+    float *x = mallocCheck(bytes), *y = mallocCheck(bytes);
+    model_get_params(a, x);
+    model_get_params(b, y);
+    int same = memcmp(x, y, bytes) == 0;
+    for (int moment = 0; moment < 2 && oa && ob && same; moment++) {
+        adamw_get_moments(oa, n, moment ? NULL : x, moment ? x : NULL);
+        adamw_get_moments(ob, n, moment ? NULL : y, moment ? y : NULL);
+        same = memcmp(x, y, bytes) == 0;
+    }
+    free(x);
+    free(y);
+    return same;
+}
 
 static void test_variant(int attention) {
     const char* name = attention == ATTN_DIFF ? "diff" : "standard";
@@ -73,7 +90,7 @@ static void test_variant(int attention) {
     CheckpointInfo info;
     char ckpt[256];
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", c_dir);
-    checkpoint_load(ckpt, &mc, NULL, &info);
+    checkpoint_load(ckpt, "cpu", &mc, NULL, &info);
     CHECK(info.step == 5 && !info.finished, "%s: stopped run is resumable, not finished (step %d)", name, info.step);
     model_free(&mc);
     double loss_c = train_run(&c, 0, NULL);
@@ -85,21 +102,19 @@ static void test_variant(int attention) {
     AdamW oa, oc;
     CheckpointInfo ia, ic;
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", a_dir);
-    checkpoint_load(ckpt, &ma, &oa, &ia);
+    checkpoint_load(ckpt, "cpu", &ma, &oa, &ia);
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", c_dir);
-    checkpoint_load(ckpt, &mc2, &oc, &ic);
+    checkpoint_load(ckpt, "cpu", &mc2, &oc, &ic);
     CHECK(ia.finished && ic.finished && ia.step == 8, "%s: finished runs say so", name);
-    CHECK(same_floats(ma.params_memory, mc2.params_memory, ma.n_params) && same_floats(oa.m, oc.m, ma.n_params) &&
-          same_floats(oa.v, oc.v, ma.n_params), "%s: resumed parameters and moments equal the non-stop run's bitwise", name);
+    CHECK(same_state(&ma, &oa, &mc2, &oc), "%s: resumed parameters and moments equal the non-stop run's bitwise", name);
 
     // save and load again: everything survives
     checkpoint_save("build/test_resave.h5", &ma, &oa, &ia);
     Model mr;
     AdamW orr;
     CheckpointInfo ir;
-    checkpoint_load("build/test_resave.h5", &mr, &orr, &ir);
-    CHECK(same_floats(ma.params_memory, mr.params_memory, ma.n_params) && same_floats(oa.v, orr.v, ma.n_params) &&
-          ir.step == ia.step && ir.rows_seen == ia.rows_seen && ir.tokenizer_hash == ia.tokenizer_hash &&
+    checkpoint_load("build/test_resave.h5", "cpu", &mr, &orr, &ir);
+    CHECK(same_state(&ma, &oa, &mr, &orr) && ir.step == ia.step && ir.rows_seen == ia.rows_seen && ir.tokenizer_hash == ia.tokenizer_hash &&
           ir.train_loss == ia.train_loss, "%s: checkpoint save/load round-trips", name);
     char *text_a = config_to_text(&ma.cfg), *text_r = config_to_text(&mr.cfg);
     CHECK(strcmp(text_a, text_r) == 0, "%s: the config survives the checkpoint", name);
@@ -133,7 +148,7 @@ static int checkpoint_step_on_disk(const char* out) {
     if (access(path, F_OK) != 0) return 0;
     Model m;
     CheckpointInfo info;
-    checkpoint_load(path, &m, NULL, &info);
+    checkpoint_load(path, "cpu", &m, NULL, &info);
     model_free(&m);
     return info.step;
 }
@@ -297,6 +312,7 @@ static void test_registry_migration(void) {
     CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND typeof(value) = 'text' AND value IN ('diff', 'true')") == 2,
           "text params stay text");
     CHECK(count_rows(&reg, "SELECT ranks FROM runs WHERE id = 1") == 1, "runs from before data parallelism had one rank");
+    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE device = 'cpu'") == 2, "runs from before the CUDA backend ran on the cpu");
     CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE id = 2 AND recipe_text LIKE '%ffn_hidden = 704%' AND "
                            "recipe_text LIKE '%head_dim = 32%' AND recipe_text LIKE '%lr = 0.001\n%'") == 1 &&
               count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 2 AND key = 'ffn_hidden' AND value = 704") == 1,

@@ -20,10 +20,9 @@
 
 // Shapes and strides of one attention call, derived once.
 typedef struct {
+    const AttnShape* s;
     int B, T, H, D, M, shared_kv, q0;
     int Dv;       // value width per head
-    int QK;       // query columns, M*H*D
-    int KW;       // key columns
     int HDv;      // output columns
     int lam;      // lambda columns offset, -1 without
     int QKV;      // row width
@@ -45,10 +44,9 @@ static float* thread_scratch(size_t floats) {
 
 static Dims dims_of(const AttnShape* s) {
     Dims d;
+    d.s = s;
     d.B = s->B; d.T = s->T; d.H = s->H; d.D = s->D; d.M = s->M; d.shared_kv = s->shared_kv; d.q0 = s->q0;
     d.Dv = attention_value_width(s);
-    d.QK = s->M * s->H * s->D;
-    d.KW = attention_key_heads(s) * s->D;
     d.HDv = s->H * d.Dv;
     d.lam = attention_lambda_offset(s);
     d.QKV = attention_qkv_width(s);
@@ -56,18 +54,20 @@ static Dims dims_of(const AttnShape* s) {
     return d;
 }
 
-static size_t q_col(const Dims* d, int h, int m) { return (size_t)(h * d->M + m) * d->D; }
-static size_t k_col(const Dims* d, int h, int m) { return d->QK + (size_t)(d->shared_kv ? h : h * d->M + m) * d->D; }
-static size_t v_col(const Dims* d, int h) { return d->QK + d->KW + (size_t)h * d->Dv; }
+static size_t q_col(const Dims* d, int h, int m) { return (size_t)attention_q_col(d->s, h, m); }
+static size_t k_col(const Dims* d, int h, int m) { return (size_t)attention_k_col(d->s, h, m); }
+static size_t v_col(const Dims* d, int h) { return (size_t)attention_v_col(d->s, h); }
 
 // lambda of query row t of sequence b, head h: the token's, or the layer's
 static float row_lambda(const Dims* d, const float* qkv, const float* lambda, int b, int h, int t) {
     return d->lam < 0 ? *lambda : qkv[((size_t)b * d->T + t) * d->QKV + d->lam + h];
 }
 
-// Hands a block of logits S (rows, cols), ld floats apart, to the hook
+// Hands a block of logits S (rows, cols), ld floats apart, to the hook: the thread's own
+// scratch, one thread at a time (the hook contract of backend.h)
 static void show_logits(HookSite site, float* S, int b, int h, int m, int row0, int rows, int cols, int ld, int recompute) {
     Activation act = {ACT_ATTN_LOGITS, site.layer, b, h, m, row0, rows, cols, ld, recompute, S};
+    #pragma omp critical(difftx_activation_hook)
     site.hook->fn(site.hook->ctx, &act);
 }
 

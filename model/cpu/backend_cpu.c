@@ -10,7 +10,11 @@
 static void* cpu_alloc(size_t bytes) { return callocCheck(1, bytes); }
 static void cpu_release(void* buf) { free(buf); }
 static void cpu_zero(void* buf, size_t bytes) { memset(buf, 0, bytes); }
-static void cpu_copy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }
+static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static const char* cpu_init(void) { return NULL; }
+static const char* cpu_device_name(void) { return "cpu"; }
+static void cpu_synchronize(void) {}
+static double cpu_peak_memory_bytes(void) { return (double)peak_rss_bytes(); }
 
 // Best of a few 2048^3 sgemm calls
 static double cpu_matmul_rate(void) {
@@ -34,11 +38,17 @@ static double cpu_matmul_rate(void) {
 
 static const Backend CPU = {
     .name = "cpu",
+    .host_memory = 1,
+    .init = cpu_init,
+    .device_name = cpu_device_name,
+    .memory_bytes = machine_memory_bytes,
+    .peak_memory_bytes = cpu_peak_memory_bytes,
+    .synchronize = cpu_synchronize,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .zero = cpu_zero,
     .copy = cpu_copy,
-    .upload = cpu_copy,
+    .upload = cpu_copy,  // host memory on both sides
     .download = cpu_copy,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,

@@ -1,0 +1,721 @@
+// Causal attention on the GPU for every variant (model/attention.h), memory-linear in T.
+//
+// Forward: a block takes ATT_BQ query rows of one (sequence, head) and walks the key/value
+// tiles of ATT_BK keys; each map keeps its own online-softmax state (running max, sum and
+// output) and both maps use the same V tile, so V is read once for DIFF's two maps. The
+// epilogue writes y = O_0 / l_0 - lambda O_1 / l_1 and the log-sum-exp of each map.
+// Backward, deterministic and without atomics: one kernel over query tiles forms each row's
+// D_m = dy . O_m and dQ; one over key tiles forms dK and dV, each key's sums owned by one warp
+// and added in a fixed order; lambda's gradient is -D_1 per row, summed in order per layer.
+// The logits are computed by one function everywhere (dot products in the same order), so the
+// backward's recomputation and the quantization scales see exactly the forward's logits.
+//
+// A warp handles a row with one key per lane for the logits and shuffles the probabilities to
+// accumulate P V with lanes over output columns. Head widths up to ATT_MAX_D (Dv up to
+// 2 ATT_MAX_D) fit the registers.
+//
+// With a hook the call runs staged through the host on the CPU backend's kernel, so the hook
+// sees host memory, one block at a time (backend.h); attention maps are materialized on the
+// GPU (cuBLAS for Q K^T, row kernels for quantization and softmax).
+#include <math.h>
+#include <stdlib.h>
+
+#include "cuda.h"
+
+extern "C" {
+#include "../cpu/cpu.h"
+#include "../util.h"
+}
+
+#define ATT_WARPS 4
+#define ATT_RPW 4                        // query rows per warp, forward and dQ
+#define ATT_BQ (ATT_WARPS * ATT_RPW)     // query rows per block
+#define ATT_BK 32                        // keys per tile: one per lane
+#define ATT_KPW 4                        // keys per warp, dK/dV
+#define ATT_BKB (ATT_WARPS * ATT_KPW)    // keys per block, dK/dV
+#define ATT_MAX_D 128
+#define D_SLOTS (ATT_MAX_D / 32)         // columns of D per lane
+#define DV_SLOTS (2 * ATT_MAX_D / 32)    // columns of Dv per lane
+#define FULL 0xffffffffu
+
+// One call's geometry, passed to the kernels by value
+struct Geo {
+    int B, T, H, D, M, q0, Dv, QKV, HDv;
+    int lam;         // per-token lambda columns, -1 without
+    int shared_kv;
+    int quant_levels;  // Q, 0: unquantized
+    float scale;     // 1 / sqrt(D)
+};
+
+static Geo geo_of(const AttnShape* s) {
+    Geo g;
+    g.B = s->B; g.T = s->T; g.H = s->H; g.D = s->D; g.M = s->M; g.q0 = s->q0;
+    g.Dv = attention_value_width(s);
+    g.QKV = attention_qkv_width(s);
+    g.HDv = s->H * g.Dv;
+    g.lam = attention_lambda_offset(s);
+    g.shared_kv = s->shared_kv;
+    g.quant_levels = logit_quant_levels(s->quant.bits);
+    g.scale = 1.0f / sqrtf((float)s->D);
+    if (g.D > ATT_MAX_D) die("the CUDA attention kernel takes head_dim up to %d, not %d", ATT_MAX_D, g.D);
+    return g;
+}
+
+// the qkv column offsets of attention.h, on the device
+__device__ __forceinline__ int q_col(const Geo& g, int h, int m) { return (h * g.M + m) * g.D; }
+__device__ __forceinline__ int k_col(const Geo& g, int h, int m) { return (g.M * g.H + (g.shared_kv ? h : h * g.M + m)) * g.D; }
+__device__ __forceinline__ int v_col(const Geo& g, int h) {
+    return (g.M * g.H + (g.shared_kv ? g.H : g.M * g.H)) * g.D + h * g.Dv;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(FULL, x, o);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL, x, o));
+    return x;
+}
+
+// The one logit: scale * (q . k), summed from d = 0 up
+__device__ __forceinline__ float logit(const float* q, const float* k, int D, float scale) {
+    float acc = 0.0f;
+    for (int d = 0; d < D; d++) acc = fmaf(q[d], k[d], acc);
+    return scale * acc;
+}
+
+__device__ __forceinline__ float dotv(const float* a, const float* b, int n) {
+    float acc = 0.0f;
+    for (int c = 0; c < n; c++) acc = fmaf(a[c], b[c], acc);
+    return acc;
+}
+
+// absmax_quantize of attention.c
+__device__ __forceinline__ float quantize(float x, float s, int Q) {
+    if (s == 0.0f) return x;
+    float level = rintf(x / s);
+    return s * fminf(fmaxf(level, (float)-Q), (float)Q);
+}
+
+// lambda of query row i of sequence b, head h: the token's or the layer's
+__device__ __forceinline__ float row_lambda(const Geo& g, const float* base, const float* lambda, int h, int i) {
+    return g.lam < 0 ? *lambda : base[(size_t)i * g.QKV + g.lam + h];
+}
+
+// ---- quantization scales: per (sequence, head, map, query row), the step s = absmax / Q ----
+// amax (B, H, M, T): the largest causal |logit| of each row, one warp per row
+__global__ void row_absmax_kernel(float* amax, const float* qkv, Geo g) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, bhm = blockIdx.y;
+    int m = bhm % g.M, h = bhm / g.M % g.H, b = bhm / (g.M * g.H);
+    int i = g.q0 + blockIdx.x * ATT_WARPS + warp;
+    if (i >= g.T) return;
+    const float* base = qkv + (size_t)b * g.T * g.QKV;
+    const float* q = base + (size_t)i * g.QKV + q_col(g, h, m);
+    float mx = 0.0f;
+    for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, fabsf(logit(q, base + (size_t)j * g.QKV + k_col(g, h, m), g.D, g.scale)));
+    mx = warp_max(mx);
+    if (lane == 0) amax[(size_t)bhm * g.T + i] = mx;
+}
+
+// rows first..first+count-1 of block b's row set (stride floats apart): the step of each row,
+// from its own absmax (per row) or the largest of the rows' (per tensor)
+__global__ void quant_steps_kernel(float* step, const float* amax, int first, int count, int stride, int per_row, int Q) {
+    __shared__ float part[32];
+    const float* a = amax + (size_t)blockIdx.x * stride + first;
+    float* s = step + (size_t)blockIdx.x * stride + first;
+    float mx = 0.0f;
+    for (int r = threadIdx.x; r < count; r += blockDim.x) mx = fmaxf(mx, a[r]);
+    mx = warp_max(mx);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = mx;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float y = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+        y = warp_max(y);
+        if (threadIdx.x == 0) part[0] = y;
+    }
+    __syncthreads();
+    float tensor_max = part[0];
+    for (int r = threadIdx.x; r < count; r += blockDim.x) s[r] = (per_row ? a[r] : tensor_max) / (float)Q;
+}
+
+// The steps (B, H, M, T) of a quantized call, or NULL when the logits are not quantized
+static const float* quant_steps(const float* qkv, const Geo& g, const AttnShape* s) {
+    if (!g.quant_levels) return NULL;
+    size_t n = (size_t)g.B * g.H * g.M * g.T;
+    float* amax = (float*)cuda_scratch(SCRATCH_B, 2 * n * sizeof(float));
+    float* step = amax + n;
+    int rows = g.T - g.q0;
+    dim3 grid(cuda_blocks(rows, ATT_WARPS), g.B * g.H * g.M);
+    row_absmax_kernel<<<grid, 32 * ATT_WARPS>>>(amax, qkv, g);
+    cudaCheckLaunch();
+    quant_steps_kernel<<<g.B * g.H * g.M, CUDA_THREADS>>>(step, amax, g.q0, rows, g.T, s->quant.scope == QUANT_PER_ROW, g.quant_levels);
+    cudaCheckLaunch();
+    return step;
+}
+
+// ---- forward ----
+__global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float* y, float* lse, const float* qkv, const float* lambda,
+                                                                           const float* qstep, Geo g) {
+    extern __shared__ float smem[];
+    const int D = g.D, Dv = g.Dv, M = g.M, T = g.T;
+    const int bh = blockIdx.y, b = bh / g.H, h = bh % g.H;
+    const int i0 = g.q0 + blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float* Qs = smem;                          // (BQ, M, D)
+    float* Ks = Qs + ATT_BQ * M * D;           // (M, BK, D + 1)
+    float* Vs = Ks + M * ATT_BK * (D + 1);     // (BK, Dv + 1)
+    const float* base = qkv + (size_t)b * T * g.QKV;
+    for (int idx = threadIdx.x; idx < ATT_BQ * M * D; idx += blockDim.x) {
+        int d = idx % D, m = idx / D % M, i = i0 + idx / (D * M);
+        Qs[idx] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
+    }
+    float run_max[ATT_RPW][2], run_sum[ATT_RPW][2], acc[ATT_RPW][2][DV_SLOTS];
+#pragma unroll
+    for (int k = 0; k < ATT_RPW; k++) {
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            run_max[k][m] = -INFINITY;
+            run_sum[k][m] = 0.0f;
+#pragma unroll
+            for (int t = 0; t < DV_SLOTS; t++) acc[k][m][t] = 0.0f;
+        }
+    }
+    int last = min(T - 1, i0 + ATT_BQ - 1);  // the last key any row of the block sees
+    for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < M * ATT_BK * D; idx += blockDim.x) {
+            int d = idx % D, jj = idx / D % ATT_BK, m = idx / (D * ATT_BK), j = j0 + jj;
+            Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
+        }
+        for (int idx = threadIdx.x; idx < ATT_BK * Dv; idx += blockDim.x) {
+            int c = idx % Dv, jj = idx / Dv, j = j0 + jj;
+            Vs[jj * (Dv + 1) + c] = j < T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < ATT_RPW; k++) {
+            int r = warp * ATT_RPW + k, i = i0 + r;
+            if (i >= T || j0 > i) continue;  // the same for the whole warp
+            int j = j0 + lane;
+            bool visible = j <= i;
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                if (m >= M) break;
+                float s = logit(Qs + (r * M + m) * D, Ks + (m * ATT_BK + lane) * (D + 1), D, g.scale);
+                if (qstep) s = quantize(s, qstep[((size_t)bh * M + m) * T + i], g.quant_levels);
+                s = visible ? s : -INFINITY;
+                float new_max = fmaxf(run_max[k][m], warp_max(s));
+                float p = visible ? expf(s - new_max) : 0.0f;
+                float correction = expf(run_max[k][m] - new_max);
+                run_sum[k][m] = run_sum[k][m] * correction + warp_sum(p);
+                run_max[k][m] = new_max;
+#pragma unroll
+                for (int t = 0; t < DV_SLOTS; t++) acc[k][m][t] *= correction;
+                for (int jj = 0; jj < ATT_BK; jj++) {
+                    float pj = __shfl_sync(FULL, p, jj);
+                    const float* v = Vs + jj * (Dv + 1);
+#pragma unroll
+                    for (int t = 0; t < DV_SLOTS; t++) {
+                        int c = lane + 32 * t;
+                        if (c < Dv) acc[k][m][t] = fmaf(pj, v[c], acc[k][m][t]);
+                    }
+                }
+            }
+        }
+    }
+    int rows = T - g.q0;
+#pragma unroll
+    for (int k = 0; k < ATT_RPW; k++) {
+        int i = i0 + warp * ATT_RPW + k;
+        if (i >= T) continue;
+        float lam = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
+        float* out = y + ((size_t)b * rows + i - g.q0) * g.HDv + (size_t)h * Dv;
+#pragma unroll
+        for (int t = 0; t < DV_SLOTS; t++) {
+            int c = lane + 32 * t;
+            if (c >= Dv) continue;
+            float o = acc[k][0][t] / run_sum[k][0];
+            if (M == 2) o -= lam * (acc[k][1][t] / run_sum[k][1]);
+            out[c] = o;
+        }
+        if (lse && lane == 0) {
+            for (int m = 0; m < M; m++) lse[((size_t)bh * M + m) * T + i] = run_max[k][m] + logf(run_sum[k][m]);
+        }
+    }
+}
+
+static size_t forward_smem(const Geo& g) {
+    return sizeof(float) * ((size_t)ATT_BQ * g.M * g.D + (size_t)g.M * ATT_BK * (g.D + 1) + (size_t)ATT_BK * (g.Dv + 1));
+}
+
+// Kernels whose shared memory may pass the default 48 KiB say so once
+template <typename Kernel>
+static void allow_smem(Kernel kernel, size_t bytes) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// ---- the hook's path: the CPU kernel on host copies ----
+struct HostAttention {
+    float *qkv, *y, *lse, *dy, *dqkv, lambda, dlambda;
+};
+
+static float* host_copy(const float* d, size_t n) {
+    float* h = (float*)mallocCheck(n * sizeof(float) + 1);
+    if (n) cuda_download(h, d, n * sizeof(float));
+    return h;
+}
+
+static void staged_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
+    Geo g = geo_of(s);
+    size_t n_qkv = (size_t)g.B * g.T * g.QKV, n_y = (size_t)g.B * (g.T - g.q0) * g.HDv, n_lse = (size_t)g.B * g.H * g.M * g.T;
+    HostAttention h = {host_copy(qkv, n_qkv), (float*)mallocCheck(n_y * sizeof(float) + 1),
+                       lse ? (float*)mallocCheck(n_lse * sizeof(float)) : NULL, NULL, NULL, 0.0f, 0.0f};
+    if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
+    cpu_attention_forward(h.y, h.lse, h.qkv, &h.lambda, s, hook);
+    cuda_upload(y, h.y, n_y * sizeof(float));
+    if (lse) cuda_upload(lse, h.lse, n_lse * sizeof(float));
+    free(h.qkv);
+    free(h.y);
+    free(h.lse);
+}
+
+static void staged_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse, const float* lambda,
+                            const AttnShape* s, HookSite hook) {
+    Geo g = geo_of(s);
+    size_t n_qkv = (size_t)g.B * g.T * g.QKV, n_y = (size_t)g.B * g.T * g.HDv, n_lse = (size_t)g.B * g.H * g.M * g.T;
+    HostAttention h = {host_copy(qkv, n_qkv), NULL, host_copy(lse, n_lse), host_copy(dy, n_y),
+                       (float*)mallocCheck(n_qkv * sizeof(float)), 0.0f, 0.0f};
+    if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
+    cpu_attention_backward(h.dqkv, dlambda ? &h.dlambda : NULL, h.dy, h.qkv, h.lse, &h.lambda, s, hook);
+    cuda_upload(dqkv, h.dqkv, n_qkv * sizeof(float));
+    if (dlambda) cuda_upload(dlambda, &h.dlambda, sizeof(float));
+    free(h.qkv);
+    free(h.lse);
+    free(h.dy);
+    free(h.dqkv);
+}
+
+void cuda_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
+    if (hook.hook) {
+        staged_forward(y, lse, qkv, lambda, s, hook);
+        return;
+    }
+    Geo g = geo_of(s);
+    const float* qstep = quant_steps(qkv, g, s);
+    size_t smem = forward_smem(g);
+    static size_t allowed;
+    if (smem > allowed) {
+        allow_smem(attention_forward_kernel, smem);
+        allowed = smem;
+    }
+    dim3 grid(cuda_blocks(g.T - g.q0, ATT_BQ), g.B * g.H);
+    attention_forward_kernel<<<grid, 32 * ATT_WARPS, smem>>>(y, lse, qkv, lambda, qstep, g);
+    cudaCheckLaunch();
+}
+
+// ---- backward ----
+// Query tiles: D_m (B, H, M, T) and dQ, in two sweeps over the keys (the first finds D_m,
+// which the second's dS needs); the lambda columns of dqkv get -D_1 per token
+__global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(float* dqkv, float* Drow, const float* dy, const float* qkv,
+                                                                               const float* lse, const float* lambda, const float* qstep,
+                                                                               Geo g) {
+    extern __shared__ float smem[];
+    const int D = g.D, Dv = g.Dv, M = g.M, T = g.T;
+    const int bh = blockIdx.y, b = bh / g.H, h = bh % g.H;
+    const int i0 = blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float* Qs = smem;                          // (BQ, M, D)
+    float* DYs = Qs + ATT_BQ * M * D;          // (BQ, Dv)
+    float* Ks = DYs + ATT_BQ * Dv;             // (M, BK, D + 1)
+    float* Vs = Ks + M * ATT_BK * (D + 1);     // (BK, Dv + 1)
+    const float* base = qkv + (size_t)b * T * g.QKV;
+    float* dbase = dqkv + (size_t)b * T * g.QKV;
+    for (int idx = threadIdx.x; idx < ATT_BQ * M * D; idx += blockDim.x) {
+        int d = idx % D, m = idx / D % M, i = i0 + idx / (D * M);
+        Qs[idx] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
+    }
+    for (int idx = threadIdx.x; idx < ATT_BQ * Dv; idx += blockDim.x) {
+        int c = idx % Dv, i = i0 + idx / Dv;
+        DYs[idx] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
+    }
+    float Dsum[ATT_RPW][2], dq[ATT_RPW][2][D_SLOTS], lam[ATT_RPW], row_lse[ATT_RPW][2];
+#pragma unroll
+    for (int k = 0; k < ATT_RPW; k++) {
+        int i = min(i0 + warp * ATT_RPW + k, T - 1);
+        lam[k] = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            Dsum[k][m] = 0.0f;
+            row_lse[k][m] = m < M ? lse[((size_t)bh * M + m) * T + i] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < D_SLOTS; t++) dq[k][m][t] = 0.0f;
+        }
+    }
+    int last = min(T - 1, i0 + ATT_BQ - 1);
+    for (int sweep = 0; sweep < 2; sweep++) {
+        for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < M * ATT_BK * D; idx += blockDim.x) {
+                int d = idx % D, jj = idx / D % ATT_BK, m = idx / (D * ATT_BK), j = j0 + jj;
+                Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
+            }
+            for (int idx = threadIdx.x; idx < ATT_BK * Dv; idx += blockDim.x) {
+                int c = idx % Dv, jj = idx / Dv, j = j0 + jj;
+                Vs[jj * (Dv + 1) + c] = j < T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int k = 0; k < ATT_RPW; k++) {
+                int r = warp * ATT_RPW + k, i = i0 + r;
+                if (i >= T || j0 > i) continue;
+                bool visible = j0 + lane <= i;
+                float gv = dotv(DYs + r * Dv, Vs + lane * (Dv + 1), Dv);  // dy_i . v_j
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    if (m >= M) break;
+                    float s = logit(Qs + (r * M + m) * D, Ks + (m * ATT_BK + lane) * (D + 1), D, g.scale);
+                    if (qstep) s = quantize(s, qstep[((size_t)bh * M + m) * T + i], g.quant_levels);
+                    float p = visible ? expf(s - row_lse[k][m]) : 0.0f;
+                    if (sweep == 0) {
+                        Dsum[k][m] = fmaf(p, gv, Dsum[k][m]);
+                        continue;
+                    }
+                    float c = m == 0 ? 1.0f : -lam[k];
+                    float dS = c * p * (gv - Dsum[k][m]);
+                    for (int jj = 0; jj < ATT_BK; jj++) {
+                        float ds = __shfl_sync(FULL, dS, jj);
+                        const float* kr = Ks + (m * ATT_BK + jj) * (D + 1);
+#pragma unroll
+                        for (int t = 0; t < D_SLOTS; t++) {
+                            int d = lane + 32 * t;
+                            if (d < D) dq[k][m][t] = fmaf(ds, kr[d], dq[k][m][t]);
+                        }
+                    }
+                }
+            }
+        }
+        if (sweep == 0) {
+#pragma unroll
+            for (int k = 0; k < ATT_RPW; k++) {
+#pragma unroll
+                for (int m = 0; m < 2; m++) Dsum[k][m] = warp_sum(Dsum[k][m]);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < ATT_RPW; k++) {
+        int i = i0 + warp * ATT_RPW + k;
+        if (i >= T) continue;
+        for (int m = 0; m < M; m++) {
+            float* out = dbase + (size_t)i * g.QKV + q_col(g, h, m);
+#pragma unroll
+            for (int t = 0; t < D_SLOTS; t++) {
+                int d = lane + 32 * t;
+                if (d < D) out[d] = g.scale * dq[k][m][t];
+            }
+            if (lane == 0) Drow[((size_t)bh * M + m) * T + i] = Dsum[k][m];
+        }
+        if (M == 2 && g.lam >= 0 && lane == 0) dbase[(size_t)i * g.QKV + g.lam + h] = -Dsum[k][1];
+    }
+}
+
+// Key tiles: each warp owns ATT_KPW keys and sums dK, dV over the query rows in order,
+// 32 rows (one per lane) at a time
+__global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(float* dqkv, const float* Drow, const float* dy,
+                                                                                const float* qkv, const float* lse, const float* lambda,
+                                                                                const float* qstep, Geo g) {
+    extern __shared__ float smem[];
+    const int D = g.D, Dv = g.Dv, M = g.M, T = g.T;
+    const int bh = blockIdx.y, b = bh / g.H, h = bh % g.H;
+    const int j0 = blockIdx.x * ATT_BKB, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float* Kb = smem;                            // (BKB, M, D)
+    float* Vb = Kb + ATT_BKB * M * D;            // (BKB, Dv)
+    float* Qt = Vb + ATT_BKB * Dv;               // (M, 32, D + 1)
+    float* DYt = Qt + M * 32 * (D + 1);          // (32, Dv + 1)
+    float* rowv = DYt + 32 * (Dv + 1);           // (4 M + 1, 32): lse, D, steps per map, lambda
+    const float* base = qkv + (size_t)b * T * g.QKV;
+    float* dbase = dqkv + (size_t)b * T * g.QKV;
+    for (int idx = threadIdx.x; idx < ATT_BKB * M * D; idx += blockDim.x) {
+        int d = idx % D, m = idx / D % M, j = j0 + idx / (D * M);
+        Kb[idx] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
+    }
+    for (int idx = threadIdx.x; idx < ATT_BKB * Dv; idx += blockDim.x) {
+        int c = idx % Dv, j = j0 + idx / Dv;
+        Vb[idx] = j < T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
+    }
+    float dv[ATT_KPW][DV_SLOTS], dk[ATT_KPW][2][D_SLOTS];
+#pragma unroll
+    for (int kk = 0; kk < ATT_KPW; kk++) {
+#pragma unroll
+        for (int t = 0; t < DV_SLOTS; t++) dv[kk][t] = 0.0f;
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+#pragma unroll
+            for (int t = 0; t < D_SLOTS; t++) dk[kk][m][t] = 0.0f;
+        }
+    }
+    for (int r0 = j0; r0 < T; r0 += 32) {  // rows before the first key see none of the block's keys
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < M * 32 * D; idx += blockDim.x) {
+            int d = idx % D, rr = idx / D % 32, m = idx / (D * 32), i = r0 + rr;
+            Qt[(m * 32 + rr) * (D + 1) + d] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
+        }
+        for (int idx = threadIdx.x; idx < 32 * Dv; idx += blockDim.x) {
+            int c = idx % Dv, rr = idx / Dv, i = r0 + rr;
+            DYt[rr * (Dv + 1) + c] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
+        }
+        for (int idx = threadIdx.x; idx < 32; idx += blockDim.x) {
+            int i = min(r0 + idx, T - 1);
+            for (int m = 0; m < M; m++) {
+                rowv[(0 * M + m) * 32 + idx] = lse[((size_t)bh * M + m) * T + i];
+                rowv[(1 * M + m) * 32 + idx] = Drow[((size_t)bh * M + m) * T + i];
+                rowv[(2 * M + m) * 32 + idx] = qstep ? qstep[((size_t)bh * M + m) * T + i] : 0.0f;
+            }
+            rowv[3 * M * 32 + idx] = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
+        }
+        __syncthreads();
+        int i = r0 + lane;
+        float lam = rowv[3 * M * 32 + lane];
+#pragma unroll
+        for (int kk = 0; kk < ATT_KPW; kk++) {
+            int key = warp * ATT_KPW + kk, j = j0 + key;
+            if (j >= T) continue;
+            bool visible = i >= j && i < T;
+            float gv = dotv(DYt + lane * (Dv + 1), Vb + key * Dv, Dv);
+            float p[2] = {0.0f, 0.0f}, dS[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                if (m >= M) break;
+                float s = logit(Qt + (m * 32 + lane) * (D + 1), Kb + (key * M + m) * D, D, g.scale);
+                if (qstep) s = quantize(s, rowv[(2 * M + m) * 32 + lane], g.quant_levels);
+                p[m] = visible ? expf(s - rowv[m * 32 + lane]) : 0.0f;
+                dS[m] = (m == 0 ? 1.0f : -lam) * p[m] * (gv - rowv[(M + m) * 32 + lane]);
+            }
+            float pc = M == 2 ? p[0] - lam * p[1] : p[0];
+            for (int rr = 0; rr < 32; rr++) {
+                float pcr = __shfl_sync(FULL, pc, rr);
+                const float* dyr = DYt + rr * (Dv + 1);
+#pragma unroll
+                for (int t = 0; t < DV_SLOTS; t++) {
+                    int c = lane + 32 * t;
+                    if (c < Dv) dv[kk][t] = fmaf(pcr, dyr[c], dv[kk][t]);
+                }
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    if (m >= M) break;
+                    float dsr = __shfl_sync(FULL, dS[m], rr);
+                    const float* qr = Qt + (m * 32 + rr) * (D + 1);
+#pragma unroll
+                    for (int t = 0; t < D_SLOTS; t++) {
+                        int d = lane + 32 * t;
+                        if (d < D) dk[kk][m][t] = fmaf(dsr, qr[d], dk[kk][m][t]);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < ATT_KPW; kk++) {
+        int j = j0 + warp * ATT_KPW + kk;
+        if (j >= T) continue;
+        float* row = dbase + (size_t)j * g.QKV;
+#pragma unroll
+        for (int t = 0; t < DV_SLOTS; t++) {
+            int c = lane + 32 * t;
+            if (c < Dv) row[v_col(g, h) + c] = dv[kk][t];
+        }
+#pragma unroll
+        for (int t = 0; t < D_SLOTS; t++) {
+            int d = lane + 32 * t;
+            if (d >= D) continue;
+            if (g.shared_kv) {  // both maps' gradients meet in the one key head
+                row[k_col(g, h, 0) + d] = g.scale * (M == 2 ? dk[kk][0][t] + dk[kk][1][t] : dk[kk][0][t]);
+            } else {
+                for (int m = 0; m < M; m++) row[k_col(g, h, m) + d] = g.scale * dk[kk][m][t];
+            }
+        }
+    }
+}
+
+// The layer's dlambda = -sum of D_1 over every row, per (sequence, head) in row order, then
+// over them in order (the CPU kernel's order)
+__global__ void layer_dlambda_kernel(float* dlambda, const float* Drow, int BH, int T) {
+    float total = 0.0f;
+    for (int bh = 0; bh < BH; bh++) {
+        float part = 0.0f;
+        for (int i = 0; i < T; i++) part -= Drow[((size_t)bh * 2 + 1) * T + i];
+        total += part;
+    }
+    *dlambda = total;
+}
+
+static size_t dq_smem(const Geo& g) {
+    return sizeof(float) * ((size_t)ATT_BQ * g.M * g.D + (size_t)ATT_BQ * g.Dv + (size_t)g.M * ATT_BK * (g.D + 1) +
+                            (size_t)ATT_BK * (g.Dv + 1));
+}
+static size_t dkv_smem(const Geo& g) {
+    return sizeof(float) * ((size_t)ATT_BKB * g.M * g.D + (size_t)ATT_BKB * g.Dv + (size_t)g.M * 32 * (g.D + 1) +
+                            (size_t)32 * (g.Dv + 1) + (size_t)(3 * g.M + 1) * 32);
+}
+
+void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse, const float* lambda,
+                             const AttnShape* s, HookSite hook) {
+    if (s->q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", s->q0);
+    if (hook.hook) {
+        staged_backward(dqkv, dlambda, dy, qkv, lse, lambda, s, hook);
+        return;
+    }
+    Geo g = geo_of(s);
+    const float* qstep = quant_steps(qkv, g, s);
+    float* Drow = (float*)cuda_scratch(SCRATCH_C, (size_t)g.B * g.H * g.M * g.T * sizeof(float));
+    // columns no kernel writes (DIFF V2's lambda columns get theirs from the dQ kernel)
+    static size_t allowed_dq, allowed_dkv;
+    size_t smem = dq_smem(g);
+    if (smem > allowed_dq) {
+        allow_smem(attention_backward_dq_kernel, smem);
+        allowed_dq = smem;
+    }
+    dim3 grid_q(cuda_blocks(g.T, ATT_BQ), g.B * g.H);
+    attention_backward_dq_kernel<<<grid_q, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, qkv, lse, lambda, qstep, g);
+    cudaCheckLaunch();
+    smem = dkv_smem(g);
+    if (smem > allowed_dkv) {
+        allow_smem(attention_backward_dkv_kernel, smem);
+        allowed_dkv = smem;
+    }
+    dim3 grid_k(cuda_blocks(g.T, ATT_BKB), g.B * g.H);
+    attention_backward_dkv_kernel<<<grid_k, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, qkv, lse, lambda, qstep, g);
+    cudaCheckLaunch();
+    if (dlambda && g.M == 2 && g.lam < 0) {
+        layer_dlambda_kernel<<<1, 1>>>(dlambda, Drow, g.B * g.H, g.T);
+        cudaCheckLaunch();
+    }
+}
+
+// ---- attention maps: materialized, one head of sequence 0 ----
+// S (rows, T): the causal entries of each row quantized with its step; the rest untouched
+__global__ void quantize_rows_kernel(float* S, const float* step, int rows, int T, int q0, int Q) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)rows * T) return;
+    int r = (int)(idx / T), j = (int)(idx % T);
+    if (j <= q0 + r) S[idx] = quantize(S[idx], step[r], Q);
+}
+
+// absmax of each row's causal entries, one warp per row
+__global__ void rows_absmax_kernel(float* amax, const float* S, int rows, int T, int q0) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    float mx = 0.0f;
+    for (int j = lane; j <= q0 + r; j += 32) mx = fmaxf(mx, fabsf(S[(size_t)r * T + j]));
+    mx = warp_max(mx);
+    if (lane == 0) amax[r] = mx;
+}
+
+// softmax of each row over the keys it sees, zero beyond; one warp per row
+__global__ void causal_softmax_kernel(float* S, int rows, int T, int q0) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    float* row = S + (size_t)r * T;
+    int visible = q0 + r + 1;
+    float mx = -INFINITY;
+    for (int j = lane; j < visible; j += 32) mx = fmaxf(mx, row[j]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j < visible; j += 32) sum += expf(row[j] - mx);
+    float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < T; j += 32) row[j] = j < visible ? expf(row[j] - mx) * inv : 0.0f;
+}
+
+void cuda_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
+    Geo g = geo_of(s);
+    int T = g.T, rows = T - g.q0;
+    float* host = hook.hook ? (float*)mallocCheck((size_t)rows * T * sizeof(float)) : NULL;
+    for (int m = 0; m < g.M; m++) {
+        float* S = P + (size_t)m * rows * T;
+        const float* q = qkv + (size_t)g.q0 * g.QKV + attention_q_col(s, h, m);
+        const float* k = qkv + attention_k_col(s, h, m);
+        // column-major S^T (T, rows) = K Q^T: row r, key j at S[r * T + j]
+        cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, T, rows, g.D, g.scale, k, g.QKV, q, g.QKV, 0.0f, S, T);
+        if (g.quant_levels) {
+            float* amax = (float*)cuda_scratch(SCRATCH_B, 2 * (size_t)rows * sizeof(float));
+            rows_absmax_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(amax, S, rows, T, g.q0);
+            cudaCheckLaunch();
+            quant_steps_kernel<<<1, CUDA_THREADS>>>(amax + rows, amax, 0, rows, rows, s->quant.scope == QUANT_PER_ROW, g.quant_levels);
+            cudaCheckLaunch();
+            quantize_rows_kernel<<<cuda_blocks((size_t)rows * T, CUDA_THREADS), CUDA_THREADS>>>(S, amax + rows, rows, T, g.q0, g.quant_levels);
+            cudaCheckLaunch();
+        }
+        if (host) {  // the hook sees a host copy, which goes back since it may write
+            cuda_download(host, S, (size_t)rows * T * sizeof(float));
+            Activation act = {ACT_ATTN_LOGITS, hook.layer, 0, h, m, g.q0, rows, T, T, 1, host};
+            hook.hook->fn(hook.hook->ctx, &act);
+            cuda_upload(S, host, (size_t)rows * T * sizeof(float));
+        }
+        causal_softmax_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(S, rows, T, g.q0);
+        cudaCheckLaunch();
+    }
+    free(host);
+}
+
+// ---- lambda ----
+__global__ void lambda_forward_kernel(float* lambda, const float* lam, float lambda_init, int D) {
+    float d1 = 0.0f, d2 = 0.0f;
+    for (int i = 0; i < D; i++) {
+        d1 += lam[i] * lam[D + i];
+        d2 += lam[2 * D + i] * lam[3 * D + i];
+    }
+    *lambda = expf(d1) - expf(d2) + lambda_init;
+}
+
+__global__ void lambda_backward_kernel(float* dlam, const float* dlambda_in, const float* lam, int D) {
+    __shared__ float e[2];
+    if (threadIdx.x == 0) {
+        float d1 = 0.0f, d2 = 0.0f;
+        for (int i = 0; i < D; i++) {
+            d1 += lam[i] * lam[D + i];
+            d2 += lam[2 * D + i] * lam[3 * D + i];
+        }
+        e[0] = expf(d1);
+        e[1] = expf(d2);
+    }
+    __syncthreads();
+    float dl = *dlambda_in;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        dlam[i] += dl * e[0] * lam[D + i];
+        dlam[D + i] += dl * e[0] * lam[i];
+        dlam[2 * D + i] -= dl * e[1] * lam[3 * D + i];
+        dlam[3 * D + i] -= dl * e[1] * lam[2 * D + i];
+    }
+}
+
+void cuda_lambda_forward(float* lambda, const float* lam, float lambda_init, int D) {
+    lambda_forward_kernel<<<1, 1>>>(lambda, lam, lambda_init, D);
+    cudaCheckLaunch();
+}
+
+void cuda_lambda_backward(float* dlam, const float* dlambda, const float* lam, int D) {
+    lambda_backward_kernel<<<1, 128>>>(dlam, dlambda, lam, D);
+    cudaCheckLaunch();
+}
+
+__global__ void token_lambda_kernel(float* qkv, const float* sig_src, int N, int H, int QKV, int lam, int backward) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * H) return;
+    size_t at = idx / H * QKV + lam + idx % H;
+    if (backward) {
+        float sig = sig_src[at];
+        qkv[at] *= sig * (1.0f - sig);
+    } else {
+        qkv[at] = 1.0f / (1.0f + expf(-qkv[at]));
+    }
+}
+
+void cuda_token_lambda_forward(float* qkv, int N, const AttnShape* s) {
+    token_lambda_kernel<<<cuda_blocks((size_t)N * s->H, CUDA_THREADS), CUDA_THREADS>>>(qkv, NULL, N, s->H, attention_qkv_width(s),
+                                                                                      attention_lambda_offset(s), 0);
+    cudaCheckLaunch();
+}
+
+void cuda_token_lambda_backward(float* dqkv, const float* qkv, int N, const AttnShape* s) {
+    token_lambda_kernel<<<cuda_blocks((size_t)N * s->H, CUDA_THREADS), CUDA_THREADS>>>(dqkv, qkv, N, s->H, attention_qkv_width(s),
+                                                                                      attention_lambda_offset(s), 1);
+    cudaCheckLaunch();
+}

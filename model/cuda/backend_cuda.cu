@@ -1,0 +1,215 @@
+// The CUDA backend's table and what every operation shares: the device, its memory (the
+// device's default memory pool, so the peak is the pool's high-water mark), one cuBLAS handle
+// with TF32 off, scratch buffers, NCCL for the ranks. Every operation runs in order on the
+// default stream; upload and download are synchronous.
+#include <stdio.h>
+#include <string.h>
+#ifdef DIFFTX_MPI
+#include <nccl.h>
+#endif
+
+#include "cuda.h"
+
+extern "C" {
+#include "../dist.h"
+#include "../util.h"
+}
+
+static int device = -1;
+static cublasHandle_t cublas;
+static char description[160] = "cuda";
+static double device_bytes;
+static cudaMemPool_t pool;
+
+void cuda_check_at(cudaError_t err, const char* what, const char* src, int line) {
+    if (err != cudaSuccess) die_at(src, line, "CUDA: %s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+void cublas_check_at(cublasStatus_t status, const char* what, const char* src, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) die_at(src, line, "cuBLAS: %s: %s", what, cublasGetStatusString(status));
+}
+
+cublasHandle_t cuda_cublas(void) { return cublas; }
+
+// One device per rank on a machine (rank k of a machine takes GPU k mod count); the pool keeps
+// freed memory for reuse instead of handing it back, as a training step frees and allocates the
+// same sizes again
+static const char* cuda_init(void) {
+    static char why[256];
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        snprintf(why, sizeof(why), "no CUDA device (%s)", err != cudaSuccess ? cudaGetErrorString(err) : "none found");
+        return why;
+    }
+    device = dist_local_rank() % count;
+    cudaCheck(cudaSetDevice(device));
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
+    // the kernels are built for one generation with PTX for newer ones (CUDA_ARCH in the Makefile)
+    if (prop.major * 10 + prop.minor < DIFFTX_CUDA_ARCH) {
+        snprintf(why, sizeof(why), "GPU %d (%.100s) has compute capability %d.%d; this build's kernels need sm_%d or newer "
+                 "(rebuild with make CUDA=1 CUDA_ARCH=%d%d)", device, prop.name, prop.major, prop.minor, DIFFTX_CUDA_ARCH,
+                 prop.major, prop.minor);
+        return why;
+    }
+    snprintf(description, sizeof(description), "cuda %.100s (sm_%d%d)", prop.name, prop.major, prop.minor);
+    device_bytes = (double)prop.totalGlobalMem;
+    cudaCheck(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep = UINT64_MAX;
+    cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    cublasCheck(cublasCreate(&cublas));
+    // fp32 arithmetic throughout: no TF32 tensor-core rounding of the inputs, whatever the
+    // environment (NVIDIA_TF32_OVERRIDE) says
+    cublasCheck(cublasSetMathMode(cublas, CUBLAS_PEDANTIC_MATH));
+    return NULL;
+}
+
+static const char* cuda_device_name(void) { return description; }
+static double cuda_memory_bytes(void) { return device_bytes; }
+
+static double cuda_peak_memory_bytes(void) {
+    uint64_t high = 0;
+    cudaCheck(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    return (double)high;
+}
+
+static void cuda_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
+
+void* cuda_alloc(size_t bytes) {
+    void* p = NULL;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t err = cudaMallocAsync(&p, n, 0);
+    if (err != cudaSuccess) {
+        size_t free_bytes = 0, total = 0;
+        cudaMemGetInfo(&free_bytes, &total);
+        die("CUDA: cannot allocate %.1f MiB on %s (%.1f MiB free of %.1f MiB): %s", n / 1048576.0, description,
+            free_bytes / 1048576.0, total / 1048576.0, cudaGetErrorString(err));
+    }
+    cudaCheck(cudaMemsetAsync(p, 0, n, 0));
+    return p;
+}
+
+void cuda_release(void* buf) {
+    if (buf) cudaCheck(cudaFreeAsync(buf, 0));
+}
+
+static void cuda_zero(void* buf, size_t bytes) { cudaCheck(cudaMemsetAsync(buf, 0, bytes, 0)); }
+static void cuda_copy(void* dst, const void* src, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+void cuda_upload(void* dst, const void* host, size_t bytes) { cudaCheck(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice)); }
+void cuda_download(void* host, const void* src, size_t bytes) { cudaCheck(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost)); }
+
+void* cuda_scratch(int slot, size_t bytes) {
+    static void* buf[SCRATCH_SLOTS];
+    static size_t capacity[SCRATCH_SLOTS];
+    if (bytes > capacity[slot]) {
+        cuda_release(buf[slot]);
+        buf[slot] = cuda_alloc(bytes);
+        capacity[slot] = bytes;
+    }
+    return buf[slot];
+}
+
+void cuda_sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float* A, int lda,
+                const float* B, int ldb, float beta, float* C, int ldc) {
+    cublasCheck(cublasSgemm(cublas, ta, tb, m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc));
+}
+
+// Best of a few 4096^3 sgemm calls, timed with events
+static double cuda_matmul_rate(void) {
+    int n = 4096;
+    size_t bytes = (size_t)n * n * sizeof(float);
+    float *a = (float*)cuda_alloc(bytes), *b = (float*)cuda_alloc(bytes), *c = (float*)cuda_alloc(bytes);
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    float best = 1e30f;
+    for (int rep = 0; rep < 5; rep++) {
+        cudaCheck(cudaEventRecord(start, 0));
+        cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        cudaCheck(cudaEventRecord(stop, 0));
+        cudaCheck(cudaEventSynchronize(stop));
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+        if (rep > 0 && ms < best) best = ms;  // the first call loads the kernel
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    cuda_release(a);
+    cuda_release(b);
+    cuda_release(c);
+    return 2.0 * n * n * (double)n / (best / 1e3) / 1e9;
+}
+
+// NCCL's all-reduce in place, one GPU per rank; the communicator's id travels over MPI once
+static void cuda_sum_across_ranks(float* x, size_t n) {
+    if (dist_ranks() == 1) return;
+#ifdef DIFFTX_MPI
+    static ncclComm_t comm;
+    static int ready;
+    if (!ready) {
+        ncclUniqueId id;
+        if (dist_rank() == 0 && ncclGetUniqueId(&id) != ncclSuccess) die("NCCL: cannot create a communicator id");
+        dist_broadcast(&id, sizeof(id));
+        ncclResult_t r = ncclCommInitRank(&comm, dist_ranks(), id, dist_rank());
+        if (r != ncclSuccess) die("NCCL: rank %d cannot join the communicator: %s", dist_rank(), ncclGetErrorString(r));
+        ready = 1;
+    }
+    ncclResult_t r = ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm, 0);
+    if (r != ncclSuccess) die("NCCL: all-reduce of %zu floats: %s", n, ncclGetErrorString(r));
+    cudaCheck(cudaStreamSynchronize(0));
+#else
+    (void)x;
+    (void)n;
+    die("this program was built without MPI: it cannot sum across ranks");
+#endif
+}
+
+static Backend table(void) {
+    Backend b;
+    memset(&b, 0, sizeof(b));
+    b.name = "cuda";
+    b.host_memory = 0;
+    b.init = cuda_init;
+    b.device_name = cuda_device_name;
+    b.memory_bytes = cuda_memory_bytes;
+    b.peak_memory_bytes = cuda_peak_memory_bytes;
+    b.synchronize = cuda_synchronize;
+    b.alloc = cuda_alloc;
+    b.release = cuda_release;
+    b.zero = cuda_zero;
+    b.copy = cuda_copy;
+    b.upload = cuda_upload;
+    b.download = cuda_download;
+    b.matmul_forward = cuda_matmul_forward;
+    b.matmul_backward = cuda_matmul_backward;
+    b.rmsnorm_forward = cuda_rmsnorm_forward;
+    b.rmsnorm_backward = cuda_rmsnorm_backward;
+    b.rope_apply = cuda_rope_apply;
+    b.swiglu_forward = cuda_swiglu_forward;
+    b.swiglu_backward = cuda_swiglu_backward;
+    b.embedding_forward = cuda_embedding_forward;
+    b.embedding_backward = cuda_embedding_backward;
+    b.crossentropy_forward = cuda_crossentropy_forward;
+    b.crossentropy_backward = cuda_crossentropy_backward;
+    b.attention_forward = cuda_attention_forward;
+    b.attention_backward = cuda_attention_backward;
+    b.attention_maps = cuda_attention_maps;
+    b.lambda_forward = cuda_lambda_forward;
+    b.lambda_backward = cuda_lambda_backward;
+    b.token_lambda_forward = cuda_token_lambda_forward;
+    b.token_lambda_backward = cuda_token_lambda_backward;
+    b.sum_squares = cuda_sum_squares;
+    b.scale = cuda_scale;
+    b.sum_across_ranks = cuda_sum_across_ranks;
+    b.adamw_update = cuda_adamw_update;
+    b.matmul_rate = cuda_matmul_rate;
+    return b;
+}
+
+extern "C" const Backend* backend_cuda(void) {
+    static const Backend CUDA = table();
+    return &CUDA;
+}

@@ -1,0 +1,73 @@
+// The CUDA backend: cuBLAS for matmuls (fp32, TF32 off), kernels of its own for the rest,
+// device memory, NCCL across ranks. Its operations are those of the backend table
+// (model/backend.h), where each is specified; this header is shared by its .cu files.
+#ifndef DIFFTX_CUDA_H
+#define DIFFTX_CUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "../backend.h"
+
+const Backend* backend_cuda(void);
+#ifdef __cplusplus
+}
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+// ---- backend_cuda.cu: errors, memory, handles ----
+void cuda_check_at(cudaError_t err, const char* what, const char* src, int line);
+void cublas_check_at(cublasStatus_t status, const char* what, const char* src, int line);
+#define cudaCheck(call) cuda_check_at((call), #call, __FILE__, __LINE__)
+#define cublasCheck(call) cublas_check_at((call), #call, __FILE__, __LINE__)
+// after a kernel launch: a bad launch configuration is reported where it happened
+#define cudaCheckLaunch() cuda_check_at(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+cublasHandle_t cuda_cublas(void);
+// Device scratch of at least `bytes`, valid until the next cuda_scratch call with the same slot;
+// every operation runs on one stream in order, so reuse across operations is safe
+enum { SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_SLOTS };
+void* cuda_scratch(int slot, size_t bytes);
+void* cuda_alloc(size_t bytes);
+void cuda_release(void* buf);
+void cuda_upload(void* dst, const void* host, size_t bytes);
+void cuda_download(void* host, const void* src, size_t bytes);
+// column-major sgemm on the backend's handle: C (m, n) = alpha op(A) op(B) + beta C
+void cuda_sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float* A, int lda,
+                const float* B, int ldb, float beta, float* C, int ldc);
+
+// ---- layers.cu ----
+void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
+void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
+void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W);
+void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                           const float* rstd, float out_scale, int rows, int W);
+void cuda_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse);
+void cuda_swiglu_forward(float* h, const float* gate_up, int N, int F);
+void cuda_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
+void cuda_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C);
+void cuda_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
+double cuda_crossentropy_forward(float* probs_inout, float* row_loss, const int* targets, int N, int V);
+void cuda_crossentropy_backward(float* probs_inout, const int* targets, float dloss, int N, int V);
+double cuda_sum_squares(const float* x, size_t n);
+void cuda_scale(float* x, size_t n, float factor);
+void cuda_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
+
+// ---- attention.cu ----
+void cuda_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
+void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse,
+                             const float* lambda, const AttnShape* s, HookSite hook);
+void cuda_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
+void cuda_lambda_forward(float* lambda, const float* lam, float lambda_init, int D);
+void cuda_lambda_backward(float* dlam, const float* dlambda, const float* lam, int D);
+void cuda_token_lambda_forward(float* qkv, int N, const AttnShape* s);
+void cuda_token_lambda_backward(float* dqkv, const float* qkv, int N, const AttnShape* s);
+
+// threads per block of the row and element kernels
+#define CUDA_THREADS 256
+static inline unsigned cuda_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+#endif
+
+#endif

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# make gpu-bundle: OUT holds the CUDA build's programs (bin/); every shared library they load
+# except glibc, the GPU driver and CUDA's own libraries (which a GPU machine has), in
+# lib.tar.xz (OpenBLAS's kernels for every CPU alone take 35 MiB; gpu-check.sh unpacks them
+# into its working folder); the bench recipes and PyTorch script; gpu-check.sh. Written as
+# OUT.tmp and renamed.
+# usage: tests/make_gpu_bundle.sh OUT PROGRAM...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$1
+shift
+rm -rf "$out.tmp"
+mkdir -p "$out.tmp/bin" "$out.tmp/lib" "$out.tmp/experiments"
+cp "$@" "$out.tmp/bin/"
+# glibc's parts, the driver, and the CUDA toolkit's libraries stay behind
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so)'
+for p in "$@"; do
+    ldd "$p" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+    [[ $name =~ $skip ]] || cp -L "$path" "$out.tmp/lib/$name"
+done
+tar -C "$out.tmp" -cJf "$out.tmp/lib.tar.xz" lib
+rm -rf "$out.tmp/lib"
+cp experiments/bench_standard.ini experiments/bench_diff.ini "$out.tmp/experiments/"
+cp tests/bench_torch_gpu.py "$out.tmp/"
+cp tests/gpu-check.sh "$out.tmp/gpu-check.sh"
+git describe --always --dirty --abbrev=12 >"$out.tmp/COMMIT" 2>/dev/null || echo unknown >"$out.tmp/COMMIT"
+rm -rf "$out"
+mv "$out.tmp" "$out"
+size=$(du -sm "$out" | cut -f1)
+echo "gpu bundle: $out, $size MiB ($(tar -tJf "$out/lib.tar.xz" | grep -c '\.so') libraries); on a GPU machine: $out/gpu-check.sh"
+[ "$size" -lt 60 ] || { echo "gpu bundle: $size MiB, over the 60 MiB it must stay under" >&2; exit 1; }

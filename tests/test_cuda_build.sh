@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The CUDA build (make CUDA=1, compiled by make test wherever nvcc is found) on whatever machine
+# runs the tests: without a usable GPU every cuda request stops with a clear message before
+# anything is written; its CPU backend passes the backend and device tests as the CPU build
+# does; the GPU bundle starts with the system's copies of its libraries hidden and reports
+# "no CUDA device" cleanly. On a machine with a GPU the bundle's gpu-check.sh is the check.
+set -u
+cd "$(dirname "$0")/.."
+source tests/harness.sh
+cuda=build/cuda/difftx
+work=build/test_cuda_build
+rm -rf "$work"
+mkdir -p "$work"
+
+if "$cuda" bench experiments/bench_standard.ini device=cuda --steps 2 --results "$work/probe" >/dev/null 2>&1; then
+    echo "a usable GPU is here: the refusals below do not apply; run make gpu-bundle && build/gpu-bundle/gpu-check.sh"
+    gpu=1
+else
+    gpu=0
+fi
+if [ $gpu -eq 0 ]; then
+    expect_fail "train device=cuda without a GPU" "device 'cuda' cannot run here: no CUDA device" \
+        "$cuda" train experiments/default.ini device=cuda out="$work/run" --results "$work/results"
+    expect "a refused cuda run writes nothing (no run folder, no registry)" test ! -e "$work/run" -a ! -e "$work/results"
+    expect_fail "bench device=cuda without a GPU" "device 'cuda' cannot run here" \
+        "$cuda" bench experiments/bench_standard.ini device=cuda --steps 2 --results "$work/results"
+    expect_fail "sample --device cuda without a GPU" "device 'cuda' cannot run here" "$cuda" sample "$work/none.h5" --device cuda
+    expect_fail "eval --device cuda without a GPU" "device 'cuda' cannot run here" "$cuda" eval "$work/none.h5" --device cuda
+fi
+expect_fail "the CPU build names the CUDA build" "built without CUDA \(build it with .make CUDA=1." \
+    build/difftx train experiments/default.ini device=cuda out="$work/run"
+expect_fail "an unknown device" "key 'device': 'tpu' is not one of cpu, cuda" build/difftx train experiments/default.ini device=tpu
+
+ops=$(OMP_NUM_THREADS=2 build/cuda/test_backend_ops 2>&1)
+expect "the CUDA build's backend test passes ($(tail -1 <<<"$ops"))" grep -qE '^[0-9]+ passed, 0 failed$' <<<"$ops"
+expect "the CUDA build's backend test says what it did not run" grep -qE "^backend cuda: (not run: .*no CUDA device|[0-9]+ checks)" <<<"$ops"
+dev=$(OMP_NUM_THREADS=2 build/cuda/test_devices 2>&1)
+expect "the CUDA build's device test passes ($(tail -1 <<<"$dev"))" grep -qE '^[0-9]+ passed, 0 failed$' <<<"$dev"
+
+# the bundle: built, under 60 MiB, and self-contained
+make --no-print-directory gpu-bundle >"$work/bundle.log" 2>&1
+expect "make gpu-bundle builds ($(tail -1 "$work/bundle.log"))" test -x build/gpu-bundle/gpu-check.sh
+size=$(du -sm build/gpu-bundle | cut -f1)
+expect "the bundle is under 60 MiB ($size MiB)" test "$size" -lt 60
+mkdir -p "$work/unpacked/glibc"
+tar -C "$work/unpacked" -xJf build/gpu-bundle/lib.tar.xz
+# glibc's own libraries alone, in a folder of their own: with the loader's cache off nothing
+# else of the system is found, so every other library must come from the bundle
+for lib in libc.so.6 libm.so.6 libmvec.so.1 libpthread.so.0 libdl.so.2 librt.so.1 libresolv.so.2; do
+    ln -s "$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64|AArch64/ {print $NF; exit}')" "$work/unpacked/glibc/$lib"
+done
+loader=$(readlink -f "$(ldd build/cuda/difftx | awk '/ld-linux/ {print $1}')")
+cuda_dir=$(dirname "$(readlink -f "$(ldd build/cuda/difftx | awk '$1 ~ /libcudart/ {print $3}')")")
+hidden() { "$loader" --inhibit-cache --library-path "$work/unpacked/lib:$work/unpacked/glibc:$cuda_dir" "$@"; }
+for p in difftx test_backend_ops test_devices; do
+    missing=$(LD_LIBRARY_PATH="$work/unpacked/lib:$work/unpacked/glibc:$cuda_dir" ldd "build/gpu-bundle/bin/$p" | grep "not found")
+    expect "bundle $p finds every library${missing:+ (missing: $missing)}" test -z "$missing"
+done
+expect "the bundle's difftx starts with the system's libraries hidden" hidden build/gpu-bundle/bin/difftx keys >/dev/null
+if [ $gpu -eq 0 ]; then
+    expect_fail "the bundle's difftx says no CUDA device, libraries hidden" "device 'cuda' cannot run here: no CUDA device" \
+        hidden build/gpu-bundle/bin/difftx bench build/gpu-bundle/experiments/bench_standard.ini device=cuda --steps 2 --results "$work/r"
+    out=$(build/gpu-bundle/gpu-check.sh "$work/report.md" 2>&1)
+    rc=$?
+    expect "gpu-check.sh without a GPU exits 1 saying no CUDA device (exit $rc)" test $rc -eq 1 -a -n "$(grep 'no CUDA device' <<<"$out")"
+    expect "gpu-check.sh writes its report even then" grep -q "no CUDA device" "$work/report.md"
+fi
+summary

@@ -1,0 +1,243 @@
+// One model on two devices: the CPU backend and the other backend this program can use here
+// (CUDA on a machine with a GPU; without one, a second CPU model, which holds the CPU backend
+// to bitwise repeatability). Same weights on both through model_copy_params:
+//   1. loss and every gradient tensor of a forward and backward, for every variant
+//      (standard, standard + head norm, DIFF, DIFF without head norm, constant lambda_init,
+//      DIFF V2), and the parameters after one AdamW step;
+//   2. 20 training steps on each device, their losses side by side;
+//   3. the other device's 20 steps again: bitwise the same losses and parameters;
+//   4. a checkpoint written on one device after 10 steps, resumed on the other for 10 more.
+// Tolerances, CPU against CUDA (fp32 both, different summation orders): loss within 1e-5
+// relative; each gradient tensor within 1e-4 of its largest |value| elementwise (cancellation
+// makes small entries meaningless relative to themselves) and 1e-3 relative in L2 norm; the
+// parameters after one update within 1e-6 absolute (lr 1e-3 steps are ~1e-3, so this leaves
+// a 1e-3 relative error of the step); losses after 20 steps within 2e-3 relative (rounding
+// grows through training). The same device against itself must agree bitwise.
+// The lines starting with '|' are the report's tables (gpu-check.sh).
+#include <math.h>
+#include <string.h>
+
+#include "../experiments/train.h"
+#include "../model/checkpoint.h"
+#include "../model/model.h"
+#include "../model/optim.h"
+#include "../model/util.h"
+#include "check.h"
+
+#define STEPS 20
+#define VOCAB 96
+
+static const char* other;  // "cuda" when usable, else "cpu"
+
+typedef struct {
+    const char* name;
+    AttentionKind kind;
+    int head_norm;  // -1: the variant's
+    const char* lambda_init;
+} Variant;
+
+static const Variant VARIANTS[] = {
+    {"standard", ATTN_STANDARD, 0, "schedule"},
+    {"standard + head norm", ATTN_STANDARD, 1, "schedule"},
+    {"diff", ATTN_DIFF, 1, "schedule"},
+    {"diff, no head norm", ATTN_DIFF, 0, "schedule"},
+    {"diff, lambda_init 0.8", ATTN_DIFF, 1, "0.8"},
+    {"diff2", ATTN_DIFF2, 0, "schedule"},
+};
+#define N_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
+
+// d_model 128, 2 heads (D 32 for diff, 64 otherwise), context 75: partial tiles everywhere
+static Config variant_config(const Variant* v, const char* device) {
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.attention = v->kind;
+    cfg.n_layer = 2;
+    cfg.d_model = 128;
+    cfg.n_head = 2;
+    cfg.seq_len = 75;
+    cfg.batch_size = 3;
+    cfg.head_norm = v->head_norm;
+    cfg.init_std = 0.1f;
+    cfg.steps = STEPS;
+    cfg.warmup_steps = 2;
+    cfg.lr = 3e-3f;
+    snprintf(cfg.lambda_init, sizeof(cfg.lambda_init), "%s", v->lambda_init);
+    const char* err = config_set(&cfg, "device", device);
+    if (err) die("%s", err);
+    config_validate(&cfg);
+    return cfg;
+}
+
+// random tokens whose targets are a fixed function of them: a mapping training can learn
+static void random_batch(int* tokens, int* targets, int n, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        tokens[i] = (int)(hash64(seed + i) % VOCAB);
+        targets[i] = (tokens[i] * 7 + 3) % VOCAB;
+    }
+}
+
+// worst elementwise |a - b| / max|a| and the L2 norm of a - b over that of a, per tensor
+static void compare_tensors(const Model* m, const char* what, const float* a, const float* b, double elem_tol, double norm_tol) {
+    double worst_elem = 0, worst_norm = 0;
+    const char* worst_name = "";
+    for (int t = 0; t < m->n_tensors; t++) {
+        const ParamTensor* pt = &m->tensors[t];
+        double amax = 0, diff2 = 0, a2 = 0, emax = 0;
+        for (size_t i = pt->offset; i < pt->offset + pt->size; i++) {
+            amax = fmax(amax, fabs(a[i]));
+            double d = (double)a[i] - b[i];
+            emax = fmax(emax, isnan(d) ? INFINITY : fabs(d));
+            diff2 += d * d;
+            a2 += (double)a[i] * a[i];
+        }
+        double elem = amax > 0 ? emax / amax : emax, norm = a2 > 0 ? sqrt(diff2 / a2) : sqrt(diff2);
+        if (elem / elem_tol > worst_elem / elem_tol || norm / norm_tol > worst_norm / norm_tol) worst_name = pt->name;
+        worst_elem = fmax(worst_elem, elem);
+        worst_norm = fmax(worst_norm, norm);
+    }
+    CHECK(worst_elem <= elem_tol && worst_norm <= norm_tol, "%s: worst tensor %s, elementwise %.2e of its max (tolerance %.0e), "
+          "L2 %.2e (tolerance %.0e)", what, worst_name, worst_elem, elem_tol, worst_norm, norm_tol);
+    printf("| %s | %.2e | %.2e |\n", what, worst_elem, worst_norm);
+}
+
+// Section 1: one forward, backward and update on both devices from the same weights
+static void test_gradients(const Variant* v) {
+    Config ca = variant_config(v, "cpu"), cb = variant_config(v, other);
+    Model a, b;
+    model_build(&a, &ca, VOCAB);
+    model_build(&b, &cb, VOCAB);
+    model_init_params(&a, 11);
+    model_copy_params(&b, &a);
+    int n = ca.batch_size * ca.seq_len, *tokens = mallocCheck(n * sizeof(int)), *targets = mallocCheck(n * sizeof(int));
+    random_batch(tokens, targets, n, 5);
+    Model* models[2] = {&a, &b};
+    AdamW opts[2];
+    size_t bytes = a.n_params * sizeof(float);
+    float *grads[2] = {mallocCheck(bytes), mallocCheck(bytes)}, *params[2] = {mallocCheck(bytes), mallocCheck(bytes)};
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        model_zero_grad(models[k]);
+        model_forward(models[k], tokens, targets, ca.batch_size, ca.seq_len, 1);
+        loss[k] = model_loss(models[k]);
+        model_backward(models[k], 1.0f);
+        model_get_grads(models[k], grads[k]);
+        adamw_alloc(&opts[k], models[k]);
+        adamw_update(&opts[k], models[k], 1e-3f, 1);
+        model_get_params(models[k], params[k]);
+    }
+    char what[160];
+    CHECK(fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[0]), "%s: loss cpu %.9f, %s %.9f", v->name, loss[0], other, loss[1]);
+    printf("| %s: loss | %.9f | %.9f |\n", v->name, loss[0], loss[1]);
+    snprintf(what, sizeof(what), "%s: every gradient tensor", v->name);
+    compare_tensors(&a, what, grads[0], grads[1], 1e-4, 1e-3);
+    double worst = 0;
+    for (size_t i = 0; i < a.n_params; i++) worst = fmax(worst, fabs((double)params[0][i] - params[1][i]));
+    CHECK(worst <= 1e-6, "%s: parameters after one AdamW step differ by %.2e (tolerance 1e-6)", v->name, worst);
+    printf("| %s: parameters after one AdamW step, max abs diff | %.2e | |\n", v->name, worst);
+    for (int k = 0; k < 2; k++) {
+        free(grads[k]);
+        free(params[k]);
+        adamw_free(&opts[k]);
+        model_free(models[k]);
+    }
+    free(tokens);
+    free(targets);
+}
+
+// Trains a model of cfg from step `from` (a fresh init at 0) to `to`, losses into loss[step]
+static void train_steps(Model* m, AdamW* opt, const Config* cfg, int from, int to, double* loss) {
+    BatchShare share = batch_share(cfg, 0, 1);
+    int n = cfg->batch_size * cfg->seq_len, *tokens = mallocCheck(n * sizeof(int)), *targets = mallocCheck(n * sizeof(int));
+    for (int s = from; s < to; s++) {
+        random_batch(tokens, targets, n, 1000 + (uint64_t)s * 7919);
+        loss[s] = train_step(m, opt, cfg, &share, s, tokens, targets).loss;
+    }
+    free(tokens);
+    free(targets);
+}
+
+static void fresh_run(Model* m, AdamW* opt, const Config* cfg) {
+    model_build(m, cfg, VOCAB);
+    model_init_params(m, 21);
+    adamw_alloc(opt, m);
+}
+
+// Sections 2-4 for one variant
+static void test_training(const Variant* v) {
+    Config ca = variant_config(v, "cpu"), cb = variant_config(v, other);
+    Model a, b, b2;
+    AdamW oa, ob, ob2;
+    double la[STEPS], lb[STEPS], lb2[STEPS];
+    fresh_run(&a, &oa, &ca);
+    fresh_run(&b, &ob, &cb);
+    fresh_run(&b2, &ob2, &cb);
+    train_steps(&a, &oa, &ca, 0, STEPS, la);
+    train_steps(&b, &ob, &cb, 0, STEPS, lb);
+    train_steps(&b2, &ob2, &cb, 0, STEPS, lb2);
+    double worst = 0;
+    printf("| %s | step | cpu loss | %s loss |\n|---|---|---|---|\n", v->name, other);
+    for (int s = 0; s < STEPS; s++) {
+        worst = fmax(worst, fabs(la[s] - lb[s]) / fabs(la[s]));
+        if (s % 4 == 3 || s == 0) printf("| | %d | %.6f | %.6f |\n", s + 1, la[s], lb[s]);
+    }
+    CHECK(worst <= 2e-3, "%s: %d training steps, worst relative loss difference cpu vs %s %.2e (tolerance 2e-3)", v->name, STEPS,
+          other, worst);
+    CHECK(la[STEPS - 1] < la[0] - 0.05, "%s: the loss falls in %d steps (%.4f to %.4f)", v->name, STEPS, la[0], la[STEPS - 1]);
+    size_t bytes = b.n_params * sizeof(float);
+    float *pb = mallocCheck(bytes), *pb2 = mallocCheck(bytes);
+    model_get_params(&b, pb);
+    model_get_params(&b2, pb2);
+    CHECK(memcmp(lb, lb2, sizeof(lb)) == 0 && memcmp(pb, pb2, bytes) == 0, "%s: the %s run repeated gives bitwise the same losses and "
+          "parameters", v->name, other);
+    printf("%s: %s run repeated: %s\n", v->name, other, memcmp(lb, lb2, sizeof(lb)) == 0 && memcmp(pb, pb2, bytes) == 0 ? "bitwise equal" : "DIFFERENT");
+
+    // resume across devices: each device's checkpoint at step 10, continued on the other
+    const char* devices[2] = {"cpu", other};
+    double* nonstop[2] = {la, lb};
+    for (int k = 0; k < 2; k++) {
+        Config cw = variant_config(v, devices[k]);
+        Model w, r;
+        AdamW ow, orr;
+        double lw[STEPS], lr[STEPS];
+        fresh_run(&w, &ow, &cw);
+        train_steps(&w, &ow, &cw, 0, STEPS / 2, lw);
+        CheckpointInfo info = {.step = STEPS / 2, .rows_seen = (uint64_t)STEPS / 2 * cw.batch_size, .threads = 1, .ranks = 1};
+        checkpoint_save("build/test_devices.h5", &w, &ow, &info);
+        CheckpointInfo got;
+        checkpoint_load("build/test_devices.h5", devices[1 - k], &r, &orr, &got);
+        Config cr = variant_config(v, devices[1 - k]);
+        train_steps(&r, &orr, &cr, STEPS / 2, STEPS, lr);
+        double* want = nonstop[1 - k];
+        double diff = 0;
+        for (int s = STEPS / 2; s < STEPS; s++) diff = fmax(diff, fabs(lr[s] - want[s]) / fabs(want[s]));
+        CHECK(diff <= 2e-3 && strcmp(got.device, w.be->device_name()) == 0,
+              "%s: written on %s at step %d (device attribute '%s'), resumed on %s: losses within %.2e of a non-stop %s run",
+              v->name, devices[k], STEPS / 2, got.device, devices[1 - k], diff, devices[1 - k]);
+        printf("| %s: resumed %s -> %s, worst relative loss difference to a non-stop run | %.2e | |\n", v->name, devices[k],
+               devices[1 - k], diff);
+        model_free(&w);
+        model_free(&r);
+        adamw_free(&ow);
+        adamw_free(&orr);
+    }
+    free(pb);
+    free(pb2);
+    adamw_free(&oa);
+    adamw_free(&ob);
+    adamw_free(&ob2);
+    model_free(&a);
+    model_free(&b);
+    model_free(&b2);
+}
+
+int main(void) {
+    const char* why = backend_unusable("cuda");
+    other = why ? "cpu" : "cuda";
+    if (why) printf("cuda: not run (%s); the second device is the cpu, held to bitwise equality\n", why);
+    printf("devices: cpu and %s (%s)\n", other, backend_named(other)->device_name());
+    printf("| one forward, backward and AdamW step | cpu | %s |\n|---|---|---|\n", other);
+    for (int i = 0; i < N_VARIANTS; i++) test_gradients(&VARIANTS[i]);
+    for (int i = 0; i < N_VARIANTS; i++) test_training(&VARIANTS[i]);
+    remove("build/test_devices.h5");
+    return check_summary();
+}
