@@ -238,7 +238,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
             out[c] = o;
         }
         if (lse && lane == 0) {
-            for (int m = 0; m < M; m++) lse[((size_t)bh * M + m) * T + i] = run_max[k][m] + logf(run_sum[k][m]);
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                if (m < M) lse[((size_t)bh * M + m) * T + i] = run_max[k][m] + logf(run_sum[k][m]);
+            }
         }
     }
 }
@@ -404,7 +407,9 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
     for (int k = 0; k < ATT_RPW; k++) {
         int i = i0 + warp * ATT_RPW + k;
         if (i >= T) continue;
-        for (int m = 0; m < M; m++) {
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            if (m >= M) break;
             float* out = dbase + (size_t)i * g.QKV + q_col(g, h, m);
 #pragma unroll
             for (int t = 0; t < D_SLOTS; t++) {
@@ -430,7 +435,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
     float* Vb = Kb + ATT_BKB * M * D;            // (BKB, Dv)
     float* Qt = Vb + ATT_BKB * Dv;               // (M, 32, D + 1)
     float* DYt = Qt + M * 32 * (D + 1);          // (32, Dv + 1)
-    float* rowv = DYt + 32 * (Dv + 1);           // (4 M + 1, 32): lse, D, steps per map, lambda
+    float* rowv = DYt + 32 * (Dv + 1);           // (3 M + 1, 32): lse, D and step of each map, lambda
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
     for (int idx = threadIdx.x; idx < ATT_BKB * M * D; idx += blockDim.x) {
@@ -529,7 +534,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
             if (g.shared_kv) {  // both maps' gradients meet in the one key head
                 row[k_col(g, h, 0) + d] = g.scale * (M == 2 ? dk[kk][0][t] + dk[kk][1][t] : dk[kk][0][t]);
             } else {
-                for (int m = 0; m < M; m++) row[k_col(g, h, m) + d] = g.scale * dk[kk][m][t];
+                row[k_col(g, h, 0) + d] = g.scale * dk[kk][0][t];
+                if (M == 2) row[k_col(g, h, 1) + d] = g.scale * dk[kk][1][t];
             }
         }
     }
