@@ -14,22 +14,22 @@
 #include "../model/util.h"
 #include "report.h"
 
-// A token's text as a tic label: printable ASCII, a newline shown as \n, other bytes as '?';
-// quoted as a single-quoted gnuplot string, where nothing is expanded
+// A token's text as a tic label: up to 40 bytes, printable ASCII, a newline shown as \n, other
+// bytes (tabs included) as '?'; then as a field gnuplot reads as data (gnuplot_data_text)
 static void label_of(char* out, size_t n, const char* text) {
-    char shown[64];
+    char shown[48];
     size_t k = 0;
-    for (const char* p = text ? text : ""; *p && k + 3 < sizeof(shown); p++) {
+    for (const char* p = text ? text : ""; *p && k + 2 < sizeof(shown) && k < 40; p++) {
         unsigned char c = (unsigned char)*p;
         if (c == '\n') { shown[k++] = '\\'; shown[k++] = 'n'; }
         else shown[k++] = c >= 32 && c <= 126 ? (char)c : '?';
     }
     shown[k] = 0;
-    gnuplot_quote(out, n, shown);
+    gnuplot_data_text(out, n, shown);
 }
 
-// The plot's temporary folder and image, removed however the program ends (die() exits)
-static char temp_dir[64], temp_png[4200];
+// The plot's temporary folder, removed however the program ends (die() exits)
+static char temp_dir[64];
 
 #define CLIP_PERCENTILE 99  // colour scales end here, so that a BOS sink does not wash out the map
 
@@ -56,8 +56,7 @@ static float causal_percentile(const float* A, int first, int last, int T) {
 
 static void remove_temp_dir(void) {
     if (temp_dir[0]) remove_tree(temp_dir);
-    if (temp_png[0]) unlink(temp_png);
-    temp_dir[0] = temp_png[0] = 0;
+    temp_dir[0] = 0;
 }
 
 void attn_render(const char* path, int sample, int layer, int head, const char* png) {
@@ -104,82 +103,72 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     // the maps (A1, A2, or softmax) share one sequential scale, the difference a diverging one
     float maps_max = matrix ? causal_percentile(A, 0, diff ? 1 : 0, T) : 1, diff_max = matrix && diff ? causal_percentile(A, 2, 2, T) : 1;
 
-    // everything is read: only now the temporary folder
+    // everything is read: only now the temporary folder for the plot's data files
     snprintf(temp_dir, sizeof(temp_dir), "/tmp/difftx_attn_XXXXXX");
     if (!mkdtemp(temp_dir)) die("cannot create a temporary folder for the plot data");
     static int cleanup_registered;
     if (!cleanup_registered++) atexit(remove_temp_dir);
-    char files[3 * 128] = "", decor[128];
+    GnuplotVars vars;
+    gnuplot_init(&vars);
     for (int p = 0; p < panels; p++) {
-        char data[128];
+        char data[128], name[16];
         const float* Ap = A + (size_t)p * R * T;
-        path_printf(data, sizeof(data), "%s/panel%d.dat", temp_dir, p);
+        path_printf(data, sizeof(data), "%s/panel%d.dat", temp_dir, p + 1);
         FILE* f = fopenCheck(data, "w");
         if (matrix) {
             for (int r = 0; r < R; r++) {
-                for (int j = 0; j < T; j++) fprintf(f, "%.6g%c", Ap[(size_t)r * T + j], j + 1 < T ? ' ' : '\n');
+                for (int j = 0; j < T; j++) fprintf(f, "%.6g%c", Ap[(size_t)r * T + j], j + 1 < T ? '\t' : '\n');
             }
         } else {
             for (int j = 0; j < T; j++) {
                 double mean = 0;
                 for (int r = 0; r < R; r++) mean += Ap[(size_t)r * T + j];
-                fprintf(f, "%d %.6g\n", j, mean / R);
+                fprintf(f, "%d\t%.6g\n", j, mean / R);
             }
         }
         fcloseCheck(f, data);
-        snprintf(files + strlen(files), sizeof(files) - strlen(files), "%s%s", p ? " " : "", data);
+        snprintf(name, sizeof(name), "panel%d", p + 1);
+        gnuplot_input(&vars, name, data);
     }
-    path_printf(decor, sizeof(decor), "%s/decor.gp", temp_dir);
-    FILE* f = fopenCheck(decor, "w");
-    if (matrix) {
-        // token text where it can be read (up to 96 tokens), positions otherwise
-        if (T <= 96) {
-            for (int axis = 0; axis < 2; axis++) {
-                fprintf(f, "set %s (", axis ? "ytics" : "xtics");
-                for (int t = 0; t < T; t++) {
-                    char l[160];
-                    label_of(l, sizeof(l), text[t]);
-                    fprintf(f, "%s%s %d", t ? ", " : "", l, t);
-                }
-                fprintf(f, ")\n");
-            }
-        } else {
-            fprintf(f, "set xtics %d norotate font ',8'\nset ytics %d font ',8'\n", (T / 8 + 9) / 10 * 10, (T / 8 + 9) / 10 * 10);
+    // token text where it can be read (up to 96 tokens), positions otherwise
+    int labeled = matrix && T <= 96;
+    if (labeled) {
+        char labels[128];
+        path_printf(labels, sizeof(labels), "%s/labels.dat", temp_dir);
+        FILE* f = fopenCheck(labels, "w");
+        for (int t = 0; t < T; t++) {
+            char l[128];
+            label_of(l, sizeof(l), text[t]);
+            fprintf(f, "%d\t%s\n", t, l);
         }
-        for (int i = 0; i < N; i++) {  // needle spans as bars above the key axis, off the map
-            fprintf(f, "set object %d rect from %g, graph 1.008 to %g, graph 1.03 noclip fs solid noborder fc rgb '%s'\n", i + 1,
-                    needles[2 * i] - 0.5, needles[2 * i] + needles[2 * i + 1] - 0.5, i == 0 ? "#00aa00" : "#888888");
-        }
-    } else {
-        for (int i = 0; i < N; i++) {
-            fprintf(f, "set object %d rect from %d, graph 0 to %d, graph 1 back fs solid 0.35 noborder fc rgb '%s'\n", i + 1,
-                    needles[2 * i], needles[2 * i] + needles[2 * i + 1], i == 0 ? "#00aa00" : "#999999");
-        }
-        fprintf(f, "set label 1 'answer needle (green), distractors (grey); mean over the %d question rows' at graph 0.01, graph 0.95\n", R);
+        fcloseCheck(f, labels);
+        gnuplot_input(&vars, "labels", labels);
     }
-    fcloseCheck(f, decor);
-    char tmp[4200], title[4400];
-    tmp_path(tmp, sizeof(tmp), png);
-    snprintf(temp_png, sizeof(temp_png), "%s", tmp);
-    snprintf(title, sizeof(title), "%s, %s, layer %d, head %d, %d tokens", path, group, layer, head, T);
-    if (matrix) {
-        snprintf(title + strlen(title), sizeof(title) - strlen(title), "\nneedles: bars above each map (answer green, "
-                 "distractors grey); colours end at the %dth percentile of the causal entries", CLIP_PERCENTILE);
-    }
-    GnuplotVars vars = {"", 0};
-    gnuplot_string(&vars, "mode", matrix ? "matrix" : "profile");
+    gnuplot_number(&vars, "matrix", matrix);
+    gnuplot_number(&vars, "labeled", labeled);
+    gnuplot_number(&vars, "tic_step", (T / 8 + 9) / 10 * 10);
     gnuplot_number(&vars, "panels", panels);
-    gnuplot_string(&vars, "files", files);
-    gnuplot_string(&vars, "titles", diff ? "A1 A2 A1-lambda*A2" : "softmax");
-    gnuplot_string(&vars, "decor", decor);
     gnuplot_number(&vars, "T", T);
+    gnuplot_number(&vars, "rows", R);
     gnuplot_number(&vars, "maps_max", maps_max);
     gnuplot_number(&vars, "diff_max", diff_max);
-    gnuplot_string(&vars, "out", tmp);
+    gnuplot_number(&vars, "needles", N);
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "needle_from%d", i + 1);
+        gnuplot_number(&vars, name, needles[2 * i]);
+        snprintf(name, sizeof(name), "needle_to%d", i + 1);
+        gnuplot_number(&vars, name, needles[2 * i] + needles[2 * i + 1]);
+    }
+    char title[4400], subtitle[256];
+    snprintf(title, sizeof(title), "%s, %s, layer %d, head %d, %d tokens", path, group, layer, head, T);
+    snprintf(subtitle, sizeof(subtitle), "needles: bars above each map (answer green, distractors grey); colours end at the "
+             "%dth percentile of the causal entries", CLIP_PERCENTILE);
+    gnuplot_string(&vars, "titles", diff ? "A1 A2 A1-lambda*A2" : "softmax");
     gnuplot_string(&vars, "title_text", title);
+    gnuplot_string(&vars, "subtitle", subtitle);
+    gnuplot_output(&vars, "out", png);
     gnuplot("attn.gp", &vars);
-    renameCheck(tmp, png);
-    temp_png[0] = 0;
     remove_temp_dir();
     for (int t = 0; t < T; t++) free(text[t]);
     free(text);

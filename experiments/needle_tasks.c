@@ -309,12 +309,13 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     report_close(&rep);
     char text[4400], names[512] = "";
     for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
-    GnuplotVars vars = {"", 0};
-    gnuplot_string(&vars, "data", dat);
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table2", opt->preset, ".png");
-    gnuplot_string(&vars, "out", png);
+    gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth", opt->preset, context, samples);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table2.gp", &vars);
@@ -340,7 +341,9 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
     report_printf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
     report_printf(md, "%s", preset_note(preset, opt->recipe));
     provenance(md, rows, n_rows, opt, samples);
-    char files[RECIPE_SECTIONS * 4300] = "", titles[RECIPE_SECTIONS * 128] = "";
+    char titles[RECIPE_SECTIONS * 128] = "";
+    GnuplotVars vars;
+    gnuplot_init(&vars);
     for (int i = 0; i < n_rows; i++) {
         Cell cells[MAX_LENGTHS * N_DEPTHS];
         for (int k = 0; k < n_lengths * N_DEPTHS; k++) {
@@ -376,20 +379,24 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         }
         report_printf(md, "\n");
         fcloseCheck(f, dat);
-        snprintf(files + strlen(files), sizeof(files) - strlen(files), "%s%s", i ? " " : "", dat);
+        char name[32];
+        snprintf(name, sizeof(name), "model%d", i + 1);
+        gnuplot_input(&vars, name, dat);
         snprintf(titles + strlen(titles), sizeof(titles) - strlen(titles), "%s%s", i ? " " : "", rows[i].name);
     }
     // the models side by side on one colour scale
-    char text[4400], tics[2048] = "";
-    for (int l = 0; l < n_lengths; l++) snprintf(tics + strlen(tics), sizeof(tics) - strlen(tics), "%s'%d' %d", l ? ", " : "", lengths[l], l);
-    GnuplotVars vars = {"", 0};
-    gnuplot_string(&vars, "files", files);
-    gnuplot_string(&vars, "titles", titles);
+    char text[4400];
+    gnuplot_number(&vars, "n", n_rows);
     gnuplot_number(&vars, "n_lengths", n_lengths);
+    for (int l = 0; l < n_lengths; l++) {
+        char name[32];
+        snprintf(name, sizeof(name), "length%d", l + 1);
+        gnuplot_number(&vars, name, lengths[l]);
+    }
+    gnuplot_string(&vars, "titles", titles);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "fig5", opt->preset, ".png");
-    gnuplot_string(&vars, "out", png);
-    gnuplot_string(&vars, "xtics_text", tics);  // integers only: fig5.gp evaluates it
+    gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens",
              opt->preset, samples, rows[0].cfg.seq_len);
     gnuplot_string(&vars, "title_text", text);
@@ -518,16 +525,17 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
         snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", i ? " " : "", paper_row(&rows[i]) ? "DIFF" : "Transformer");
     }
-    GnuplotVars vars = {"", 0};
-    gnuplot_string(&vars, "data", dat);
-    gnuplot_string(&vars, "fig1", fig1);
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "data", dat);
+    gnuplot_input(&vars, "fig1", fig1);
     gnuplot_string(&vars, "names", names);
     gnuplot_string(&vars, "papers", papers);
     char png[4400], fig1_png[4400];
     preset_path(png, sizeof(png), opt->plots, "table3", opt->preset, ".png");
-    gnuplot_string(&vars, "out", png);
+    gnuplot_output(&vars, "out", png);
     preset_path(fig1_png, sizeof(fig1_png), opt->plots, "fig1", opt->preset, ".png");
-    gnuplot_string(&vars, "out_fig1", fig1_png);
+    gnuplot_output(&vars, "out_fig1", fig1_png);
     snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d", opt->preset, context);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table3.gp", &vars);
@@ -653,12 +661,13 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
     fcloseCheck(g, dat);
     free(res);
     char text[4400];
-    GnuplotVars vars = {"", 0};
-    gnuplot_string(&vars, "data", dat);
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "data", dat);
     gnuplot_number(&vars, "series", 2 * n_rows);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "fig8", opt->preset, ".png");
-    gnuplot_string(&vars, "out", png);
+    gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Figure 8, preset %s: attention logits quantized (solid: per tensor, dashed: per row)", opt->preset);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig8.gp", &vars);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,41 +42,71 @@ void report_close(Report* r) {
     renameCheck(r->tmp, r->path);
 }
 
-void gnuplot_quote(char* out, size_t n, const char* value) {
-    // single-quoted pieces joined by ."'". around each quote: gnuplot reads a doubled quote at
-    // the start of a string as an empty string, and expands nothing in "'"
-    static const char joint[] = "'.\"'\".'";
-    size_t k = 0;
-    if (n < 3) die("gnuplot_quote: no room");
-    out[k++] = '\'';
-    for (const char* p = value; *p; p++) {
-        const char* add = *p == '\'' ? joint : NULL;
-        size_t len = add ? sizeof(joint) - 1 : 1;
-        if (k + len + 2 > n) die("gnuplot value too long: %.60s...", value);
-        if (add) memcpy(out + k, add, len);
-        else out[k] = *p;
-        k += len;
+void gnuplot_init(GnuplotVars* v) { memset(v, 0, sizeof(*v)); }
+
+// Variable and file names are this program's own: letters, digits and '_'
+static void check_name(const char* name) {
+    size_t n = strlen(name);
+    if (n == 0 || n >= 32 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != n) {
+        die("gnuplot variable name '%.40s': letters, digits and '_' only", name);
     }
-    out[k++] = '\'';
-    out[k] = 0;
 }
 
 static void append(GnuplotVars* v, const char* name, const char* value) {
-    int w = snprintf(v->text + v->n, sizeof(v->text) - v->n, "%s%s=%s", v->n ? "; " : "", name, value);
-    if (w < 0 || (size_t)w >= sizeof(v->text) - v->n) die("gnuplot variables too long at '%s'", name);
+    check_name(name);
+    int w = snprintf(v->numbers + v->n, sizeof(v->numbers) - v->n, "%s%s=%s", v->n ? "; " : "", name, value);
+    if (w < 0 || (size_t)w >= sizeof(v->numbers) - v->n) die("gnuplot variables too long at '%s'", name);
     v->n += (size_t)w;
-}
-
-void gnuplot_string(GnuplotVars* v, const char* name, const char* value) {
-    char quoted[8192];
-    gnuplot_quote(quoted, sizeof(quoted), value);
-    append(v, name, quoted);
 }
 
 void gnuplot_number(GnuplotVars* v, const char* name, double value) {
     char text[64];
     snprintf(text, sizeof(text), "%.17g", value);
     append(v, name, text);
+}
+
+void gnuplot_data_text(char* out, size_t n, const char* text) {
+    size_t k = 0;
+    for (const char* p = text; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        const char* add = c == '\\' ? "\\\\" : c == '"' ? "''" : c < 32 || c == 127 ? " " : NULL;
+        size_t len = add ? strlen(add) : 1;
+        if (k + len + 1 > n) break;  // cut, never overrun: a label or title, not a value
+        if (add) memcpy(out + k, add, len);
+        else out[k] = (char)c;
+        k += len;
+    }
+    out[k] = 0;
+}
+
+void gnuplot_string(GnuplotVars* v, const char* name, const char* value) {
+    check_name(name);
+    if (v->n_strings == 16) die("gnuplot: more than 16 strings");
+    snprintf(v->string_name[v->n_strings], 32, "%s", name);
+    size_t n = 2 * strlen(value) + 1;
+    v->string_value[v->n_strings] = mallocCheck(n);
+    gnuplot_data_text(v->string_value[v->n_strings++], n, value);
+}
+
+// the file's name in the folder is the variable's name, its value that name quoted
+static void file_variable(GnuplotVars* v, const char* name) {
+    char quoted[40];
+    snprintf(quoted, sizeof(quoted), "'%s'", name);
+    append(v, name, quoted);
+}
+
+void gnuplot_input(GnuplotVars* v, const char* name, const char* path) {
+    if (v->n_inputs == 16) die("gnuplot: more than 16 input files");
+    file_variable(v, name);
+    snprintf(v->input_name[v->n_inputs], 32, "%s", name);
+    path_printf(v->input_path[v->n_inputs++], 4096, "%s", path);
+}
+
+void gnuplot_output(GnuplotVars* v, const char* name, const char* path) {
+    if (v->n_outputs == 4) die("gnuplot: more than 4 output files");
+    file_variable(v, name);
+    snprintf(v->output_name[v->n_outputs], 32, "%s", name);
+    path_printf(v->output_path[v->n_outputs++], 4096, "%s", path);
 }
 
 // plots/<script> of the source tree the program was built in: <folder of the executable>/../plots
@@ -93,19 +124,69 @@ static void script_path(char* out, size_t n, const char* script) {
     die("gnuplot script plots/%s is missing beside the program's folder '%s'", script, dir);
 }
 
-void gnuplot(const char* script, const GnuplotVars* v) {
-    char path[4200];
+// The call's folder, removed however the program ends (die() exits)
+static char work_dir[4200];
+static void remove_work_dir(void) {
+    if (work_dir[0]) remove_tree(work_dir);
+    work_dir[0] = 0;
+}
+
+static void link_into(const char* dir, const char* name, const char* target) {
+    char link[4400], full[PATH_MAX];
+    if (!realpath(target, full)) die("gnuplot input '%s': %s", target, strerror(errno));
+    path_printf(link, sizeof(link), "%s/%s", dir, name);
+    if (symlink(full, link) != 0) die("cannot link '%s' for gnuplot: %s", link, strerror(errno));
+}
+
+void gnuplot(const char* script, GnuplotVars* v) {
+    char path[4200], strings_script[4200];
     script_path(path, sizeof(path), script);
+    script_path(strings_script, sizeof(strings_script), "strings.gp");
+    if (v->n_outputs == 0) die("gnuplot %s: no output file", script);
+    // the folder beside the outputs, so that renaming them into place stays on one file system
+    char dir[4096];
+    path_printf(dir, sizeof(dir), "%s", v->output_path[0]);
+    char* slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof(dir), ".");
+    for (int i = 1; i < v->n_outputs; i++) {
+        size_t len = strlen(dir);
+        if (strncmp(v->output_path[i], dir, len) != 0 || strchr(v->output_path[i] + len + 1, '/')) {
+            die("gnuplot %s: outputs '%s' and '%s' are in different folders", script, v->output_path[0], v->output_path[i]);
+        }
+    }
+    static int registered;
+    if (!registered++) atexit(remove_work_dir);
+    path_printf(work_dir, sizeof(work_dir), "%s/.gnuplot.XXXXXX", dir);
+    if (!mkdtemp(work_dir)) die("cannot write figure '%s': no folder for gnuplot beside it (%s)", v->output_path[0], strerror(errno));
+    char file[4400];
+    path_printf(file, sizeof(file), "%s/strings.tsv", work_dir);
+    FILE* f = fopenCheck(file, "w");
+    for (int i = 0; i < v->n_strings; i++) fprintf(f, "%s\t%s\n", v->string_name[i], v->string_value[i]);
+    fcloseCheck(f, file);
+    link_into(work_dir, "strings.gp", strings_script);
+    for (int i = 0; i < v->n_inputs; i++) link_into(work_dir, v->input_name[i], v->input_path[i]);
+    char vars[4200];
+    snprintf(vars, sizeof(vars), "%s%sSTRINGS=%d", v->numbers, v->n ? "; " : "", v->n_strings);
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) die("cannot start gnuplot: %s", strerror(errno));
     if (pid == 0) {
-        execlp("gnuplot", "gnuplot", "-e", v->text, path, (char*)NULL);
+        if (chdir(work_dir) != 0) _exit(126);
+        execlp("gnuplot", "gnuplot", "-e", vars, path, (char*)NULL);
         fprintf(stderr, "error: cannot run gnuplot: %s\n", strerror(errno));
         _exit(127);
     }
     int status;
     if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        die("gnuplot failed on %s with: %s", path, v->text);
+        remove_work_dir();
+        die("gnuplot failed on %s (its messages are above)", path);
     }
+    for (int i = 0; i < v->n_outputs; i++) {
+        path_printf(file, sizeof(file), "%s/%s", work_dir, v->output_name[i]);
+        renameCheck(file, v->output_path[i]);
+    }
+    remove_work_dir();
+    for (int i = 0; i < v->n_strings; i++) free(v->string_value[i]);
+    v->n_strings = 0;
 }

@@ -20,21 +20,38 @@ void report_open(Report* r, const char* path, int to_stdout);
 void report_printf(Report* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void report_close(Report* r);
 
-// gnuplot's variables for a script, set with `gnuplot -e`. Every value is written as a
-// string expression of single-quoted pieces (a quote in the value becomes ."'".) or a number:
-// gnuplot expands backquotes and macros in double-quoted strings and commands, never in
-// single-quoted strings, so nothing from a path, a recipe or a token can run as a command.
+// A gnuplot figure: plots/<script> run with no shell between, in a private folder made for
+// the call, where gnuplot sees only names this program makes. Nothing taken from data or a
+// path reaches gnuplot's command language, so no quoting rule is needed:
+//   numbers        `-e "name=value"`, formatted here;
+//   strings        (titles, names, labels) written to strings.tsv in the folder, which the
+//                  script reads as data through plots/strings.gp: str('name');
+//   input files    symbolic links in the folder; the variable holds the link's name;
+//   output files   written in the folder under a fixed name, renamed into place when gnuplot
+//                  has finished (so a figure is never half-written); all in one folder.
 typedef struct {
-    char text[32768];
+    char numbers[4096];
     size_t n;
+    int n_strings, n_inputs, n_outputs;
+    char string_name[16][32];
+    char* string_value[16];
+    char input_name[16][32], input_path[16][4096];
+    char output_name[4][32], output_path[4][4096];
 } GnuplotVars;
 
-void gnuplot_string(GnuplotVars* v, const char* name, const char* value);
+void gnuplot_init(GnuplotVars* v);
 void gnuplot_number(GnuplotVars* v, const char* name, double value);
-// value quoted as gnuplot_string does, into out (n bytes)
-void gnuplot_quote(char* out, size_t n, const char* value);
-// Runs gnuplot (no shell between) on plots/<script>, found beside the program (its folder's
-// ../plots), so any working directory works. Dies naming the script when gnuplot fails.
-void gnuplot(const char* script, const GnuplotVars* v);
+// value as gnuplot_data_text writes it
+void gnuplot_string(GnuplotVars* v, const char* name, const char* value);
+// text as one field of a tab-separated line gnuplot reads as data: control characters become
+// spaces, a double quote (which would end the field) two single quotes, a backslash (which
+// gnuplot unescapes) a doubled one; into out (n bytes, cut to fit)
+void gnuplot_data_text(char* out, size_t n, const char* text);
+void gnuplot_input(GnuplotVars* v, const char* name, const char* path);
+void gnuplot_output(GnuplotVars* v, const char* name, const char* path);
+// Runs gnuplot on plots/<script>, found beside the program (its folder's ../plots), so any
+// working directory works; frees v's strings. Dies naming the script when gnuplot fails,
+// leaving the outputs as they were.
+void gnuplot(const char* script, GnuplotVars* v);
 
 #endif

@@ -158,23 +158,25 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         }
     }
     fcloseCheck(f, dat);
-    GnuplotVars vars = {"", 0};
-    gnuplot_string(&vars, "data", dat);
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "data", dat);
     gnuplot_number(&vars, "runs", n);
-    gnuplot_string(&vars, "out", png);
+    gnuplot_output(&vars, "out", png);
     gnuplot("compare.gp", &vars);
     printf("wrote %s (data %s)\n", png, dat);
     registry_close(&reg);
 }
 
 void runs_record_bench(const char* results, const char* recipe_path, const Config* cfg, int forward_only,
-                       double tokens_per_second, double mfu, double peak_rss_mib) {
+                       double tokens_per_second, double mfu, double peak_mib) {
     Registry reg;
     int64_t experiment = recipe_file_experiment(&reg, results, "bench", recipe_path);
     int64_t run = registry_begin_run(&reg, experiment, forward_only ? "forward" : "train", cfg->seed, cfg);
     registry_evaluation(&reg, run, "tokens_per_second", tokens_per_second);
     if (!forward_only) registry_evaluation(&reg, run, "mfu", mfu);
-    registry_evaluation(&reg, run, "peak_rss_mib", peak_rss_mib);
+    // the host's resident set, or a device's memory: named apart, so a query never mixes them
+    registry_evaluation(&reg, run, cfg->device == DEVICE_CUDA ? "peak_device_mib" : "peak_rss_mib", peak_mib);
     registry_end_run(&reg, run, RUN_FINISHED);
     printf("recorded as run %lld in %s\n", (long long)run, reg.path);
     registry_close(&reg);

@@ -25,8 +25,8 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
 
 // `difftx bench` as a run of experiment "bench" (preset: the recipe's file name, row: train or
 // forward) with its config and the evaluations tokens_per_second, mfu (percent; training only)
-// and peak_rss_mib
+// and peak_rss_mib (device = cpu) or peak_device_mib (a GPU's memory)
 void runs_record_bench(const char* results, const char* recipe_path, const Config* cfg, int forward_only,
-                       double tokens_per_second, double mfu, double peak_rss_mib);
+                       double tokens_per_second, double mfu, double peak_mib);
 
 #endif

@@ -195,13 +195,14 @@ int table5_main(const Table5Options* opt) {
     for (int i = 0; i < n; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", models[i].label);
     mkdir_p(opt->plots);
     char text[4400];
-    GnuplotVars vars = {"", 0};
-    gnuplot_string(&vars, "data", dat);
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
     gnuplot_number(&vars, "models", n);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table5", presets, ".png");
-    gnuplot_string(&vars, "out", png);
+    gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Table 5: largest activations (Table 6 preset %s, needle preset %s)", opt->preset, opt->needle_preset);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table5.gp", &vars);

@@ -372,16 +372,17 @@ int table6_main(const Table6Options* opt) {
         free(values);
     }
     fcloseCheck(f, curves);
-    GnuplotVars vars = {"", 0};
+    GnuplotVars vars;
+    gnuplot_init(&vars);
     char text[4400];
-    gnuplot_string(&vars, "bars", bars);
-    gnuplot_string(&vars, "curves", curves);
+    gnuplot_input(&vars, "bars", bars);
+    gnuplot_input(&vars, "curves", curves);
     gnuplot_number(&vars, "rows", r->n_rows);
     char png[4400], curves_png[4400];
     preset_path(png, sizeof(png), opt->plots, "table6", opt->preset, ".png");
-    gnuplot_string(&vars, "out_bars", png);
+    gnuplot_output(&vars, "out_bars", png);
     preset_path(curves_png, sizeof(curves_png), opt->plots, "table6", opt->preset, "_curves.png");
-    gnuplot_string(&vars, "out_curves", curves_png);
+    gnuplot_output(&vars, "out_curves", curves_png);
     snprintf(text, sizeof(text), "Table 6, preset %s, %d seed(s): losses on the first %d validation windows of %d tokens",
              opt->preset, opt->seeds, eval_windows, first.seq_len);
     gnuplot_string(&vars, "title_text", text);

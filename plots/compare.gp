@@ -1,5 +1,5 @@
-# `difftx compare` figure. difftx writes the data and calls:
-#   gnuplot -e "data='...'; runs=2; out='...'" plots/compare.gp
+# `difftx compare` figure. difftx writes the file `data` and runs this script to `out`, with the
+# number runs.
 # data: blocks 0 .. runs-1 the validation curves, blocks runs .. 2 runs-1 the training curves,
 # each "tokens loss" lines after a quoted title line
 set terminal pngcairo size 1300,560 font "sans,11" noenhanced

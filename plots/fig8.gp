@@ -1,5 +1,5 @@
-# Figure 8. difftx needle --task fig8 writes the data and calls:
-#   gnuplot -e "data='...'; series=4; out='...'; title_text='...'" plots/fig8.gp
+# Figure 8. difftx needle --task fig8 writes the file `data` and runs this script to `out`, with
+# the number series and the string title_text.
 # data: one block per (model, scale) series, named by its first line ("standard, per tensor"),
 #   of rows: bits loss accuracy retrieval_N1 retrieval_N4R2 at 16 (unquantized), 8, 6, 4 bits.
 # Four panels, each metric against bits (16 on the left, as in the paper); one colour per
@@ -8,7 +8,8 @@
 set terminal pngcairo size 1300,900 font "sans,11" noenhanced
 set output out
 colors = "#1f77b4 #d62728 #2ca02c #9467bd #8c564b #e377c2"
-set multiplot layout 2,2 title title_text
+load 'strings.gp'
+set multiplot layout 2,2 title str('title_text')
 set xrange [17:3]
 set xtics ("16" 16, "8" 8, "6" 6, "4" 4)
 set xlabel "bits of the attention logits"

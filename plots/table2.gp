@@ -1,10 +1,12 @@
-# Table 2 figure. difftx needle --task table2 writes the data and calls:
-#   gnuplot -e "data='...'; names='standard diff'; out='...'; title_text='...'" plots/table2.gp
+# Table 2 figure. difftx needle --task table2 writes the data and runs this script on
+# the file `data` to `out`, with the strings names ('standard diff') and title_text.
 # data: one line per (N, R) setting: "label" then per model: accuracy, standard error, paper value
 
 set terminal pngcairo size 900,560 font "sans,11" noenhanced
 set output out
-set title title_text
+load 'strings.gp'
+names = str('names')
+set title str('title_text')
 n = words(names)
 set style data histogram
 set style histogram errorbars gap 1.5 lw 1

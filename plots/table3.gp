@@ -1,11 +1,15 @@
-# Table 3 and Figure 1. difftx needle --task table3 writes the data and calls:
-#   gnuplot -e "data='...'; fig1='...'; names='standard diff'; papers='Transformer DIFF'; out='...'; out_fig1='...'; title_text='...'" plots/table3.gp
+# Table 3 and Figure 1. difftx needle --task table3 writes the files `data` and `fig1` and runs
+# this script to `out` and `out_fig1`, with the strings names ('standard diff'), papers
+# ('Transformer DIFF') and title_text.
 # data: one line per depth: "label" then per model: answer, noise, the paper's answer and noise
 # fig1: one line per model: "name" answer noise question bos
 
 set terminal pngcairo size 1100,540 font "sans,11" noenhanced
 set output out
-set multiplot layout 1, 2 title title_text
+load 'strings.gp'
+names = str('names')
+papers = str('papers')
+set multiplot layout 1, 2 title str('title_text')
 n = words(names)
 array colours[4] = ["#1f5fa8", "#e07b00", "#2a9d3a", "#c62828"]
 set grid ytics

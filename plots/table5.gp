@@ -1,5 +1,5 @@
-# Table 5 figure. difftx table5 writes the data and calls:
-#   gnuplot -e "data='...'; names='...'; models=4; out='...'; title_text='...'" plots/table5.gp
+# Table 5 figure. difftx table5 writes the file `data` and runs this script to `out`, with the
+# number models and the strings names and title_text.
 # data: one block per (kind, model), kinds outer (attention logits, then hidden states), of rows
 #   layer top1 top10 top100 median; layer -1 holds the values pooled over every layer.
 # Left panel attention logits, right panel hidden states, log scale: each model's Top-1 (solid)
@@ -7,8 +7,10 @@
 
 set terminal pngcairo size 1300,600 font "sans,11" noenhanced
 set output out
+load 'strings.gp'
+names = str('names')
 colors = "#1f77b4 #d62728 #2ca02c #9467bd #8c564b #e377c2 #7f7f7f #17becf"
-set multiplot layout 1,2 title title_text
+set multiplot layout 1,2 title str('title_text')
 set logscale y
 set grid xtics ytics mytics
 set xlabel "layer"

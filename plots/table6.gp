@@ -1,10 +1,11 @@
-# Table 6 figures. difftx table6 writes the data and calls:
-#   gnuplot -e "bars='...'; curves='...'; rows=7; out_bars='...'; out_curves='...'; title_text='...'; curves_title='...'" plots/table6.gp
+# Table 6 figures. difftx table6 writes the files `bars` and `curves` and runs this script to
+# `out_bars` and `out_curves`, with the number rows and the strings title_text and curves_title.
 # bars:   row label attention (0 standard, 1 diff, 2 diff2) valid valid_std arhit arhit_std
 #         others others_std paper_valid paper_arhit paper_others (NaN: not in the paper)
 # curves: one block per row (first line its quoted title), lines "tokens val_loss"
 
 set terminal pngcairo size 1500,560 font "sans,11" noenhanced
+load 'strings.gp'
 set datafile missing "NaN"
 # one colour per attention type; told apart on white, no yellow
 colour(a) = a == 0 ? 0x1f5fa8 : a == 1 ? 0xe07b00 : 0x2a9d3a
@@ -13,7 +14,7 @@ colour(a) = a == 0 ? 0x1f5fa8 : a == 1 ? 0xe07b00 : 0x2a9d3a
 # heights that start at an arbitrary value. The paper's values (3B models, 10B tokens) sit on
 # their own axis at the top: their scale is not ours.
 set output out_bars
-set multiplot layout 1, 3 title title_text margins 0.17, 0.98, 0.2, 0.82 spacing 0.05, 0
+set multiplot layout 1, 3 title str('title_text') margins 0.17, 0.98, 0.2, 0.82 spacing 0.05, 0
 set yrange [rows - 0.5 : -0.5]
 set grid xtics
 set xlabel "ours: loss (nats), error bars: seed std"
@@ -45,7 +46,7 @@ set output out_curves
 set size 1, 1
 set origin 0, 0
 set key default
-set title curves_title
+set title str('curves_title')
 set yrange [*:*]
 set autoscale y
 set xlabel "training tokens"

@@ -115,8 +115,9 @@ expect_fail "attn: missing file" "cannot read attention maps" $bin attn "$work/n
 expect "attn from another working directory" is_png "$work/elsewhere.png"
 # a render that fails (no such output folder) leaves no temporary folder behind
 temp_before=$(ls -d /tmp/difftx_attn_* 2>/dev/null | wc -l)
-expect_fail "attn: gnuplot fails" "gnuplot failed" $bin attn "$maps" --sample 0 --layer 0 --head 0 --out "$work/no/such/folder.png"
+expect_fail "attn: an output folder that does not exist" "cannot write figure '.*/no/such/folder.png'.*No such file" $bin attn "$maps" --sample 0 --layer 0 --head 0 --out "$work/no/such/folder.png"
 expect "a failed render leaves no temporary folder" test "$(ls -d /tmp/difftx_attn_* 2>/dev/null | wc -l)" = "$temp_before"
+expect "no figure leaves gnuplot's private folder behind" test -z "$(find "$work" -name '.gnuplot.*')"
 expect_fail "needle: bad task" "--task 'table9'" $bin needle "$work/needle.ini" --preset smoke --task table9
 expect_fail "needle: bad preset" "no \\[preset huge\\]" $bin needle "$work/needle.ini" --preset huge --task table2
 sed 's/^context = 256/context = 40/' "$work/needle.ini" > "$work/short.ini"

@@ -1,6 +1,9 @@
-// Hostile input never runs as a command: gnuplot quoting, and `difftx attn` on attention-map
-// files written here by hand, one with token texts and a file name holding backquoted shell
-// commands and quotes, one whose token strings were never written (they read as NULL).
+// Hostile input never runs as a command: `difftx attn` on attention-map files written here by
+// hand, with token texts, file names and folder names holding quotes, backquoted and $()
+// shell commands, gnuplot's @ macros and newlines (the second audit's inputs: a token with a
+// quote followed by a token "@out" once made gnuplot expand a macro inside a later label), and
+// one whose token strings were never written (they read as NULL). gnuplot gets no value from
+// data or a path in its command text, so none of them can reach it as a command.
 #define _GNU_SOURCE
 #include <hdf5.h>
 #include <string.h>
@@ -15,18 +18,6 @@
 
 #define DIR "build/safety_fixture"
 
-static void test_quote(void) {
-    char out[64];
-    gnuplot_quote(out, sizeof(out), "it's `touch x` @m");
-    CHECK(strcmp(out, "'it'.\"'\".'s `touch x` @m'") == 0, "quotes joined as .\"'\"., the rest single-quoted: %s", out);
-    gnuplot_quote(out, sizeof(out), "'5'");
-    CHECK(strcmp(out, "''.\"'\".'5'.\"'\".''") == 0, "a leading quote: %s", out);
-    GnuplotVars v = {"", 0};
-    gnuplot_string(&v, "a", "x'y");
-    gnuplot_number(&v, "n", 3);
-    CHECK(strcmp(v.text, "a='x'.\"'\".'y'; n=3") == 0, "gnuplot variables: %s", v.text);
-}
-
 // A standard-attention maps file of T tokens; text NULL: the strings are left unwritten
 static void write_maps(const char* path, int T, const char* const* text) {
     const char* label = path;
@@ -40,6 +31,7 @@ static void write_maps(const char* path, int T, const char* const* text) {
     hid_t g = H5Gcreate2(file, "sample_000", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     int tokens[16], rows[16], needles[2] = {2, 3}, dims[2] = {T, 0}, ndims[2] = {1, 2}, mdims[2] = {T, T};
     float map[16 * 16];
+    if (T > 16) die("write_maps: at most 16 tokens");
     for (int t = 0; t < T; t++) tokens[t] = rows[t] = t;
     for (int r = 0; r < T; r++) for (int j = 0; j < T; j++) map[r * T + j] = j <= r ? 1.0f / (r + 1) : 0.0f;
     h5_write_dataset(g, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, tokens, label);
@@ -70,23 +62,50 @@ static int is_png(const char* path) {
     return n == 4 && head[1] == 'P' && head[2] == 'N' && head[3] == 'G';
 }
 
+// No file named PWNED_* anywhere a hostile command could have created one
+static int nothing_ran(void) {
+    const char* places[] = {DIR "/PWNED_text", "build/PWNED_name", "build/PWNED_out", "build/PWNED_dir", "PWNED", DIR "/PWNED"};
+    for (size_t i = 0; i < sizeof(places) / sizeof(places[0]); i++) {
+        if (access(places[i], F_OK) == 0) return 0;
+    }
+    return 1;
+}
+
 static void test_attn(void) {
+    remove_tree(DIR);
     mkdir_p(DIR);
-    unlink(DIR "/PWNED_text");
     unlink("build/PWNED_name");
     unlink("build/PWNED_out");
-    const char* hostile[8] = {"`touch " DIR "/PWNED_text`", "\"", "'", "\\", "\n", "@x", "$(touch " DIR "/PWNED_text)", "ok"};
+    unlink("build/PWNED_dir");
+    unlink("PWNED");
+    const char* hostile[12] = {"it's", "@out", "`touch " DIR "/PWNED_text`", "\"", "'", "\\", "\n", "@x", "$(touch " DIR "/PWNED_text)",
+                               "a\tb", "'`touch PWNED`'", "ok"};
     // a file name holds no '/': its commands work from the current folder, the repository root
     const char* path = DIR "/a`cd build;touch PWNED_name`'b\"$(cd build;touch PWNED_name).h5";
     const char* png = DIR "/out`cd build;touch PWNED_out`'.png";
-    write_maps(path, 8, hostile);
+    write_maps(path, 12, hostile);
     attn_render(path, 0, 0, 0, png);
+    CHECK(is_png(png), "a maps file with hostile token texts and name renders");
+    // the audit's output name, and a maps file named with a quote, a backquote command and a
+    // newline drawn to the default name beside it
+    const char* audit_png = DIR "/x'`touch PWNED`.png";
+    attn_render(path, 0, 0, 0, audit_png);
+    CHECK(is_png(audit_png), "the audit's output name x'`touch PWNED`.png renders");
+    const char* newline = DIR "/m'`touch PWNED`\n$(touch PWNED)@out.h5";
+    write_maps(newline, 12, hostile);
+    attn_render(newline, 0, 0, 0, DIR "/m'`touch PWNED`\n$(touch PWNED)@out_s0_l0_h0.png");
+    CHECK(is_png(DIR "/m'`touch PWNED`\n$(touch PWNED)@out_s0_l0_h0.png"), "a maps file named with a quote, a backquote and a newline renders");
+    // a hostile folder for the output (gnuplot's private folder is made inside it)
+    const char* dir = DIR "/d'`cd build;touch PWNED_dir`$(cd build;touch PWNED_dir)@out\nx";
+    mkdir_p(dir);
+    char in_dir[512];
+    snprintf(in_dir, sizeof(in_dir), "%s/f'@out.png", dir);
+    attn_render(path, 0, 0, 0, in_dir);
+    CHECK(is_png(in_dir), "an output inside a hostile folder renders");
     const char* unquoted = DIR "/b`cd build;touch PWNED_name`.h5";  // the shell once ran this one
     write_maps(unquoted, 8, hostile);
     attn_render(unquoted, 0, 0, 0, DIR "/b.png");
-    CHECK(is_png(png), "a maps file with hostile token texts and name renders");
-    CHECK(access(DIR "/PWNED_text", F_OK) != 0 && access("build/PWNED_name", F_OK) != 0 && access("build/PWNED_out", F_OK) != 0,
-          "no backquoted or $() text from a token, a file name or the output name ran");
+    CHECK(nothing_ran(), "no backquoted or $() text from a token, a file name, a folder name or the output name ran");
     write_maps(DIR "/unwritten.h5", 6, NULL);
     attn_render(DIR "/unwritten.h5", 0, 0, 0, DIR "/unwritten.png");
     CHECK(is_png(DIR "/unwritten.png"), "a maps file whose token strings were never written renders with empty labels");
@@ -94,7 +113,6 @@ static void test_attn(void) {
 
 int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    test_quote();
     test_attn();
     return check_summary();
 }
