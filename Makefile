@@ -118,6 +118,10 @@ $(B)/difftx: $(B)/obj/difftx.o $(OBJS)
 $(B)/test_%: $(B)/obj/tests/test_%.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
+# writes one file for the write-failure tests (tests/test_write_errors.sh)
+$(B)/write_fixture: $(B)/obj/tests/write_fixture.o $(OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
+
 data/default/train.bin: build/difftx data/fetch_corpus.sh
 	@$(call ensure,$(DATA_PACKAGES))
 	data/fetch_corpus.sh
@@ -156,7 +160,7 @@ cuda-build:
 	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 $(addprefix build/cuda/,$(CUDA_PROGRAMS)),@echo "no nvcc: the CUDA build is not compiled")
 
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
-test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(if $(SANITIZE),,cuda-build)
+test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(if $(SANITIZE),,cuda-build)
 	BUILD=$(B) tests/run.sh $(TESTS)
 
 # A folder for a GPU machine that has the driver and CUDA but none of this project's

@@ -337,6 +337,8 @@ static int cmd_attn(int argc, char** argv) {
     char png[4200];
     if (out) snprintf(png, sizeof(png), "%s", out);
     else path_printf(png, sizeof(png), "%.*s_s%d_l%d_h%d.png", (int)(strlen(file) - (strstr(file, ".h5") ? 3 : 0)), file, sample, layer, head);
+    refuse_output_over_input("output", png, &file, 1);
+    refuse_replacing_non_file("output", png);
     attn_render(file, sample, layer, head, png);
     printf("wrote %s\n", png);
     return 0;
@@ -395,6 +397,8 @@ static int cmd_eval(int argc, char** argv) {
 
 static int cmd_export(int argc, char** argv) {
     if (argc != 3) die("export needs CHECKPOINT and OUT.safetensors\n%s", USAGE);
+    refuse_output_over_input("output", argv[2], (const char* const*)argv + 1, 1);
+    refuse_replacing_non_file("output", argv[2]);
     Model model;
     CheckpointInfo info;
     checkpoint_load(argv[1], "cpu", &model, NULL, &info);  // weights only: no computation

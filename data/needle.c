@@ -238,6 +238,9 @@ static void write_copy_shard(const char* path, const Shard* text, const Tokenize
 void needle_prepare(const char* out_dir, const char* data_dir, const char* cities_path, int seq_len, int max_needles,
                     uint64_t seed) {
     char path[4200], out[4200];
+    const char* inputs[2] = {data_dir, cities_path};
+    refuse_output_over_input("output folder", out_dir, inputs, 2);
+    refuse_replacing_foreign_folder("output folder", out_dir, "tokenizer.bin");
     DataDir data;
     data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
     if (data.llmc) {

@@ -362,6 +362,8 @@ static void encode_units(Unit* units, int n, const Tokenizer* tok) {
 void dataset_prepare(const char* out_dir, const char* const* inputs, int n_inputs, const PrepareOptions* opt) {
     if (opt->sample_mb <= 0) die("option --sample-mb: must be positive, got %g", opt->sample_mb);
     if (opt->shard_tokens < 1024 || opt->shard_tokens > 0x7FFFFFFFu) die("option --shard-tokens: must lie in 1024..2^31-1, got %zu", opt->shard_tokens);
+    refuse_output_over_input("output folder", out_dir, inputs, n_inputs);
+    refuse_replacing_foreign_folder("output folder", out_dir, "tokenizer.bin");
     InputList in = {0};
     for (int i = 0; i < n_inputs; i++) collect(&in, inputs[i]);
     if (in.n == 0) die("the corpus holds no files");

@@ -27,7 +27,7 @@ void maps_file_create(MapsFile* f, const char* path, const Model* m, const char*
 }
 
 static void close_sample(MapsFile* f) {
-    if (f->sample >= 0) H5Gclose(f->sample);
+    if (f->sample >= 0) h5_check(H5Gclose(f->sample), "closing a sample", f->label);
     f->sample = -1;
 }
 
@@ -55,10 +55,10 @@ int maps_file_sample(MapsFile* f, const Episode* e, const Tokenizer* tok, int le
     for (int r = 0; r < rows; r++) row_pos[r] = first + r;
     int dims[2] = {T, 0}, ndims[2] = {e->n_needles, 2};
     h5_write_dataset(f->sample, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, tokens, f->label);
-    hid_t str = H5Tcopy(H5T_C_S1);
-    H5Tset_size(str, H5T_VARIABLE);
+    hid_t str = h5_id(H5Tcopy(H5T_C_S1), "text", f->label);
+    h5_check(H5Tset_size(str, H5T_VARIABLE), "text", f->label);
     h5_write_dataset(f->sample, "text", str, str, 1, dims, text, f->label);
-    H5Tclose(str);
+    h5_check(H5Tclose(str), "text", f->label);
     h5_write_dataset(f->sample, "needles", H5T_STD_I32LE, H5T_NATIVE_INT, 2, ndims, needles, f->label);
     dims[0] = rows;
     h5_write_dataset(f->sample, "rows", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, row_pos, f->label);

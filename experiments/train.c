@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -49,9 +50,11 @@ typedef struct {
     double loss, lr, norm;
 } LogRow;
 
-static void write_log_row(FILE* f, const LogRow* r) {
-    if (r->val) fprintf(f, "val\t%d\t%ld\t%.17g\t\t\n", r->step, r->tokens, r->loss);
-    else fprintf(f, "train\t%d\t%ld\t%.17g\t%.9g\t%.9g\n", r->step, r->tokens, r->loss, r->lr, r->norm);
+// The log is line-buffered: a row that cannot be written (a full disk) stops the run here
+static void write_log_row(FILE* f, const char* path, const LogRow* r) {
+    int w = r->val ? fprintf(f, "val\t%d\t%ld\t%.17g\t\t\n", r->step, r->tokens, r->loss)
+                   : fprintf(f, "train\t%d\t%ld\t%.17g\t%.9g\t%.9g\n", r->step, r->tokens, r->loss, r->lr, r->norm);
+    if (w < 0 || ferror(f)) die("cannot write the log '%s' at step %d: %s", path, r->step, strerror(errno));
 }
 
 // Splits line at sep into at most max fields, each parsed whole: returns the field count
@@ -106,14 +109,14 @@ static void truncate_log(const char* path, int step, long tokens_per_step) {
     char tmp[4096];
     tmp_path(tmp, sizeof(tmp), path);
     FILE* f = fopenCheck(tmp, "w");
-    fputs(LOG_HEADER, f);
+    fwriteCheck(LOG_HEADER, 1, sizeof(LOG_HEADER) - 1, f, tmp);
     if (access(path, F_OK) == 0) {
         size_t len;
         char* text = read_text_file(path, &len);
         for (char *line = text, *end; (end = strchr(line, '\n')); line = end + 1) {  // a last line without '\n' was cut
             *end = 0;
             LogRow r;
-            if (parse_log_row(line, tokens_per_step, &r) && r.step <= step) write_log_row(f, &r);
+            if (parse_log_row(line, tokens_per_step, &r) && r.step <= step) write_log_row(f, tmp, &r);
         }
         free(text);
     }
@@ -298,7 +301,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         float norm = st.norm, lr = st.lr;
         int done = step + 1;
         long tokens_seen = (long)done * (long)tokens_per_step;
-        if (log) write_log_row(log, &(LogRow){0, done, tokens_seen, loss, lr, norm});
+        if (log) write_log_row(log, log_path, &(LogRow){0, done, tokens_seen, loss, lr, norm});
         if (observer) observer->metric(observer->ctx, "train_loss", done, tokens_seen, loss);
         if (done % cfg->log_every == 0 || done == until) {
             // the rate over the steps since the last line: steady, unlike one step's, and current
@@ -315,7 +318,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         }
         if ((cfg->eval_every && done % cfg->eval_every == 0) || done == cfg->steps) {
             double val_loss = evaluate(&model, &data.val, &share, inputs, targets);
-            if (log) write_log_row(log, &(LogRow){1, done, tokens_seen, val_loss, 0, 0});
+            if (log) write_log_row(log, log_path, &(LogRow){1, done, tokens_seen, val_loss, 0, 0});
             if (observer) observer->metric(observer->ctx, "val_loss", done, tokens_seen, val_loss);
             printf("step %5d | val loss %.4f\n", done, val_loss);
         }

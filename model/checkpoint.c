@@ -10,24 +10,25 @@
 #define CHECKPOINT_VERSION 1
 
 static void write_tensors(hid_t file, const char* group, const Model* model, const float* base, const char* label) {
-    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t lcpl = h5_id(H5Pcreate(H5P_LINK_CREATE), group, label);
+    h5_check(H5Pset_create_intermediate_group(lcpl, 1), group, label);
     for (int i = 0; i < model->n_tensors; i++) {
         const ParamTensor* t = &model->tensors[i];
         hsize_t dims[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]};
-        hid_t space = H5Screate_simple(t->ndim, dims, NULL);
-        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-        H5Pset_chunk(dcpl, t->ndim, dims);
-        H5Pset_fletcher32(dcpl);
         char name[128];
         path_printf(name, sizeof(name), "%s/%s", group, t->name);
+        hid_t space = h5_id(H5Screate_simple(t->ndim, dims, NULL), name, label);
+        hid_t dcpl = h5_id(H5Pcreate(H5P_DATASET_CREATE), name, label);
+        h5_check(H5Pset_chunk(dcpl, t->ndim, dims), name, label);
+        h5_check(H5Pset_fletcher32(dcpl), name, label);
         hid_t ds = h5_id(H5Dcreate2(file, name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT), name, label);
         h5_check(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, base + t->offset), name, label);
-        H5Dclose(ds);
-        H5Pclose(dcpl);
-        H5Sclose(space);
+        // the close writes the chunk out: a full disk or an I/O error shows here, not at H5Dwrite
+        h5_check(H5Dclose(ds), name, label);
+        h5_check(H5Pclose(dcpl), name, label);
+        h5_check(H5Sclose(space), name, label);
     }
-    H5Pclose(lcpl);
+    h5_check(H5Pclose(lcpl), group, label);
 }
 
 static void read_tensors(hid_t file, const char* group, const Model* model, float* base, const char* label) {

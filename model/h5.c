@@ -5,6 +5,13 @@
 
 #include "util.h"
 
+// HDF5 flushes open files from an exit handler of its own; after a failed write (a full disk)
+// that handler crashed the program on its way out. Every writer here closes its file itself and
+// checks the close, so the handler has nothing to do: it is never installed, and a program that
+// dies mid-write leaves a temporary file, never a crash. (Runs before main, before any other
+// HDF5 call, as H5dont_atexit requires.)
+__attribute__((constructor)) static void h5_no_exit_handler(void) { H5dont_atexit(); }
+
 void h5_check(herr_t status, const char* what, const char* label) {
     if (status < 0) die("%s: HDF5 error while %s", label, what);
 }
@@ -13,7 +20,7 @@ hid_t h5_create_checksummed(const char* path, const char* label) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     h5_check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110), "choosing the file format", label);
     hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
+    h5_check(H5Pclose(fapl), "closing a property list", label);
     if (file < 0) die("cannot create %s", label);
     return file;
 }
@@ -24,18 +31,18 @@ hid_t h5_id(hid_t id, const char* what, const char* label) {
 }
 
 void h5_write_attr(hid_t obj, const char* name, hid_t type, const void* value, const char* label) {
-    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t space = h5_id(H5Screate(H5S_SCALAR), name, label);
     hid_t attr = h5_id(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), name, label);
     h5_check(H5Awrite(attr, type, value), name, label);
-    H5Aclose(attr);
-    H5Sclose(space);
+    h5_check(H5Aclose(attr), name, label);
+    h5_check(H5Sclose(space), name, label);
 }
 
 void h5_write_string_attr(hid_t obj, const char* name, const char* value, const char* label) {
-    hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, strlen(value) + 1);
+    hid_t type = h5_id(H5Tcopy(H5T_C_S1), name, label);
+    h5_check(H5Tset_size(type, strlen(value) + 1), name, label);
     h5_write_attr(obj, name, type, value, label);
-    H5Tclose(type);
+    h5_check(H5Tclose(type), name, label);
 }
 
 void h5_read_attr(hid_t obj, const char* name, hid_t type, void* value, const char* label) {
@@ -63,20 +70,20 @@ char* h5_read_string_attr(hid_t obj, const char* name, const char* label) {
 void h5_write_dataset(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, int ndim, const int* dims,
                       const void* data, const char* label) {
     hsize_t d[2] = {(hsize_t)dims[0], ndim > 1 ? (hsize_t)dims[1] : 1};
-    hid_t space = H5Screate_simple(ndim, d, NULL);
-    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-    H5Pset_create_intermediate_group(lcpl, 1);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t space = h5_id(H5Screate_simple(ndim, d, NULL), name, label);
+    hid_t lcpl = h5_id(H5Pcreate(H5P_LINK_CREATE), name, label);
+    h5_check(H5Pset_create_intermediate_group(lcpl, 1), name, label);
+    hid_t dcpl = h5_id(H5Pcreate(H5P_DATASET_CREATE), name, label);
     if (d[0] > 0 && d[1] > 0) {
-        H5Pset_chunk(dcpl, ndim, d);
-        H5Pset_deflate(dcpl, 4);
+        h5_check(H5Pset_chunk(dcpl, ndim, d), name, label);
+        h5_check(H5Pset_deflate(dcpl, 4), name, label);
     }
     hid_t ds = h5_id(H5Dcreate2(loc, name, file_type, space, lcpl, dcpl, H5P_DEFAULT), name, label);
     h5_check(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name, label);
-    H5Dclose(ds);
-    H5Pclose(dcpl);
-    H5Pclose(lcpl);
-    H5Sclose(space);
+    h5_check(H5Dclose(ds), name, label);  // where a dataset's data is written out
+    h5_check(H5Pclose(dcpl), name, label);
+    h5_check(H5Pclose(lcpl), name, label);
+    h5_check(H5Sclose(space), name, label);
 }
 
 size_t h5_dataset_dims(hid_t loc, const char* name, int* dims, const char* label) {

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <dirent.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -59,8 +61,13 @@ void fwrite_check(const void* ptr, size_t size, size_t n, FILE* f, const char* p
     if (fwrite(ptr, size, n, f) != n) die_at(src, line, "cannot write '%s': %s", path, strerror(errno));
 }
 
+// A write that failed while stdio flushed its buffer leaves only the stream's error flag:
+// fclose alone would report success if the last flush worked
 void fclose_check(FILE* f, const char* path, const char* src, int line) {
+    int failed_before = ferror(f);
+    int saved = errno;
     if (fclose(f) != 0) die_at(src, line, "cannot close '%s': %s", path, strerror(errno));
+    if (failed_before) die_at(src, line, "cannot write '%s': %s", path, strerror(saved ? saved : EIO));
 }
 
 void path_printf(char* buf, size_t n, const char* fmt, ...) {
@@ -157,6 +164,76 @@ void mkdir_p(const char* path) {
         *p = '/';
     }
     if (mkdir(buf, 0755) != 0 && errno != EEXIST) die("cannot create directory '%s': %s", buf, strerror(errno));
+}
+
+// path made absolute and resolved as far as it exists: its longest existing ancestor through
+// realpath, the rest appended as written
+static void resolve_path(const char* path, char* out, size_t n) {
+    char head[PATH_MAX + 1], rest[PATH_MAX + 1] = "";
+    path_printf(head, sizeof(head), "%s", path);
+    for (;;) {
+        char real[PATH_MAX];
+        if (realpath(head, real)) {
+            path_printf(out, n, "%s%s", real, rest);
+            return;
+        }
+        char* slash = strrchr(head, '/');
+        char tail[PATH_MAX + 1];
+        if (!slash) {  // a relative name with no existing part: from the working folder
+            path_printf(tail, sizeof(tail), "/%s%s", head, rest);
+            snprintf(rest, sizeof(rest), "%s", tail);
+            snprintf(head, sizeof(head), ".");
+            continue;
+        }
+        path_printf(tail, sizeof(tail), "%s%s", slash, rest);
+        snprintf(rest, sizeof(rest), "%s", tail);
+        if (slash == head) snprintf(head, sizeof(head), "/");
+        else *slash = 0;
+    }
+}
+
+// a is b or lies inside it
+static int path_within(const char* a, const char* b) {
+    size_t n = strlen(b);
+    if (n == 1 && b[0] == '/') return 1;
+    return strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
+}
+
+void refuse_output_over_input(const char* what, const char* output, const char* const* inputs, int n_inputs) {
+    char out[PATH_MAX + 2];
+    resolve_path(output, out, sizeof(out));
+    for (int i = 0; i < n_inputs; i++) {
+        char in[PATH_MAX + 2];
+        resolve_path(inputs[i], in, sizeof(in));
+        if (path_within(out, in) || path_within(in, out)) {
+            die("%s '%s' %s the input '%s': choose an output outside what the command reads", what, output,
+                strcmp(in, out) == 0 ? "is" : path_within(out, in) ? "lies inside" : "contains", inputs[i]);
+        }
+    }
+}
+
+void refuse_replacing_non_file(const char* what, const char* path) {
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        die("%s '%s' exists and is not a regular file: this command replaces only a file it wrote", what, path);
+    }
+}
+
+void refuse_replacing_foreign_folder(const char* what, const char* path, const char* marker) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (!S_ISDIR(st.st_mode)) die("%s '%s' exists and is not a folder: this command replaces only a folder it made", what, path);
+    char file[PATH_MAX + 64];
+    path_printf(file, sizeof(file), "%s/%s", path, marker);
+    if (access(file, F_OK) == 0) return;
+    DIR* d = opendir(path);
+    if (!d) die("cannot read the folder '%s': %s", path, strerror(errno));
+    int empty = 1;
+    for (struct dirent* e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = 0;
+    }
+    closedir(d);
+    if (!empty) die("%s '%s' is a folder with files but no %s: not one this program made, so it is not replaced", what, path, marker);
 }
 
 char* read_text_file(const char* path, size_t* len) {

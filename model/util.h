@@ -48,6 +48,15 @@ void replace_folder(const char* tmp, const char* path);
 int lock_folder(const char* dir, const char* what);
 void unlock_folder(int fd);
 char* read_text_file(const char* path, size_t* len);  // NUL-terminated, caller frees
+// Dies when the output `what` (a file or folder this command writes) is, contains or lies inside
+// one of its inputs, the paths compared resolved (./, .. and symbolic links count): a command
+// never writes over what it reads
+void refuse_output_over_input(const char* what, const char* output, const char* const* inputs, int n_inputs);
+// Dies when path exists and is not a regular file: an output file replaces only a file
+void refuse_replacing_non_file(const char* what, const char* path);
+// Dies when path exists and is not a folder this program made, known by its file `marker`
+// (an empty folder passes): an output folder replaces only one of its kind
+void refuse_replacing_foreign_folder(const char* what, const char* path, const char* marker);
 
 double wall_time(void);
 // The name of names nearest to word in edits, or NULL when none is near (a typo, not another word)

@@ -29,6 +29,7 @@ run test_cli tests/test_cli.sh
 run test_table6 tests/test_table6.sh
 run test_needle_sh tests/test_needle.sh
 run test_dist tests/test_dist.sh
+run test_write_errors tests/test_write_errors.sh
 run test_corpora_sh tests/test_corpora.sh
 [ "$BUILD" = build/san ] || run test_memory tests/test_memory.sh
 # the CUDA build, compiled by make test wherever nvcc is found

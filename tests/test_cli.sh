@@ -227,4 +227,30 @@ $bin bench "$work/ok.ini" --steps 2 --vocab 300 --results "$work/tracked_reg" > 
 expect "a benchmark is recorded with its throughput" bash -c "'$bin' runs --results '$work/tracked_reg' --experiment bench | grep -qE '^ +3  bench +ok +train +1337 FINISHED .* [0-9]+  20'"
 expect "metrics carry the wall-clock time they were measured at" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics WHERE time > strftime('%s', 'now') - 3600 AND time <= strftime('%s', 'now') + 1")" = "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics")"
 
+# no output over its own input (paths resolved: ./, .. and symbolic links count), and an output
+# replaces only a file or a folder of the kind the command makes
+snapshot() { find "$1" -type f -print0 | sort -z | xargs -0 sha256sum; }
+corpus_before=$(snapshot "$work/corpus")
+expect_fail "prepare C C" "output folder '$work/corpus' is the input '$work/corpus'" $bin prepare --vocab 300 "$work/corpus" "$work/corpus"
+expect_fail "prepare P P/texts" "output folder '$work' contains the input '$work/corpus'" $bin prepare --vocab 300 "$work" "$work/corpus"
+expect_fail "prepare into a folder inside the corpus" "lies inside the input" $bin prepare --vocab 300 "$work/corpus/out" "$work/corpus"
+expect_fail "prepare through ./ and .." "is the input" $bin prepare --vocab 300 "$work/./corpus/../corpus" "$work/corpus"
+ln -sfn corpus "$work/corpus_link"
+expect_fail "prepare through a symbolic link" "is the input" $bin prepare --vocab 300 "$work/corpus_link" "$work/corpus"
+expect "the corpus is untouched" test "$(snapshot "$work/corpus")" = "$corpus_before"
+mkdir -p "$work/foreign" && echo keep > "$work/foreign/notes.txt"
+expect_fail "prepare over a folder it did not make" "'$work/foreign' is a folder with files but no tokenizer.bin" $bin prepare --vocab 300 "$work/foreign" "$work/corpus"
+expect "that folder is untouched" grep -q keep "$work/foreign/notes.txt"
+data_before=$(snapshot "$work/data")
+expect_fail "needle-data D D" "output folder '$work/data' is the input '$work/data'" $bin needle-data --seq-len 16 "$work/data" "$work/data"
+expect "the data folder is untouched" test "$(snapshot "$work/data")" = "$data_before"
+cp "$work/eight/checkpoint.h5" "$work/ck.h5"
+expect_fail "export CK CK" "output '$work/ck.h5' is the input '$work/ck.h5'" $bin export "$work/ck.h5" "$work/ck.h5"
+expect_fail "export CK ./CK" "is the input" $bin export "$work/ck.h5" "$work/../$(basename "$work")/ck.h5"
+expect "the checkpoint is untouched" cmp -s "$work/ck.h5" "$work/eight/checkpoint.h5"
+mkfifo "$work/fifo"
+expect_fail "export over something not a regular file" "output '$work/fifo' exists and is not a regular file" $bin export "$work/ck.h5" "$work/fifo"
+expect "the fifo is still a fifo" test -p "$work/fifo"
+expect_fail "attn over its own maps file" "output '$work/ck.h5' is the input" $bin attn "$work/ck.h5" --sample 0 --layer 0 --head 0 --out "$work/ck.h5"
+
 summary

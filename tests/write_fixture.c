@@ -1,0 +1,43 @@
+// Writes one file of a kind that has no cheap command of its own, for tests/test_write_errors.sh
+// to fail a write inside: `write_fixture maps PATH` (an attention-maps file: its attributes and
+// one head's maps), `write_fixture outliers PATH` (outlier statistics of a model that saw a
+// few values). Exits 0 when the file was written, dies (exit 1) with the writer's message when not.
+#include <string.h>
+
+#include "../eval/attnmap.h"
+#include "../eval/outliers.h"
+#include "../model/util.h"
+#include "fixtures.h"
+
+int main(int argc, char** argv) {
+    if (argc != 3) die("usage: write_fixture maps|outliers PATH");
+    const char* path = argv[2];
+    if (strcmp(argv[1], "maps") == 0) {
+        Config cfg = tiny_model_config(ATTN_DIFF);
+        Model m;
+        model_build(&m, &cfg, 40);
+        MapsFile f;
+        maps_file_create(&f, path, &m, "fixture.h5");
+        maps_file_close(&f);
+        model_free(&m);
+        return 0;
+    }
+    if (strcmp(argv[1], "outliers") == 0) {
+        OutlierStats s = {.L = 2, .T = 8, .windows = 4, .stride = 8, .positions = 32, .distinct = 32};
+        float values[64];
+        for (int i = 0; i < 64; i++) values[i] = (float)(i % 17) - 8.0f;
+        for (int k = 0; k < OUTLIER_KINDS; k++) {
+            s.layer[k] = mallocCheck(2 * sizeof(ActStats));
+            act_stats_init(&s.pooled[k]);
+            for (int l = 0; l < 2; l++) {
+                act_stats_init(&s.layer[k][l]);
+                act_stats_add(&s.layer[k][l], values, 64);
+                act_stats_merge(&s.pooled[k], &s.layer[k][l]);
+            }
+        }
+        outlier_stats_write(&s, path, "fixture");
+        outlier_stats_free(&s);
+        return 0;
+    }
+    die("write_fixture: unknown kind '%s'", argv[1]);
+}
