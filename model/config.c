@@ -103,6 +103,26 @@ static const char* choice_name(const Key* key, int i) {
     return i < 4 ? key->choices[i] : NULL;
 }
 
+// A string value (a path, mostly) must read back as written from the recipe text that
+// checkpoints and the registry store, and be text JSON can hold (safetensors metadata): one line,
+// not starting or ending with a space (the recipe format trims them), valid UTF-8
+static const char* string_value_problem(const char* value) {
+    size_t n = strlen(value);
+    for (const unsigned char* p = (const unsigned char*)value; *p; p++) {
+        if (*p < 32 || *p == 127) return "holds a control character (a newline, a tab, ...): it could not be read back";
+    }
+    if (n && (value[0] == ' ' || value[n - 1] == ' ')) return "begins or ends with a space, which a recipe line drops";
+    for (const unsigned char* p = (const unsigned char*)value; *p;) {
+        int extra = *p < 0x80 ? 0 : (*p & 0xE0) == 0xC0 && *p >= 0xC2 ? 1 : (*p & 0xF0) == 0xE0 ? 2 : (*p & 0xF8) == 0xF0 && *p <= 0xF4 ? 3 : -1;
+        if (extra < 0) return "is not UTF-8 text";
+        p++;
+        for (int i = 0; i < extra; i++, p++) {
+            if ((*p & 0xC0) != 0x80) return "is not UTF-8 text";
+        }
+    }
+    return NULL;
+}
+
 const char* config_set(Config* cfg, const char* name, const char* value) {
     static char msg[512];
     const Key* key = NULL;
@@ -137,10 +157,18 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
         if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0) { *(int*)field = 1; return NULL; }
         if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0) { *(int*)field = 0; return NULL; }
         break;
-    case KEY_STRING:
+    case KEY_STRING: {
         if (strlen(value) >= CONFIG_STR) break;
+        const char* why = string_value_problem(value);
+        if (why) {
+            char shown[160];
+            printable_text(shown, sizeof(shown), value);
+            snprintf(msg, sizeof(msg), "key '%s': '%s' %s", name, shown, why);
+            return msg;
+        }
         strcpy(field, value);
         return NULL;
+    }
     case KEY_CHOICE:
     case KEY_ATTENTION:
         for (int i = 0; choice_name(key, i); i++) {
@@ -191,6 +219,18 @@ void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn
             char* name = trim(s + 1);
             if (!*name || strlen(name) >= sizeof(section)) die("%s:%d: a section needs a name (under %zu bytes)", origin, line, sizeof(section));
             strcpy(section, name);
+            // a section is one block: a second [name] would add keys the first does not show
+            size_t slen = strlen(name) + 3;
+            char* id = mallocCheck(slen);
+            snprintf(id, slen, "[%s]", name);
+            for (int i = 0; i < n_seen; i++) {
+                if (strcmp(seen[i], id) == 0) die("%s:%d: section '[%s]' repeats line %d", origin, line, name, seen_line[i]);
+            }
+            seen = realloc(seen, (n_seen + 1) * sizeof(char*));
+            seen_line = realloc(seen_line, (n_seen + 1) * sizeof(int));
+            if (!seen || !seen_line) die("out of memory reading %s", origin);
+            seen[n_seen] = id;
+            seen_line[n_seen++] = line;
             continue;
         }
         char* eq = strchr(s, '=');
@@ -249,7 +289,9 @@ void config_apply_override(Config* cfg, const char* kv) {
     memcpy(name, kv, n);
     name[n] = 0;
     const char* err = config_set(cfg, name, eq + 1);
-    if (err) die("command-line override '%s': %s", kv, err);
+    char shown[200];
+    printable_text(shown, sizeof(shown), kv);
+    if (err) die("command-line override '%s': %s", shown, err);
 }
 
 const AttnVariant* config_variant(const Config* cfg) { return &ATTN_VARIANTS[cfg->attention]; }

@@ -10,7 +10,13 @@
 void safetensors_write(const char* path, const Model* model, const char* const (*metadata)[2], int n_meta) {
     json_t* header = json_object();
     json_t* meta = json_object();
-    for (int i = 0; i < n_meta; i++) json_object_set_new(meta, metadata[i][0], json_string(metadata[i][1]));
+    for (int i = 0; i < n_meta; i++) {
+        // JSON holds UTF-8 text only: a value that is not (a path in an old checkpoint's config)
+        // is refused by name, never left out
+        json_t* value = json_string(metadata[i][1]);
+        if (!value) die("'%s': the metadata '%s' is not UTF-8 text, which the safetensors header (JSON) cannot hold", path, metadata[i][0]);
+        if (json_object_set_new(meta, metadata[i][0], value) != 0) die("'%s': cannot add the metadata '%s'", path, metadata[i][0]);
+    }
     json_object_set_new(header, "__metadata__", meta);
     for (int i = 0; i < model->n_tensors; i++) {
         const ParamTensor* t = &model->tensors[i];

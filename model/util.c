@@ -250,6 +250,17 @@ char* read_text_file(const char* path, size_t* len) {
     return text;
 }
 
+void printable_text(char* out, size_t n, const char* text) {
+    size_t k = 0;
+    for (const unsigned char* p = (const unsigned char*)text; *p && k + 5 < n; p++) {
+        if (*p == '\n') k += (size_t)snprintf(out + k, n - k, "\\n");
+        else if (*p == '\t') k += (size_t)snprintf(out + k, n - k, "\\t");
+        else if (*p < 32 || *p >= 127) k += (size_t)snprintf(out + k, n - k, "\\x%02X", *p);
+        else out[k++] = (char)*p;
+    }
+    out[k] = 0;
+}
+
 double wall_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

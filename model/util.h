@@ -58,6 +58,10 @@ void refuse_replacing_non_file(const char* what, const char* path);
 // (an empty folder passes): an output folder replaces only one of its kind
 void refuse_replacing_foreign_folder(const char* what, const char* path, const char* marker);
 
+// text for an error message on one line: a newline as \n, a tab as \t, other control bytes and
+// bytes from 0x80 as \xHH; cut to fit out (n bytes)
+void printable_text(char* out, size_t n, const char* text);
+
 double wall_time(void);
 // The name of names nearest to word in edits, or NULL when none is near (a typo, not another word)
 const char* closest_name(const char* word, const char* const* names, int n);

@@ -60,9 +60,21 @@ expect_fail "a line of no known shape" "garbage.ini:14: expected 'key = value'" 
 sed 's/^h = 4$/h = 4abc/' experiments/table6.ini > "$work/preset_int.ini"
 expect_fail "a preset integer with trailing text" "\[smoke\] needs 'h' as a positive integer, not '4abc'" \
     $bin table6 "$work/preset_int.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+# a repeated section is refused like a repeated key (a second [preset smoke] once added keys unseen)
+{ cat experiments/table6.ini; printf '%s\n' "[preset smoke]" "steps = 3"; } > "$work/repeated_section.ini"
+first_smoke=$(grep -n '^\[preset smoke\]$' experiments/table6.ini | cut -d: -f1)
+expect_fail "a repeated section" "repeated_section.ini:$(( $(wc -l < experiments/table6.ini) + 1 )): section '\[preset smoke\]' repeats line $first_smoke" \
+    $bin table6 "$work/repeated_section.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
 recipe "$work/section.ini" "[model]" "n_layer = 2"
 expect_fail "section" "section.ini:15: sections are not used" $bin train --results "$work/reg" "$work/section.ini"
 recipe "$work/ok.ini"
+# paths that could not be read back: control characters, a leading or trailing space, bytes that are not UTF-8
+expect_fail "a newline in a path" "key 'out': .* holds a control character" $bin train --results "$work/reg" "$work/ok.ini" "out=$work/new
+line"
+expect_fail "a tab in a path" "key 'data': .* holds a control character" $bin train --results "$work/reg" "$work/ok.ini" "data=$work/da	ta"
+expect_fail "a path ending in a space" "key 'data': .* begins or ends with a space" $bin train --results "$work/reg" "$work/ok.ini" "data=$work/data "
+expect_fail "a path that is not UTF-8" "key 'out': .* is not UTF-8 text" $bin train --results "$work/reg" "$work/ok.ini" "out=$work/$(printf 'caf\xe9')"
+expect "refused paths write nothing" test -z "$(ls -d "$work"/new* "$work"/caf* 2>/dev/null)"
 expect_fail "override type" "override 'lr=fast': key 'lr': 'fast' is not a finite number" $bin train --results "$work/reg" "$work/ok.ini" lr=fast
 expect_fail "override unknown" "override 'dropout=0.1': unknown key 'dropout'" $bin train --results "$work/reg" "$work/ok.ini" dropout=0.1
 expect_fail "override syntax" "override 'lr': expected key=value" $bin train --results "$work/reg" "$work/ok.ini" lr
