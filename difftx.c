@@ -79,6 +79,7 @@ static int cmd_needle_data(int argc, char** argv) {
     }
     if (argc - optind != 2) die("needle-data needs OUT_DIR and DATA_DIR\n%s", USAGE);
     if (max_needles < 1 || max_needles > NEEDLE_MAX) die("option --max-needles: must lie in 1..%d", NEEDLE_MAX);
+    if (seq_len < 64 || seq_len > 1 << 20) die("option --seq-len: must lie in 64..%d, got %d", 1 << 20, seq_len);
     needle_prepare(argv[optind], argv[optind + 1], "data/cities.txt", seq_len, max_needles, (uint64_t)seed);
     return 0;
 }
@@ -207,6 +208,7 @@ static int cmd_bench(int argc, char** argv) {
     Config cfg;
     load_config(&cfg, argc, argv, optind);
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
+    if (vocab < 2 || vocab > 65536) die("option --vocab: must lie in 2..65536, got %d", vocab);
     train_check_memory(&cfg, vocab);
     Model model;
     model_build(&model, &cfg, vocab);
@@ -375,7 +377,12 @@ static int cmd_eval(int argc, char** argv) {
     DataDir data;
     data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
     if (data.tok.hash != info.tokenizer_hash) die("'%s' was trained with another tokenizer than the data in '%s'", path, data_dir);
-    int T = model.cfg.seq_len, available = (int)((data.val.n_tokens - 1) / T);
+    int T = model.cfg.seq_len;
+    if (data.val.n_tokens < (size_t)T + 1) {
+        die("'%s' has %zu validation tokens, fewer than one window of seq_len + 1 = %d: nothing to evaluate", data_dir,
+            data.val.n_tokens, T + 1);
+    }
+    int available = (int)((data.val.n_tokens - 1) / T);
     if (windows < 1) die("option --windows: at least 1");
     if (windows > available) {
         fprintf(stderr, "warning: the validation shard holds %d windows of %d tokens; evaluating those, not %d\n", available, T + 1, windows);
@@ -387,8 +394,12 @@ static int cmd_eval(int argc, char** argv) {
     printf("%s: %s attention, step %d of %d%s\n", path, config_attention_name(&model.cfg), info.step, model.cfg.steps,
            info.finished ? "" : " (unfinished)");
     printf("validation: the first %d windows of %d tokens of '%s' (%ld tokens)\n", windows, T, data_dir, s.tokens);
-    printf("valid %.4f | AR-Hit %.4f (%.2f%% of tokens: %ld) | Others %.4f\n", s.valid, s.arhit, 100 * s.arhit_fraction,
-           (long)llround(s.arhit_fraction * s.tokens), s.others);
+    if (isfinite(s.arhit)) {
+        printf("valid %.4f | AR-Hit %.4f (%.2f%% of tokens: %ld) | Others %.4f\n", s.valid, s.arhit, 100 * s.arhit_fraction,
+               (long)llround(s.arhit_fraction * s.tokens), s.others);
+    } else {
+        printf("valid %.4f | AR-Hit: no AR-Hit tokens in these windows | Others %.4f\n", s.valid, s.others);
+    }
     bigrams_free(&table);
     data_close(&data);
     model_free(&model);

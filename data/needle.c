@@ -19,6 +19,13 @@ NeedleSplit needle_split_of(const char* key) { return hash_text(key) % 4 == 0 ? 
 
 void needle_source_init(NeedleSource* src, const Tokenizer* tok, const Shard* text, const char* cities_path,
                         NeedleSplit split) {
+    // the haystack is the text between document separators: without any, drawing it never ends
+    size_t words = 0;
+    for (size_t i = 0; i < text->n_tokens && words <= NEEDLE_COPY_SPAN_MAX; i++) words += text->tokens[i] != TOKEN_EOT;
+    if (words <= NEEDLE_COPY_SPAN_MAX) {
+        die("the needle episodes draw their haystack from a shard of %zu tokens holding %zu besides document separators; "
+            "they need more than %d: prepare more text", text->n_tokens, words, NEEDLE_COPY_SPAN_MAX);
+    }
     src->tok = tok;
     src->text = text;
     src->split = split;
@@ -249,6 +256,13 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     }
     const Tokenizer* tok = &data.tok;
     const Shard *train = data_single_train_shard(&data, "the needle training mix"), *val = &data.val;
+    if (seq_len < 1 || train->n_tokens < (size_t)seq_len) {
+        die("option --seq-len: '%s' holds %zu training tokens, fewer than one block of %d: the needle mix is made of such "
+            "blocks", data_dir, train->n_tokens, seq_len);
+    }
+    if (val->n_tokens <= NEEDLE_COPY_SPAN_MAX) {
+        die("'%s' holds %zu validation tokens; the copy stage's data needs more than %d", data_dir, val->n_tokens, NEEDLE_COPY_SPAN_MAX);
+    }
     NeedleSource src;
     needle_source_init(&src, tok, train, cities_path, NEEDLE_TRAIN);
     size_t blocks = train->n_tokens / seq_len, episodes = NEEDLE_EPISODES_PER_BLOCK * blocks;

@@ -1,6 +1,9 @@
 #define _GNU_SOURCE
 #include "registry.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <openssl/evp.h>
@@ -211,6 +214,46 @@ void registry_open(Registry* reg, const char* path) {
     exec(reg, "COMMIT;");
 }
 
+// PRAGMA user_version, or -1 when the database cannot be read
+static int schema_version(sqlite3* db) {
+    sqlite3_stmt* st;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK) return -1;
+    int version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    return version;
+}
+
+void registry_open_read(Registry* reg, const char* path) {
+    snprintf(reg->path, sizeof(reg->path), "%s", path);
+    int version = -1;
+    if (sqlite3_open_v2(path, &reg->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, NULL) == SQLITE_OK) version = schema_version(reg->db);
+    if (version < 0) {
+        // a WAL database needs its shared-memory file beside it, which a read-only folder cannot
+        // get: read it as immutable (nothing can write there while we read)
+        sqlite3_close(reg->db);
+        char full[PATH_MAX], uri[3 * PATH_MAX + 32];
+        if (!realpath(path, full)) die("cannot open registry '%s': %s", path, strerror(errno));
+        size_t k = (size_t)snprintf(uri, sizeof(uri), "file:");
+        for (const unsigned char* p = (const unsigned char*)full; *p; p++) {  // percent-encoded: '?', '#', '%' stay path
+            if (isalnum(*p) || strchr("/-_.~", *p)) uri[k++] = (char)*p;
+            else k += (size_t)snprintf(uri + k, sizeof(uri) - k, "%%%02X", *p);
+        }
+        snprintf(uri + k, sizeof(uri) - k, "?immutable=1");
+        if (sqlite3_open_v2(uri, &reg->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX, NULL) == SQLITE_OK) {
+            version = schema_version(reg->db);
+        }
+        if (version < 0) die("cannot read registry '%s': %s", path, sqlite3_errmsg(reg->db));
+    }
+    if (version > REGISTRY_SCHEMA) {
+        die("registry '%s' has schema version %d, newer than this program's %d: use the difftx that wrote it, or a newer "
+            "one", path, version, REGISTRY_SCHEMA);
+    }
+    if (version < REGISTRY_SCHEMA) {
+        die("registry '%s' has schema version %d and cannot be migrated to %d while it is read-only: open it once with a "
+            "difftx command where it can be written", path, version, REGISTRY_SCHEMA);
+    }
+}
+
 void registry_close(Registry* reg) { sqlite3_close(reg->db); }
 
 int64_t registry_experiment(Registry* reg, const char* name, const char* preset, const char* recipe_path,
@@ -395,7 +438,7 @@ int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const ch
         "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs a ON a.id = m.run_id JOIN runs f ON f.experiment_id ="
         " a.experiment_id AND f.row = a.row AND f.seed = a.seed AND f.recipe_text = a.recipe_text WHERE f.id IN"
         " (SELECT value FROM json_each(?)) AND m.key = ? GROUP BY m.step ORDER BY m.step");
-    size_t cap = 2 + 24 * (size_t)n_runs, len = 1;
+    size_t cap = 3 + 24 * (size_t)n_runs, len = 1;  // "[", the ids, "]" and the NUL, for no runs too
     char* ids = mallocCheck(cap);
     strcpy(ids, "[");
     for (int k = 0; k < n_runs; k++) len += (size_t)snprintf(ids + len, cap - len, "%s%lld", k ? "," : "", (long long)runs[k]);

@@ -22,6 +22,9 @@ typedef enum { RUN_RUNNING, RUN_FINISHED, RUN_FAILED, RUN_KILLED } RunStatus;
 #define REGISTRY_SCHEMA 4
 
 void registry_open(Registry* reg, const char* path);
+// For readers (difftx runs, compare) where the registry or its folder cannot be written: opens
+// it read-only, migrating nothing (an older schema is refused with what to do)
+void registry_open_read(Registry* reg, const char* path);
 void registry_close(Registry* reg);
 // Finds or creates the experiment row; returns its id.
 int64_t registry_experiment(Registry* reg, const char* name, const char* preset, const char* recipe_path,

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../model/util.h"
 #include "recipe.h"
@@ -16,6 +17,10 @@ static void open_registry(Registry* reg, const char* results) {
     FILE* probe = fopen(path, "rb");
     if (!probe) die("no registry at '%s' (--results names the folder that holds registry.sqlite)", path);
     fclose(probe);
+    if (access(path, W_OK) != 0 || access(results, W_OK) != 0) {
+        registry_open_read(reg, path);  // a reader where nothing can be written: interrupted runs are not reaped
+        return;
+    }
     registry_open(reg, path);
     registry_reap(reg);
 }

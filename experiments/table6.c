@@ -93,9 +93,10 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     BigramTable table;
     bigrams_count(&table, &data.train);
     SliceLoss s = evaluate_slices(&model, &data.val, &table, eval_windows, cfg->batch_size);
+    // a slice without tokens has no loss: its evaluation is absent, and the table says why
     registry_evaluation(&reg, run, "valid", s.valid);
-    registry_evaluation(&reg, run, "arhit", s.arhit);
-    registry_evaluation(&reg, run, "others", s.others);
+    if (isfinite(s.arhit)) registry_evaluation(&reg, run, "arhit", s.arhit);
+    if (isfinite(s.others)) registry_evaluation(&reg, run, "others", s.others);
     registry_evaluation(&reg, run, "arhit_fraction", s.arhit_fraction);
     registry_evaluation(&reg, run, "arhit_threshold", table.threshold);
     registry_evaluation(&reg, run, "eval_tokens", (double)s.tokens);
@@ -103,8 +104,10 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     registry_evaluation(&reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->seq_len * cfg->grad_accum);
     registry_artifact(&reg, run, "checkpoint", path);
     registry_end_run(&reg, run, RUN_FINISHED);
-    printf("%s seed %d: valid %.4f, AR-Hit %.4f (%.2f%% of tokens), Others %.4f\n", row, cfg->seed, s.valid, s.arhit,
-           100 * s.arhit_fraction, s.others);
+    char arhit[64];
+    if (isfinite(s.arhit)) snprintf(arhit, sizeof(arhit), "%.4f (%.2f%% of tokens)", s.arhit, 100 * s.arhit_fraction);
+    else snprintf(arhit, sizeof(arhit), "none (no AR-Hit tokens)");
+    printf("%s seed %d: valid %.4f, AR-Hit %s, Others %.4f\n", row, cfg->seed, s.valid, arhit, s.others);
     bigrams_free(&table);
     data_close(&data);
     model_free(&model);
@@ -204,6 +207,7 @@ static RowResult row_result(Registry* reg, int64_t experiment, const Recipe* r, 
 
 static void format_cell(char* buf, size_t n, const RowResult* r, int k) {
     if (r->n == 0) snprintf(buf, n, "-");
+    else if (isnan(r->mean[k])) snprintf(buf, n, "%s", k == 1 ? "no AR-Hit tokens" : "no tokens");
     else if (r->n == 1) snprintf(buf, n, "%.3f", r->mean[k]);
     else snprintf(buf, n, "%.3f ± %.3f", r->mean[k], r->std[k]);
 }
@@ -335,7 +339,9 @@ int table6_main(const Table6Options* opt) {
         char spread_text[32];
         if (opt->seeds > 1) snprintf(spread_text, sizeof(spread_text), "%.4f", spread);
         else snprintf(spread_text, sizeof(spread_text), "n/a (1 seed)");
-        report_printf(&rep, "| %s | %+.4f | %s | %s | %s |\n", cl->text, gap, spread_text, paper_gap, verdict(cl->kind, gap, noise));
+        char gap_text[32] = "n/a (no tokens)";
+        if (!isnan(gap)) snprintf(gap_text, sizeof(gap_text), "%+.4f", gap);
+        report_printf(&rep, "| %s | %s | %s | %s | %s |\n", cl->text, gap_text, spread_text, paper_gap, verdict(cl->kind, gap, noise));
     }
     report_printf(&rep, "\nGaps are the first row named minus the second (negative = lower loss). The noise level is %s: "
             "\"beats\" claims agree when the gap is below minus the noise, \"does not help\" when it is above it, "
@@ -378,6 +384,20 @@ int table6_main(const Table6Options* opt) {
     gnuplot_input(&vars, "bars", bars);
     gnuplot_input(&vars, "curves", curves);
     gnuplot_number(&vars, "rows", r->n_rows);
+    for (int k = 0; k < 3; k++) {
+        int ours = 0, paper = 0;
+        for (int i = 0; i < r->n_rows; i++) {
+            double pv[3];
+            paper_values(&r->rows[i], pv, opt->recipe);
+            ours |= isfinite(res[i].mean[k]);
+            paper |= isfinite(pv[k]);
+        }
+        char name[16];
+        snprintf(name, sizeof(name), "ours%d", k + 1);
+        gnuplot_number(&vars, name, ours);
+        snprintf(name, sizeof(name), "paper%d", k + 1);
+        gnuplot_number(&vars, name, paper);
+    }
     char png[4400], curves_png[4400];
     preset_path(png, sizeof(png), opt->plots, "table6", opt->preset, ".png");
     gnuplot_output(&vars, "out_bars", png);

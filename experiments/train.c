@@ -222,6 +222,10 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     const Tokenizer* tok = &data.tok;
+    if (data.val.n_tokens < (size_t)T + 1) {  // refused before anything is written
+        die("key 'data': the validation shard of '%s' holds %zu tokens, fewer than one window of seq_len + 1 = %d; prepare "
+            "more text or lower 'seq_len'", cfg->data, data.val.n_tokens, T + 1);
+    }
 
     train_check_memory(cfg, tok->vocab_size);
     int lock = -1;

@@ -1,5 +1,7 @@
 # Table 6 figures. difftx table6 writes the files `bars` and `curves` and runs this script to
-# `out_bars` and `out_curves`, with the number rows and the strings title_text and curves_title.
+# `out_bars` and `out_curves`, with the numbers rows, ours1..ours3 and paper1..paper3 (0 when no row
+# has a value of ours, or of the paper's, for Valid, AR-Hit, Others: an empty axis gets a fixed
+# range and a note instead of stopping gnuplot) and the strings title_text and curves_title.
 # bars:   row label attention (0 standard, 1 diff, 2 diff2) valid valid_std arhit arhit_std
 #         others others_std paper_valid paper_arhit paper_others (NaN: not in the paper)
 # curves: one block per row (first line its quoted title), lines "tokens val_loss"
@@ -27,19 +29,27 @@ set key off
 # ours: mean and seed std in columns 4-5 (Valid), 6-7 (AR-Hit), 8-9 (Others); the paper's in 10-12
 set ytics scale 0
 set title "Valid"
+if (ours1) { set xrange [*:*]; unset label 10 } else { set xrange [0:1]; set label 10 "no tokens" at graph 0.5, graph 0.5 center front }
+if (paper1) { set x2range [*:*] } else { set x2range [0:1] }
 plot bars using 4:1:5:(colour($3)):ytic(2) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
      bars using 10:1 axes x2y1 with points pt 12 ps 1.6 lc rgb "#444444" notitle
 set ytics format ""
 set title "AR-Hit"
+if (ours2) { set xrange [*:*]; unset label 10 } else { set xrange [0:1]; set label 10 "no AR-Hit tokens" at graph 0.5, graph 0.5 center front }
+if (paper2) { set x2range [*:*] } else { set x2range [0:1] }
 plot bars using 6:1:7:(colour($3)) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
      bars using 11:1 axes x2y1 with points pt 12 ps 1.6 lc rgb "#444444" notitle
 set title "Others"
 set key at screen 0.57, 0.035 center horizontal
+if (ours3) { set xrange [*:*]; unset label 10 } else { set xrange [0:1]; set label 10 "no tokens" at graph 0.5, graph 0.5 center front }
+if (paper3) { set x2range [*:*] } else { set x2range [0:1] }
 plot bars using 8:1:9:(colour($3)) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
      bars using 12:1 axes x2y1 with points pt 12 ps 1.6 lc rgb "#444444" notitle, \
      NaN with points pt 7 lc rgb "#1f5fa8" title "Transformer", NaN with points pt 7 lc rgb "#e07b00" title "DIFF", \
      NaN with points pt 7 lc rgb "#2a9d3a" title "DIFF V2", NaN with points pt 12 lc rgb "#444444" title "paper"
 unset multiplot
+unset label 10
+set xrange [*:*]
 
 set terminal pngcairo size 1100,650 font "sans,11" noenhanced
 set output out_curves

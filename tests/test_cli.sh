@@ -254,7 +254,7 @@ mkdir -p "$work/foreign" && echo keep > "$work/foreign/notes.txt"
 expect_fail "prepare over a folder it did not make" "'$work/foreign' is a folder with files but no tokenizer.bin" $bin prepare --vocab 300 "$work/foreign" "$work/corpus"
 expect "that folder is untouched" grep -q keep "$work/foreign/notes.txt"
 data_before=$(snapshot "$work/data")
-expect_fail "needle-data D D" "output folder '$work/data' is the input '$work/data'" $bin needle-data --seq-len 16 "$work/data" "$work/data"
+expect_fail "needle-data D D" "output folder '$work/data' is the input '$work/data'" $bin needle-data --seq-len 64 "$work/data" "$work/data"
 expect "the data folder is untouched" test "$(snapshot "$work/data")" = "$data_before"
 cp "$work/eight/checkpoint.h5" "$work/ck.h5"
 expect_fail "export CK CK" "output '$work/ck.h5' is the input '$work/ck.h5'" $bin export "$work/ck.h5" "$work/ck.h5"
@@ -264,5 +264,36 @@ mkfifo "$work/fifo"
 expect_fail "export over something not a regular file" "output '$work/fifo' exists and is not a regular file" $bin export "$work/ck.h5" "$work/fifo"
 expect "the fifo is still a fifo" test -p "$work/fifo"
 expect_fail "attn over its own maps file" "output '$work/ck.h5' is the input" $bin attn "$work/ck.h5" --sample 0 --layer 0 --head 0 --out "$work/ck.h5"
+
+# small and odd inputs are refused by name, never divided by zero or read past their end
+cp -r "$work/data" "$work/shortval"
+perl -e 'my $f = shift; open(my $h, "+<", $f) or die; binmode $h; seek($h, 8, 0); print $h pack("l<", 5); close $h; truncate($f, 1024 + 10) or die' "$work/shortval/val.bin"
+expect_fail "eval on a validation split shorter than one window" "'$work/shortval' has 5 validation tokens, fewer than one window of seq_len \+ 1 = 17" \
+    $bin eval "$work/eight/checkpoint.h5" data=$work/shortval
+expect_fail "train on a validation split shorter than one window" "key 'data': the validation shard of '$work/shortval' holds 5 tokens" \
+    $bin train --results "$work/reg" "$work/ok.ini" data=$work/shortval out=$work/shortrun
+expect "that refusal writes nothing" test ! -e "$work/shortrun"
+expect_fail "bench --vocab 0" "option --vocab: must lie in 2..65536, got 0" $bin bench "$work/ok.ini" --vocab 0
+expect_fail "needle-data --seq-len 0" "option --seq-len: must lie in 64..1048576, got 0" $bin needle-data --seq-len 0 "$work/nd" "$work/data"
+mkdir -p "$work/tiny_corpus" && for d in 0 1 2; do echo "A short text number $d." > "$work/tiny_corpus/doc$d.txt"; done
+$bin prepare --vocab 260 "$work/tiny" "$work/tiny_corpus" >/dev/null 2>&1
+expect_fail "needle-data on a training shard shorter than a block" "option --seq-len: '$work/tiny' holds [0-9]+ training tokens, fewer than one block of 64" \
+    $bin needle-data --seq-len 64 "$work/nd" "$work/tiny"
+cp -r "$work/data" "$work/eot"
+perl -e 'my $f = shift; open(my $h, "+<", $f) or die; binmode $h; seek($h, 8, 0); read($h, my $n, 4); my $count = unpack("l<", $n);
+         seek($h, 1024, 0); print $h pack("S<", 256) x $count; close $h' "$work/eot/train.bin"
+expect_fail "needle-data on a shard of document separators only" "haystack from a shard of [0-9]+ tokens holding 0 besides document separators" \
+    timeout 60 $bin needle-data --seq-len 64 "$work/nd" "$work/eot"
+expect "refused needle mixes write nothing" test ! -e "$work/nd"
+
+# readers open the registry read-only: `difftx runs` on a results folder nobody may write (as
+# root, whom permissions do not stop, the check runs as the user nobody)
+mkdir -p "$work/ro_results" && cp "$work/tracked_reg/registry.sqlite" "$work/ro_results/"
+chmod -R a-w "$work/ro_results" && chmod a+rx "$work/ro_results"
+if [ "$(id -u)" = 0 ]; then reader() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }; else reader() { "$@"; }; fi
+out=$(reader $bin runs --results "$work/ro_results" 2>&1)
+expect "runs reads a registry in a read-only folder ($(tail -1 <<<"$out"))" grep -qE "^3 runs in $work/ro_results/registry.sqlite" <<<"$out"
+expect "and writes nothing there" test -z "$(ls "$work/ro_results" | grep -v '^registry.sqlite$')"
+chmod -R u+w "$work/ro_results"
 
 summary

@@ -133,4 +133,25 @@ expect "compare draws the curves" is_png "$work/plots/compare.png"
 expect "compare's data holds both runs' curves" test "$(grep -c '^"' "$work/results/compare.dat")" = 4
 expect_fail "compare refuses an unknown run" "compare: no run 9999" $bin compare 9999 --results "$work/results" --out "$work/plots/none.png"
 
+# 10. small and odd inputs: on a 300-token vocabulary no evaluation token is an AR-Hit token,
+#     which the table states instead of failing its rows; one row that fails (its run folder
+#     held by another process) leaves the table and its figures to go on without it
+mkdir -p "$work/v300" && $bin prepare --vocab 300 "$work/v300/data" "$work/corpus" >/dev/null
+sed "s#^data = .*#data = $work/v300/data#" experiments/table6.ini > "$work/v300/table6.ini"
+held="$work/v300/results/table6/smoke/diff2/seed1000"
+mkdir -p "$held"
+exec 9>"$held/.lock"  # this shell holds the row's run-folder lock while the table runs
+flock -x 9
+$bin table6 "$work/v300/table6.ini" --preset smoke --results "$work/v300/results" --plots "$work/v300/plots" > "$work/v300.log" 2>&1
+rc=$?
+exec 9>&-
+v300_sql() { sqlite3 "$work/v300/results/registry.sqlite" "$1"; }
+expect "rows without AR-Hit tokens are FINISHED, not FAILED" test "$(v300_sql "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = 7
+expect "the table states it" test "$(grep -c '| no AR-Hit tokens |' "$work/v300/results/table6_smoke.md")" = 7
+expect "a claim on AR-Hit says there are no tokens" grep -q "DIFF beats Transformer on AR-Hit | n/a (no tokens) |" "$work/v300/results/table6_smoke.md"
+expect "the failed row is said to be left out" grep -q "row diff2 seed 1000: the table goes on without it" "$work/v300.log"
+expect "the table exits non-zero for the missing row (exit $rc)" test $rc -ne 0
+expect "the failed row's cells are empty" grep -qE '^\| DIFF V2 \(not in paper\) \| 4 \| 16 \| ✗ \| 0 \| - \| - \| - \|' "$work/v300/results/table6_smoke.md"
+expect "and both figures are drawn" bash -c "$(declare -f is_png); is_png '$work/v300/plots/table6_smoke.png' && is_png '$work/v300/plots/table6_smoke_curves.png'"
+
 summary
