@@ -121,6 +121,7 @@ static int cmd_sample(int argc, char** argv) {
         } else die("%s", USAGE);
     }
     if (optind >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
+    if (optind + 1 < argc) die("sample: '%s': sample takes one CHECKPOINT and options\n%s", argv[optind + 1], USAGE);
     Model model;
     CheckpointInfo info;
     require_device(device);
@@ -264,7 +265,7 @@ static int cmd_bench(int argc, char** argv) {
 }
 
 static int cmd_table6(int argc, char** argv) {
-    Table6Options opt = {NULL, "small", 1, "results", "plots"};
+    Table6Options opt = {NULL, "small", 1, "results", "plots", NULL, 0};
     static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"seeds", required_argument, 0, 's'},
                                    {"results", required_argument, 0, 'r'}, {"plots", required_argument, 0, 'g'},
                                    {0, 0, 0, 0}};
@@ -278,11 +279,13 @@ static int cmd_table6(int argc, char** argv) {
     }
     if (optind >= argc) die("table6 needs a RECIPE\n%s", USAGE);
     opt.recipe = argv[optind];
+    opt.overrides = (const char* const*)argv + optind + 1;
+    opt.n_overrides = argc - optind - 1;
     return table6_main(&opt);
 }
 
 static int cmd_needle(int argc, char** argv) {
-    NeedleOptions opt = {NULL, "default", NULL, "results", "plots"};
+    NeedleOptions opt = {NULL, "default", NULL, "results", "plots", NULL, 0};
     static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"task", required_argument, 0, 't'},
                                    {"results", required_argument, 0, 'r'}, {"plots", required_argument, 0, 'g'},
                                    {0, 0, 0, 0}};
@@ -297,11 +300,13 @@ static int cmd_needle(int argc, char** argv) {
     if (optind >= argc) die("needle needs a RECIPE\n%s", USAGE);
     if (!opt.task) die("needle needs --task table2, fig5, table3 or fig8\n%s", USAGE);
     opt.recipe = argv[optind];
+    opt.overrides = (const char* const*)argv + optind + 1;
+    opt.n_overrides = argc - optind - 1;
     return needle_main(&opt);
 }
 
 static int cmd_table5(int argc, char** argv) {
-    Table5Options opt = {NULL, "small", NULL, "default", "results", "plots"};
+    Table5Options opt = {NULL, "small", NULL, "default", "results", "plots", NULL, 0};
     static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"needle", required_argument, 0, 'n'},
                                    {"needle-preset", required_argument, 0, 'q'}, {"results", required_argument, 0, 'r'},
                                    {"plots", required_argument, 0, 'g'}, {0, 0, 0, 0}};
@@ -316,6 +321,8 @@ static int cmd_table5(int argc, char** argv) {
     }
     if (optind >= argc || !opt.needle_recipe) die("table5 needs a Table 6 RECIPE and --needle RECIPE\n%s", USAGE);
     opt.table6_recipe = argv[optind];
+    opt.overrides = (const char* const*)argv + optind + 1;
+    opt.n_overrides = argc - optind - 1;
     return table5_main(&opt);
 }
 
@@ -335,6 +342,7 @@ static int cmd_attn(int argc, char** argv) {
     }
     if (optind >= argc) die("attn needs a FILE\n%s", USAGE);
     if (sample < 0 || layer < 0 || head < 0) die("attn needs --sample, --layer and --head\n%s", USAGE);
+    if (optind + 1 < argc) die("attn: '%s': attn takes one FILE and options\n%s", argv[optind + 1], USAGE);
     const char* file = argv[optind];
     char png[4200];
     if (out) snprintf(png, sizeof(png), "%s", out);
@@ -407,6 +415,7 @@ static int cmd_eval(int argc, char** argv) {
 }
 
 static int cmd_export(int argc, char** argv) {
+    if (argc > 3) die("export: '%s': export takes CHECKPOINT and OUT.safetensors only\n%s", argv[3], USAGE);
     if (argc != 3) die("export needs CHECKPOINT and OUT.safetensors\n%s", USAGE);
     refuse_output_over_input("output", argv[2], (const char* const*)argv + 1, 1);
     refuse_replacing_non_file("output", argv[2]);
@@ -491,11 +500,11 @@ static const Command COMMANDS[] = {
     {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S] [--device cpu|cuda]", "generate text"},
     {"bench", cmd_bench, "RECIPE [key=value ...] [--vocab N] [--steps N] [--forward] [--results DIR]",
      "speed and peak memory on random tokens"},
-    {"table6", cmd_table6, "RECIPE [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
+    {"table6", cmd_table6, "RECIPE [key=value ...] [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "the paper's Table 6 ablations (make table6)"},
-    {"needle", cmd_needle, "RECIPE --task table2|fig5|table3|fig8 [--preset P] [--results DIR] [--plots DIR]",
+    {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--results DIR] [--plots DIR]",
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
-    {"table5", cmd_table5, "TABLE6_RECIPE --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
+    {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
     {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N] [--device cpu|cuda]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},

@@ -53,12 +53,16 @@ typedef struct {
     CopyScore copy;  // the least retrieval needs
 } Row;
 
+// computed per row: its run folder
+static const char* const NEEDLE_DERIVED_KEYS[] = {"out", NULL};
+
 Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, const char* recipe, const char* results) {
     Config cfg;
     config_defaults(&cfg);
     section_apply(&cfg, &r->common, needle_extra_key);
     section_apply(&cfg, preset, needle_extra_key);
     section_apply(&cfg, row, needle_extra_key);
+    section_apply(&cfg, &r->overrides, needle_extra_key);
     recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
     path_printf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s", results, preset->name, row->name);
     config_validate(&cfg);
@@ -705,6 +709,7 @@ static void train_row(Row* row, Registry* reg, int64_t experiment) {
 
 int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows) {
     Recipe* r = recipe_load(opt->recipe, needle_extra_key);
+    recipe_override(r, opt->overrides, opt->n_overrides, NEEDLE_DERIVED_KEYS, opt->recipe);
     const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
     if (r->n_rows > max_rows) die("%s: %d rows, more than the %d a study takes", opt->recipe, r->n_rows, max_rows);
     Row* rows = configure_rows(opt, r, preset);
@@ -732,6 +737,7 @@ int needle_main(const NeedleOptions* opt) {
     while (task < n_tasks && strcmp(opt->task, TASKS[task])) task++;
     if (task == n_tasks) die("--task '%s': expected table2, fig5, table3 or fig8", opt->task);
     Recipe* r = recipe_load(opt->recipe, needle_extra_key);
+    recipe_override(r, opt->overrides, opt->n_overrides, NEEDLE_DERIVED_KEYS, opt->recipe);
     const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
     Row* rows = configure_rows(opt, r, preset);
     mkdir_p(opt->plots);

@@ -19,6 +19,8 @@ typedef struct {
     const char* task;     // table2, fig5, table3, fig8 (unused by needle_trained_rows)
     const char* results;  // registry.sqlite, run folders, tables, maps
     const char* plots;    // figures
+    const char* const* overrides;  // key=value for every row (recipe_override)
+    int n_overrides;
 } NeedleOptions;
 
 int needle_main(const NeedleOptions* opt);

@@ -56,6 +56,34 @@ Recipe* recipe_load(const char* path, ExtraKey extra_key) {
     return r;
 }
 
+void recipe_override(Recipe* r, const char* const* words, int n, const char* const* derived, const char* path) {
+    for (int i = 0; i < n; i++) {
+        const char* eq = strchr(words[i], '=');
+        char key[64];
+        if (!eq || eq == words[i] || (size_t)(eq - words[i]) >= sizeof(key)) die("'%s': expected key=value after the recipe", words[i]);
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - words[i]), words[i]);
+        Config scratch;
+        config_defaults(&scratch);
+        config_apply_override(&scratch, words[i]);  // dies naming a bad key or value
+        for (int d = 0; derived && derived[d]; d++) {
+            if (strcmp(key, derived[d]) == 0) die("override '%s': '%s' is derived for each row of %s; edit the recipe instead", words[i], key, path);
+        }
+        for (int k = 0; k < r->n_rows; k++) {
+            if (section_get(&r->rows[k], key)) {
+                die("override '%s': the rows of %s differ in '%s' ([row %s] sets it); edit the recipe instead", words[i], path, key,
+                    r->rows[k].name);
+            }
+        }
+        Section* s = &r->overrides;
+        int at = 0;
+        while (at < s->n && strcmp(s->key[at], key) != 0) at++;
+        if (at == RECIPE_KEYS) die("too many overrides");
+        snprintf(s->key[at], sizeof(s->key[0]), "%s", key);
+        snprintf(s->value[at], sizeof(s->value[0]), "%s", eq + 1);
+        if (at == s->n) s->n++;
+    }
+}
+
 const Section* recipe_preset(const Recipe* r, const char* name, const char* path) {
     for (int i = 0; i < r->n_presets; i++) {
         if (strcmp(r->presets[i].name, name) == 0) return &r->presets[i];

@@ -24,6 +24,7 @@ typedef int (*ExtraKey)(int is_row, const char* key);
 
 typedef struct {
     Section common;
+    Section overrides;  // key=value from the command line: applied to every row, after its sections
     Section presets[RECIPE_SECTIONS], rows[RECIPE_SECTIONS];
     int n_presets, n_rows;
     ExtraKey extra_key;
@@ -32,6 +33,11 @@ typedef struct {
 
 // Parses path; every training key is checked; dies naming the file and line. Caller frees.
 Recipe* recipe_load(const char* path, ExtraKey extra_key);
+// The command line's key=value words after a runner's recipe, for every row (recorded with each
+// run's config, so a table trained on other data is another table's runs). Refused by name: a
+// word that is not key=value, a bad value, a key some row sets (the rows differ in it), and the
+// runner's derived keys (NULL-terminated: computed per row, an override would be lost).
+void recipe_override(Recipe* r, const char* const* words, int n, const char* const* derived, const char* path);
 // The preset called name, or dies naming the recipe
 const Section* recipe_preset(const Recipe* r, const char* name, const char* path);
 // A preset with `plumbing = true` (the smoke presets) runs the code path in seconds; the note

@@ -13,6 +13,8 @@ typedef struct {
     const char* needle_preset;  // smoke, default
     const char* results;
     const char* plots;
+    const char* const* overrides;  // key=value for every row of both recipes (recipe_override)
+    int n_overrides;
 } Table5Options;
 
 int table5_main(const Table5Options* opt);

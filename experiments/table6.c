@@ -29,6 +29,9 @@ int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) 
 
 static const char* const ROW_SHAPE_KEYS[] = {"heads", "width", NULL};
 
+// computed per row from the preset's h and d, the row's heads and width, and match_params
+static const char* const TABLE6_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model", "ffn_hidden", "out", NULL};
+
 static Config row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index,
                          const char* recipe, const char* results) {
     Config cfg;
@@ -36,6 +39,7 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
     section_apply(&cfg, &r->common, table6_extra_key);
     section_apply(&cfg, preset, table6_extra_key);
     section_apply(&cfg, row, table6_extra_key);
+    section_apply(&cfg, &r->overrides, table6_extra_key);
     int h = section_int(preset, "h", recipe), d = section_int(preset, "d", recipe);
     const char *heads = section_get(row, "heads"), *width = section_get(row, "width");
     if (!heads || (strcmp(heads, "h") && strcmp(heads, "h/2"))) die("%s: [row %s]: 'heads' must be h or h/2", recipe, row->name);
@@ -150,6 +154,7 @@ static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experi
 
 void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, TrainedRow* out) {
     Recipe* r = recipe_load(opt->recipe, table6_extra_key);
+    recipe_override(r, opt->overrides, opt->n_overrides, TABLE6_DERIVED_KEYS, opt->recipe);
     const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
     int eval_windows = section_int(preset, "eval_windows", opt->recipe);
     Registry reg;
@@ -245,6 +250,7 @@ static const char* verdict(ClaimKind kind, double gap, double noise) {
 
 int table6_main(const Table6Options* opt) {
     Recipe* r = recipe_load(opt->recipe, table6_extra_key);
+    recipe_override(r, opt->overrides, opt->n_overrides, TABLE6_DERIVED_KEYS, opt->recipe);
     const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
     if (r->n_rows < 7) die("%s: expected the 7 rows of Table 6 first, found %d rows", opt->recipe, r->n_rows);
     if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);

@@ -13,6 +13,8 @@ typedef struct {
     int seeds;            // rows are trained with seeds seed, seed+1, ...
     const char* results;  // folder for registry.sqlite, run folders and table6.md
     const char* plots;    // folder for table6.png and table6_curves.png
+    const char* const* overrides;  // key=value for every row (recipe_override)
+    int n_overrides;
 } Table6Options;
 
 int table6_main(const Table6Options* opt);

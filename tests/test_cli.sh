@@ -296,4 +296,11 @@ expect "runs reads a registry in a read-only folder ($(tail -1 <<<"$out"))" grep
 expect "and writes nothing there" test -z "$(ls "$work/ro_results" | grep -v '^registry.sqlite$')"
 chmod -R u+w "$work/ro_results"
 
+# every subcommand applies a key=value word or refuses it by name
+expect_fail "sample refuses a stray word" "sample: 'extra': sample takes one CHECKPOINT" $bin sample "$work/ck.h5" extra
+expect_fail "export names an extra argument" "export: 'extra': export takes CHECKPOINT and OUT.safetensors only" $bin export "$work/ck.h5" "$work/x.safetensors" extra
+expect_fail "attn refuses a stray word" "attn: 'extra': attn takes one FILE" $bin attn "$work/ck.h5" --sample 0 --layer 0 --head 0 extra
+expect_fail "needle refuses a stray word" "'extra': expected key=value after the recipe" $bin needle experiments/needle.ini --task table2 --preset smoke --results "$work/refused" extra
+expect_fail "table5 refuses a stray word" "'extra': expected key=value after the recipe" $bin table5 experiments/table6.ini --needle experiments/needle.ini --preset smoke --needle-preset smoke --results "$work/refused" extra
+
 summary
