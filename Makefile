@@ -62,7 +62,7 @@ LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
 # experiments/, and the command line difftx.c.
 BACKENDS := model/cpu/backend_cpu.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
-MODEL := model/util.c model/h5.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
+MODEL := model/util.c model/h5.c model/recipe_format.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
          model/checkpoint.c model/safetensors.c model/dist.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
@@ -74,7 +74,7 @@ OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA
 HEADERS := $(wildcard model/*.h model/cpu/*.h model/cuda/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
 TESTS := test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: all deps data train test bench table6 table2 fig5 table3 fig8 table5 clean FORCE cuda-build gpu-bundle
+.PHONY: all deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
 .SECONDARY:
 all: build/difftx
 
@@ -105,12 +105,12 @@ $(B)/obj/%.o: %.cu $(HEADERS) | build/deps.stamp
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-# these files record the commit: rebuild them whenever `git describe` changes
+# these files record the commit: build/commit.txt is rewritten, while make reads this file, only
+# when `git describe` changes, so they are rebuilt then and a build that is up to date plans
+# nothing (`make -n table6` included)
 COMMIT_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(shell grep -l GIT_COMMIT $(CORE)))
-build/commit.txt: FORCE | build/deps.stamp
-	@echo '$(GIT_COMMIT)' | cmp -s - $@ || echo '$(GIT_COMMIT)' > $@
+$(shell mkdir -p build && (echo '$(GIT_COMMIT)' | cmp -s - build/commit.txt || echo '$(GIT_COMMIT)' > build/commit.txt))
 $(COMMIT_OBJS): build/commit.txt
-FORCE:
 
 $(B)/difftx: $(B)/obj/difftx.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -122,7 +122,9 @@ $(B)/test_%: $(B)/obj/tests/test_%.o $(OBJS)
 $(B)/write_fixture: $(B)/obj/tests/write_fixture.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
-data/default/train.bin: build/difftx data/fetch_corpus.sh
+# The corpus depends on its sources, not on the program: a rebuild, or a prepared folder copied
+# in, does not prepare it again (the program need only exist: an order-only prerequisite)
+data/default/train.bin: data/fetch_corpus.sh | build/difftx
 	@$(call ensure,$(DATA_PACKAGES))
 	data/fetch_corpus.sh
 	build/difftx prepare --vocab 4096 data/default data/corpus

@@ -2,6 +2,7 @@
 #include "needle_tasks.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -95,13 +96,7 @@ static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, c
     }
     printf("== training %s (%s)\n", row, cfg->out);
     fflush(stdout);
-    run = registry_begin_run(reg, experiment, row, cfg->seed, cfg);
-    train_recorded(reg, run, cfg, 0);
-    char checkpoint[CONFIG_STR + 16];
-    config_checkpoint_path(cfg, checkpoint, sizeof(checkpoint));
-    registry_artifact(reg, run, "checkpoint", checkpoint);
-    registry_end_run(reg, run, RUN_FINISHED);
-    return run;
+    return train_registry_row(reg, experiment, row, cfg, 1);
 }
 
 // The training mix: made from the preset's corpus when missing, and it must be cut for seq_len
@@ -228,6 +223,24 @@ static void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptio
                "alone.\n\n", COPY_HALF);
 }
 
+// A task's report: results/<task>_<preset>.md (and stdout when to_stdout), its heading (a
+// printf format), the preset's note and the provenance every task states
+static void open_task_report(Report* rep, const char* task, int to_stdout, const Section* preset, const Row* rows, int n_rows,
+                             const NeedleOptions* opt, int samples, const char* heading, ...) __attribute__((format(printf, 9, 10)));
+static void open_task_report(Report* rep, const char* task, int to_stdout, const Section* preset, const Row* rows, int n_rows,
+                             const NeedleOptions* opt, int samples, const char* heading, ...) {
+    char path[4200], text[1024];
+    preset_path(path, sizeof(path), opt->results, task, opt->preset, ".md");
+    report_open(rep, path, to_stdout);
+    va_list ap;
+    va_start(ap, heading);
+    vsnprintf(text, sizeof(text), heading, ap);
+    va_end(ap);
+    report_printf(rep, "%s%s\n\n", to_stdout ? "\n" : "", text);
+    report_printf(rep, "%s", preset_note(preset, opt->recipe));
+    provenance(rep, rows, n_rows, opt, samples);
+}
+
 // index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
 static int paper_row(const Row* row) { return config_variant(&row->cfg)->maps == 1 ? 0 : 1; }
 
@@ -263,12 +276,10 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     preset_path(path, sizeof(path), opt->results, "table2", opt->preset, ".md");
     preset_path(dat, sizeof(dat), opt->results, "table2", opt->preset, ".dat");
     Report rep, *f = &rep;
-    report_open(f, path, 1);
+    open_task_report(f, "table2", 1, preset, rows, n_rows, opt, samples, "## Table 2 (preset %s): multi-needle retrieval at context %d",
+                     opt->preset, context);
     FILE* bars = fopenCheck(dat, "w");
     fprintf(bars, "# setting, then per row: accuracy, standard error, paper\n");
-    report_printf(f, "\n## Table 2 (preset %s): multi-needle retrieval at context %d\n\n", opt->preset, context);
-    report_printf(f, "%s", preset_note(preset, opt->recipe));
-    provenance(f, rows, n_rows, opt, samples);
     report_printf(f, "Greedy decoding on a KV cache, each query after the context on its own. Each cell: accuracy = fraction "
                "of queried numbers reproduced exactly (± its binomial standard error), then [fraction of samples with all "
                "R queries right]; averaged over the 5 depths. Paper: 3B models at 4K.\n\n");
@@ -341,10 +352,8 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
     char path[4200];
     preset_path(path, sizeof(path), opt->results, "fig5", opt->preset, ".md");
     Report rep, *md = &rep;
-    report_open(md, path, 0);
-    report_printf(md, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths\n\n", opt->preset);
-    report_printf(md, "%s", preset_note(preset, opt->recipe));
-    provenance(md, rows, n_rows, opt, samples);
+    open_task_report(md, "fig5", 0, preset, rows, n_rows, opt, samples, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths",
+                     opt->preset);
     char titles[RECIPE_SECTIONS * 128] = "";
     GnuplotVars vars;
     gnuplot_init(&vars);
@@ -479,11 +488,9 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
     preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
     Report rep, *f = &rep;
-    report_open(f, path, 1);
-    report_printf(f, "\n## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d\n\n",
-            opt->preset, context);
-    report_printf(f, "%s", preset_note(preset, opt->recipe));
-    provenance(f, rows, n_rows, opt, samples * N_SETTINGS);
+    open_task_report(f, "table3", 1, preset, rows, n_rows, opt, samples * N_SETTINGS,
+                     "## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d",
+                     opt->preset, context);
     report_printf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
                "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
                "are, DIFF rows A1 - lambda A2 divided by 1 - lambda. Answer = the answer needle's tokens; noise = every "
@@ -627,10 +634,8 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
     preset_path(path, sizeof(path), opt->results, "fig8", opt->preset, ".md");
     preset_path(dat, sizeof(dat), opt->results, "fig8", opt->preset, ".dat");
     Report rep, *f = &rep;
-    report_open(f, path, 1);
-    report_printf(f, "\n## Figure 8 (preset %s): attention logits quantized to fewer bits\n\n", opt->preset);
-    report_printf(f, "%s", preset_note(preset, opt->recipe));
-    provenance(f, rows, n_rows, opt, samples);
+    open_task_report(f, "fig8", 1, preset, rows, n_rows, opt, samples, "## Figure 8 (preset %s): attention logits quantized to fewer bits",
+                     opt->preset);
     report_printf(f, "Dynamic post-training absmax quantization of the attention logits before every softmax: Q = 2^(b-1) - 1, "
                "s = max|S| / Q recomputed on every forward, S_hat = s clamp(round(S / s), -Q, Q); DIFF's two maps separately. "
                "Main setting per tensor (one scale per head, map and sequence); ablation per row (one scale per query row). "

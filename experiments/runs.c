@@ -142,7 +142,23 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
     sqlite3_finalize(keys);
     if (!differ) printf("the runs' configs are the same\n");
 
-    // the curves: per run, a validation block and a training block of "tokens loss"
+    // the curves: per run, a validation block and a training block of "tokens loss"; runs that
+    // recorded no loss at all (benchmarks) have nothing to draw, and compare says so
+    int drawn = 0;
+    for (int k = 0; k < 2 && !drawn; k++) {
+        for (int i = 0; i < n && !drawn; i++) {
+            int64_t* tokens;
+            double* values;
+            drawn = registry_mean_curve(&reg, &ids[i], 1, k ? "train_loss" : "val_loss", &tokens, &values) > 0;
+            free(tokens);
+            free(values);
+        }
+    }
+    if (!drawn) {
+        printf("no figure: these runs recorded no training or validation losses\n");
+        registry_close(&reg);
+        return;
+    }
     char dat[4200], name[256];
     const char* base = strrchr(png, '/') ? strrchr(png, '/') + 1 : png;
     snprintf(name, sizeof(name), "%.*s", (int)(strstr(base, ".png") ? strstr(base, ".png") - base : (long)strlen(base)), base);

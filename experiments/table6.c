@@ -85,8 +85,7 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     char path[4096];
     path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     registry_open(&reg, path);
-    int64_t run = registry_begin_run(&reg, experiment, row, cfg->seed, cfg);
-    train_recorded(&reg, run, cfg, 0);
+    int64_t run = train_registry_row(&reg, experiment, row, cfg, 0);  // ended after its evaluation
 
     Model model;
     CheckpointInfo info;
@@ -106,7 +105,6 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     registry_evaluation(&reg, run, "eval_tokens", (double)s.tokens);
     registry_evaluation(&reg, run, "params", (double)model.n_params);
     registry_evaluation(&reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->seq_len * cfg->grad_accum);
-    registry_artifact(&reg, run, "checkpoint", path);
     registry_end_run(&reg, run, RUN_FINISHED);
     char arhit[64];
     if (isfinite(s.arhit)) snprintf(arhit, sizeof(arhit), "%.4f (%.2f%% of tokens)", s.arhit, 100 * s.arhit_fraction);

@@ -367,7 +367,10 @@ void train_follow(void) {
 
 typedef struct {
     Registry* reg;
-    int64_t run;
+    int64_t run;  // 0 until begin has registered it
+    // registers the run once training starts (after every check), so a refused run writes nothing
+    int64_t (*begin)(void* ctx, Registry** reg);
+    void* begin_ctx;
     int n, cap;
     int steps_trained;  // by this process: its throughput
     const char** keys;
@@ -407,45 +410,98 @@ static void flush_metrics(void* ctx) {
 
 static void resume_metrics(void* ctx, int step) {
     MetricBuffer* b = ctx;
+    if (!b->run) b->run = b->begin(b->begin_ctx, &b->reg);
     registry_forget_metrics_after(b->reg, b->run, step);
 }
 
-void train_recorded(Registry* reg, int64_t run, const Config* cfg, int until) {
-    MetricBuffer buffer = {reg, run, 0, 0, 0, NULL, NULL, NULL, NULL, NULL};
-    TrainObserver observer = {buffer_metric, flush_metrics, resume_metrics, &buffer};
+// Trains cfg recorded through buffer (its run begun, or begun at the start of training);
+// returns the run
+static int64_t record_training(MetricBuffer* buffer, const Config* cfg, int until) {
+    TrainObserver observer = {buffer_metric, flush_metrics, resume_metrics, buffer};
     double t0 = wall_time();
     train_run(cfg, until, &observer);
     double seconds = wall_time() - t0;
+    Registry* reg = buffer->reg;
+    int64_t run = buffer->run;
     registry_evaluation(reg, run, "train_seconds", seconds);
-    double tokens = (double)buffer.steps_trained * cfg->batch_size * cfg->seq_len * cfg->grad_accum;
-    if (buffer.steps_trained) registry_evaluation(reg, run, "tokens_per_second", tokens / seconds);
+    double tokens = (double)buffer->steps_trained * cfg->batch_size * cfg->seq_len * cfg->grad_accum;
+    if (buffer->steps_trained) registry_evaluation(reg, run, "tokens_per_second", tokens / seconds);
     // the mix is made from code that changes, so its hash is what says which data a run saw
     ShardList shards;
     data_list_split(&shards, cfg->data, "train");
     for (int i = 0; i < shards.n; i++) registry_artifact(reg, run, "training_data", shards.paths[i]);
     shard_list_free(&shards);
-    free(buffer.keys);
-    free(buffer.steps);
-    free(buffer.tokens);
-    free(buffer.values);
-    free(buffer.times);
+    free(buffer->keys);
+    free(buffer->steps);
+    free(buffer->tokens);
+    free(buffer->values);
+    free(buffer->times);
+    return run;
+}
+
+// A row of an experiment: its run begun in an open registry when training starts
+typedef struct {
+    Registry* reg;
+    int64_t experiment;
+    const char* row;
+    const Config* cfg;
+} RowStart;
+
+static int64_t begin_row_run(void* ctx, Registry** reg) {
+    RowStart* s = ctx;
+    *reg = s->reg;
+    return registry_begin_run(s->reg, s->experiment, s->row, s->cfg->seed, s->cfg);
+}
+
+int64_t train_registry_row(Registry* reg, int64_t experiment, const char* row, const Config* cfg, int end) {
+    RowStart start = {reg, experiment, row, cfg};
+    MetricBuffer buffer = {.begin = begin_row_run, .begin_ctx = &start};
+    int64_t run = record_training(&buffer, cfg, 0);
+    char checkpoint[CONFIG_STR + 16];
+    config_checkpoint_path(cfg, checkpoint, sizeof(checkpoint));
+    registry_artifact(reg, run, "checkpoint", checkpoint);
+    if (end) registry_end_run(reg, run, RUN_FINISHED);
+    return run;
+}
+
+// `difftx train`'s registry: opened, and its run begun, only when training starts
+typedef struct {
+    const char* results;
+    const char* recipe_path;
+    const Config* cfg;
+    Registry reg;
+    int open;
+} TrainRegistry;
+
+static int64_t begin_train_run(void* ctx, Registry** reg) {
+    TrainRegistry* t = ctx;
+    int64_t experiment = recipe_file_experiment(&t->reg, t->results, "train", t->recipe_path);
+    t->open = 1;
+    int64_t run = registry_begin_run(&t->reg, experiment, t->cfg->out, t->cfg->seed, t->cfg);
+    printf("run %lld in %s\n", (long long)run, t->reg.path);
+    *reg = &t->reg;
+    return run;
 }
 
 void train_tracked(const char* recipe_path, const Config* cfg, int until, const char* results) {
     char path[4200];
-    Registry reg;
-    int64_t experiment = recipe_file_experiment(&reg, results, "train", recipe_path);
-    int64_t run = registry_finished_run(&reg, experiment, cfg->out, cfg->seed, cfg);
-    if (run) {
-        printf("run %lld of %s already finished this config\n", (long long)run, reg.path);
-        train_run(cfg, until, NULL);
-    } else {
-        run = registry_begin_run(&reg, experiment, cfg->out, cfg->seed, cfg);
-        printf("run %lld in %s\n", (long long)run, reg.path);
-        train_recorded(&reg, run, cfg, until);
-        config_checkpoint_path(cfg, path, sizeof(path));
-        registry_artifact(&reg, run, "checkpoint", path);
-        registry_end_run(&reg, run, until > 0 && until < cfg->steps ? RUN_KILLED : RUN_FINISHED);
+    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    if (access(path, F_OK) == 0) {  // a registry that holds this config finished: nothing to record
+        Registry reg;
+        int64_t experiment = recipe_file_experiment(&reg, results, "train", recipe_path);
+        int64_t run = registry_finished_run(&reg, experiment, cfg->out, cfg->seed, cfg);
+        if (run) printf("run %lld of %s already finished this config\n", (long long)run, reg.path);
+        registry_close(&reg);
+        if (run) {
+            train_run(cfg, until, NULL);
+            return;
+        }
     }
-    registry_close(&reg);
+    TrainRegistry t = {results, recipe_path, cfg, {0}, 0};
+    MetricBuffer buffer = {.begin = begin_train_run, .begin_ctx = &t};
+    int64_t run = record_training(&buffer, cfg, until);
+    config_checkpoint_path(cfg, path, sizeof(path));
+    registry_artifact(&t.reg, run, "checkpoint", path);
+    registry_end_run(&t.reg, run, until > 0 && until < cfg->steps ? RUN_KILLED : RUN_FINISHED);
+    registry_close(&t.reg);
 }

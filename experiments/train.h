@@ -66,10 +66,13 @@ BatchShare batch_share(const Config* cfg, int rank, int ranks);
 TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, const BatchShare* share, int step, const int* inputs,
                      const int* targets);
 
-// Trains cfg (resuming from its checkpoint) up to `until` (0: to the end) as registry run `run`,
-// whose metrics are stored at each checkpoint so a killed run stores no step twice; records
-// the evaluations train_seconds and tokens_per_second of this process's training and each
-// training shard as artifact `training_data`.
-void train_recorded(Registry* reg, int64_t run, const Config* cfg, int until);
+// The one way a registry row is trained (table6's rows, the needle rows): cfg trained to the
+// end (resuming from its checkpoint) as row `row` of experiment, its run begun in reg only when
+// training starts, after every check (a refused run writes nothing); metrics stored at each
+// checkpoint (a killed run stores no step twice), the evaluations train_seconds and
+// tokens_per_second of this process's training, each training shard as artifact
+// `training_data` and the checkpoint as `checkpoint`; the run ended FINISHED when `end` is
+// set (else the caller ends it, after evaluations of its own). Returns the run.
+int64_t train_registry_row(Registry* reg, int64_t experiment, const char* row, const Config* cfg, int end);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "attention.h"
+#include "recipe_format.h"
 
 #define CONFIG_STR 4096  // PATH_MAX: string values, paths among them
 
@@ -63,17 +64,6 @@ void config_print_keys(FILE* f);
 // "<out>/checkpoint.h5": where a run of this config keeps its checkpoint
 void config_checkpoint_path(const Config* cfg, char* path, size_t n);
 void config_load_string(Config* cfg, const char* text, const char* origin);
-
-// The recipe format, one line at a time: "[section]" lines, "key = value" lines, comment lines
-// starting with '#' or ';', blank lines. Whitespace around a line, a key or a value does not
-// count; lines have any length; there are no continuation lines and no comments after a value
-// (a value may hold '#' and ';'); a key repeated within a section, a line of any other shape
-// and a NUL byte are errors. fn gets section "" before the first section line and returns NULL
-// or what is wrong with the key; every error dies naming origin and the line.
-typedef const char* (*RecipeLineFn)(void* ctx, const char* section, const char* key, const char* value);
-void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn fn, void* ctx);
-// The text of a recipe file; dies naming it when it is missing or not a regular file
-char* read_recipe_file(const char* path, size_t* len);
 
 const AttnVariant* config_variant(const Config* cfg);
 const char* config_attention_name(const Config* cfg);  // "standard", "diff", "diff2"

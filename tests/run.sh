@@ -32,6 +32,7 @@ run test_dist tests/test_dist.sh
 run test_write_errors tests/test_write_errors.sh
 run test_corpora_sh tests/test_corpora.sh
 [ "$BUILD" = build/san ] || run test_memory tests/test_memory.sh
+[ "$BUILD" = build/san ] || run test_make tests/test_make.sh  # the plain build's targets
 # the CUDA build, compiled by make test wherever nvcc is found
 if [ "$BUILD" != build/san ] && [ -x build/cuda/difftx ]; then run test_cuda_build tests/test_cuda_build.sh; fi
 [ -z "$broken" ] || echo "broken test programs:$broken"

@@ -303,4 +303,19 @@ expect_fail "attn refuses a stray word" "attn: 'extra': attn takes one FILE" $bi
 expect_fail "needle refuses a stray word" "'extra': expected key=value after the recipe" $bin needle experiments/needle.ini --task table2 --preset smoke --results "$work/refused" extra
 expect_fail "table5 refuses a stray word" "'extra': expected key=value after the recipe" $bin table5 experiments/table6.ini --needle experiments/needle.ini --preset smoke --needle-preset smoke --results "$work/refused" extra
 
+# a refused train writes nothing: no registry, no run row, no results folder where it ran
+out_before=$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM runs")
+expect_fail "a run does not shrink (recorded registry)" "key 'steps': 2 is below the 4 steps" $bin train "$work/ok.ini" out=$work/tracked steps=2 --results "$work/tracked_reg"
+expect_fail "a mismatched config" "belongs to a run with a different config" $bin train "$work/ok.ini" out=$work/tracked lr=0.5 --results "$work/tracked_reg"
+expect "refusals record no run" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM runs")" = "$out_before"
+mkdir -p "$work/elsewhere"
+expect_fail "a missing data folder, from another folder" "is not a folder" bash -c "cd '$work/elsewhere' && '$PWD/$bin' train '$PWD/$work/ok.ini' data=/nonexistent/data"
+expect "that refusal creates no results folder there" test ! -e "$work/elsewhere/results"
+expect_fail "a fresh results folder after a refusal" "is below the 4 steps" $bin train "$work/ok.ini" out=$work/tracked steps=2 --results "$work/fresh_reg"
+expect "holds no registry" test ! -e "$work/fresh_reg/registry.sqlite"
+bench_id=$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT r.id FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'bench' LIMIT 1")
+out=$($bin compare "$bench_id" --results "$work/tracked_reg" --out "$work/bench_compare.png" 2>&1)
+expect "compare on runs without losses says so" grep -q 'no figure: these runs recorded no training or validation losses' <<<"$out"
+expect "without gnuplot's errors" test -z "$(grep -i gnuplot <<<"$out")"
+
 summary

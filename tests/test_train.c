@@ -217,8 +217,7 @@ static void test_metrics_reconciled(void) {
         registry_metrics(&reg, first, 1, &key, &step, &tokens, &value, &value);
     }
     registry_end_run(&reg, first, RUN_KILLED);
-    int64_t second = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg);
-    train_recorded(&reg, second, &cfg, 0);
+    train_registry_row(&reg, exp, "row", &cfg, 1);  // the second attempt, begun as training starts
     CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'") == 8 &&
               count_rows(&reg, "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'") == 8,
           "every step's training loss stored once after the resume (%d rows)",

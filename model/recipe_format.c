@@ -1,0 +1,91 @@
+// The recipe file format: sections, key = value lines, comments; see recipe_format.h.
+#include "recipe_format.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+// Trims spaces and tabs from both ends of s (in place); returns the new start
+static char* trim(char* s) {
+    while (*s == ' ' || *s == '\t') s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) s[--n] = 0;
+    return s;
+}
+
+void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn fn, void* ctx) {
+    if (memchr(text, 0, len)) {
+        size_t at = (const char*)memchr(text, 0, len) - text;
+        int line = 1;
+        for (size_t i = 0; i < at; i++) line += text[i] == '\n';
+        die("%s:%d: a NUL byte (not a text file?)", origin, line);
+    }
+    char* copy = mallocCheck(len + 1);
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    char** seen = NULL;  // "section\nkey" of every key so far, to refuse repeats
+    int* seen_line = NULL;
+    int n_seen = 0;
+    char section[4096] = "";  // a section name: like a value, under 4096 bytes
+    int line = 0;
+    for (char *at = copy, *next; at; at = next) {
+        next = strchr(at, '\n');
+        if (next) *next++ = 0;
+        line++;
+        char* s = trim(at);
+        if (!*s || *s == '#' || *s == ';') continue;
+        if (*s == '[') {
+            char* close = strchr(s, ']');
+            if (!close || close[1]) die("%s:%d: a section line is '[name]' alone", origin, line);
+            *close = 0;
+            char* name = trim(s + 1);
+            if (!*name || strlen(name) >= sizeof(section)) die("%s:%d: a section needs a name (under %zu bytes)", origin, line, sizeof(section));
+            strcpy(section, name);
+            // a section is one block: a second [name] would add keys the first does not show
+            size_t slen = strlen(name) + 3;
+            char* id = mallocCheck(slen);
+            snprintf(id, slen, "[%s]", name);
+            for (int i = 0; i < n_seen; i++) {
+                if (strcmp(seen[i], id) == 0) die("%s:%d: section '[%s]' repeats line %d", origin, line, name, seen_line[i]);
+            }
+            seen = realloc(seen, (n_seen + 1) * sizeof(char*));
+            seen_line = realloc(seen_line, (n_seen + 1) * sizeof(int));
+            if (!seen || !seen_line) die("out of memory reading %s", origin);
+            seen[n_seen] = id;
+            seen_line[n_seen++] = line;
+            continue;
+        }
+        char* eq = strchr(s, '=');
+        if (!eq) die("%s:%d: expected 'key = value'", origin, line);
+        *eq = 0;
+        char *key = trim(s), *value = trim(eq + 1);
+        if (!*key) die("%s:%d: a key is missing before '='", origin, line);
+        size_t klen = strlen(section) + strlen(key) + 2;
+        char* id = mallocCheck(klen);
+        snprintf(id, klen, "%s\n%s", section, key);
+        for (int i = 0; i < n_seen; i++) {
+            if (strcmp(seen[i], id) == 0) die("%s:%d: key '%s' repeats line %d", origin, line, key, seen_line[i]);
+        }
+        seen = realloc(seen, (n_seen + 1) * sizeof(char*));
+        seen_line = realloc(seen_line, (n_seen + 1) * sizeof(int));
+        if (!seen || !seen_line) die("out of memory reading %s", origin);
+        seen[n_seen] = id;
+        seen_line[n_seen++] = line;
+        const char* err = fn(ctx, section, key, value);
+        if (err) die("%s:%d: %s", origin, line, err);
+    }
+    for (int i = 0; i < n_seen; i++) free(seen[i]);
+    free(seen);
+    free(seen_line);
+    free(copy);
+}
+
+char* read_recipe_file(const char* path, size_t* len) {
+    struct stat st;
+    if (stat(path, &st) != 0) die("cannot open recipe '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) die("recipe '%s' is not a regular file", path);
+    return read_text_file(path, len);
+}
