@@ -5,8 +5,10 @@
 //
 // Shapes use N rows (B*T tokens), C model width, F SwiGLU width, V vocabulary, and the
 // attention shapes of attention.h. Backward operations accumulate (+=) into parameter
-// gradients; what they do to input gradients is stated per operation. Every reduction runs in
-// an order that does not depend on the thread count, so a run is bitwise repeatable.
+// gradients; what they do to input gradients is stated per operation. Every reduction a
+// backend writes runs in a fixed order, so a run is bitwise repeatable on one machine with the
+// same thread count; the BLAS libraries' matmuls may split their sums by thread count, so runs
+// on 1 and 2 threads agree to float32 rounding (about 1e-8 in the loss), not bitwise.
 #ifndef BACKEND_H
 #define BACKEND_H
 
