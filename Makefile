@@ -74,7 +74,7 @@ OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA
 HEADERS := $(wildcard model/*.h model/cpu/*.h model/cuda/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
 TESTS := test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: all deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
+.PHONY: all help deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
 .SECONDARY:
 all: build/difftx
 
@@ -173,6 +173,20 @@ gpu-bundle: cuda-build
 
 bench: build/difftx
 	tests/bench.sh
+
+# the targets and their variables; the presets read from the recipes themselves
+help:
+	@echo "make                 build build/difftx"
+	@echo "make train           fetch and prepare the default corpus, train the default DIFF model, sample from it"
+	@echo "make test            every test (SANITIZE=1: under AddressSanitizer and UBSan, in build/san)"
+	@echo "make data            the default corpus, tokenizer and token shards only"
+	@echo "make bench           training speed, MFU and peak memory"
+	@echo "make table6          the paper's Table 6    PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/table6.ini | paste -sd'|') (default $(PRESET)), SEEDS=n (default $(SEEDS))"
+	@echo "make table2 | fig5 | table3 | fig8      NEEDLE_PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/needle.ini | paste -sd'|') (default $(NEEDLE_PRESET))"
+	@echo "make table5          PRESET and NEEDLE_PRESET as above"
+	@echo "make CUDA=1          build/cuda/difftx with the CUDA backend (CUDA_ARCH=90); make gpu-bundle: the GPU check's folder"
+	@echo "MPI=K                run the table and figure targets as K data-parallel ranks; NO_MPI=1 builds without MPI"
+	@echo "PORTABLE=1           build without -march=native;  make clean: remove build/"
 
 clean:
 	rm -rf build

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/dataset.h"
 #include "data/prepare.h"
@@ -14,6 +15,7 @@
 #include "eval/arhit.h"
 #include "experiments/attn_plot.h"
 #include "experiments/needle_tasks.h"
+#include "experiments/recipe.h"
 #include "experiments/runs.h"
 #include "experiments/table5.h"
 #include "experiments/table6.h"
@@ -25,7 +27,29 @@
 #include "model/safetensors.h"
 #include "model/util.h"
 
-static char USAGE[8192];  // filled from COMMANDS by main
+// The usage a mistake prints: while a subcommand runs, its own (run_command sets it)
+static char USAGE[8192];
+
+// An option getopt refused (opterr is off): the nearest option of the subcommand, or the value a
+// known one lacks
+static void bad_option(char** argv, const struct option* opts) {
+    const char* word = argv[optind - 1];
+    const char* p = word + strspn(word, "-");
+    char name[64];
+    snprintf(name, sizeof(name), "%.*s", (int)strcspn(p, "="), p);
+    const char* names[32];
+    int n = 0;
+    while (opts[n].name && n < 32) {
+        names[n] = opts[n].name;
+        n++;
+    }
+    for (int i = 0; i < n; i++) {
+        if (strcmp(names[i], name) == 0) die("option '--%s' needs a value\n%s", name, USAGE);
+    }
+    const char* near = closest_name(name, names, n);
+    if (near) die("unknown option '%s'; did you mean '--%s'?\n%s", word, near, USAGE);
+    die("unknown option '%s'\n%s", word, USAGE);
+}
 
 // Stops before anything is written when the device cannot run here
 static void require_device(const char* device) {
@@ -59,7 +83,7 @@ static int cmd_prepare(int argc, char** argv) {
         if (c == 'v') opt.vocab_size = parse_int_arg("--vocab", optarg);
         else if (c == 'm') opt.sample_mb = parse_int_arg("--sample-mb", optarg);
         else if (c == 's') opt.shard_tokens = (size_t)parse_int_arg("--shard-tokens", optarg);
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     if (argc - optind < 2) die("prepare needs OUT_DIR and at least one INPUT\n%s", USAGE);
     dataset_prepare(argv[optind], (const char* const*)argv + optind + 1, argc - optind - 1, &opt);
@@ -75,7 +99,7 @@ static int cmd_needle_data(int argc, char** argv) {
         if (c == 't') seq_len = parse_int_arg("--seq-len", optarg);
         else if (c == 'n') max_needles = parse_int_arg("--max-needles", optarg);
         else if (c == 's') seed = parse_int_arg("--seed", optarg);
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     if (argc - optind != 2) die("needle-data needs OUT_DIR and DATA_DIR\n%s", USAGE);
     if (max_needles < 1 || max_needles > NEEDLE_MAX) die("option --max-needles: must lie in 1..%d", NEEDLE_MAX);
@@ -92,7 +116,7 @@ static int cmd_train(int argc, char** argv) {
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'u') until = parse_int_arg("--until", optarg);
         else if (c == 'r') results = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     Config cfg;
     load_config(&cfg, argc, argv, optind);
@@ -118,7 +142,7 @@ static int cmd_sample(int argc, char** argv) {
             char* end;
             temperature = strtof(optarg, &end);
             if (end == optarg || *end || !(temperature >= 0)) die("option --temperature: '%s' is not a number >= 0", optarg);
-        } else die("%s", USAGE);
+        } else bad_option(argv, opts);
     }
     if (optind >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
     if (optind + 1 < argc) die("sample: '%s': sample takes one CHECKPOINT and options\n%s", argv[optind + 1], USAGE);
@@ -204,7 +228,7 @@ static int cmd_bench(int argc, char** argv) {
         else if (c == 's') steps = parse_int_arg("--steps", optarg);
         else if (c == 'f') forward_only = 1;
         else if (c == 'r') results = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     Config cfg;
     load_config(&cfg, argc, argv, optind);
@@ -275,7 +299,7 @@ static int cmd_table6(int argc, char** argv) {
         else if (c == 's') opt.seeds = parse_int_arg("--seeds", optarg);
         else if (c == 'r') opt.results = optarg;
         else if (c == 'g') opt.plots = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     if (optind >= argc) die("table6 needs a RECIPE\n%s", USAGE);
     opt.recipe = argv[optind];
@@ -295,7 +319,7 @@ static int cmd_needle(int argc, char** argv) {
         else if (c == 't') opt.task = optarg;
         else if (c == 'r') opt.results = optarg;
         else if (c == 'g') opt.plots = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     if (optind >= argc) die("needle needs a RECIPE\n%s", USAGE);
     if (!opt.task) die("needle needs --task table2, fig5, table3 or fig8\n%s", USAGE);
@@ -317,7 +341,7 @@ static int cmd_table5(int argc, char** argv) {
         else if (c == 'q') opt.needle_preset = optarg;
         else if (c == 'r') opt.results = optarg;
         else if (c == 'g') opt.plots = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     if (optind >= argc || !opt.needle_recipe) die("table5 needs a Table 6 RECIPE and --needle RECIPE\n%s", USAGE);
     opt.table6_recipe = argv[optind];
@@ -338,7 +362,7 @@ static int cmd_attn(int argc, char** argv) {
         else if (c == 'l') layer = parse_int_arg("--layer", optarg);
         else if (c == 'h') head = parse_int_arg("--head", optarg);
         else if (c == 'o') out = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     if (optind >= argc) die("attn needs a FILE\n%s", USAGE);
     if (sample < 0 || layer < 0 || head < 0) die("attn needs --sample, --layer and --head\n%s", USAGE);
@@ -369,7 +393,7 @@ static int cmd_eval(int argc, char** argv) {
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'w') windows = parse_int_arg("--windows", optarg);
         else if (c == 'd') device = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     if (optind >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
     const char* path = argv[optind];
@@ -451,7 +475,7 @@ static int cmd_runs(int argc, char** argv) {
         else if (c == 'e') f.experiment = optarg;
         else if (c == 'p') f.preset = optarg;
         else if (c == 's') f.status = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     if (optind < argc) die("runs takes options only\n%s", USAGE);
     runs_list(&f);
@@ -465,7 +489,7 @@ static int cmd_compare(int argc, char** argv) {
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'r') results = optarg;
         else if (c == 'o') out = optarg;
-        else die("%s", USAGE);
+        else bad_option(argv, opts);
     }
     int n = argc - optind;
     if (n < 1 || n > 16) die("compare takes 1 to 16 run ids (`difftx runs` lists them)\n%s", USAGE);
@@ -497,7 +521,7 @@ static const Command COMMANDS[] = {
      "DATA_DIR's training text mixed with needle training episodes"},
     {"train", cmd_train, "RECIPE [key=value ...] [--until STEP] [--results DIR]",
      "train (resumes from OUT/checkpoint.h5 if present), recorded in DIR/registry.sqlite (default results)"},
-    {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S] [--device cpu|cuda]", "generate text"},
+    {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT (\"\")] [--tokens N (200)] [--temperature X (0.8)] [--seed S (1)] [--device cpu|cuda (cpu)]", "generate text"},
     {"bench", cmd_bench, "RECIPE [key=value ...] [--vocab N] [--steps N] [--forward] [--results DIR]",
      "speed and peak memory on random tokens"},
     {"table6", cmd_table6, "RECIPE [key=value ...] [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
@@ -506,7 +530,7 @@ static const Command COMMANDS[] = {
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
     {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
-    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N] [--device cpu|cuda]",
+    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N (512)] [--device cpu|cuda (cpu)]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},
     {"export", cmd_export, "CHECKPOINT OUT.safetensors", "the weights alone, for PyTorch (layout in docs/export.md)"},
     {"runs", cmd_runs, "[--results DIR] [--experiment E] [--preset P] [--status S]",
@@ -520,8 +544,22 @@ static const Command COMMANDS[] = {
 };
 #define N_COMMANDS (sizeof(COMMANDS) / sizeof(COMMANDS[0]))
 
-static void print_command(FILE* f, const Command* c) {
+// A subcommand's usage; where it takes a recipe, the keys it may set, and for a table runner
+// given its recipe, the recipe's presets
+static void print_command(FILE* f, const Command* c, int argc, char** argv) {
     fprintf(f, "usage: difftx %s%s%s\n  %s\n", c->name, c->args[0] ? " " : "", c->args, c->what);
+    int runner = strcmp(c->name, "table6") == 0 || strcmp(c->name, "needle") == 0 || strcmp(c->name, "table5") == 0;
+    if (runner || strcmp(c->name, "train") == 0 || strcmp(c->name, "bench") == 0) {
+        fprintf(f, "  key=value: any recipe key (difftx keys lists them with their defaults)\n");
+    }
+    for (int i = 0; runner && i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (n > 4 && strcmp(argv[i] + n - 4, ".ini") == 0 && access(argv[i], R_OK) == 0) {
+            char names[1024];
+            recipe_preset_names(argv[i], names, sizeof(names));
+            fprintf(f, "  presets of %s: %s\n", argv[i], names);
+        }
+    }
 }
 
 static const Command* find_command(const char* name) {
@@ -544,8 +582,14 @@ static int run_command(int argc, char** argv) {
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         int about_help = argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0);
         const Command* c = about_help ? find_command("help") : argc > 2 ? find_command(argv[2]) : NULL;
-        if (argc > 2 && !c) die("help: unknown subcommand '%s'\n%s", argv[2], USAGE);
-        if (c) print_command(stdout, c);
+        if (argc > 2 && !c) {
+            const char* names[N_COMMANDS];
+            for (size_t i = 0; i < N_COMMANDS; i++) names[i] = COMMANDS[i].name;
+            const char* near = closest_name(argv[2], names, (int)N_COMMANDS);
+            if (near) die("help: unknown subcommand '%s'; did you mean '%s'?", argv[2], near);
+            die("help: unknown subcommand '%s'\n%s", argv[2], USAGE);
+        }
+        if (c) print_command(stdout, c, argc - 2, argv + 2);
         else fputs(USAGE, stdout);
         return 0;
     }
@@ -559,10 +603,14 @@ static int run_command(int argc, char** argv) {
     }
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            print_command(stdout, c);
+            print_command(stdout, c, argc - 2, argv + 2);
             return 0;
         }
     }
+    // a mistake in this subcommand's arguments prints its usage, not every subcommand's
+    snprintf(USAGE, sizeof(USAGE), "usage: difftx %s%s%s\n  (difftx %s --help: more; difftx help: every subcommand)", c->name,
+             c->args[0] ? " " : "", c->args, c->name);
+    opterr = 0;  // bad_option says what is wrong, with the nearest option
     return c->run(argc - 1, argv + 1);
 }
 

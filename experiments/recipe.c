@@ -84,6 +84,30 @@ void recipe_override(Recipe* r, const char* const* words, int n, const char* con
     }
 }
 
+static const char* collect_preset(void* ctx, const char* section, const char* key, const char* value) {
+    (void)key;
+    (void)value;
+    char** at = ctx;  // at[0]: the list, at[1]: its end
+    if (strncmp(section, "preset ", 7) != 0) return NULL;
+    size_t len = strlen(at[0]);
+    const char* name = section + 7;
+    // a section's keys arrive one by one: its name is added once, after the previous one's
+    const char* last = strrchr(at[0], ' ');
+    last = last ? last + 1 : at[0];
+    if (len && strcmp(last, name) == 0) return NULL;
+    snprintf(at[0] + len, (size_t)(at[1] - at[0]) - len, "%s%s", len ? ", " : "", name);
+    return NULL;
+}
+
+void recipe_preset_names(const char* path, char* out, size_t n) {
+    size_t len;
+    char* text = read_recipe_file(path, &len);
+    out[0] = 0;
+    char* at[2] = {out, out + n};
+    recipe_parse(text, len, path, collect_preset, at);
+    free(text);
+}
+
 const Section* recipe_preset(const Recipe* r, const char* name, const char* path) {
     for (int i = 0; i < r->n_presets; i++) {
         if (strcmp(r->presets[i].name, name) == 0) return &r->presets[i];

@@ -50,9 +50,37 @@ static void number(char* out, size_t n, sqlite3_stmt* st, int col, const char* f
     else snprintf(out, n, format, sqlite3_column_double(st, col));
 }
 
+// A filter that matches no experiment or preset of the registry is a typo, not "0 runs"
+static void require_known(Registry* reg, const char* column, const char* value) {
+    if (!value) return;
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SELECT DISTINCT %s FROM experiments ORDER BY %s", column, column);
+    sqlite3_stmt* st = query(reg, sql);
+    char* names[256];
+    int n = 0, found = 0;
+    while (sqlite3_step(st) == SQLITE_ROW && n < 256) {
+        names[n] = strdup((const char*)sqlite3_column_text(st, 0));
+        found |= strcmp(names[n], value) == 0;
+        n++;
+    }
+    sqlite3_finalize(st);
+    if (!found) {
+        char list[1024] = "";
+        for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
+        const char* near = closest_name(value, (const char* const*)names, n);
+        char hint[128] = "";
+        if (near) snprintf(hint, sizeof(hint), "; did you mean '%s'?", near);
+        die("no %s '%s' in '%s'%s (it holds: %s)", strcmp(column, "name") == 0 ? "experiment" : "preset", value, reg->path,
+            hint, n ? list : "none");
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+}
+
 void runs_list(const RunFilter* f) {
     Registry reg;
     open_registry(&reg, f->results);
+    require_known(&reg, "name", f->experiment);
+    require_known(&reg, "preset", f->preset);
     sqlite3_stmt* st = query(&reg, RUN_COLUMNS "WHERE (?1 IS NULL OR x.name = ?1) AND (?2 IS NULL OR x.preset = ?2) AND"
                                                " (?3 IS NULL OR r.status = ?3) ORDER BY r.id");
     const char* values[3] = {f->experiment, f->preset, f->status};

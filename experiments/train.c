@@ -258,7 +258,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
                     threads, device, info.ranks, info.threads, info.device);
         }
         if (root) truncate_log(log_path, info.step, (long)tokens_per_step);
-        printf("resuming %s from step %d\n", ckpt, info.step);
+        if (!info.finished) printf("resuming %s from step %d\n", ckpt, info.step);
     } else {
         model_build(&model, cfg, tok->vocab_size);
         if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok->hash);
@@ -312,7 +312,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
             char elapsed_text[32], eta[32];
             double now = wall_time(), elapsed = now - t_start;
             format_duration(elapsed_text, sizeof(elapsed_text), elapsed);
-            format_duration(eta, sizeof(eta), elapsed / (done - first_step) * (cfg->steps - done));
+            format_duration(eta, sizeof(eta), elapsed / (done - first_step) * (until - done));  // to where this call stops
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %ld tokens | %6.0f tok/s | %s elapsed, eta %s\n", done,
                    cfg->steps, loss, lr, norm, tokens_seen, (double)(done - step_logged) * tokens_per_step / (now - t_logged),
                    elapsed_text, eta);
@@ -490,12 +490,11 @@ void train_tracked(const char* recipe_path, const Config* cfg, int until, const 
         Registry reg;
         int64_t experiment = recipe_file_experiment(&reg, results, "train", recipe_path);
         int64_t run = registry_finished_run(&reg, experiment, cfg->out, cfg->seed, cfg);
-        if (run) printf("run %lld of %s already finished this config\n", (long long)run, reg.path);
+        char ckpt[4200];
+        config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
+        if (run) printf("run %lld of %s already finished this config: checkpoint %s\n", (long long)run, reg.path, ckpt);
         registry_close(&reg);
-        if (run) {
-            train_run(cfg, until, NULL);
-            return;
-        }
+        if (run) return;
     }
     TrainRegistry t = {results, recipe_path, cfg, {0}, 0};
     MetricBuffer buffer = {.begin = begin_train_run, .begin_ctx = &t};

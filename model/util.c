@@ -26,7 +26,8 @@ void die_at(const char* src, int line, const char* fmt, ...) {
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n  (raised at %s:%d)\n", src, line);
+    if (src) fprintf(stderr, "\n  (raised at %s:%d)\n", src, line);
+    else fprintf(stderr, "\n");
     if (die_handler) die_handler();
     exit(EXIT_FAILURE);
 }

@@ -7,8 +7,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+// die: an error the user can act on, said in words (no source location); die_at with a source
+// location for the failures of the machine or the program (allocation, I/O calls, a device),
+// where the location helps a report
 void die_at(const char* src, int line, const char* fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
-#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+#define die(...) die_at(NULL, 0, __VA_ARGS__)
 // handler runs after die's message, before the exit (a data-parallel job aborts all its ranks)
 void on_die(void (*handler)(void));
 

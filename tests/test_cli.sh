@@ -318,4 +318,18 @@ out=$($bin compare "$bench_id" --results "$work/tracked_reg" --out "$work/bench_
 expect "compare on runs without losses says so" grep -q 'no figure: these runs recorded no training or validation losses' <<<"$out"
 expect "without gnuplot's errors" test -z "$(grep -i gnuplot <<<"$out")"
 
+# command-line mistakes: the subcommand's own usage, no source location, the nearest name
+err=$($bin sample 2>&1)
+expect "a usage error prints the subcommand's usage only" bash -c "grep -q '^usage: difftx sample CHECKPOINT' <<<\"\$0\" && ! grep -q 'difftx train' <<<\"\$0\"" "$err"
+expect "a user's mistake names no source file" test -z "$(grep 'raised at' <<<"$err")"
+expect "usage shows defaults" grep -q -- "--tokens N (200)] \[--temperature X (0.8)]" <<<"$err"
+expect_fail "an unknown option gets the nearest" "unknown option '--tokns'; did you mean '--tokens'\?" $bin sample "$work/ck.h5" --tokns 3
+expect_fail "an option without its value" "option '--windows' needs a value" $bin eval "$work/ck.h5" --windows
+expect_fail "help with a typo gets the nearest" "help: unknown subcommand 'trian'; did you mean 'train'\?" $bin help trian
+expect_fail "runs with an unknown experiment says so" "no experiment 'trian' in .*; did you mean 'train'\? \(it holds: bench, train\)" $bin runs --results "$work/tracked_reg" --experiment trian
+expect "table6 --help lists the recipe's presets" bash -c "'$bin' table6 experiments/table6.ini --help | grep -q 'presets of experiments/table6.ini: smoke, small, paper'"
+expect "train --help points to difftx keys" bash -c "'$bin' train --help | grep -q 'difftx keys lists them'"
+expect "make help names the targets, variables and presets" bash -c "make --no-print-directory help | grep -q 'PRESET=smoke|small|paper'"
+expect "a finished run says so once, without resuming" bash -c "test \$(grep -c 'already finished' '$work/tracked_again.log') = 1 && ! grep -q resuming '$work/tracked_again.log'"
+
 summary
