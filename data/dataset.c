@@ -166,7 +166,13 @@ void shard_list_free(ShardList* list) {
 static int is_llmc_folder(const char* dir) {
     char path[4200];
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) die("key 'data': '%s' is not a folder; run `make data` or `difftx prepare` first", dir);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        // a relative path is read from the working folder: say which folder was looked at
+        char cwd[4096] = "";
+        if (dir[0] != '/' && !getcwd(cwd, sizeof(cwd))) cwd[0] = 0;
+        die("key 'data': '%s' is not a folder%s%s%s; run `make data` or `difftx prepare` first", dir, cwd[0] ? " (looked for it in " : "",
+            cwd, cwd[0] ? ")" : "");
+    }
     path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);
     return access(path, F_OK) != 0;
 }

@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -139,9 +140,10 @@ static void link_into(const char* dir, const char* name, const char* target) {
 }
 
 void gnuplot(const char* script, GnuplotVars* v) {
-    char path[4200], strings_script[4200];
+    char path[4200], strings_script[4200], colours_script[4200];
     script_path(path, sizeof(path), script);
     script_path(strings_script, sizeof(strings_script), "strings.gp");
+    script_path(colours_script, sizeof(colours_script), "colours.gp");
     if (v->n_outputs == 0) die("gnuplot %s: no output file", script);
     // the folder beside the outputs, so that renaming them into place stays on one file system
     char dir[4096];
@@ -165,6 +167,7 @@ void gnuplot(const char* script, GnuplotVars* v) {
     for (int i = 0; i < v->n_strings; i++) fprintf(f, "%s\t%s\n", v->string_name[i], v->string_value[i]);
     fcloseCheck(f, file);
     link_into(work_dir, "strings.gp", strings_script);
+    link_into(work_dir, "colours.gp", colours_script);
     for (int i = 0; i < v->n_inputs; i++) link_into(work_dir, v->input_name[i], v->input_path[i]);
     char vars[4200];
     snprintf(vars, sizeof(vars), "%s%sSTRINGS=%d", v->numbers, v->n ? "; " : "", v->n_strings);
@@ -173,12 +176,19 @@ void gnuplot(const char* script, GnuplotVars* v) {
     if (pid < 0) die("cannot start gnuplot: %s", strerror(errno));
     if (pid == 0) {
         if (chdir(work_dir) != 0) _exit(126);
+        // gnuplot's messages go to a log, shown only when it fails: a figure drawn is one line
+        int log = open("gnuplot.log", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (log < 0 || dup2(log, STDERR_FILENO) < 0) _exit(126);
         execlp("gnuplot", "gnuplot", "-e", vars, path, (char*)NULL);
         fprintf(stderr, "error: cannot run gnuplot: %s\n", strerror(errno));
         _exit(127);
     }
     int status;
     if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        path_printf(file, sizeof(file), "%s/gnuplot.log", work_dir);
+        char* messages = access(file, R_OK) == 0 ? read_text_file(file, NULL) : NULL;
+        if (messages) fputs(messages, stderr);
+        free(messages);
         remove_work_dir();
         die("gnuplot failed on %s (its messages are above)", path);
     }

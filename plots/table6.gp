@@ -1,54 +1,54 @@
 # Table 6 figures. difftx table6 writes the files `bars` and `curves` and runs this script to
-# `out_bars` and `out_curves`, with the numbers rows, ours1..ours3 and paper1..paper3 (0 when no row
-# has a value of ours, or of the paper's, for Valid, AR-Hit, Others: an empty axis gets a fixed
-# range and a note instead of stopping gnuplot) and the strings title_text and curves_title.
-# bars:   row label attention (0 standard, 1 diff, 2 diff2) valid valid_std arhit arhit_std
-#         others others_std paper_valid paper_arhit paper_others (NaN: not in the paper)
+# `out_bars` and `out_curves`, with the numbers rows, seeds, arhit_tokens and eval_tokens, att1 ..
+# att<rows> (each row's attention type: 0 standard, 1 diff, 2 diff2), ours1..ours3 and
+# paper1..paper3 (0 when no row has a value of ours, or of the paper's, for Valid, AR-Hit,
+# Others: an empty panel gets a fixed range and a note instead of stopping gnuplot) and the
+# strings title_text and curves_title.
+# bars:   row label attention, then per metric k (Valid, AR-Hit, Others) in columns 4 + 3k ..:
+#         ours minus the first row's, seed std, the paper's minus its first row's (NaN: none)
 # curves: one block per row (first line its quoted title), lines "tokens val_loss"
 
 set terminal pngcairo size 1500,560 font "sans,11" noenhanced
 load 'strings.gp'
+load 'colours.gp'
 set datafile missing "NaN"
-# one colour per attention type; told apart on white, no yellow
-colour(a) = a == 0 ? 0x1f5fa8 : a == 1 ? 0xe07b00 : 0x2a9d3a
 
-# Dot plots with seed-std error bars: a loss difference is read off the axis, not off bar
-# heights that start at an arbitrary value. The paper's values (3B models, 10B tokens) sit on
-# their own axis at the top: their scale is not ours.
+# Dot plots of differences from the Transformer row, ours (filled, coloured by attention type,
+# seed-std error bars) and the paper's (open diamonds) on the same axis: what the paper claims
+# is a difference, and its 3B models' absolute losses are not on our scale.
 set output out_bars
 set multiplot layout 1, 3 title str('title_text') margins 0.17, 0.98, 0.2, 0.82 spacing 0.05, 0
 set yrange [rows - 0.5 : -0.5]
 set grid xtics
-set xlabel "ours: loss (nats), error bars: seed std"
-set x2label "paper (open diamonds)"
-set x2tics font ",9"
-set format x2 "%.3g"
+set xlabel "loss − the Transformer row's (nats)"
 set xtics font ",9"
-set xtics nomirror
 set key off
-# ours: mean and seed std in columns 4-5 (Valid), 6-7 (AR-Hit), 8-9 (Others); the paper's in 10-12
 set ytics scale 0
-set title "Valid"
-if (ours1) { set xrange [*:*]; unset label 10 } else { set xrange [0:1]; set label 10 "no tokens" at graph 0.5, graph 0.5 center front }
-if (paper1) { set x2range [*:*] } else { set x2range [0:1] }
-plot bars using 4:1:5:(colour($3)):ytic(2) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
-     bars using 10:1 axes x2y1 with points pt 12 ps 1.6 lc rgb "#444444" notitle
-set ytics format ""
-set title "AR-Hit"
-if (ours2) { set xrange [*:*]; unset label 10 } else { set xrange [0:1]; set label 10 "no AR-Hit tokens" at graph 0.5, graph 0.5 center front }
-if (paper2) { set x2range [*:*] } else { set x2range [0:1] }
-plot bars using 6:1:7:(colour($3)) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
-     bars using 11:1 axes x2y1 with points pt 12 ps 1.6 lc rgb "#444444" notitle
-set title "Others"
-set key at screen 0.57, 0.035 center horizontal
-if (ours3) { set xrange [*:*]; unset label 10 } else { set xrange [0:1]; set label 10 "no tokens" at graph 0.5, graph 0.5 center front }
-if (paper3) { set x2range [*:*] } else { set x2range [0:1] }
-plot bars using 8:1:9:(colour($3)) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
-     bars using 12:1 axes x2y1 with points pt 12 ps 1.6 lc rgb "#444444" notitle, \
-     NaN with points pt 7 lc rgb "#1f5fa8" title "Transformer", NaN with points pt 7 lc rgb "#e07b00" title "DIFF", \
-     NaN with points pt 7 lc rgb "#2a9d3a" title "DIFF V2", NaN with points pt 12 lc rgb "#444444" title "paper"
+set arrow 1 from first 0, graph 0 to first 0, graph 1 nohead lc rgb "#999999" dt 2
+titles = "Valid|AR-Hit|Others"
+do for [k = 1:3] {
+    if (k == 1) { set title "Valid" }
+    if (k == 2) { set title sprintf("AR-Hit (%d of %d evaluated tokens)", arhit_tokens, eval_tokens) }
+    if (k == 3) { set title "Others" }
+    if (value(sprintf("ours%d", k)) || value(sprintf("paper%d", k))) { set xrange [*:*]; unset label 10 } \
+    else { set xrange [-1:1]; set label 10 (k == 2 ? "no AR-Hit tokens" : "no tokens") at graph 0.5, graph 0.5 center front }
+    if (k == 2) { set ytics format "" }
+    if (k == 3) { set key at screen 0.57, 0.045 center center horizontal samplen 1 font ",9" }
+    if (k == 1) {
+        plot bars using (column(4)):1:(column(5)):(attention_colour($3)):ytic(2) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
+             bars using (column(6)):1 with points pt 12 ps 1.6 lc rgb "#444444" notitle
+    } else {
+        plot bars using (column(1 + 3 * k)):1:(column(2 + 3 * k)):(attention_colour($3)) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
+             bars using (column(3 + 3 * k)):1 with points pt 12 ps 1.6 lc rgb "#444444" notitle, \
+             NaN with points pt 7 lc rgb attention_colour(0) title (k == 3 ? "Transformer" : ""), \
+             NaN with points pt 7 lc rgb attention_colour(1) title (k == 3 ? "DIFF" : ""), \
+             NaN with points pt 7 lc rgb attention_colour(2) title (k == 3 ? "DIFF V2" : ""), \
+             NaN with points pt 12 lc rgb "#444444" title (k == 3 ? "paper (3B)" : "")
+    }
+}
 unset multiplot
 unset label 10
+unset arrow 1
 set xrange [*:*]
 
 set terminal pngcairo size 1100,650 font "sans,11" noenhanced
@@ -67,5 +67,6 @@ set ylabel "validation loss (nats)"
 set ytics scale 1 format "% h"
 set grid ytics
 set key top right
-array palette[8] = ["#1f5fa8", "#e07b00", "#2a9d3a", "#c62828", "#7b3fa0", "#8c564b", "#666666", "#000000"]
-plot for [i=0:rows-1] curves index i using 1:2 with linespoints pt 7 ps 0.6 lw 1.5 lc rgb palette[i % 8 + 1] title columnheader(1)
+# colour by attention type (as in every figure), point type by row
+plot for [i=0:rows-1] curves index i using 1:2 with linespoints pt (5 + 2 * (i % 4)) ps 0.8 lw 1.5 \
+    lc rgb attention_colour(value(sprintf("att%d", i + 1))) title columnheader(1)
