@@ -244,6 +244,17 @@ static void open_task_report(Report* rep, const char* task, int to_stdout, const
 // index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
 static int paper_row(const Row* row) { return config_variant(&row->cfg)->maps == 1 ? 0 : 1; }
 
+// att<i>: each row's attention type (the figures' colour), paper<i>: the paper's row it meets
+static void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows) {
+    for (int i = 0; i < n_rows; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "att%d", i + 1);
+        gnuplot_number(vars, name, rows[i].cfg.attention);
+        snprintf(name, sizeof(name), "paper%d", i + 1);
+        gnuplot_number(vars, name, paper_row(&rows[i]));
+    }
+}
+
 static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
     int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
@@ -328,6 +339,7 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
+    attention_numbers(&vars, rows, n_rows);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table2", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);
@@ -668,12 +680,35 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
                "4-bit DIFF is about as accurate as 6-bit Transformer and about 25%% better than 4-bit Transformer.\n");
     report_close(&rep);
     fcloseCheck(g, dat);
+    // the language-model panels' ranges: the data with headroom, never zoomed to less than a
+    // floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
+    double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY}, floor_span[2] = {0.05, 0.02};
+    for (int i = 0; i < n_rows; i++) {
+        for (int scope = 0; scope < 2; scope++) {
+            for (int b = 0; b < FIG8_WIDTHS; b++) {
+                double v[2] = {res[i][scope][b].lm.loss, res[i][scope][b].lm.accuracy};
+                for (int k = 0; k < 2; k++) {
+                    lo[k] = fmin(lo[k], v[k]);
+                    hi[k] = fmax(hi[k], v[k]);
+                }
+            }
+        }
+    }
     free(res);
     char text[4400];
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
     gnuplot_number(&vars, "series", 2 * n_rows);
+    for (int k = 0; k < 2; k++) {
+        double mid = 0.5 * (lo[k] + hi[k]), half = 0.5 * fmax(hi[k] - lo[k], floor_span[k]) * 1.4;  // 20% headroom each side
+        char name[16];
+        snprintf(name, sizeof(name), "lo%d", k + 2);
+        gnuplot_number(&vars, name, k == 1 ? fmax(0, mid - half) : mid - half);
+        snprintf(name, sizeof(name), "hi%d", k + 2);
+        gnuplot_number(&vars, name, k == 1 ? fmin(1, mid + half) : mid + half);
+    }
+    attention_numbers(&vars, rows, n_rows);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "fig8", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);

@@ -1,21 +1,31 @@
 # Table 2 figure. difftx needle --task table2 writes the data and runs this script on
-# the file `data` to `out`, with the strings names ('standard diff') and title_text.
+# the file `data` to `out`, with the numbers att1 .. att<n> (each model's attention type: 0
+# standard, 1 diff, 2 diff2) and paper1 .. paper<n> (the paper's row it is compared with: 0
+# Transformer, 1 DIFF) and the strings names ('standard diff') and title_text.
 # data: one line per (N, R) setting: "label" then per model: accuracy, standard error, paper value
 
 set terminal pngcairo size 900,560 font "sans,11" noenhanced
 set output out
 load 'strings.gp'
+load 'colours.gp'
 names = str('names')
 set title str('title_text')
 n = words(names)
 set style data histogram
 set style histogram errorbars gap 1.5 lw 1
 set style fill solid 0.6 border -1
-set yrange [0:1.1]
+set yrange [0:1.15]
 set ylabel "accuracy of the queried numbers (error bars: standard error)"
 set grid ytics
-set key top right
+set key top right font ",10"
 width = 1.0 / (n + 1.5)
-plot for [i = 1:n] data using (column(3 * i - 1)):(column(3 * i)):xtic(1) title word(names, i), \
-     for [i = 1:n] data using ($0 - 0.5 + (i + 0.25) * width):(column(3 * i + 1)) with points pt 7 ps 1.3 lc i \
-         title sprintf("paper (%s)", i == 1 ? "Transformer" : "DIFF")
+# bar i of a setting is centred at x = setting - 0.5 + (i + 0.25) width; every bar carries its
+# value, so an accuracy of 0 reads as 0, not as a missing bar
+x(i) = $0 - 0.5 + (i + 0.25) * width
+plot for [i = 1:n] data using (column(3 * i - 1)):(column(3 * i)):xtic(1) lc rgb attention_colour(value(sprintf("att%d", i))) \
+         title word(names, i), \
+     for [i = 1:n] data using (x(i)):(column(3 * i - 1) + 0.02):(sprintf("%.2f", column(3 * i - 1))) with labels \
+         font ",9" offset 0, 0.5 notitle, \
+     for [i = 1:n] data using (x(i) + 0.08):(column(3 * i + 1)) with points pt 12 ps 1.6 lw 2 \
+         lc rgb attention_colour(value(sprintf("paper%d", i))) \
+         title sprintf("paper, 3B model at 4K context (%s)", value(sprintf("paper%d", i)) == 0 ? "Transformer" : "DIFF")
