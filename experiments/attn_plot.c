@@ -161,10 +161,30 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
         gnuplot_number(&vars, name, needles[2 * i] + needles[2 * i + 1]);
     }
     char title[4400], subtitle[256];
-    snprintf(title, sizeof(title), "%s, %s, layer %d, head %d, %d tokens", path, group, layer, head, T);
+    snprintf(title, sizeof(title), "%s: %s, layer %d, head %d, %d tokens", path, group, layer, head, T);
     snprintf(subtitle, sizeof(subtitle), "needles: bars above each map (answer green, distractors grey); colours end at the "
              "%dth percentile of the causal entries", CLIP_PERCENTILE);
-    gnuplot_string(&vars, "titles", diff ? "A1 A2 A1-lambda*A2" : "softmax");
+    // λ beside the map it scales: the layer's for DIFF, each row's (per token) for DIFF V2, as
+    // their mean over the saved rows
+    char combined[128] = "softmax";
+    if (diff) {
+        char name[128];
+        snprintf(name, sizeof(name), "layer_%02d/head_%02d/lambda", layer, head);
+        float* lam = mallocCheck((size_t)R * sizeof(float));
+        h5_read_dataset(g, name, H5T_NATIVE_FLOAT, (size_t)R, lam, label);
+        double sum = 0, lo = INFINITY, hi = -INFINITY;
+        for (int r = 0; r < R; r++) {
+            sum += lam[r];
+            lo = fmin(lo, lam[r]);
+            hi = fmax(hi, lam[r]);
+        }
+        if (hi - lo < 1e-6) snprintf(combined, sizeof(combined), "A1 − λ·A2, λ = %.3f", sum / R);
+        else snprintf(combined, sizeof(combined), "A1 − λ·A2, λ per token: mean %.3f (%.3f to %.3f)", sum / R, lo, hi);
+        free(lam);
+    }
+    gnuplot_string(&vars, "title1", diff ? "A1" : "softmax");
+    gnuplot_string(&vars, "title2", "A2");
+    gnuplot_string(&vars, "title3", combined);
     gnuplot_string(&vars, "title_text", title);
     gnuplot_string(&vars, "subtitle", subtitle);
     gnuplot_output(&vars, "out", png);

@@ -552,6 +552,7 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
     gnuplot_input(&vars, "fig1", fig1);
+    attention_numbers(&vars, rows, n_rows);
     gnuplot_string(&vars, "names", names);
     gnuplot_string(&vars, "papers", papers);
     char png[4400], fig1_png[4400];
@@ -561,6 +562,9 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     gnuplot_output(&vars, "out_fig1", fig1_png);
     snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d", opt->preset, context);
     gnuplot_string(&vars, "title_text", text);
+    snprintf(text, sizeof(text), "Figure 1, preset %s, context %d: where the question's attention goes (mean over depths, rows "
+             "normalised to 1)", opt->preset, context);
+    gnuplot_string(&vars, "fig1_title", text);
     gnuplot("table3.gp", &vars);
     printf("\nwrote %s, %s, %s\n", path, png, fig1_png);
 }

@@ -200,6 +200,22 @@ int table5_main(const Table5Options* opt) {
     gnuplot_input(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
     gnuplot_number(&vars, "models", n);
+    for (int i = 0; i < n; i++) {  // colour by attention type, point by source
+        char name[32];
+        snprintf(name, sizeof(name), "att%d", i + 1);
+        gnuplot_number(&vars, name, models[i].row.cfg.attention);
+        snprintf(name, sizeof(name), "src%d", i + 1);
+        gnuplot_number(&vars, name, strcmp(models[i].source, "needle") == 0);
+    }
+    for (int p = 0; p < 2; p++) {  // the paper's pooled Top-1 and median, beside ours
+        for (int k = 0; k < OUTLIER_KINDS; k++) {
+            char name[32];
+            snprintf(name, sizeof(name), "paper_top_%d_%d", p, k);
+            gnuplot_number(&vars, name, PAPER[p][k][0]);
+            snprintf(name, sizeof(name), "paper_median_%d_%d", p, k);
+            gnuplot_number(&vars, name, PAPER[p][k][N_TOPS]);
+        }
+    }
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table5", presets, ".png");
     gnuplot_output(&vars, "out", png);

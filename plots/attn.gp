@@ -4,13 +4,16 @@
 # label the axes, from the file `labels`, tab-separated "position text"), tic_step, maps_max
 # and diff_max (a high percentile of the maps' values and of the difference's |values|, where
 # the colour scales end), needles and needle_from<i>, needle_to<i> (token spans, the answer
-# first); the files panel1 .. panel<panels> (tab-separated); the strings titles (one word per
-# panel), title_text and subtitle; the output `out`.
-set terminal pngcairo size (panels * 560), 600 font ",9"
+# first); the files panel1 .. panel<panels> (tab-separated); the strings title1 .. title3 (each
+# panel's: the combined map's names λ), title_text and subtitle; the output `out`.
+set terminal pngcairo size (panels == 1 ? 900 : panels * 560), 660 font ",9"
 set output out
 load 'strings.gp'
-titles = str('titles')
-set multiplot layout 1, panels title str('title_text') . (matrix ? "\n" . str('subtitle') : "") noenhanced
+# room above the panels for two title lines, the panel titles and the needle bars
+left = panels == 1 ? 0.1 : 0.05
+right = panels == 1 ? 0.86 : 0.92
+set multiplot layout 1, panels title str('title_text') . (matrix ? "\n" . str('subtitle') : "") noenhanced font ",8" \
+    margins left, right, 0.1, 0.82 spacing 0.11, 0
 set datafile separator "\t"
 set datafile commentschars ""
 if (matrix) {
@@ -34,7 +37,7 @@ if (matrix) {
     set xlabel 'key'
     set ylabel 'query'
     do for [i = 1:panels] {
-        set title word(titles, i) noenhanced offset 0, 1.2
+        set title str(sprintf('title%d', i)) noenhanced offset 0, 1.2
         if (i < 3) {
             # a probability map: sequential, white (0) to dark blue
             set palette defined (0 '#ffffff', 0.5 '#6baed6', 1 '#08306b')
@@ -64,7 +67,7 @@ if (matrix) {
     set xlabel 'key position'
     set ylabel 'attention of the question tokens'
     do for [i = 1:panels] {
-        set title word(titles, i) noenhanced
+        set title str(sprintf('title%d', i)) noenhanced
         plot sprintf('panel%d', i) using 1:2 with impulses lc rgb '#b2182b' notitle
     }
 }

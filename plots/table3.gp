@@ -1,6 +1,7 @@
 # Table 3 and Figure 1. difftx needle --task table3 writes the files `data` and `fig1` and runs
 # this script to `out` and `out_fig1`, with the strings names ('standard diff'), papers
-# ('Transformer DIFF') and title_text.
+# ('Transformer DIFF'), title_text and fig1_title, and the numbers att<i> and paper<i> (each
+# row's attention type and the paper's row it meets: the colours).
 # data: one line per depth: "label" then per model: answer, noise, the paper's answer and noise
 # fig1: one line per model: "name" answer noise question bos
 
@@ -11,7 +12,9 @@ names = str('names')
 papers = str('papers')
 set multiplot layout 1, 2 title str('title_text')
 n = words(names)
-array colours[4] = ["#1f5fa8", "#e07b00", "#2a9d3a", "#c62828"]
+load 'colours.gp'
+ours_colour(i) = attention_colour(value(sprintf("att%d", i)))
+paper_colour(i) = attention_colour(value(sprintf("paper%d", i)))
 set grid ytics
 set xlabel "answer needle depth"
 set ylabel "share of the question's attention (rows sum to 1)"
@@ -20,11 +23,11 @@ set yrange [0:*]
 set key outside bottom center horizontal maxrows 2
 # ours: filled points; the paper (3B models, 4K context): open points, dashed, same colour
 set title "to the answer span (higher is better)"
-plot for [i = 1:n] data using 0:(column(4 * i - 2)):xtic(1) with linespoints pt 7 lw 2 lc rgb colours[i] title word(names, i), \
-     for [i = 1:n] data using 0:(column(4 * i)) with linespoints pt 6 dt 2 lc rgb colours[i] title "paper ".word(papers, i)
+plot for [i = 1:n] data using 0:(column(4 * i - 2)):xtic(1) with linespoints pt 7 lw 2 lc rgb ours_colour(i) title word(names, i), \
+     for [i = 1:n] data using 0:(column(4 * i)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title "paper ".word(papers, i)
 set title "to the noise context (lower is better)"
-plot for [i = 1:n] data using 0:(column(4 * i - 1)):xtic(1) with linespoints pt 7 lw 2 lc rgb colours[i] title word(names, i), \
-     for [i = 1:n] data using 0:(column(4 * i + 1)) with linespoints pt 6 dt 2 lc rgb colours[i] title "paper ".word(papers, i)
+plot for [i = 1:n] data using 0:(column(4 * i - 1)):xtic(1) with linespoints pt 7 lw 2 lc rgb ours_colour(i) title word(names, i), \
+     for [i = 1:n] data using 0:(column(4 * i + 1)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title "paper ".word(papers, i)
 unset multiplot
 
 set yrange [*:*]
@@ -32,7 +35,7 @@ set xrange [*:*]
 set style data histogram
 set style fill solid 0.6 border -1
 set output out_fig1
-set title "Figure 1: where the question's attention goes (mean over depths, rows normalised to 1)"
+set title str('fig1_title')
 set style histogram rowstacked
 set boxwidth 0.5
 set xlabel ""
