@@ -433,6 +433,34 @@ double registry_evaluation_value(Registry* reg, int64_t run, const char* key) {
     return v;
 }
 
+int registry_run_curve(Registry* reg, int64_t run, const char* key, int64_t** tokens, double** values) {
+    sqlite3_stmt* st = prepare(reg,
+        "WITH attempts AS (SELECT a.id, a.attempt FROM runs a JOIN runs f ON f.id = ?1 WHERE a.experiment_id = f.experiment_id"
+        " AND a.row = f.row AND a.seed = f.seed AND a.out_dir = f.out_dir AND a.attempt <= f.attempt),"
+        " points AS (SELECT m.step, m.tokens, m.value, t.attempt FROM metrics m JOIN attempts t ON t.id = m.run_id WHERE m.key = ?2)"
+        " SELECT p.tokens, p.value FROM points p WHERE p.attempt = (SELECT MAX(q.attempt) FROM points q WHERE q.step = p.step)"
+        " ORDER BY p.step");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+    int n = 0, size = 64, rc;
+    *tokens = mallocCheck(size * sizeof(int64_t));
+    *values = mallocCheck(size * sizeof(double));
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == size) {
+            size *= 2;
+            *tokens = realloc(*tokens, size * sizeof(int64_t));
+            *values = realloc(*values, size * sizeof(double));
+            if (!*tokens || !*values) die("out of memory reading a curve from '%s'", reg->path);
+        }
+        (*tokens)[n] = sqlite3_column_int64(st, 0);
+        (*values)[n] = sqlite3_column_double(st, 1);
+        n++;
+    }
+    sql_check(reg, rc, "select a run's curve");
+    sqlite3_finalize(st);
+    return n;
+}
+
 int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const char* key, int64_t** tokens, double** values) {
     sqlite3_stmt* st = prepare(reg,
         "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs a ON a.id = m.run_id JOIN runs f ON f.experiment_id ="

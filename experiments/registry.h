@@ -52,6 +52,10 @@ double registry_evaluation_value(Registry* reg, int64_t run, const char* key);
 // Metric `key` of the given finished runs against training tokens, averaged over the runs at
 // each step; every attempt of each run's (row, seed, config) contributes the steps it
 // checkpointed. Returns the number of points; *tokens and *values are the caller's to free.
+// One run's whole curve of key (tokens, values; caller frees; returns the points): the steps of
+// every attempt of its row, seed and run folder up to this one, each step from the latest
+// attempt that stored it, so a resumed or extended run is drawn from its first step
+int registry_run_curve(Registry* reg, int64_t run, const char* key, int64_t** tokens, double** values);
 int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const char* key, int64_t** tokens, double** values);
 // Records a file with its sha256.
 void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path);

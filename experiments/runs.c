@@ -177,7 +177,7 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         for (int i = 0; i < n && !drawn; i++) {
             int64_t* tokens;
             double* values;
-            drawn = registry_mean_curve(&reg, &ids[i], 1, k ? "train_loss" : "val_loss", &tokens, &values) > 0;
+            drawn = registry_run_curve(&reg, ids[i], k ? "train_loss" : "val_loss", &tokens, &values) > 0;
             free(tokens);
             free(values);
         }
@@ -197,7 +197,7 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         for (int i = 0; i < n; i++) {
             int64_t* tokens;
             double* values;
-            int points = registry_mean_curve(&reg, &ids[i], 1, metric[k], &tokens, &values);
+            int points = registry_run_curve(&reg, ids[i], metric[k], &tokens, &values);  // the whole run
             fprintf(f, "\"%s\"\n", labels[i]);
             for (int p = 0; p < points; p++) fprintf(f, "%lld %.9g\n", (long long)tokens[p], values[p]);
             if (points == 0) fprintf(f, "0 NaN\n");  // an empty block would end the file's indexing

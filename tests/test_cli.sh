@@ -93,7 +93,7 @@ expect_fail "parameters beyond memory" "training needs [0-9.]+ GiB, .* of parame
     $bin bench "$work/ok.ini" n_layer=4096 d_model=65536 n_head=256
 expect "refused sizes write nothing" test ! -e "$work/big"
 expect_fail "missing recipe" "cannot open recipe '$work/nope.ini'" $bin train --results "$work/reg" "$work/nope.ini"
-expect_fail "missing corpus" "key 'data': '$work/nodata' is not a folder; run .make data." $bin train --results "$work/reg" "$work/ok.ini" data=$work/nodata
+expect_fail "missing corpus" "key 'data': '$work/nodata' is not a folder \(looked for it in $PWD\); run .make data." $bin train --results "$work/reg" "$work/ok.ini" data=$work/nodata
 expect_fail "missing prepare input" "corpus input '$work/absent'" $bin prepare "$work/data2" "$work/absent"
 expect_fail "missing checkpoint" "cannot read checkpoint '$work/none.h5'" $bin sample "$work/none.h5"
 echo "not hdf5" > "$work/text.h5"
@@ -331,5 +331,11 @@ expect "table6 --help lists the recipe's presets" bash -c "'$bin' table6 experim
 expect "train --help points to difftx keys" bash -c "'$bin' train --help | grep -q 'difftx keys lists them'"
 expect "make help names the targets, variables and presets" bash -c "make --no-print-directory help | grep -q 'PRESET=smoke|small|paper'"
 expect "a finished run says so once, without resuming" bash -c "test \$(grep -c 'already finished' '$work/tracked_again.log') = 1 && ! grep -q resuming '$work/tracked_again.log'"
+
+# compare draws a resumed or extended run whole: the extended run's last attempt has 8 steps
+ext_id=$(sqlite3 "$work/reg/registry.sqlite" "SELECT MAX(id) FROM runs WHERE out_dir = '$work/extended'")
+$bin compare "$ext_id" --results "$work/reg" --out "$work/ext.png" > /dev/null 2>&1
+expect "compare draws every step of an extended run (8 training points)" \
+    test "$(awk 'BEGIN { b = 0 } /^"/ { b++ } b == 2 && /^[0-9]/' "$work/reg/ext.dat" | wc -l)" = 8
 
 summary
