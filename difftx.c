@@ -13,6 +13,7 @@
 #include "data/needle.h"
 #include "data/tokenizer.h"
 #include "eval/arhit.h"
+#include "eval/outliers.h"
 #include "experiments/attn_plot.h"
 #include "experiments/needle_tasks.h"
 #include "experiments/recipe.h"
@@ -388,13 +389,25 @@ typedef struct {
 static int cmd_eval(int argc, char** argv) {
     int windows = 512;  // Table 6's small preset
     const char* device = "cpu";
-    static struct option opts[] = {{"windows", required_argument, 0, 'w'}, {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+    LogitQuant quant = {0, QUANT_PER_TENSOR};
+    int outliers = 0, precise = 0;
+    static struct option opts[] = {{"windows", required_argument, 0, 'w'}, {"device", required_argument, 0, 'd'},
+                                   {"bits", required_argument, 0, 'b'}, {"scope", required_argument, 0, 's'},
+                                   {"outliers", no_argument, 0, 'o'}, {"precise", no_argument, 0, 'p'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'w') windows = parse_int_arg("--windows", optarg);
         else if (c == 'd') device = optarg;
+        else if (c == 'b') quant.bits = parse_int_arg("--bits", optarg);
+        else if (c == 's') {
+            if (strcmp(optarg, "tensor") == 0) quant.scope = QUANT_PER_TENSOR;
+            else if (strcmp(optarg, "row") == 0) quant.scope = QUANT_PER_ROW;
+            else die("option --scope: 'tensor' or 'row', not '%s'\n%s", optarg, USAGE);
+        } else if (c == 'o') outliers = 1;
+        else if (c == 'p') precise = 1;
         else bad_option(argv, opts);
     }
+    if (quant.bits == 1 || quant.bits > LOGIT_QUANT_UNQUANTIZED) die("option --bits: 2..%d (16: unquantized)\n%s", LOGIT_QUANT_UNQUANTIZED, USAGE);
     if (optind >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
     const char* path = argv[optind];
     Model model;
@@ -420,17 +433,44 @@ static int cmd_eval(int argc, char** argv) {
         fprintf(stderr, "warning: the validation shard holds %d windows of %d tokens; evaluating those, not %d\n", available, T + 1, windows);
         windows = available;
     }
+    model_set_logit_quant(&model, quant);  // Figure 8's quantizer, on any checkpoint
     BigramTable table;
     bigrams_count(&table, &data.train);
     SliceLoss s = evaluate_slices(&model, &data.val, &table, windows, model.cfg.batch_size);
     printf("%s: %s attention, step %d of %d%s\n", path, config_attention_name(&model.cfg), info.step, model.cfg.steps,
            info.finished ? "" : " (unfinished)");
-    printf("validation: the first %d windows of %d tokens of '%s' (%ld tokens)\n", windows, T, data_dir, s.tokens);
+    printf("validation: the first %d windows of %d tokens of '%s' (%ld tokens)", windows, T, data_dir, s.tokens);
+    if (logit_quant_levels(quant.bits)) printf("; attention logits quantized to %d bits per %s", quant.bits, quant.scope == QUANT_PER_ROW ? "row" : "tensor");
+    printf("\n");
+    const char* f = precise ? "%.17g" : "%.4f";  // every digit on request
+    printf("valid ");
+    printf(f, s.valid);
     if (isfinite(s.arhit)) {
-        printf("valid %.4f | AR-Hit %.4f (%.2f%% of tokens: %ld) | Others %.4f\n", s.valid, s.arhit, 100 * s.arhit_fraction,
-               (long)llround(s.arhit_fraction * s.tokens), s.others);
+        printf(" | AR-Hit ");
+        printf(f, s.arhit);
+        printf(" (%.2f%% of tokens: %ld)", 100 * s.arhit_fraction, (long)llround(s.arhit_fraction * s.tokens));
     } else {
-        printf("valid %.4f | AR-Hit: no AR-Hit tokens in these windows | Others %.4f\n", s.valid, s.others);
+        printf(" | AR-Hit: no AR-Hit tokens in these windows");
+    }
+    printf(" | Others ");
+    printf(f, s.others);
+    printf("\n");
+    if (outliers) {  // Table 5's statistics over the same windows
+        OutlierStats st;
+        outlier_stats_collect(&st, &model, &data.val, T, windows, T, model.cfg.batch_size);
+        for (int k = 0; k < OUTLIER_KINDS; k++) {
+            const ActStats* a = &st.pooled[k];
+            printf("%s, pooled over %d layers: Top-1 ", k == OUTLIER_LOGITS ? "attention logits" : "hidden states", st.L);
+            printf(f, act_stats_top(a, 1));
+            printf(", Top-10 ");
+            printf(f, act_stats_top(a, 10));
+            printf(", Top-100 ");
+            printf(f, act_stats_top(a, 100));
+            printf(", median ");
+            printf(f, act_stats_median(a));
+            printf(", Top-1 / median %.1f\n", act_stats_top(a, 1) / act_stats_median(a));
+        }
+        outlier_stats_free(&st);
     }
     bigrams_free(&table);
     data_close(&data);
@@ -530,7 +570,7 @@ static const Command COMMANDS[] = {
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
     {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
-    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N (512)] [--device cpu|cuda (cpu)]",
+    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N (512)] [--bits B [--scope tensor|row]] [--outliers] [--precise] [--device cpu|cuda (cpu)]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},
     {"export", cmd_export, "CHECKPOINT OUT.safetensors", "the weights alone, for PyTorch (layout in docs/export.md)"},
     {"runs", cmd_runs, "[--results DIR] [--experiment E] [--preset P] [--status S]",

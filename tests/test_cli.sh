@@ -338,4 +338,16 @@ $bin compare "$ext_id" --results "$work/reg" --out "$work/ext.png" > /dev/null 2
 expect "compare draws every step of an extended run (8 training points)" \
     test "$(awk 'BEGIN { b = 0 } /^"/ { b++ } b == 2 && /^[0-9]/' "$work/reg/ext.dat" | wc -l)" = 8
 
+# eval gives any checkpoint Figure 8's quantized logits and Table 5's statistics, every digit on request
+plain=$($bin eval "$work/eight/checkpoint.h5" --windows 8 --precise 2>&1 | grep '^valid')
+sixteen=$($bin eval "$work/eight/checkpoint.h5" --windows 8 --precise --bits 16 2>&1 | grep '^valid')
+four=$($bin eval "$work/eight/checkpoint.h5" --windows 8 --precise --bits 4 2>&1 | grep '^valid')
+expect "eval --bits 16 is the unquantized model bitwise ($plain)" test -n "$plain" -a "$plain" = "$sixteen"
+expect "eval --bits 4 moves the loss ($four)" test -n "$four" -a "$four" != "$plain"
+expect "eval --precise prints every digit" grep -qE '^valid [0-9]\.[0-9]{12,}' <<<"$plain"
+out=$($bin eval "$work/eight/checkpoint.h5" --windows 8 --outliers 2>&1)
+expect "eval --outliers prints both kinds' pooled statistics" test "$(grep -cE '^(attention logits|hidden states), pooled over 1 layers: Top-1 [0-9.]+, Top-10 [0-9.]+, Top-100 [0-9.]+, median [0-9.]+' <<<"$out")" = 2
+expect_fail "eval --bits 1" "option --bits: 2..16" $bin eval "$work/eight/checkpoint.h5" --bits 1
+expect_fail "eval --scope column" "option --scope: 'tensor' or 'row', not 'column'" $bin eval "$work/eight/checkpoint.h5" --bits 4 --scope column
+
 summary
