@@ -50,6 +50,7 @@ expect "the rank count is stated" grep -q "2 ranks x 1 micro-batches of 4 rows" 
 # 2. a global batch that does not split is refused by every rank, without a hang
 expect_fail "3 ranks cannot split 8 rows" "8 rows per step do not split evenly across 3 ranks" \
     mpi 3 $bin train --results "$work/reg" experiments/default.ini $tiny batch_size=8 steps=4 out=$work/three
+expect "the refused job records no run (no RUNNING row)" test "$(sqlite3 "$work/reg/registry.sqlite" "SELECT COUNT(*) FROM runs WHERE out_dir = '$work/three'")" = 0
 
 # 3. a rank killed mid-run takes the job down; the run resumes exactly where it stopped
 long="$tiny batch_size=8 steps=400 eval_every=100 checkpoint_every=25"
