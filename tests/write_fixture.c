@@ -1,7 +1,11 @@
-// Writes one file of a kind that has no cheap command of its own, for tests/test_write_errors.sh
-// to fail a write inside: `write_fixture maps PATH` (an attention-maps file: its attributes and
-// one head's maps), `write_fixture outliers PATH` (outlier statistics of a model that saw a
-// few values). Exits 0 when the file was written, dies (exit 1) with the writer's message when not.
+// Helpers of the shell tests. Writes one file of a kind that has no cheap command of its own,
+// for tests/test_write_errors.sh to fail a write inside: `write_fixture maps PATH` (an
+// attention-maps file: its attributes and one head's maps), `write_fixture outliers PATH`
+// (outlier statistics of a model that saw a few values); exits 0 when the file was written,
+// dies (exit 1) with the writer's message when not. `write_fixture machine` prints what decides
+// whether two machines compute bitwise alike, for tests/test_pinned.sh: the BLAS library's
+// kernel, the CPU model and the compiler.
+#include <cblas.h>
 #include <string.h>
 
 #include "../eval/attnmap.h"
@@ -10,7 +14,14 @@
 #include "fixtures.h"
 
 int main(int argc, char** argv) {
-    if (argc != 3) die("usage: write_fixture maps|outliers PATH");
+    if (argc == 2 && strcmp(argv[1], "machine") == 0) {
+        char machine[600];
+        machine_description(machine, sizeof(machine));
+        const char* cpu = strstr(machine, ", ") ? strstr(machine, ", ") + 2 : machine;  // not the host name
+        printf("openblas=%s; cpu=%s; compiler=gcc %s\n", openblas_get_corename(), cpu, __VERSION__);
+        return 0;
+    }
+    if (argc != 3) die("usage: write_fixture maps|outliers PATH, or write_fixture machine");
     const char* path = argv[2];
     if (strcmp(argv[1], "maps") == 0) {
         Config cfg = tiny_model_config(ATTN_DIFF);
