@@ -433,15 +433,8 @@ double registry_evaluation_value(Registry* reg, int64_t run, const char* key) {
     return v;
 }
 
-int registry_run_curve(Registry* reg, int64_t run, const char* key, int64_t** tokens, double** values) {
-    sqlite3_stmt* st = prepare(reg,
-        "WITH attempts AS (SELECT a.id, a.attempt FROM runs a JOIN runs f ON f.id = ?1 WHERE a.experiment_id = f.experiment_id"
-        " AND a.row = f.row AND a.seed = f.seed AND a.out_dir = f.out_dir AND a.attempt <= f.attempt),"
-        " points AS (SELECT m.step, m.tokens, m.value, t.attempt FROM metrics m JOIN attempts t ON t.id = m.run_id WHERE m.key = ?2)"
-        " SELECT p.tokens, p.value FROM points p WHERE p.attempt = (SELECT MAX(q.attempt) FROM points q WHERE q.step = p.step)"
-        " ORDER BY p.step");
-    sqlite3_bind_int64(st, 1, run);
-    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+// The (tokens, value) rows of a prepared curve query, which it finalizes; returns their count
+static int read_curve(Registry* reg, sqlite3_stmt* st, int64_t** tokens, double** values) {
     int n = 0, size = 64, rc;
     *tokens = mallocCheck(size * sizeof(int64_t));
     *values = mallocCheck(size * sizeof(double));
@@ -456,9 +449,21 @@ int registry_run_curve(Registry* reg, int64_t run, const char* key, int64_t** to
         (*values)[n] = sqlite3_column_double(st, 1);
         n++;
     }
-    sql_check(reg, rc, "select a run's curve");
+    sql_check(reg, rc, "select a curve");
     sqlite3_finalize(st);
     return n;
+}
+
+int registry_run_curve(Registry* reg, int64_t run, const char* key, int64_t** tokens, double** values) {
+    sqlite3_stmt* st = prepare(reg,
+        "WITH attempts AS (SELECT a.id, a.attempt FROM runs a JOIN runs f ON f.id = ?1 WHERE a.experiment_id = f.experiment_id"
+        " AND a.row = f.row AND a.seed = f.seed AND a.out_dir = f.out_dir AND a.attempt <= f.attempt),"
+        " points AS (SELECT m.step, m.tokens, m.value, t.attempt FROM metrics m JOIN attempts t ON t.id = m.run_id WHERE m.key = ?2)"
+        " SELECT p.tokens, p.value FROM points p WHERE p.attempt = (SELECT MAX(q.attempt) FROM points q WHERE q.step = p.step)"
+        " ORDER BY p.step");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+    return read_curve(reg, st, tokens, values);
 }
 
 int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const char* key, int64_t** tokens, double** values) {
@@ -473,24 +478,8 @@ int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const ch
     snprintf(ids + len, cap - len, "]");
     sqlite3_bind_text(st, 1, ids, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
-    int n = 0, size = 64, rc;
-    *tokens = mallocCheck(size * sizeof(int64_t));
-    *values = mallocCheck(size * sizeof(double));
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == size) {
-            size *= 2;
-            *tokens = realloc(*tokens, size * sizeof(int64_t));
-            *values = realloc(*values, size * sizeof(double));
-            if (!*tokens || !*values) die("out of memory reading a curve from '%s'", reg->path);
-        }
-        (*tokens)[n] = sqlite3_column_int64(st, 0);
-        (*values)[n] = sqlite3_column_double(st, 1);
-        n++;
-    }
-    sql_check(reg, rc, "select curve");
-    sqlite3_finalize(st);
     free(ids);
-    return n;
+    return read_curve(reg, st, tokens, values);
 }
 
 void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path) {

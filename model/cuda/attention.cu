@@ -153,6 +153,28 @@ static const float* quant_steps(const float* qkv, const Geo& g, const AttnShape*
     return step;
 }
 
+// Qs (BQ, M, D): the block's query rows i0.. of head h, zero past T
+__device__ void load_query_rows(float* Qs, const float* base, const Geo& g, int h, int i0) {
+    for (int idx = threadIdx.x; idx < ATT_BQ * g.M * g.D; idx += blockDim.x) {
+        int d = idx % g.D, m = idx / g.D % g.M, i = i0 + idx / (g.D * g.M);
+        Qs[idx] = i < g.T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
+    }
+}
+
+// Ks (M, BK, D + 1) and Vs (BK, Dv + 1): head h's keys and values j0 .. j0 + BK - 1, zero past T;
+// rows padded by one float so that a warp reading a column hits 32 banks
+__device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo& g, int h, int j0) {
+    const int D = g.D, Dv = g.Dv;
+    for (int idx = threadIdx.x; idx < g.M * ATT_BK * D; idx += blockDim.x) {
+        int d = idx % D, jj = idx / D % ATT_BK, m = idx / (D * ATT_BK), j = j0 + jj;
+        Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < g.T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
+    }
+    for (int idx = threadIdx.x; idx < ATT_BK * Dv; idx += blockDim.x) {
+        int c = idx % Dv, jj = idx / Dv, j = j0 + jj;
+        Vs[jj * (Dv + 1) + c] = j < g.T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
+    }
+}
+
 // ---- forward ----
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float* y, float* lse, const float* qkv, const float* lambda,
                                                                            const float* qstep, Geo g) {
@@ -164,10 +186,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
     float* Ks = Qs + ATT_BQ * M * D;           // (M, BK, D + 1)
     float* Vs = Ks + M * ATT_BK * (D + 1);     // (BK, Dv + 1)
     const float* base = qkv + (size_t)b * T * g.QKV;
-    for (int idx = threadIdx.x; idx < ATT_BQ * M * D; idx += blockDim.x) {
-        int d = idx % D, m = idx / D % M, i = i0 + idx / (D * M);
-        Qs[idx] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
-    }
+    load_query_rows(Qs, base, g, h, i0);
     float run_max[ATT_RPW][2], run_sum[ATT_RPW][2], acc[ATT_RPW][2][DV_SLOTS];
 #pragma unroll
     for (int k = 0; k < ATT_RPW; k++) {
@@ -182,14 +201,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
     int last = min(T - 1, i0 + ATT_BQ - 1);  // the last key any row of the block sees
     for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
         __syncthreads();
-        for (int idx = threadIdx.x; idx < M * ATT_BK * D; idx += blockDim.x) {
-            int d = idx % D, jj = idx / D % ATT_BK, m = idx / (D * ATT_BK), j = j0 + jj;
-            Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
-        }
-        for (int idx = threadIdx.x; idx < ATT_BK * Dv; idx += blockDim.x) {
-            int c = idx % Dv, jj = idx / Dv, j = j0 + jj;
-            Vs[jj * (Dv + 1) + c] = j < T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
-        }
+        load_key_tile(Ks, Vs, base, g, h, j0);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < ATT_RPW; k++) {
@@ -331,10 +343,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
     float* Vs = Ks + M * ATT_BK * (D + 1);     // (BK, Dv + 1)
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
-    for (int idx = threadIdx.x; idx < ATT_BQ * M * D; idx += blockDim.x) {
-        int d = idx % D, m = idx / D % M, i = i0 + idx / (D * M);
-        Qs[idx] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
-    }
+    load_query_rows(Qs, base, g, h, i0);
     for (int idx = threadIdx.x; idx < ATT_BQ * Dv; idx += blockDim.x) {
         int c = idx % Dv, i = i0 + idx / Dv;
         DYs[idx] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
@@ -356,14 +365,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
     for (int sweep = 0; sweep < 2; sweep++) {
         for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
             __syncthreads();
-            for (int idx = threadIdx.x; idx < M * ATT_BK * D; idx += blockDim.x) {
-                int d = idx % D, jj = idx / D % ATT_BK, m = idx / (D * ATT_BK), j = j0 + jj;
-                Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
-            }
-            for (int idx = threadIdx.x; idx < ATT_BK * Dv; idx += blockDim.x) {
-                int c = idx % Dv, jj = idx / Dv, j = j0 + jj;
-                Vs[jj * (Dv + 1) + c] = j < T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
-            }
+            load_key_tile(Ks, Vs, base, g, h, j0);
             __syncthreads();
 #pragma unroll
             for (int k = 0; k < ATT_RPW; k++) {
