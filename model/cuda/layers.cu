@@ -75,13 +75,14 @@ __global__ void rmsnorm_backward_dx_kernel(float* dinp, const float* dout, const
 }
 
 // dweight in two passes without atomics: each (chunk of rows, channel) sums its rows in order,
-// then each channel sums its chunks in order
+// then each channel sums its chunks in order. Chunks of at least NORM_CHUNK rows, more when the
+// chunk count would pass the grid's 65535 in y.
 #define NORM_CHUNK 256
 __global__ void rmsnorm_dweight_partial_kernel(float* partial, const float* dout, const float* inp, const float* rstd, float out_scale,
-                                               int rows, int W) {
+                                               int rows, int W, int chunk_rows) {
     int i = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
     if (i >= W) return;
-    int r0 = chunk * NORM_CHUNK, r1 = min(rows, r0 + NORM_CHUNK);
+    int r0 = chunk * chunk_rows, r1 = min(rows, r0 + chunk_rows);
     float acc = 0.0f;
     for (int r = r0; r < r1; r++) acc += dout[(size_t)r * W + i] * inp[(size_t)r * W + i] * (rstd[r] * out_scale);
     partial[(size_t)chunk * W + i] = acc;
@@ -99,10 +100,10 @@ void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const
                            float out_scale, int rows, int W) {
     rmsnorm_backward_dx_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(dinp, dout, inp, weight, rstd, out_scale, rows, W);
     cudaCheckLaunch();
-    int chunks = (rows + NORM_CHUNK - 1) / NORM_CHUNK;
+    int chunk_rows = max(NORM_CHUNK, (rows + 65534) / 65535), chunks = (rows + chunk_rows - 1) / chunk_rows;
     float* partial = (float*)cuda_scratch(SCRATCH_A, (size_t)chunks * W * sizeof(float));
     dim3 grid(cuda_blocks(W, 128), chunks);
-    rmsnorm_dweight_partial_kernel<<<grid, 128>>>(partial, dout, inp, rstd, out_scale, rows, W);
+    rmsnorm_dweight_partial_kernel<<<grid, 128>>>(partial, dout, inp, rstd, out_scale, rows, W, chunk_rows);
     cudaCheckLaunch();
     sum_chunks_kernel<<<cuda_blocks(W, 128), 128>>>(dweight, partial, chunks, W);
     cudaCheckLaunch();
