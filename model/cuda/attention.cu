@@ -58,6 +58,11 @@ static Geo geo_of(const AttnShape* s) {
     g.quant_levels = logit_quant_levels(s->quant.bits);
     g.scale = 1.0f / sqrtf((float)s->D);
     if (g.D > ATT_MAX_D) die("the CUDA attention kernel takes head_dim up to %d, not %d", ATT_MAX_D, g.D);
+    // the grids' y dimension counts (sequence, head, map) triples
+    if ((long)g.B * g.H * g.M > 65535) {
+        die("the CUDA attention kernels take up to 65535 sequences x heads x maps per call, not %ld: lower batch_size",
+            (long)g.B * g.H * g.M);
+    }
     return g;
 }
 
