@@ -387,13 +387,14 @@ typedef struct {
 } Command;
 
 static int cmd_eval(int argc, char** argv) {
-    int windows = 512;  // Table 6's small preset
-    const char* device = "cpu";
+    int windows = 0;  // 0: the run's own, found below
+    const char* device = "cpu", *results = "results";
     LogitQuant quant = {0, QUANT_PER_TENSOR};
     int outliers = 0, precise = 0;
     static struct option opts[] = {{"windows", required_argument, 0, 'w'}, {"device", required_argument, 0, 'd'},
                                    {"bits", required_argument, 0, 'b'}, {"scope", required_argument, 0, 's'},
-                                   {"outliers", no_argument, 0, 'o'}, {"precise", no_argument, 0, 'p'}, {0, 0, 0, 0}};
+                                   {"outliers", no_argument, 0, 'o'}, {"precise", no_argument, 0, 'p'},
+                                   {"results", required_argument, 0, 'r'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'w') windows = parse_int_arg("--windows", optarg);
@@ -405,6 +406,7 @@ static int cmd_eval(int argc, char** argv) {
             else die("option --scope: 'tensor' or 'row', not '%s'\n%s", optarg, USAGE);
         } else if (c == 'o') outliers = 1;
         else if (c == 'p') precise = 1;
+        else if (c == 'r') results = optarg;
         else bad_option(argv, opts);
     }
     if (quant.bits == 1 || quant.bits > LOGIT_QUANT_UNQUANTIZED) die("option --bits: 2..%d (16: unquantized)\n%s", LOGIT_QUANT_UNQUANTIZED, USAGE);
@@ -428,6 +430,21 @@ static int cmd_eval(int argc, char** argv) {
             data.val.n_tokens, T + 1);
     }
     int available = (int)((data.val.n_tokens - 1) / T);
+    // the windows the run was evaluated on: a table's (its registry), else its training's validation
+    const char* source = "--windows";
+    if (!windows) {
+        char run_dir[4096];
+        path_printf(run_dir, sizeof(run_dir), "%s", path);
+        char* slash = strrchr(run_dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(run_dir, sizeof(run_dir), ".");
+        windows = runs_recorded_windows(results, run_dir, T);
+        source = "the table's, as its registry records them";
+        if (!windows) {
+            windows = model.cfg.eval_batches * model.cfg.batch_size;
+            source = "the run's validation: eval_batches x batch_size";
+        }
+    }
     if (windows < 1) die("option --windows: at least 1");
     if (windows > available) {
         fprintf(stderr, "warning: the validation shard holds %d windows of %d tokens; evaluating those, not %d\n", available, T + 1, windows);
@@ -439,7 +456,7 @@ static int cmd_eval(int argc, char** argv) {
     SliceLoss s = evaluate_slices(&model, &data.val, &table, windows, model.cfg.batch_size);
     printf("%s: %s attention, step %d of %d%s\n", path, config_attention_name(&model.cfg), info.step, model.cfg.steps,
            info.finished ? "" : " (unfinished)");
-    printf("validation: the first %d windows of %d tokens of '%s' (%ld tokens)", windows, T, data_dir, s.tokens);
+    printf("validation: the first %d windows (%s) of %d tokens of '%s' (%ld tokens)", windows, source, T, data_dir, s.tokens);
     if (logit_quant_levels(quant.bits)) printf("; attention logits quantized to %d bits per %s", quant.bits, quant.scope == QUANT_PER_ROW ? "row" : "tensor");
     printf("\n");
     const char* f = precise ? "%.17g" : "%.4f";  // every digit on request
@@ -570,7 +587,7 @@ static const Command COMMANDS[] = {
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
     {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
-    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N (512)] [--bits B [--scope tensor|row]] [--outliers] [--precise] [--device cpu|cuda (cpu)]",
+    {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N (the run's)] [--results DIR (results)] [--bits B [--scope tensor|row]] [--outliers] [--precise] [--device cpu|cuda (cpu)]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},
     {"export", cmd_export, "CHECKPOINT OUT.safetensors", "the weights alone, for PyTorch (layout in docs/export.md)"},
     {"runs", cmd_runs, "[--results DIR] [--experiment E] [--preset P] [--status S]",

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "runs.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,29 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
     gnuplot("compare.gp", &vars);
     printf("wrote %s (data %s)\n", png, dat);
     registry_close(&reg);
+}
+
+int runs_recorded_windows(const char* results, const char* run_dir, int seq_len) {
+    char path[4200], want[PATH_MAX];
+    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    if (access(path, R_OK) != 0 || !realpath(run_dir, want)) return 0;
+    sqlite3* db;
+    int windows = 0;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt* st;
+        // the folders as recorded may be spelled otherwise (relative, through links): compared resolved
+        if (sqlite3_prepare_v2(db, "SELECT r.out_dir, e.value FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE"
+                                   " e.key = 'eval_tokens' AND r.status = 'FINISHED' ORDER BY r.id DESC", -1, &st, NULL) == SQLITE_OK) {
+            while (!windows && sqlite3_step(st) == SQLITE_ROW) {
+                char got[PATH_MAX];
+                const char* dir = (const char*)sqlite3_column_text(st, 0);
+                if (dir && realpath(dir, got) && strcmp(got, want) == 0) windows = (int)(sqlite3_column_double(st, 1) / seq_len);
+            }
+            sqlite3_finalize(st);
+        }
+    }
+    sqlite3_close(db);
+    return windows;
 }
 
 void runs_record_bench(const char* results, const char* recipe_path, const Config* cfg, int forward_only,

@@ -108,7 +108,11 @@ for key in valid arhit others; do
     label=$(sed 's/arhit/AR-Hit/; s/others/Others/' <<<"$key")
     expect "difftx eval gives the recorded $key ($want)" grep -qE "(^| )$label $want( |$)" "$work/eval.log"
 done
-expect "difftx eval states its windows and the AR-Hit token count" grep -qE "^validation: the first 64 windows of 64 tokens .*\(4096 tokens\)" "$work/eval.log"
+expect "difftx eval states its windows and the AR-Hit token count" grep -qE "^validation: the first 64 windows \(--windows\) of 64 tokens .*\(4096 tokens\)" "$work/eval.log"
+$bin eval "$t_ckpt" --results "$work/results" > "$work/eval_default.log" 2>&1
+expect "difftx eval defaults to the windows the table evaluated (its registry's)" \
+    grep -qE "^validation: the first 64 windows \(the table's, as its registry records them\)" "$work/eval_default.log"
+expect "and then gives the table's values" cmp -s <(grep '^valid ' "$work/eval.log") <(grep '^valid ' "$work/eval_default.log")
 expect "difftx eval runs from another folder with data=" bash -c "cd /tmp && '$PWD/$bin' eval '$PWD/$t_ckpt' data='$PWD/$work/data' --windows 64 | grep -qE '^valid '"
 
 # 8. difftx export: the weights alone in safetensors, every parameter once after the header
