@@ -283,8 +283,7 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
             totals[i][st] = t;
         }
     }
-    char path[4200], dat[4200];
-    preset_path(path, sizeof(path), opt->results, "table2", opt->preset, ".md");
+    char dat[4200];
     preset_path(dat, sizeof(dat), opt->results, "table2", opt->preset, ".dat");
     Report rep, *f = &rep;
     open_task_report(f, "table2", 1, preset, rows, n_rows, opt, samples, "## Table 2 (preset %s): multi-needle retrieval at context %d",
@@ -346,7 +345,7 @@ static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const To
     snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth", opt->preset, context, samples);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table2.gp", &vars);
-    printf("\nwrote %s, %s; every query in table 'episodes' of %s/registry.sqlite\n", path, png, opt->results);
+    printf("\nwrote %s, %s; every query in table 'episodes' of %s/registry.sqlite\n", rep.path, png, opt->results);
 }
 
 static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
@@ -361,8 +360,6 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         if (n_lengths == MAX_LENGTHS || atoi(t) <= 0) die("%s: [preset %s] 'lengths' must be up to %d positive integers", opt->recipe, preset->name, MAX_LENGTHS);
         lengths[n_lengths++] = atoi(t);
     }
-    char path[4200];
-    preset_path(path, sizeof(path), opt->results, "fig5", opt->preset, ".md");
     Report rep, *md = &rep;
     open_task_report(md, "fig5", 0, preset, rows, n_rows, opt, samples, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths",
                      opt->preset);
@@ -428,7 +425,7 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
     gnuplot("fig5.gp", &vars);
     printf("wrote %s\n", png);
     report_close(md);
-    printf("wrote %s\n", path);
+    printf("wrote %s\n", rep.path);
 }
 
 static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
@@ -495,8 +492,7 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         }
         overall[i] = m;
     }
-    char path[4200], dat[4200], fig1[4200];
-    preset_path(path, sizeof(path), opt->results, "table3", opt->preset, ".md");
+    char dat[4200], fig1[4200];
     preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
     preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
     Report rep, *f = &rep;
@@ -566,7 +562,7 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
              "normalised to 1)", opt->preset, context);
     gnuplot_string(&vars, "fig1_title", text);
     gnuplot("table3.gp", &vars);
-    printf("\nwrote %s, %s, %s\n", path, png, fig1_png);
+    printf("\nwrote %s, %s, %s\n", rep.path, png, fig1_png);
 }
 
 // ---- Figure 8: attention logits quantized ----
@@ -646,8 +642,7 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
             }
         }
     }
-    char path[4200], dat[4200];
-    preset_path(path, sizeof(path), opt->results, "fig8", opt->preset, ".md");
+    char dat[4200];
     preset_path(dat, sizeof(dat), opt->results, "fig8", opt->preset, ".dat");
     Report rep, *f = &rep;
     open_task_report(f, "fig8", 1, preset, rows, n_rows, opt, samples, "## Figure 8 (preset %s): attention logits quantized to fewer bits",
@@ -719,7 +714,7 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
     snprintf(text, sizeof(text), "Figure 8, preset %s: attention logits quantized (solid: per tensor, dashed: per row)", opt->preset);
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig8.gp", &vars);
-    printf("\nwrote %s, %s\n", path, png);
+    printf("\nwrote %s, %s\n", rep.path, png);
 }
 
 // The rows of the recipe with their configs, parameter counts checked and the training mix

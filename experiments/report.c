@@ -139,6 +139,14 @@ static void link_into(const char* dir, const char* name, const char* target) {
     if (symlink(full, link) != 0) die("cannot link '%s' for gnuplot: %s", link, strerror(errno));
 }
 
+// path's folder as written ("." for a bare name)
+static void folder_of(char* out, size_t n, const char* path) {
+    path_printf(out, n, "%s", path);
+    char* slash = strrchr(out, '/');
+    if (slash) *slash = 0;
+    else snprintf(out, n, ".");
+}
+
 void gnuplot(const char* script, GnuplotVars* v) {
     char path[4200], strings_script[4200], colours_script[4200];
     script_path(path, sizeof(path), script);
@@ -147,13 +155,11 @@ void gnuplot(const char* script, GnuplotVars* v) {
     if (v->n_outputs == 0) die("gnuplot %s: no output file", script);
     // the folder beside the outputs, so that renaming them into place stays on one file system
     char dir[4096];
-    path_printf(dir, sizeof(dir), "%s", v->output_path[0]);
-    char* slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(dir, sizeof(dir), ".");
+    folder_of(dir, sizeof(dir), v->output_path[0]);
     for (int i = 1; i < v->n_outputs; i++) {
-        size_t len = strlen(dir);
-        if (strncmp(v->output_path[i], dir, len) != 0 || strchr(v->output_path[i] + len + 1, '/')) {
+        char other[4096];
+        folder_of(other, sizeof(other), v->output_path[i]);
+        if (strcmp(other, dir) != 0) {
             die("gnuplot %s: outputs '%s' and '%s' are in different folders", script, v->output_path[0], v->output_path[i]);
         }
     }

@@ -470,13 +470,11 @@ typedef struct {
     const char* recipe_path;
     const Config* cfg;
     Registry reg;
-    int open;
 } TrainRegistry;
 
 static int64_t begin_train_run(void* ctx, Registry** reg) {
     TrainRegistry* t = ctx;
     int64_t experiment = recipe_file_experiment(&t->reg, t->results, "train", t->recipe_path);
-    t->open = 1;
     int64_t run = registry_begin_run(&t->reg, experiment, t->cfg->out, t->cfg->seed, t->cfg);
     printf("run %lld in %s\n", (long long)run, t->reg.path);
     *reg = &t->reg;
@@ -496,7 +494,7 @@ void train_tracked(const char* recipe_path, const Config* cfg, int until, const 
         registry_close(&reg);
         if (run) return;
     }
-    TrainRegistry t = {results, recipe_path, cfg, {0}, 0};
+    TrainRegistry t = {results, recipe_path, cfg, {0}};
     MetricBuffer buffer = {.begin = begin_train_run, .begin_ctx = &t};
     int64_t run = record_training(&buffer, cfg, until);
     config_checkpoint_path(cfg, path, sizeof(path));

@@ -16,6 +16,26 @@ static char* trim(char* s) {
     return s;
 }
 
+// The sections and keys read so far, each with its line, to refuse a repeat
+typedef struct {
+    char** id;
+    int* line;
+    int n;
+} Seen;
+
+// Records id (owned from here) at line; returns the line it was first seen on, or 0
+static int seen_before(Seen* s, char* id, int line, const char* origin) {
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->id[i], id) == 0) return s->line[i];
+    }
+    s->id = realloc(s->id, (s->n + 1) * sizeof(char*));
+    s->line = realloc(s->line, (s->n + 1) * sizeof(int));
+    if (!s->id || !s->line) die("out of memory reading %s", origin);
+    s->id[s->n] = id;
+    s->line[s->n++] = line;
+    return 0;
+}
+
 void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn fn, void* ctx) {
     if (memchr(text, 0, len)) {
         size_t at = (const char*)memchr(text, 0, len) - text;
@@ -26,9 +46,7 @@ void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn
     char* copy = mallocCheck(len + 1);
     memcpy(copy, text, len);
     copy[len] = 0;
-    char** seen = NULL;  // "section\nkey" of every key so far, to refuse repeats
-    int* seen_line = NULL;
-    int n_seen = 0;
+    Seen seen = {NULL, NULL, 0};  // "[section]" and "section\nkey" of every line so far
     char section[4096] = "";  // a section name: like a value, under 4096 bytes
     int line = 0;
     for (char *at = copy, *next; at; at = next) {
@@ -48,14 +66,8 @@ void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn
             size_t slen = strlen(name) + 3;
             char* id = mallocCheck(slen);
             snprintf(id, slen, "[%s]", name);
-            for (int i = 0; i < n_seen; i++) {
-                if (strcmp(seen[i], id) == 0) die("%s:%d: section '[%s]' repeats line %d", origin, line, name, seen_line[i]);
-            }
-            seen = realloc(seen, (n_seen + 1) * sizeof(char*));
-            seen_line = realloc(seen_line, (n_seen + 1) * sizeof(int));
-            if (!seen || !seen_line) die("out of memory reading %s", origin);
-            seen[n_seen] = id;
-            seen_line[n_seen++] = line;
+            int first = seen_before(&seen, id, line, origin);
+            if (first) die("%s:%d: section '[%s]' repeats line %d", origin, line, name, first);
             continue;
         }
         char* eq = strchr(s, '=');
@@ -65,21 +77,15 @@ void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn
         if (!*key) die("%s:%d: a key is missing before '='", origin, line);
         size_t klen = strlen(section) + strlen(key) + 2;
         char* id = mallocCheck(klen);
-        snprintf(id, klen, "%s\n%s", section, key);
-        for (int i = 0; i < n_seen; i++) {
-            if (strcmp(seen[i], id) == 0) die("%s:%d: key '%s' repeats line %d", origin, line, key, seen_line[i]);
-        }
-        seen = realloc(seen, (n_seen + 1) * sizeof(char*));
-        seen_line = realloc(seen_line, (n_seen + 1) * sizeof(int));
-        if (!seen || !seen_line) die("out of memory reading %s", origin);
-        seen[n_seen] = id;
-        seen_line[n_seen++] = line;
+        snprintf(id, klen, "%s\n%s", section, key);  // no section line holds a newline: ids never collide
+        int first = seen_before(&seen, id, line, origin);
+        if (first) die("%s:%d: key '%s' repeats line %d", origin, line, key, first);
         const char* err = fn(ctx, section, key, value);
         if (err) die("%s:%d: %s", origin, line, err);
     }
-    for (int i = 0; i < n_seen; i++) free(seen[i]);
-    free(seen);
-    free(seen_line);
+    for (int i = 0; i < seen.n; i++) free(seen.id[i]);
+    free(seen.id);
+    free(seen.line);
     free(copy);
 }
 
