@@ -35,6 +35,21 @@ void shard_write(const char* path, const int* ids, size_t n, int n_docs, const T
     free(out);
 }
 
+// Four ids a step (a multiply per 8 bytes keeps pace with the page cache); any changed id, or
+// the same ids moved, changes it
+static uint64_t content_hash(const uint16_t* ids, size_t n) {
+    uint64_t h = hash64(n);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint64_t word;
+        memcpy(&word, ids + i, sizeof(word));
+        h = (h ^ word) * 0x100000001b3ULL;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ ids[i]) * 0x100000001b3ULL;
+    return hash64(h);
+}
+
 void shard_load(Shard* s, const char* path) {
     memset(s, 0, sizeof(*s));
     int fd = open(path, O_RDONLY);
@@ -71,6 +86,7 @@ void shard_load(Shard* s, const char* path) {
     // since OpenMP is not safe in the processes table6 forks after opening its data
     uint16_t largest = 0;
     for (size_t i = 0; i < s->n_tokens; i++) largest = s->tokens[i] > largest ? s->tokens[i] : largest;
+    s->content_hash = content_hash(s->tokens, s->n_tokens);
     if (largest >= s->vocab_size) {
         size_t i = 0;
         while (s->tokens[i] < s->vocab_size) i++;
@@ -182,6 +198,16 @@ void data_list_split(ShardList* list, const char* dir, const char* name) {
     list_split(list, dir, name, is_llmc_folder(dir));
 }
 
+// The last folder opened whole and its identity: data_identity's answer without a second pass
+static char known_dir[4096], known_identity[DATA_IDENTITY];
+
+// Folds a shard's file name (not its folder), token count and content hash into h
+static uint64_t shard_identity(uint64_t h, const char* path, const Shard* s) {
+    const char* name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    for (const char* c = name; *c; c++) h = hash64(h ^ (uint64_t)(unsigned char)*c);
+    return hash64(hash64(h ^ s->n_tokens) ^ s->content_hash);
+}
+
 void data_open(DataDir* d, const char* dir, int parts) {
     memset(d, 0, sizeof(*d));
     path_printf(d->dir, sizeof(d->dir), "%s", dir);
@@ -195,15 +221,39 @@ void data_open(DataDir* d, const char* dir, int parts) {
         list_split(&d->train, dir, "train", d->llmc);
         load_split(&d->train, d);
     }
+    uint64_t content = hash64(d->tok.hash);
+    int n = snprintf(d->identity, sizeof(d->identity), "tokenizer %016llx", (unsigned long long)d->tok.hash);
+    if (parts & DATA_TRAIN) {
+        for (int i = 0; i < d->train.n; i++) content = shard_identity(content, d->train.paths[i], &d->train.parts[i]);
+        n += snprintf(d->identity + n, sizeof(d->identity) - n, "; train %d shard%s, %zu tokens", d->train.n,
+                      d->train.n == 1 ? "" : "s", d->train.n_tokens);
+    }
     if (parts & DATA_VAL) {
         ShardList val = {0};
         list_split(&val, dir, "val", d->llmc);
         val.n = 1;  // evaluation reads the first
         load_split(&val, d);
         d->val = val.parts[0];
+        content = shard_identity(content, val.paths[0], &d->val);
+        n += snprintf(d->identity + n, sizeof(d->identity) - n, "; val %zu tokens", d->val.n_tokens);
         free(val.parts);
         free(val.paths);
     }
+    snprintf(d->identity + n, sizeof(d->identity) - n, "; content %016llx", (unsigned long long)content);
+    if (!realpath(dir, d->absolute)) die("key 'data': cannot resolve '%s': %s", dir, strerror(errno));
+    if (parts == (DATA_TRAIN | DATA_VAL)) {
+        snprintf(known_dir, sizeof(known_dir), "%s", dir);
+        snprintf(known_identity, sizeof(known_identity), "%s", d->identity);
+    }
+}
+
+const char* data_identity(const char* dir) {
+    if (!known_identity[0] || strcmp(known_dir, dir) != 0) {
+        DataDir d;
+        data_open(&d, dir, DATA_TRAIN | DATA_VAL);
+        data_close(&d);
+    }
+    return known_identity;
 }
 
 void data_close(DataDir* d) {

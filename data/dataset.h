@@ -32,6 +32,7 @@ typedef struct {
     int n_documents, vocab_size;  // n_documents 0 in llm.c's shards
     int block;  // > 0: the shard is made of self-contained blocks of this many tokens (needle training)
     uint64_t tokenizer_hash;  // of the tokenizer that made it; 0 in version 1 shards
+    uint64_t content_hash;    // of n_tokens and every id: what identifies the shard's text
     void* map;                // the whole file's mapping, NULL when tokens are not mapped
     size_t map_bytes;
 } Shard;
@@ -60,8 +61,13 @@ void shard_list_free(ShardList* list);
 // The data folder's tokenizer and the splits asked for (DATA_TRAIN, DATA_VAL), which must have
 // been made with that tokenizer. Dies naming the folder as the `data` key.
 enum { DATA_TRAIN = 1, DATA_VAL = 2 };
+#define DATA_IDENTITY 256
 typedef struct {
     char dir[4096];
+    char absolute[4096];  // dir from the root, as checkpoints and the registry record it
+    // The tokenizer's hash, the splits' shard and token counts, and one hash over each shard's
+    // name, token count and content hash: the same text for the same data wherever it lies
+    char identity[DATA_IDENTITY];
     int llmc;  // llm.c's shards of GPT-2 ids
     Tokenizer tok;
     ShardList train;
@@ -70,6 +76,9 @@ typedef struct {
 } DataDir;
 void data_open(DataDir* d, const char* dir, int parts);
 void data_close(DataDir* d);
+// data_open(DATA_TRAIN | DATA_VAL)'s identity of the folder dir (remembered for the last folder
+// asked about: table runners ask once per row)
+const char* data_identity(const char* dir);
 // The tokenizer of identity `hash` in folder: its tokenizer.bin, or for GPT-2 ids llm.c's
 // gpt2_tokenizer.bin. Returns 0 (tok untouched) when folder holds none that matches.
 int tokenizer_in_folder(Tokenizer* tok, const char* folder, uint64_t hash);

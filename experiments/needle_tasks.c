@@ -89,7 +89,7 @@ static Config copy_stage_config(const Config* cfg, const Section* preset, const 
 // The registry's FINISHED run of (row, cfg), trained now if there is none; a killed attempt
 // resumes from its checkpoint
 static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, const Config* cfg) {
-    int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg);
+    int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
     if (run) {
         printf("%s: already finished (run %lld)\n", row, (long long)run);
         return run;

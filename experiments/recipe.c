@@ -36,6 +36,12 @@ static const char* on_line(void* user, const char* section, const char* key, con
         const char* err = config_set(&scratch, key, value);
         if (err) return err;
     }
+    char path[CONFIG_STR + 64];
+    if (config_key_is_path(key) || strcmp(key, "corpus") == 0) {
+        const char* err = recipe_path_value(path, sizeof(path), value, r->path);
+        if (err) return err;
+        value = path;
+    }
     if (s->n == RECIPE_KEYS || strlen(value) >= CONFIG_STR || strlen(key) >= sizeof(s->key[0])) {
         snprintf(r->error, sizeof(r->error), "key '%.60s': too many keys, or the key or value too long", key);
         return r->error;
@@ -49,9 +55,11 @@ static const char* on_line(void* user, const char* section, const char* key, con
 Recipe* recipe_load(const char* path, ExtraKey extra_key) {
     Recipe* r = callocCheck(1, sizeof(Recipe));
     r->extra_key = extra_key;
+    r->path = path;
     size_t len;
     char* text = read_recipe_file(path, &len);
     recipe_parse(text, len, path, on_line, r);
+    r->path = NULL;
     free(text);
     return r;
 }

@@ -28,10 +28,12 @@ typedef struct {
     Section presets[RECIPE_SECTIONS], rows[RECIPE_SECTIONS];
     int n_presets, n_rows;
     ExtraKey extra_key;
+    const char* path;  // while parsing: relative paths are read from its folder
     char error[512];
 } Recipe;
 
-// Parses path; every training key is checked; dies naming the file and line. Caller frees.
+// Parses path; every training key is checked; dies naming the file and line. Path values (the
+// config's and a needle preset's `corpus`) are kept as read from path's folder. Caller frees.
 Recipe* recipe_load(const char* path, ExtraKey extra_key);
 // The command line's key=value words after a runner's recipe, for every row (recorded with each
 // run's config, so a table trained on other data is another table's runs). Refused by name: a

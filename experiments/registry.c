@@ -26,7 +26,7 @@ static const char* SCHEMA =
     "  status TEXT NOT NULL CHECK (status IN ('RUNNING', 'FINISHED', 'FAILED', 'KILLED')),"
     "  git_commit TEXT NOT NULL, git_dirty INTEGER NOT NULL, host TEXT NOT NULL, cpu_model TEXT NOT NULL,"
     "  threads INTEGER NOT NULL, ranks INTEGER NOT NULL DEFAULT 1, device TEXT NOT NULL DEFAULT 'cpu', pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL,"
-    "  out_dir TEXT NOT NULL,"
+    "  out_dir TEXT NOT NULL, data_dir TEXT NOT NULL DEFAULT '', data_id TEXT NOT NULL DEFAULT '',"
     "  started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
     "CREATE TABLE IF NOT EXISTS params (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
     "  value NUMERIC NOT NULL, PRIMARY KEY (run_id, key));"
@@ -205,6 +205,11 @@ void registry_open(Registry* reg, const char* path) {
         canonical_configs(reg);
     }
     if (existing && version < 4) add_column(reg, "runs", "device", "TEXT NOT NULL DEFAULT 'cpu'");  // before CUDA
+    if (existing && version < 5) {
+        // before data identities: the folder stays in such runs' config text
+        add_column(reg, "runs", "data_dir", "TEXT NOT NULL DEFAULT ''");
+        add_column(reg, "runs", "data_id", "TEXT NOT NULL DEFAULT ''");
+    }
     if (existing && version < REGISTRY_SCHEMA) {
         fprintf(stderr, "registry '%s': migrated from schema version %d to %d\n", path, version, REGISTRY_SCHEMA);
     }
@@ -302,10 +307,12 @@ int registry_reap(Registry* reg) {
     return reaped;
 }
 
-int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg) {
+int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
+                              const char* data_id) {
     char* text = config_to_text(cfg);
     sqlite3_stmt* st = prepare(reg, "SELECT id FROM runs WHERE experiment_id = ? AND row = ? AND seed = ? AND "
-                                    "status = 'FINISHED' AND recipe_text = ? ORDER BY attempt DESC LIMIT 1");
+                                    "status = 'FINISHED' AND recipe_text = ? AND data_id = ? ORDER BY attempt DESC LIMIT 1");
+    sqlite3_bind_text(st, 5, data_id ? data_id : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 1, experiment);
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, seed);
@@ -316,7 +323,10 @@ int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row
     return id;
 }
 
-int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg) {
+int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
+                           const char* data_id) {
+    char data_dir[PATH_MAX] = "";
+    if (data_id && !realpath(cfg->data, data_dir)) die("key 'data': cannot resolve '%s': %s", cfg->data, strerror(errno));
     char now[32], machine[600], host[256] = "";
     now_iso(now, sizeof(now));
     machine_description(machine, sizeof(machine));
@@ -326,9 +336,9 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     exec(reg, "BEGIN IMMEDIATE;");
     sqlite3_stmt* st = prepare(reg,
         "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
-        " ranks, device, pid, pid_start, recipe_text, out_dir, started) VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(attempt), 0) + 1"
-        " FROM runs WHERE experiment_id = ?1 AND row = ?2 AND seed = ?3), 'RUNNING', ?4, ?5, ?6, ?7, ?8, ?14, ?15, ?9, ?13,"
-        " ?10, ?11, ?12)");
+        " ranks, device, pid, pid_start, recipe_text, out_dir, data_dir, data_id, started) VALUES (?1, ?2, ?3, (SELECT"
+        " COALESCE(MAX(attempt), 0) + 1 FROM runs WHERE experiment_id = ?1 AND row = ?2 AND seed = ?3), 'RUNNING', ?4, ?5,"
+        " ?6, ?7, ?8, ?14, ?15, ?9, ?13, ?10, ?11, ?16, ?17, ?12)");
     sqlite3_bind_int64(st, 1, experiment);
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, seed);
@@ -344,6 +354,8 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     sqlite3_bind_int64(st, 13, process_start((int)getpid()));
     sqlite3_bind_int(st, 14, dist_ranks());
     sqlite3_bind_text(st, 15, backend_named(config_device_name(cfg))->device_name(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 16, data_dir, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 17, data_id ? data_id : "", -1, SQLITE_TRANSIENT);
     step_done(reg, st, "insert run");
     int64_t run = sqlite3_last_insert_rowid(reg->db);
     insert_params(reg, run, text);

@@ -19,7 +19,7 @@ typedef enum { RUN_RUNNING, RUN_FINISHED, RUN_FAILED, RUN_KILLED } RunStatus;
 
 // The schema's version (PRAGMA user_version): older registries are migrated on opening, newer
 // ones refused
-#define REGISTRY_SCHEMA 4
+#define REGISTRY_SCHEMA 5
 
 void registry_open(Registry* reg, const char* path);
 // For readers (difftx runs, compare) where the registry or its folder cannot be written: opens
@@ -32,10 +32,14 @@ int64_t registry_experiment(Registry* reg, const char* name, const char* preset,
 // Marks RUNNING attempts whose process is gone (same host, pid not alive) as KILLED; returns
 // how many.
 int registry_reap(Registry* reg);
-// The id of a FINISHED attempt of (experiment, row, seed) trained with exactly this config, or 0.
-int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg);
-// Starts a new RUNNING attempt with full provenance; returns its id.
-int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg);
+// The id of a FINISHED attempt of (experiment, row, seed) trained with exactly this config on
+// data of identity data_id (data_identity's; NULL for a run that reads no data folder), or 0.
+int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
+                              const char* data_id);
+// Starts a new RUNNING attempt with full provenance, the data folder (cfg's, from the root) and
+// data_id among it; returns its id.
+int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
+                           const char* data_id);
 void registry_end_run(Registry* reg, int64_t run, RunStatus status);
 // Ends the RUNNING attempts of process pid on this host with status (a worker that failed).
 void registry_end_pid(Registry* reg, int pid, RunStatus status);

@@ -245,7 +245,7 @@ void runs_record_bench(const char* results, const char* recipe_path, const Confi
                        double tokens_per_second, double mfu, double peak_mib) {
     Registry reg;
     int64_t experiment = recipe_file_experiment(&reg, results, "bench", recipe_path);
-    int64_t run = registry_begin_run(&reg, experiment, forward_only ? "forward" : "train", cfg->seed, cfg);
+    int64_t run = registry_begin_run(&reg, experiment, forward_only ? "forward" : "train", cfg->seed, cfg, NULL);
     registry_evaluation(&reg, run, "tokens_per_second", tokens_per_second);
     if (!forward_only) registry_evaluation(&reg, run, "mfu", mfu);
     // the host's resident set, or a device's memory: named apart, so a query never mixes them

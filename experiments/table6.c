@@ -122,7 +122,7 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
 // there takes the job down.
 static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
                          int eval_windows) {
-    int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg);
+    int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
     if (run) {
         printf("%s, seed %d: already finished (run %lld)\n", row, cfg->seed, (long long)run);
         return run;
@@ -131,7 +131,7 @@ static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experi
     fflush(stdout);
     if (dist_ranks() > 1) {
         run_row(opt, experiment, row, cfg, eval_windows);
-        return registry_finished_run(reg, experiment, row, cfg->seed, cfg);
+        return registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
     }
     pid_t pid = fork();
     if (pid < 0) die("fork failed");
@@ -147,7 +147,7 @@ static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experi
         fprintf(stderr, "row %s seed %d: %s\n", row, cfg->seed, run_status_name(end));
         return 0;
     }
-    return registry_finished_run(reg, experiment, row, cfg->seed, cfg);
+    return registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
 }
 
 void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, TrainedRow* out) {
@@ -190,7 +190,7 @@ static RowResult row_result(Registry* reg, int64_t experiment, const Recipe* r, 
     double values[3][256];
     for (int s = 0; s < opt->seeds; s++) {
         Config cfg = row_config(r, preset, &r->rows[row], s, opt->recipe, opt->results);
-        int64_t run = registry_finished_run(reg, experiment, r->rows[row].name, cfg.seed, &cfg);
+        int64_t run = registry_finished_run(reg, experiment, r->rows[row].name, cfg.seed, &cfg, data_identity(cfg.data));
         if (!run) continue;
         for (int k = 0; k < 3; k++) values[k][res.n] = registry_evaluation_value(reg, run, keys[k]);
         res.arhit_fraction += registry_evaluation_value(reg, run, "arhit_fraction");

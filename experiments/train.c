@@ -251,6 +251,12 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
             info.finished = info.step == cfg->steps;
         }
         if (info.tokenizer_hash != tok->hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
+        if (!info.data_id[0]) {
+            if (root) fprintf(stderr, "warning: '%s' records no data identity (an older file): it cannot say whether '%s' holds its data\n", ckpt, cfg->data);
+        } else if (strcmp(info.data_id, data.identity) != 0) {
+            die("'%s' was trained on other data than '%s' holds (checkpoint: %s; '%s' now: %s); choose another out folder or "
+                "the data it was trained on", ckpt, cfg->data, info.data_id, data.absolute, data.identity);
+        }
         const char* device = model.be->device_name();
         if (root && (info.threads != threads || info.ranks != share.ranks || strcmp(info.device, device) != 0)) {
             fprintf(stderr, "warning: resuming with %d ranks of %d threads on %s, the checkpoint was written by %d of %d on "
@@ -266,6 +272,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         adamw_alloc(&opt, &model);
         if (root) truncate_log(log_path, 0, 0);
     }
+    snprintf(model.cfg.data, sizeof(model.cfg.data), "%s", data.absolute);  // what checkpoints record
     printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, ", config_attention_name(cfg),
            model.L, model.C, model.H, model.D, model.F, model.n_params, tokens_per_step);
     if (share.ranks > 1) printf("%d ranks x %d micro-batches of %d rows, ", share.ranks, share.micros, share.micro_rows);
@@ -333,6 +340,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
             if (observer) observer->flush(observer->ctx);
             CheckpointInfo now = {.step = done, .rows_seen = (uint64_t)done * cfg->grad_accum * B, .tokenizer_hash = tok->hash,
                                   .threads = threads, .ranks = share.ranks, .finished = done == cfg->steps, .train_loss = loss};
+            snprintf(now.data_id, sizeof(now.data_id), "%s", data.identity);
             checkpoint_save(ckpt, &model, &opt, &now);
         }
     }
@@ -450,7 +458,7 @@ typedef struct {
 static int64_t begin_row_run(void* ctx, Registry** reg) {
     RowStart* s = ctx;
     *reg = s->reg;
-    return registry_begin_run(s->reg, s->experiment, s->row, s->cfg->seed, s->cfg);
+    return registry_begin_run(s->reg, s->experiment, s->row, s->cfg->seed, s->cfg, data_identity(s->cfg->data));
 }
 
 int64_t train_registry_row(Registry* reg, int64_t experiment, const char* row, const Config* cfg, int end) {
@@ -475,7 +483,7 @@ typedef struct {
 static int64_t begin_train_run(void* ctx, Registry** reg) {
     TrainRegistry* t = ctx;
     int64_t experiment = recipe_file_experiment(&t->reg, t->results, "train", t->recipe_path);
-    int64_t run = registry_begin_run(&t->reg, experiment, t->cfg->out, t->cfg->seed, t->cfg);
+    int64_t run = registry_begin_run(&t->reg, experiment, t->cfg->out, t->cfg->seed, t->cfg, data_identity(t->cfg->data));
     printf("run %lld in %s\n", (long long)run, t->reg.path);
     *reg = &t->reg;
     return run;
@@ -487,7 +495,7 @@ void train_tracked(const char* recipe_path, const Config* cfg, int until, const 
     if (access(path, F_OK) == 0) {  // a registry that holds this config finished: nothing to record
         Registry reg;
         int64_t experiment = recipe_file_experiment(&reg, results, "train", recipe_path);
-        int64_t run = registry_finished_run(&reg, experiment, cfg->out, cfg->seed, cfg);
+        int64_t run = registry_finished_run(&reg, experiment, cfg->out, cfg->seed, cfg, data_identity(cfg->data));
         char ckpt[4200];
         config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
         if (run) printf("run %lld of %s already finished this config: checkpoint %s\n", (long long)run, reg.path, ckpt);

@@ -76,6 +76,8 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     h5_write_attr(file, "threads", H5T_NATIVE_INT, &info->threads, label);
     h5_write_attr(file, "ranks", H5T_NATIVE_INT, &info->ranks, label);
     h5_write_string_attr(file, "device", model->be->device_name(), label);
+    h5_write_string_attr(file, "data", model->cfg.data, label);
+    h5_write_string_attr(file, "data_id", info->data_id, label);
     h5_write_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_write_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
     h5_write_string_attr(file, "git_commit", GIT_COMMIT, label);
@@ -133,6 +135,19 @@ void checkpoint_load(const char* path, const char* device, Model* model, AdamW* 
         char* written_on = h5_read_string_attr(file, "device", label);
         snprintf(info->device, sizeof(info->device), "%s", written_on);
         free(written_on);
+    }
+    // older files keep the data folder in the config text and record no identity
+    if (H5Aexists(file, "data") > 0) {
+        char* data = h5_read_string_attr(file, "data", label);
+        const char* why = config_set(&cfg, "data", data);
+        if (why) die("%s: attribute 'data': %s", label, why);
+        free(data);
+    }
+    info->data_id[0] = 0;
+    if (H5Aexists(file, "data_id") > 0) {
+        char* id = h5_read_string_attr(file, "data_id", label);
+        snprintf(info->data_id, sizeof(info->data_id), "%s", id);
+        free(id);
     }
     h5_read_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_read_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);

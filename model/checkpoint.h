@@ -16,6 +16,8 @@ typedef struct {
     int finished;           // step == steps
     double train_loss;      // mean loss of the last step
     char device[160];       // read only: the device_name of the backend that wrote it ("cpu" in older files)
+    char data_id[256];      // the training data's identity (data_open's), "" in older files; the
+                            // folder itself is the model config's `data`
 } CheckpointInfo;
 
 // Writes "<path>.tmp" and renames it to path. opt may be NULL (weights only).

@@ -40,7 +40,9 @@ static const Key KEYS[] = {
     K(init_std, KEY_FLOAT, "standard deviation of the weight matrices at initialisation"),
     K(init_from, KEY_STRING, "warm start: a finished run's `checkpoint.h5` whose parameters this run starts from (same "
                              "architecture and tokenizer; step, optimizer state and data order start fresh)"),
-    K(data, KEY_STRING, "folder made by `difftx prepare`, or of llm.c's token shards"),
+    {"data", KEY_STRING, offsetof(Config, data), {0}, "folder made by `difftx prepare`, or of llm.c's token shards. Not "
+     "part of the config's identity: checkpoints and the registry record the folder and what identifies its data (the "
+     "tokenizer's hash, the shards and a hash of their tokens), so the same data by another path is the same run", 1},
     K(out, KEY_STRING, "run folder: `checkpoint.h5`, `log.tsv`"),
     K(batch_size, KEY_INT, "sequences per micro-batch"),
     K(grad_accum, KEY_INT, "micro-batches per update"),
@@ -183,19 +185,35 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
     return msg;
 }
 
+int config_key_is_path(const char* key) {
+    return strcmp(key, "data") == 0 || strcmp(key, "out") == 0 || strcmp(key, "init_from") == 0;
+}
+
+typedef struct {
+    Config* cfg;
+    const char* recipe_path;  // NULL: the text is a checkpoint's, whose paths are as recorded
+} RecipeLines;
+
 static const char* on_recipe_line(void* ctx, const char* section, const char* name, const char* value) {
-    return section[0] ? "sections are not used: write plain 'key = value' lines" : config_set(ctx, name, value);
+    RecipeLines* r = ctx;
+    if (section[0]) return "sections are not used: write plain 'key = value' lines";
+    if (!r->recipe_path || !config_key_is_path(name)) return config_set(r->cfg, name, value);
+    char path[CONFIG_STR + 64];
+    const char* err = recipe_path_value(path, sizeof(path), value, r->recipe_path);
+    return err ? err : config_set(r->cfg, name, path);
 }
 
 void config_load_file(Config* cfg, const char* path) {
     size_t len;
     char* text = read_recipe_file(path, &len);
-    recipe_parse(text, len, path, on_recipe_line, cfg);
+    RecipeLines lines = {cfg, path};
+    recipe_parse(text, len, path, on_recipe_line, &lines);
     free(text);
 }
 
 void config_load_string(Config* cfg, const char* text, const char* origin) {
-    recipe_parse(text, strlen(text), origin, on_recipe_line, cfg);
+    RecipeLines lines = {cfg, NULL};
+    recipe_parse(text, strlen(text), origin, on_recipe_line, &lines);
 }
 
 
@@ -332,7 +350,8 @@ void config_print_keys(FILE* f) {
 }
 
 // Every key explicit, head_norm, head_dim and ffn_hidden resolved: the text records what the
-// run is, not which keys were left to defaults, nor where it computed (device)
+// run is, not which keys were left to defaults, nor where it computed (device) or which path
+// its data had (data: runs record the data's identity)
 char* config_to_text(const Config* cfg) {
     Config resolved = *cfg;
     resolved.head_norm = config_head_norm(cfg);

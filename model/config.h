@@ -31,7 +31,7 @@ typedef struct {
     char init_from[CONFIG_STR];  // "" = random init (init_std); else a finished run's checkpoint whose
                                  // parameters start this run (same architecture; fresh optimizer)
     // data
-    char data[CONFIG_STR];  // directory made by `difftx prepare`
+    char data[CONFIG_STR];  // directory made by `difftx prepare`: a run setting (runs record its identity)
     char out[CONFIG_STR];   // run directory: checkpoint and log
     // optimisation
     int batch_size;      // B, sequences per micro-batch
@@ -50,13 +50,16 @@ typedef struct {
 
 void config_defaults(Config* cfg);
 // Both die with the file and line (or the override text) and key on any bad input.
+// A recipe file's relative paths (config_key_is_path) are read from the file's folder.
 void config_load_file(Config* cfg, const char* path);
 void config_apply_override(Config* cfg, const char* key_equals_value);
 // Sets one key from its text; returns NULL, or a message saying what is wrong (static storage).
 const char* config_set(Config* cfg, const char* key, const char* value);
 // Cross-key checks (divisibility, ranges); dies naming the key.
 void config_validate(const Config* cfg);
-// "key = value" lines for every key but the run settings (device), loadable again with
+// data, out and init_from: paths, which a recipe file gives relative to its own folder
+int config_key_is_path(const char* key);
+// "key = value" lines for every key but the run settings (device, data), loadable again with
 // config_load_string: what a run is, its identity in checkpoints and the registry.
 char* config_to_text(const Config* cfg);
 // Every key with its default and meaning, as a Markdown table (`difftx keys`)

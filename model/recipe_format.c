@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -94,4 +95,46 @@ char* read_recipe_file(const char* path, size_t* len) {
     if (stat(path, &st) != 0) die("cannot open recipe '%s': %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) die("recipe '%s' is not a regular file", path);
     return read_text_file(path, len);
+}
+
+const char* recipe_path_value(char* out, size_t n, const char* value, const char* recipe_path) {
+    static char msg[160];
+    if (!value[0] || value[0] == '/') {
+        if (strlen(value) >= n) return "the path is too long";
+        strcpy(out, value);
+        return NULL;
+    }
+    char cwd[4096] = "";
+    if (recipe_path[0] != '/' && !getcwd(cwd, sizeof(cwd))) {
+        snprintf(msg, sizeof(msg), "cannot read the working folder to resolve '%.60s': %s", value, strerror(errno));
+        return msg;
+    }
+    const char* slash = strrchr(recipe_path, '/');
+    size_t cap = strlen(cwd) + strlen(recipe_path) + strlen(value) + 4;
+    char* joined = mallocCheck(cap);
+    snprintf(joined, cap, "%s/%.*s/%s", cwd, slash ? (int)(slash - recipe_path) : 0, recipe_path, value);
+    // fold the components: "" and "." vanish, ".." takes the previous one away (none above the root)
+    size_t len = 0;
+    for (char *part = joined, *next; part; part = next) {
+        next = strchr(part, '/');
+        if (next) *next++ = 0;
+        if (!*part || strcmp(part, ".") == 0) continue;
+        if (strcmp(part, "..") == 0) {
+            while (len && out[len - 1] != '/') len--;
+            if (len) len--;
+            continue;
+        }
+        size_t k = strlen(part);
+        if (len + k + 2 > n) {
+            free(joined);
+            return "the path, read from the recipe's folder, is too long";
+        }
+        out[len++] = '/';
+        memcpy(out + len, part, k);
+        len += k;
+    }
+    if (!len) out[len++] = '/';
+    out[len] = 0;
+    free(joined);
+    return NULL;
 }

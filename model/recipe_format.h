@@ -15,5 +15,10 @@ typedef const char* (*RecipeLineFn)(void* ctx, const char* section, const char* 
 void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn fn, void* ctx);
 // The text of a recipe file; dies naming it when it is missing or not a regular file
 char* read_recipe_file(const char* path, size_t* len);
+// A path value read from the recipe file recipe_path into out (n bytes): an absolute one as it
+// is, a relative one from the recipe's folder, made absolute (., .. and repeated slashes folded
+// away, symbolic links kept) so that where it was read from no longer matters. Returns NULL, or
+// what is wrong (static storage).
+const char* recipe_path_value(char* out, size_t n, const char* value, const char* recipe_path);
 
 #endif

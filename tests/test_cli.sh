@@ -4,7 +4,7 @@
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx
-work=build/test_cli
+work=$PWD/build/test_cli
 rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh
 
@@ -44,7 +44,7 @@ expect "a 300-character comment line stays a comment (4 steps, not 7)" grep -qP 
 expect "and nothing past step 4" bash -c "! grep -qP '^train\t5\t' '$work/long_comment_run/log.tsv'"
 long_data="$work/$(printf 'd%.0s' $(seq 1 150))/$(printf 'd%.0s' $(seq 1 150))"  # a 300-character data line
 mkdir -p "$(dirname "$long_data")"
-ln -sfn "$PWD/$work/data" "$long_data"
+ln -sfn "$work/data" "$long_data"
 long_out="$work/$(printf 'e%.0s' $(seq 1 250))/$(printf 'f%.0s' $(seq 1 250))"
 recipe "$work/long_path.ini"
 sed -i "s#^data = .*#data = $long_data#" "$work/long_path.ini"
@@ -93,7 +93,9 @@ expect_fail "parameters beyond memory" "training needs [0-9.]+ GiB, .* of parame
     $bin bench "$work/ok.ini" n_layer=4096 d_model=65536 n_head=256
 expect "refused sizes write nothing" test ! -e "$work/big"
 expect_fail "missing recipe" "cannot open recipe '$work/nope.ini'" $bin train --results "$work/reg" "$work/nope.ini"
-expect_fail "missing corpus" "key 'data': '$work/nodata' is not a folder \(looked for it in $PWD\); run .make data." $bin train --results "$work/reg" "$work/ok.ini" data=$work/nodata
+expect_fail "missing corpus" "key 'data': '$work/nodata' is not a folder; run .make data." $bin train --results "$work/reg" "$work/ok.ini" data=$work/nodata
+expect_fail "a relative data folder on the command line names the working folder" \
+    "key 'data': '${work#$PWD/}/nodata' is not a folder \(looked for it in $PWD\); run .make data." $bin train --results "$work/reg" "$work/ok.ini" data=${work#$PWD/}/nodata
 expect_fail "missing prepare input" "corpus input '$work/absent'" $bin prepare "$work/data2" "$work/absent"
 expect_fail "missing checkpoint" "cannot read checkpoint '$work/none.h5'" $bin sample "$work/none.h5"
 echo "not hdf5" > "$work/text.h5"
@@ -224,7 +226,7 @@ expect "and its final validation too" cmp -s <(grep -P '^val\t8\t' "$work/extend
 expect_fail "a run does not shrink" "key 'steps': 6 is below the 8 steps" $bin train --results "$work/reg" "$work/ok.ini" $flat steps=6 out=$work/extended
 # the run folder holds its tokenizer: sampling works from any folder
 expect "the run folder holds the tokenizer" cmp -s "$work/data/tokenizer.bin" "$work/eight/tokenizer.bin"
-expect "sample from another folder" bash -c "cd /tmp && '$PWD/$bin' sample '$PWD/$work/eight/checkpoint.h5' --tokens 3 --prompt Document > /dev/null"
+expect "sample from another folder" bash -c "cd /tmp && '$PWD/$bin' sample '$work/eight/checkpoint.h5' --tokens 3 --prompt Document > /dev/null"
 
 # plain training runs are recorded: an attempt stopped by --until is KILLED, its resume FINISHED
 $bin train "$work/ok.ini" out=$work/tracked --results "$work/tracked_reg" --until 2 > /dev/null 2>&1
@@ -235,6 +237,31 @@ expect "a stopped attempt is recorded KILLED" grep -qE "^ +1  train +ok +$work/t
 expect "its resume FINISHED, with losses and tokens/s" grep -qE "^ +2  train +ok +$work/tracked +1337 FINISHED +4/4 +[0-9.]+ +[0-9.]+ +[0-9]+ " "$work/runs.log"
 expect "a finished run is not recorded again" grep -q "^run 2 of $work/tracked_reg/registry.sqlite already finished this config" "$work/tracked_again.log"
 expect "train records its metrics" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'")" = 4
+
+# a recipe's relative paths are read from its folder, whatever the working folder; the data is
+# recorded by what identifies it, so another spelling of the same folder is the same run
+mkdir -p "$work/recipes/nested"
+sed -e "s#^data = .*#data = ../../data#" -e "s#^out = .*#out = ../../relative_run#" "$work/ok.ini" > "$work/recipes/nested/rel.ini"
+expect "a recipe's relative data and out, from another working folder" \
+    bash -c "cd /tmp && '$PWD/$bin' train '$work/recipes/nested/rel.ini' steps=2 --results '$work/rel_reg' > /dev/null"
+expect "the run folder lies beside the data, as the recipe says" test -s "$work/relative_run/checkpoint.h5"
+expect "the registry records the data folder from the root" \
+    test "$(sqlite3 "$work/rel_reg/registry.sqlite" "SELECT data_dir FROM runs")" = "$work/data"
+expect "and its identity: tokenizer, shards, tokens, content hash" \
+    grep -qE "^tokenizer [0-9a-f]{16}; train 1 shard, [0-9]+ tokens; val [0-9]+ tokens; content [0-9a-f]{16}$" \
+    <(sqlite3 "$work/rel_reg/registry.sqlite" "SELECT data_id FROM runs")
+expect "the checkpoint records both" bash -c "h5dump -a data_id '$work/relative_run/checkpoint.h5' | grep -q 'content ' &&
+    h5dump -a data '$work/relative_run/checkpoint.h5' | grep -q '\"$work/data\"'"
+expect "the same data by another path resumes the run (a symbolic link, a relative spelling)" \
+    bash -c "ln -sfn '$work/data' '$work/data_link' && '$bin' train '$work/recipes/nested/rel.ini' steps=3 data='$work/data_link' --results '$work/rel_reg' | grep -q '^extending' &&
+    cd '$work/recipes' && '$PWD/$bin' train nested/rel.ini steps=4 data=../data --results '$work/rel_reg' | grep -q '^extending'"
+expect "eval from another folder finds the data the checkpoint records" \
+    bash -c "cd /tmp && '$PWD/$bin' eval '$work/relative_run/checkpoint.h5' --windows 2 | grep -q \"of '$work/data'\""
+rm -rf "$work/data_edited" && cp -r "$work/data" "$work/data_edited"
+printf '\001\000' | dd of="$work/data_edited/train.bin" bs=1 seek=1100 conv=notrunc status=none  # one token, same tokenizer
+expect_fail "a resume on data with one token changed stops with both identities" \
+    "relative_run/checkpoint.h5' was trained on other data than '$work/data_edited' holds \(checkpoint: tokenizer [0-9a-f]+; .*'$work/data_edited' now: tokenizer" \
+    $bin train "$work/recipes/nested/rel.ini" steps=5 data="$work/data_edited" --results "$work/rel_reg"
 $bin bench "$work/ok.ini" --steps 2 --vocab 300 --results "$work/tracked_reg" > /dev/null 2>&1
 expect "a benchmark is recorded with its throughput" bash -c "'$bin' runs --results '$work/tracked_reg' --experiment bench | grep -qE '^ +3  bench +ok +train +1337 FINISHED .* [0-9]+  20'"
 expect "metrics carry the wall-clock time they were measured at" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics WHERE time > strftime('%s', 'now') - 3600 AND time <= strftime('%s', 'now') + 1")" = "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics")"
@@ -309,7 +336,7 @@ expect_fail "a run does not shrink (recorded registry)" "key 'steps': 2 is below
 expect_fail "a mismatched config" "belongs to a run with a different config" $bin train "$work/ok.ini" out=$work/tracked lr=0.5 --results "$work/tracked_reg"
 expect "refusals record no run" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM runs")" = "$out_before"
 mkdir -p "$work/elsewhere"
-expect_fail "a missing data folder, from another folder" "is not a folder" bash -c "cd '$work/elsewhere' && '$PWD/$bin' train '$PWD/$work/ok.ini' data=/nonexistent/data"
+expect_fail "a missing data folder, from another folder" "is not a folder" bash -c "cd '$work/elsewhere' && '$PWD/$bin' train '$work/ok.ini' data=/nonexistent/data"
 expect "that refusal creates no results folder there" test ! -e "$work/elsewhere/results"
 expect_fail "a fresh results folder after a refusal" "is below the 4 steps" $bin train "$work/ok.ini" out=$work/tracked steps=2 --results "$work/fresh_reg"
 expect "holds no registry" test ! -e "$work/fresh_reg/registry.sqlite"

@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx
-work=build/test_corpora_sh
+work=$PWD/build/test_corpora_sh
 rm -rf "$work" && mkdir -p "$work/json" "$work/bin"
 source tests/harness.sh
 

@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx
-work=build/test_dist
+work=$PWD/build/test_dist
 rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh
 if ! command -v mpirun >/dev/null || ! ldd "$bin" | grep -q libmpi; then

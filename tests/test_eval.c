@@ -50,7 +50,7 @@ static void test_registry(void) {
             registry_open(&own, path);
             char row[16];
             snprintf(row, sizeof(row), "row%d", k);
-            int64_t run = registry_begin_run(&own, exp, row, 1, &cfg);
+            int64_t run = registry_begin_run(&own, exp, row, 1, &cfg, NULL);
             for (int i = 0; i < 300; i++) {
                 const char* key = "train_loss";
                 int64_t tokens = i;
@@ -78,18 +78,18 @@ static void test_registry(void) {
     sqlite3_step(st);
     CHECK(strcmp((const char*)sqlite3_column_text(st, 0), "ok") == 0, "database integrity after concurrent writes");
     sqlite3_finalize(st);
-    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg) > 0 && registry_finished_run(&reg, exp, "row0", 2, &cfg) == 0,
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) > 0 && registry_finished_run(&reg, exp, "row0", 2, &cfg, NULL) == 0,
           "finished runs are found by seed");
     Config other = cfg;
     other.lr *= 2;
-    CHECK(registry_finished_run(&reg, exp, "row0", 1, &other) == 0, "a run with another config does not count as finished");
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &other, NULL) == 0, "a run with another config does not count as finished");
 
     // a worker killed with SIGKILL leaves its run RUNNING; reaping marks it KILLED, never FINISHED
     pid_t victim = fork();
     if (victim == 0) {
         Registry own;
         registry_open(&own, path);
-        registry_begin_run(&own, exp, "victim", 1, &cfg);
+        registry_begin_run(&own, exp, "victim", 1, &cfg, NULL);
         for (;;) pause();
     }
     int64_t running = 0;
@@ -102,13 +102,13 @@ static void test_registry(void) {
     }
     kill(victim, SIGKILL);
     waitpid(victim, NULL, 0);
-    CHECK(running == 1 && registry_finished_run(&reg, exp, "victim", 1, &cfg) == 0, "a killed run never shows FINISHED");
+    CHECK(running == 1 && registry_finished_run(&reg, exp, "victim", 1, &cfg, NULL) == 0, "a killed run never shows FINISHED");
     CHECK(registry_reap(&reg) == 1, "reaping finds the dead worker");
     sqlite3_prepare_v2(reg.db, "SELECT status, ended IS NOT NULL FROM runs WHERE row = 'victim'", -1, &st, NULL);
     sqlite3_step(st);
     CHECK(strcmp((const char*)sqlite3_column_text(st, 0), "KILLED") == 0 && sqlite3_column_int(st, 1), "the killed run is marked KILLED");
     sqlite3_finalize(st);
-    int64_t second = registry_begin_run(&reg, exp, "victim", 1, &cfg);
+    int64_t second = registry_begin_run(&reg, exp, "victim", 1, &cfg, NULL);
     sqlite3_prepare_v2(reg.db, "SELECT attempt FROM runs WHERE id = ?", -1, &st, NULL);
     sqlite3_bind_int64(st, 1, second);
     sqlite3_step(st);

@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx
-work=build/test_needle_sh
+work=$PWD/build/test_needle_sh
 rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh
 sql() { sqlite3 "$work/results/registry.sqlite" "$1"; }
@@ -16,7 +16,7 @@ for d in $(seq -w 0 39); do
     for i in $(seq 1 40); do echo "Record $d, entry $i: the special magic number $((i * 7919 % 10000)) is what the city of harbour $((10#$d % 5)) kept. What is the number? It is $i."; done > "$work/corpus/doc$d.txt"
 done
 $bin prepare --vocab 512 "$work/data" "$work/corpus" >/dev/null || { echo "prepare failed"; exit 1; }
-sed "s#^data = data/needle_smoke#data = $work/mix#; s#^corpus = data/default#corpus = $work/data#" experiments/needle.ini > "$work/needle.ini"
+sed "s#^data = \.\./data/needle_smoke#data = $work/mix#; s#^corpus = \.\./data/default#corpus = $work/data#" experiments/needle.ini > "$work/needle.ini"
 task() { $bin needle "$work/needle.ini" --preset smoke --task "$1" --results "$work/results" --plots "$work/plots"; }
 
 task table2 > "$work/table2.log" 2>&1
@@ -24,7 +24,8 @@ expect "table2 exits 0" test $? -eq 0
 expect "training mix made from the corpus" test -s "$work/mix/train.bin"
 expect "copy stage data made from the corpus" test -s "$work/mix/copy/train.bin" -a -s "$work/mix/copy/val.bin"
 expect "both rows trained and FINISHED, each after its copy stage" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT row FROM runs WHERE status = 'FINISHED' ORDER BY id)")" = "standard_copy standard diff_copy diff"
-expect "copy stage: 64-token windows of copy practice at a constant lr" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff_copy'\" | grep -c '^seq_len = 64\$\|^data = $work/mix/copy\$\|^lr_final = 0.002\$\|^steps = 4\$' | grep -qx 4"
+expect "copy stage: 64-token windows of copy practice at a constant lr" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff_copy'\" | grep -c '^seq_len = 64\$\|^lr_final = 0.002\$\|^steps = 4\$' | grep -qx 3 &&
+    test \"\$(sqlite3 '$work/results/registry.sqlite' \"SELECT data_dir FROM runs WHERE row = 'diff_copy'\")\" = '$work/mix/copy'"
 expect "needle run starts from the copy stage's checkpoint" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff'\" | grep -qx 'init_from = $work/results/needle/smoke/diff_copy/checkpoint.h5'"
 hash() { sha256sum "$1" | cut -c1-64; }
 expect "each stage's training data recorded by its sha256" test "$(sql "SELECT group_concat(ok, ' ') FROM (SELECT r.row || ':' || (a.sha256 = CASE WHEN r.row LIKE '%_copy' THEN '$(hash "$work/mix/copy/train.bin")' ELSE '$(hash "$work/mix/train.bin")' END) AS ok FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE a.kind = 'training_data' ORDER BY a.rowid)")" = "standard_copy:1 standard:1 diff_copy:1 diff:1"
@@ -83,7 +84,7 @@ expect "fig8 table's 16-bit loss is the registry's" grep -qE "^\| diff \| none \
 expect "fig8 figure" is_png "$work/plots/fig8_smoke.png"
 
 # Table 5: the two Table 6 rows of a preset (trained here) and the needle models
-sed "s#^data = data/default#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
+sed "s#^data = \.\./data/default#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
 t5() { $bin table5 "$work/table6.ini" --preset smoke --needle "$work/needle.ini" --needle-preset smoke --results "$work/results" --plots "$work/plots"; }
 t5 > "$work/table5.log" 2>&1
 expect "table5 exits 0" test $? -eq 0
@@ -111,7 +112,7 @@ expect_fail "attn: bad head" "--head 9: .* has heads 0..3" $bin attn "$maps" --s
 expect_fail "attn: not a maps file" "not an attention-maps file" $bin attn "$work/results/needle/smoke/diff/checkpoint.h5" --sample 0 --layer 0 --head 0
 expect_fail "attn: missing file" "cannot read attention maps" $bin attn "$work/none.h5" --sample 0 --layer 0 --head 0
 # plots/attn.gp is found beside the program, not in the working directory
-(cd / && "$OLDPWD/$bin" attn "$OLDPWD/$maps" --sample 0 --layer 0 --head 0 --out "$OLDPWD/$work/elsewhere.png") > /dev/null 2>&1
+(cd / && "$OLDPWD/$bin" attn "$maps" --sample 0 --layer 0 --head 0 --out "$work/elsewhere.png") > /dev/null 2>&1
 expect "attn from another working directory" is_png "$work/elsewhere.png"
 # a render that fails (no such output folder) leaves no temporary folder behind
 temp_before=$(ls -d /tmp/difftx_attn_* 2>/dev/null | wc -l)

@@ -5,7 +5,7 @@
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx
-work=build/test_table6
+work=$PWD/build/test_table6
 rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh
 sql() { sqlite3 "$work/results/registry.sqlite" "$1"; }
@@ -61,11 +61,11 @@ expect "AR-Hit's token count beside its fraction" grep -qE "% of evaluated token
 # 4. figures into a folder whose name holds quotes and shell and gnuplot substitutions, from
 #    another working directory: drawn, and nothing in the name runs
 root=$PWD
-hostile="$work/plots \`cd $root/$work;touch PWNED\` '\$(cd $root/$work;touch PWNED2)\""
+hostile="$work/plots \`cd $work;touch PWNED\` '\$(cd $work;touch PWNED2)\""
 # ... with a DIFF row that has no `paper` key (the claims against it say n/a)
-awk -v data="$root/$work/data" '/^\[row /{row=$0} /^data = /{$0="data = " data} !(row=="[row diff]" && /^paper/)' \
+awk -v data="$work/data" '/^\[row /{row=$0} /^data = /{$0="data = " data} !(row=="[row diff]" && /^paper/)' \
     experiments/table6.ini > "$work/table6_abs.ini"
-(cd / && "$root/$bin" table6 "$root/$work/table6_abs.ini" --preset smoke --results "$root/$work/results_abs" --plots "$root/$hostile") > "$work/hostile.log" 2>&1
+(cd / && "$root/$bin" table6 "$work/table6_abs.ini" --preset smoke --results "$work/results_abs" --plots "$hostile") > "$work/hostile.log" 2>&1
 expect "figures drawn into a hostile folder name from another working directory" is_png "$hostile/table6_smoke.png"
 expect "nothing in the folder name ran" test ! -e "$work/PWNED" -a ! -e "$work/PWNED2"
 expect "a row without 'paper' is tabled as not in the paper" grep -qE '^\| DIFF \| 2 \| 16 \| ✓ \| 1 \| .*not in the paper' "$work/results_abs/table6_smoke.md"
@@ -113,7 +113,7 @@ $bin eval "$t_ckpt" --results "$work/results" > "$work/eval_default.log" 2>&1
 expect "difftx eval defaults to the windows the table evaluated (its registry's)" \
     grep -qE "^validation: the first 64 windows \(the table's, as its registry records them\)" "$work/eval_default.log"
 expect "and then gives the table's values" cmp -s <(grep '^valid ' "$work/eval.log") <(grep '^valid ' "$work/eval_default.log")
-expect "difftx eval runs from another folder with data=" bash -c "cd /tmp && '$PWD/$bin' eval '$PWD/$t_ckpt' data='$PWD/$work/data' --windows 64 | grep -qE '^valid '"
+expect "difftx eval runs from another folder with data=" bash -c "cd /tmp && '$PWD/$bin' eval '$t_ckpt' data='$work/data' --windows 64 | grep -qE '^valid '"
 
 # 8. difftx export: the weights alone in safetensors, every parameter once after the header
 $bin export "$t_ckpt" "$work/transformer.safetensors" > "$work/export.log" 2>&1
@@ -157,7 +157,7 @@ expect "the failed row is said to be left out" grep -q "row diff2 seed 1000: the
 expect "the table exits non-zero for the missing row (exit $rc)" test $rc -ne 0
 expect "the failed row's cells are empty" grep -qE '^\| DIFF V2 \(not in paper\) \| 4 \| 16 \| ✗ \| 0 \| - \| - \| - \|' "$work/v300/results/table6_smoke.md"
 expect "the override trained every row on its data, and the registry records it" \
-    test "$(v300_sql "SELECT COUNT(*) FROM params p JOIN runs r ON r.id = p.run_id WHERE r.status = 'FINISHED' AND p.key = 'data' AND p.value = '$work/v300/data'")" = 7
+    test "$(v300_sql "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED' AND data_dir = '$work/v300/data' AND data_id LIKE 'tokenizer %'")" = 7
 expect_fail "an override of what the rows differ in" "override 'attention=diff': the rows of .* differ in 'attention'" \
     $bin table6 "$work/table6.ini" --preset smoke --results "$work/refused" attention=diff
 expect_fail "an override of a derived key" "override 'n_head=4': 'n_head' is derived for each row" \

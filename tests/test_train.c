@@ -209,7 +209,7 @@ static void test_metrics_reconciled(void) {
     Registry reg;
     registry_open(&reg, db);
     int64_t exp = registry_experiment(&reg, "test", "tiny", "none", "none");
-    int64_t first = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg);
+    int64_t first = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg, NULL);
     for (int step = 1; step <= 6; step++) {
         const char* key = "train_loss";
         int64_t tokens = step;
