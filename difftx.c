@@ -105,7 +105,9 @@ static int cmd_needle_data(int argc, char** argv) {
     if (argc - optind != 2) die("needle-data needs OUT_DIR and DATA_DIR\n%s", USAGE);
     if (max_needles < 1 || max_needles > NEEDLE_MAX) die("option --max-needles: must lie in 1..%d", NEEDLE_MAX);
     if (seq_len < 64 || seq_len > 1 << 20) die("option --seq-len: must lie in 64..%d, got %d", 1 << 20, seq_len);
-    needle_prepare(argv[optind], argv[optind + 1], "data/cities.txt", seq_len, max_needles, (uint64_t)seed);
+    char cities[4200];
+    source_file_path(cities, sizeof(cities), "data/cities.txt");
+    needle_prepare(argv[optind], argv[optind + 1], cities, seq_len, max_needles, (uint64_t)seed);
     return 0;
 }
 

@@ -19,7 +19,6 @@
 #include "report.h"
 #include "train.h"
 
-#define CITIES "data/cities.txt"
 #define N_DEPTHS 5
 #define MAX_LENGTHS 16
 #define COPY_HALF 100
@@ -108,7 +107,9 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
         const char* corpus = section_get(preset, "corpus");
         if (!corpus) die("%s: [preset %s] needs 'corpus', the prepared data the training mix is made from", recipe, preset->name);
         printf("making the needle training mix %s from %s\n", cfg->data, corpus);
-        needle_prepare(cfg->data, corpus, CITIES, cfg->seq_len, NEEDLE_TRAIN_NEEDLES, NEEDLE_DATA_SEED);
+        char cities[4200];
+        source_file_path(cities, sizeof(cities), "data/cities.txt");
+        needle_prepare(cfg->data, corpus, cities, cfg->seq_len, NEEDLE_TRAIN_NEEDLES, NEEDLE_DATA_SEED);
     }
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN);
@@ -799,7 +800,9 @@ int needle_main(const NeedleOptions* opt) {
         printf("%s: copying check %.2f (first copy %.2f)\n", row->name, row->copy.second, row->copy.first);
     }
     NeedleSource src;
-    needle_source_init(&src, tok, val, CITIES, NEEDLE_EVAL);
+    char cities[4200];
+    source_file_path(cities, sizeof(cities), "data/cities.txt");
+    needle_source_init(&src, tok, val, cities, NEEDLE_EVAL);
     printf("%s, preset %s: %d evaluation cities, haystacks from %s/val.bin\n", opt->task, opt->preset, src.n_cities, data.dir);
     if (task == 0) task_table2(rows, r->n_rows, &src, tok, &reg, preset, opt);
     if (task == 1) task_fig5(rows, r->n_rows, &src, tok, &reg, preset, opt);

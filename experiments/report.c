@@ -110,21 +110,6 @@ void gnuplot_output(GnuplotVars* v, const char* name, const char* path) {
     path_printf(v->output_path[v->n_outputs++], 4096, "%s", path);
 }
 
-// plots/<script> of the source tree the program was built in: <folder of the executable>/../plots
-// (build/difftx) or ../../plots (build/san/difftx)
-static void script_path(char* out, size_t n, const char* script) {
-    char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (len <= 0) die("cannot find this program's folder (/proc/self/exe) to locate plots/%s", script);
-    exe[len] = 0;
-    const char* dir = dirname(exe);
-    for (int up = 1; up <= 2; up++) {
-        path_printf(out, n, "%s/%s/plots/%s", dir, up == 1 ? ".." : "../..", script);
-        if (access(out, R_OK) == 0) return;
-    }
-    die("gnuplot script plots/%s is missing beside the program's folder '%s'", script, dir);
-}
-
 // The call's folder, removed however the program ends (die() exits)
 static char work_dir[4200];
 static void remove_work_dir(void) {
@@ -149,9 +134,11 @@ static void folder_of(char* out, size_t n, const char* path) {
 
 void gnuplot(const char* script, GnuplotVars* v) {
     char path[4200], strings_script[4200], colours_script[4200];
-    script_path(path, sizeof(path), script);
-    script_path(strings_script, sizeof(strings_script), "strings.gp");
-    script_path(colours_script, sizeof(colours_script), "colours.gp");
+    char relative[64];
+    snprintf(relative, sizeof(relative), "plots/%s", script);
+    source_file_path(path, sizeof(path), relative);
+    source_file_path(strings_script, sizeof(strings_script), "plots/strings.gp");
+    source_file_path(colours_script, sizeof(colours_script), "plots/colours.gp");
     if (v->n_outputs == 0) die("gnuplot %s: no output file", script);
     // the folder beside the outputs, so that renaming them into place stays on one file system
     char dir[4096];

@@ -363,3 +363,16 @@ void copy_file(const char* from, const char* to) {
     renameCheck(tmp, to);
     free(bytes);
 }
+
+void source_file_path(char* out, size_t n, const char* relative) {
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len <= 0) die("cannot find this program's folder (/proc/self/exe) to locate %s", relative);
+    exe[len] = 0;
+    const char* dir = dirname(exe);
+    for (int up = 1; up <= 2; up++) {
+        path_printf(out, n, "%s/%s/%s", dir, up == 1 ? ".." : "../..", relative);
+        if (access(out, R_OK) == 0) return;
+    }
+    die("%s is missing beside the program's folder '%s'", relative, dir);
+}

@@ -66,6 +66,10 @@ void refuse_replacing_foreign_folder(const char* what, const char* path, const c
 void printable_text(char* out, size_t n, const char* text);
 
 double wall_time(void);
+// A file of the source tree the program was built in (plots/attn.gp, data/cities.txt), found
+// from the executable: <its folder>/../<relative> (build/difftx) or ../../ (build/san/difftx),
+// so that any working folder will do. Dies naming what is missing.
+void source_file_path(char* out, size_t n, const char* relative);
 // The name of names nearest to word in edits, or NULL when none is near (a typo, not another word)
 const char* closest_name(const char* word, const char* const* names, int n);
 // "1h05m" or "3m07s"

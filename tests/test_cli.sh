@@ -301,6 +301,8 @@ expect_fail "train on a validation split shorter than one window" "key 'data': t
     $bin train --results "$work/reg" "$work/ok.ini" data=$work/shortval out=$work/shortrun
 expect "that refusal writes nothing" test ! -e "$work/shortrun"
 expect_fail "bench --vocab 0" "option --vocab: must lie in 2..65536, got 0" $bin bench "$work/ok.ini" --vocab 0
+expect "needle-data from another working folder finds data/cities.txt beside the program" \
+    bash -c "cd /tmp && '$PWD/$bin' needle-data --seq-len 512 --max-needles 1 '$work/nd_elsewhere' '$work/data' > /dev/null && test -s '$work/nd_elsewhere/train.bin'"
 expect_fail "needle-data --seq-len 0" "option --seq-len: must lie in 64..1048576, got 0" $bin needle-data --seq-len 0 "$work/nd" "$work/data"
 mkdir -p "$work/tiny_corpus" && for d in 0 1 2; do echo "A short text number $d." > "$work/tiny_corpus/doc$d.txt"; done
 $bin prepare --vocab 260 "$work/tiny" "$work/tiny_corpus" >/dev/null 2>&1
