@@ -148,7 +148,7 @@ table6: build/difftx data/default/train.bin
 # trains both models (about 90 minutes).
 NEEDLE_PRESET ?= default
 table2 fig5 table3 fig8: build/difftx data/default/train.bin
-	$(MPIRUN)build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --task $@
+	$(MPIRUN)build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS) --task $@
 
 # Activation outliers (Table 5) of Table 6's transformer and diff rows (PRESET) and the needle
 # models (NEEDLE_PRESET), each trained first if it is not yet

@@ -312,14 +312,15 @@ static int cmd_table6(int argc, char** argv) {
 }
 
 static int cmd_needle(int argc, char** argv) {
-    NeedleOptions opt = {NULL, "default", NULL, "results", "plots", NULL, 0};
+    NeedleOptions opt = {NULL, "default", NULL, "results", "plots", NULL, 0, 1};
     static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"task", required_argument, 0, 't'},
-                                   {"results", required_argument, 0, 'r'}, {"plots", required_argument, 0, 'g'},
-                                   {0, 0, 0, 0}};
+                                   {"seeds", required_argument, 0, 's'}, {"results", required_argument, 0, 'r'},
+                                   {"plots", required_argument, 0, 'g'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'p') opt.preset = optarg;
         else if (c == 't') opt.task = optarg;
+        else if (c == 's') opt.seeds = parse_int_arg("--seeds", optarg);
         else if (c == 'r') opt.results = optarg;
         else if (c == 'g') opt.plots = optarg;
         else bad_option(argv, opts);
@@ -585,7 +586,7 @@ static const Command COMMANDS[] = {
      "speed and peak memory on random tokens"},
     {"table6", cmd_table6, "RECIPE [key=value ...] [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "the paper's Table 6 ablations (make table6)"},
-    {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--results DIR] [--plots DIR]",
+    {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
     {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},

@@ -44,7 +44,8 @@ int needle_extra_key(int is_row, const char* k) {
 static const char* const ROW_SHAPE_KEYS[] = {"n_head", "head_dim", NULL};
 
 typedef struct {
-    char name[64];
+    char name[64];    // the recipe's row
+    int seed_index;   // of NeedleOptions.seeds: the row's seed_index-th model
     Config copy_cfg;  // the copy stage, whose checkpoint starts cfg (init_from)
     Config cfg;
     Model model;
@@ -56,7 +57,8 @@ typedef struct {
 // computed per row: its run folder
 static const char* const NEEDLE_DERIVED_KEYS[] = {"out", NULL};
 
-Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, const char* recipe, const char* results) {
+Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
+                         const char* results) {
     Config cfg;
     config_defaults(&cfg);
     section_apply(&cfg, &r->common, needle_extra_key);
@@ -64,7 +66,8 @@ Config needle_row_config(const Recipe* r, const Section* preset, const Section* 
     section_apply(&cfg, row, needle_extra_key);
     section_apply(&cfg, &r->overrides, needle_extra_key);
     recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
-    path_printf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s", results, preset->name, row->name);
+    cfg.seed += seed_index;
+    path_printf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
     config_validate(&cfg);
     return cfg;
 }
@@ -90,10 +93,10 @@ static Config copy_stage_config(const Config* cfg, const Section* preset, const 
 static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, const Config* cfg) {
     int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
     if (run) {
-        printf("%s: already finished (run %lld)\n", row, (long long)run);
+        printf("%s, seed %d: already finished (run %lld)\n", row, cfg->seed, (long long)run);
         return run;
     }
-    printf("== training %s (%s)\n", row, cfg->out);
+    printf("== training %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
     fflush(stdout);
     return train_registry_row(reg, experiment, row, cfg, 1);
 }
@@ -722,10 +725,15 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
 // made; nothing trained yet
 static Row* configure_rows(const NeedleOptions* opt, const Recipe* r, const Section* preset) {
     if (r->n_rows < 1) die("%s: no [row NAME] sections", opt->recipe);
-    Row* rows = callocCheck(r->n_rows, sizeof(Row));
-    for (int i = 0; i < r->n_rows; i++) {
-        snprintf(rows[i].name, sizeof(rows[i].name), "%s", r->rows[i].name);
-        rows[i].cfg = needle_row_config(r, preset, &r->rows[i], opt->recipe, opt->results);
+    if (opt->seeds < 1 || r->n_rows * opt->seeds > RECIPE_SECTIONS) {
+        die("--seeds %d: %d rows x seeds must lie in 1..%d models", opt->seeds, r->n_rows, RECIPE_SECTIONS);
+    }
+    Row* rows = callocCheck(r->n_rows * opt->seeds, sizeof(Row));
+    for (int i = 0; i < r->n_rows * opt->seeds; i++) {
+        const Section* section = &r->rows[i / opt->seeds];
+        snprintf(rows[i].name, sizeof(rows[i].name), "%s", section->name);
+        rows[i].seed_index = i % opt->seeds;
+        rows[i].cfg = needle_row_config(r, preset, section, rows[i].seed_index, opt->recipe, opt->results);
         rows[i].copy_cfg = copy_stage_config(&rows[i].cfg, preset, opt->recipe);
         config_checkpoint_path(&rows[i].copy_cfg, rows[i].cfg.init_from, sizeof(rows[i].cfg.init_from));
         size_t a = model_param_count(&rows[i].cfg, 1), b = model_param_count(&rows[0].cfg, 1);
@@ -751,12 +759,12 @@ int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows)
     Recipe* r = recipe_load(opt->recipe, needle_extra_key);
     recipe_override(r, opt->overrides, opt->n_overrides, NEEDLE_DERIVED_KEYS, opt->recipe);
     const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
-    if (r->n_rows > max_rows) die("%s: %d rows, more than the %d a study takes", opt->recipe, r->n_rows, max_rows);
+    int n = r->n_rows * opt->seeds;
+    if (n > max_rows) die("%s: %d rows x %d seeds, more than the %d models a study takes", opt->recipe, r->n_rows, opt->seeds, max_rows);
     Row* rows = configure_rows(opt, r, preset);
     Registry reg;
     int lock;
     int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe, &lock);
-    int n = r->n_rows;
     for (int i = 0; i < n; i++) {
         train_row(&rows[i], &reg, experiment);
         snprintf(out[i].name, sizeof(out[i].name), "%s", rows[i].name);
@@ -788,7 +796,8 @@ int needle_main(const NeedleOptions* opt) {
     data_open(&data, rows[0].cfg.data, DATA_VAL);
     const Tokenizer* tok = &data.tok;
     const Shard* val = &data.val;
-    for (int i = 0; i < r->n_rows; i++) {
+    int n_models = r->n_rows * opt->seeds;
+    for (int i = 0; i < n_models; i++) {
         Row* row = &rows[i];
         train_row(row, &reg, experiment);
         CheckpointInfo info;
@@ -804,13 +813,13 @@ int needle_main(const NeedleOptions* opt) {
     source_file_path(cities, sizeof(cities), "data/cities.txt");
     needle_source_init(&src, tok, val, cities, NEEDLE_EVAL);
     printf("%s, preset %s: %d evaluation cities, haystacks from %s/val.bin\n", opt->task, opt->preset, src.n_cities, data.dir);
-    if (task == 0) task_table2(rows, r->n_rows, &src, tok, &reg, preset, opt);
-    if (task == 1) task_fig5(rows, r->n_rows, &src, tok, &reg, preset, opt);
-    if (task == 2) task_table3(rows, r->n_rows, &src, tok, &reg, preset, opt);
-    if (task == 3) task_fig8(rows, r->n_rows, &src, tok, val, &reg, preset, opt);
+    if (task == 0) task_table2(rows, n_models, &src, tok, &reg, preset, opt);
+    if (task == 1) task_fig5(rows, n_models, &src, tok, &reg, preset, opt);
+    if (task == 2) task_table3(rows, n_models, &src, tok, &reg, preset, opt);
+    if (task == 3) task_fig8(rows, n_models, &src, tok, val, &reg, preset, opt);
     needle_source_free(&src);
     data_close(&data);
-    for (int i = 0; i < r->n_rows; i++) model_free(&rows[i].model);
+    for (int i = 0; i < n_models; i++) model_free(&rows[i].model);
     free(rows);
     free(r);
     registry_close(&reg);

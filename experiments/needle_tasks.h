@@ -21,16 +21,20 @@ typedef struct {
     const char* plots;    // figures
     const char* const* overrides;  // key=value for every row (recipe_override)
     int n_overrides;
+    int seeds;  // models per row: seeds seed, seed + 1, ... of the recipe's
 } NeedleOptions;
 
 int needle_main(const NeedleOptions* opt);
-// Every row's needle-stage model (at most max_rows), both stages trained first where the
-// registry does not hold them as FINISHED, as the tasks train them. Returns the row count.
+// Every row's needle-stage models, opt->seeds per row (row i's seed s at i x seeds + s; at most
+// max_rows in all), both stages trained first where the registry does not hold them as
+// FINISHED, as the tasks train them. Returns the model count.
 int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows);
 
 // The recipe keys of a needle recipe that are not training keys (recipe_load's extra_key)
 int needle_extra_key(int is_row, const char* key);
-// The needle stage's full config of a row for a preset, as the tasks train it
-Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, const char* recipe, const char* results);
+// The needle stage's full config of a row for a preset and its seed_index-th seed (the recipe's
+// seed + seed_index, in <results>/needle/<preset>/<row>/seed<seed>), as the tasks train it
+Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
+                         const char* results);
 
 #endif

@@ -91,7 +91,7 @@ static void stat_cells(Report* f, const ActStats* a) {
 
 int table5_main(const Table5Options* opt) {
     Table6Options t6 = {opt->table6_recipe, opt->preset, 1, opt->results, opt->plots, opt->overrides, opt->n_overrides};
-    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots, opt->overrides, opt->n_overrides};
+    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots, opt->overrides, opt->n_overrides, 1};
     size_t t6_tokens = preset_tokens(opt->table6_recipe, opt->preset, table6_extra_key);
     size_t nd_tokens = preset_tokens(opt->needle_recipe, opt->needle_preset, needle_extra_key);
     Studied* models = callocCheck(MAX_MODELS, sizeof(Studied));

@@ -71,7 +71,7 @@ static void test_needle(void) {
     for (int p = 0; p < r->n_presets; p++) {
         for (int i = 0; i < r->n_rows && i < 2; i++) {
             CHECK(strcmp(r->rows[i].name, NEEDLE[i].row) == 0, "%s: row %d is %s", path, i, NEEDLE[i].row);
-            Config cfg = needle_row_config(r, &r->presets[p], &r->rows[i], path, "build/test_recipes");
+            Config cfg = needle_row_config(r, &r->presets[p], &r->rows[i], 0, path, "build/test_recipes");
             char where[96];
             snprintf(where, sizeof(where), "%s preset %s", path, r->presets[p].name);
             check_row(where, &cfg, &NEEDLE[i], atoi(NEEDLE[i].heads), atoi(NEEDLE[i].width));
