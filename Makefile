@@ -144,8 +144,8 @@ table6: build/difftx data/default/train.bin
 	$(MPIRUN)build/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
-# attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|default. The first of them
-# trains both models (about 90 minutes).
+# attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|quick|default, SEEDS=n models per
+# row. The first of them trains the models (default: about 90 minutes per seed; quick: about 30).
 NEEDLE_PRESET ?= default
 table2 fig5 table3 fig8: build/difftx data/default/train.bin
 	$(MPIRUN)build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS) --task $@
@@ -153,7 +153,7 @@ table2 fig5 table3 fig8: build/difftx data/default/train.bin
 # Activation outliers (Table 5) of Table 6's transformer and diff rows (PRESET) and the needle
 # models (NEEDLE_PRESET), each trained first if it is not yet
 table5: build/difftx data/default/train.bin
-	$(MPIRUN)build/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET)
+	$(MPIRUN)build/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET) --seeds $(SEEDS)
 
 # The CUDA build, whenever a toolkit is found, so that a CUDA compile or link error fails the
 # tests; its programs run in tests/test_cuda_build.sh
@@ -182,8 +182,8 @@ help:
 	@echo "make data            the default corpus, tokenizer and token shards only"
 	@echo "make bench           training speed, MFU and peak memory"
 	@echo "make table6          the paper's Table 6    PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/table6.ini | paste -sd'|') (default $(PRESET)), SEEDS=n (default $(SEEDS))"
-	@echo "make table2 | fig5 | table3 | fig8      NEEDLE_PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/needle.ini | paste -sd'|') (default $(NEEDLE_PRESET))"
-	@echo "make table5          PRESET and NEEDLE_PRESET as above"
+	@echo "make table2 | fig5 | table3 | fig8      NEEDLE_PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/needle.ini | paste -sd'|') (default $(NEEDLE_PRESET)), SEEDS=n (default $(SEEDS))"
+	@echo "make table5          PRESET, NEEDLE_PRESET and SEEDS as above"
 	@echo "make CUDA=1          build/cuda/difftx with the CUDA backend (CUDA_ARCH=90); make gpu-bundle: the GPU check's folder"
 	@echo "MPI=K                run the table and figure targets as K data-parallel ranks; NO_MPI=1 builds without MPI"
 	@echo "PORTABLE=1           build without -march=native;  make clean: remove build/"

@@ -334,13 +334,14 @@ static int cmd_needle(int argc, char** argv) {
 }
 
 static int cmd_table5(int argc, char** argv) {
-    Table5Options opt = {NULL, "small", NULL, "default", "results", "plots", NULL, 0};
+    Table5Options opt = {NULL, "small", NULL, "default", "results", "plots", NULL, 0, 1};
     static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"needle", required_argument, 0, 'n'},
-                                   {"needle-preset", required_argument, 0, 'q'}, {"results", required_argument, 0, 'r'},
-                                   {"plots", required_argument, 0, 'g'}, {0, 0, 0, 0}};
+                                   {"needle-preset", required_argument, 0, 'q'}, {"seeds", required_argument, 0, 's'},
+                                   {"results", required_argument, 0, 'r'}, {"plots", required_argument, 0, 'g'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'p') opt.preset = optarg;
+        else if (c == 's') opt.seeds = parse_int_arg("--seeds", optarg);
         else if (c == 'n') opt.needle_recipe = optarg;
         else if (c == 'q') opt.needle_preset = optarg;
         else if (c == 'r') opt.results = optarg;
@@ -588,7 +589,7 @@ static const Command COMMANDS[] = {
      "the paper's Table 6 ablations (make table6)"},
     {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
-    {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--results DIR] [--plots DIR]",
+    {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--seeds N] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
     {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N (the run's)] [--results DIR (results)] [--bits B [--scope tensor|row]] [--outliers] [--precise] [--device cpu|cuda (cpu)]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},

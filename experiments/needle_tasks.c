@@ -83,7 +83,9 @@ static Config copy_stage_config(const Config* cfg, const Section* preset, const 
     copy.grad_accum = 1;
     copy.lr_final = copy.lr;
     path_printf(copy.data, sizeof(copy.data), "%s/copy", cfg->data);
-    path_printf(copy.out, sizeof(copy.out), "%s_copy", cfg->out);
+    // <row>/seed<N> -> <row>_copy/seed<N>
+    const char* seed_dir = strrchr(cfg->out, '/');
+    path_printf(copy.out, sizeof(copy.out), "%.*s_copy%s", (int)(seed_dir - cfg->out), cfg->out, seed_dir);
     config_validate(&copy);
     return copy;
 }
@@ -249,110 +251,198 @@ static void open_task_report(Report* rep, const char* task, int to_stdout, const
 static int paper_row(const Row* row) { return config_variant(&row->cfg)->maps == 1 ? 0 : 1; }
 
 // att<i>: each row's attention type (the figures' colour), paper<i>: the paper's row it meets
-static void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows) {
-    for (int i = 0; i < n_rows; i++) {
+static void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds) {
+    for (int g = 0; g < n_rows; g++) {
         char name[16];
-        snprintf(name, sizeof(name), "att%d", i + 1);
-        gnuplot_number(vars, name, rows[i].cfg.attention);
-        snprintf(name, sizeof(name), "paper%d", i + 1);
-        gnuplot_number(vars, name, paper_row(&rows[i]));
+        snprintf(name, sizeof(name), "att%d", g + 1);
+        gnuplot_number(vars, name, rows[g * seeds].cfg.attention);
+        snprintf(name, sizeof(name), "paper%d", g + 1);
+        gnuplot_number(vars, name, paper_row(&rows[g * seeds]));
     }
 }
 
-static void task_table2(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+// ---- seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] ----
+typedef struct {
+    double mean, std;  // std: the sample standard deviation over the seeds, 0 for one
+} Spread;
+
+// Spread of v[0], v[stride], ... (n values)
+static Spread spread_of(const double* v, int n, int stride) {
+    Spread s = {0, 0};
+    for (int i = 0; i < n; i++) s.mean += v[i * stride] / n;
+    for (int i = 0; n > 1 && i < n; i++) s.std += (v[i * stride] - s.mean) * (v[i * stride] - s.mean) / (n - 1);
+    s.std = sqrt(s.std);
+    return s;
+}
+
+// "0.553 ± 0.041" over several seeds, "0.553" for one: digits decimals
+static const char* spread_text(char* out, size_t n, Spread s, int seeds, int digits) {
+    if (seeds > 1) snprintf(out, n, "%.*f ± %.*f", digits, s.mean, digits, s.std);
+    else snprintf(out, n, "%.*f", digits, s.mean);
+    return out;
+}
+
+// What a table's ± means, for its caption
+static void seeds_caption(Report* f, int seeds) {
+    if (seeds > 1) report_printf(f, "Each value: mean ± sample standard deviation over %d seeds (one model per seed).\n\n", seeds);
+    else report_printf(f, "One seed per row (one model): no seed spread is measured, so no verdict below rests on it; "
+                          "`--seeds N` (make SEEDS=N) trains N.\n\n");
+}
+
+// The verdict on one of our gaps (DIFF minus Transformer) against the paper's: from the seed
+// spread (the noise is 2 x the larger of the two rows' seed std, as Table 6's verdicts take it),
+// never from one seed
+static const char* gap_verdict(double gap, double noise, double paper_gap, int seeds) {
+    if (seeds < 2) return "n/a (1 seed)";
+    if (fabs(gap) <= noise) return "within seed noise";
+    if (paper_gap == 0) return "the paper has no gap";
+    return (gap > 0) == (paper_gap > 0) ? "same direction" : "opposite";
+}
+
+// The first row (group) standing beside the paper's Transformer (p = 0) or DIFF (p = 1), or -1
+static int paper_group(const Row* rows, int n_rows, int seeds, int p) {
+    for (int g = 0; g < n_rows; g++) {
+        if (paper_row(&rows[g * seeds]) == p) return g;
+    }
+    return -1;
+}
+
+static void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
     int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
-    int eval_seed = section_int(preset, "eval_seed", opt->recipe);
+    int eval_seed = section_int(preset, "eval_seed", opt->recipe), n_models = n_rows * seeds;
     Cell cells[RECIPE_SECTIONS][N_SETTINGS * N_DEPTHS];
-    for (int i = 0; i < n_rows; i++) {
+    for (int m = 0; m < n_models; m++) {
         for (int k = 0; k < N_SETTINGS * N_DEPTHS; k++) {
             Cell c = {context, SETTING_N[k / N_DEPTHS], SETTING_R[k / N_DEPTHS], k % N_DEPTHS, 0, 0, 0, 0};
-            cells[i][k] = c;
+            cells[m][k] = c;
         }
         Records rec = {0};
-        run_cells(&rows[i], src, tok, cells[i], N_SETTINGS * N_DEPTHS, samples, eval_seed, &rec);
-        store_records(reg, rows[i].run, "table2", &rec);
+        run_cells(&rows[m], src, tok, cells[m], N_SETTINGS * N_DEPTHS, samples, eval_seed, &rec);
+        store_records(reg, rows[m].run, "table2", &rec);
     }
-    Cell totals[RECIPE_SECTIONS][N_SETTINGS];  // each setting summed over the depths
-    for (int i = 0; i < n_rows; i++) {
+    // per model: each setting's accuracy, fraction of samples all right and queries, summed over
+    // the depths, and each depth's accuracy
+    double acc[RECIPE_SECTIONS][N_SETTINGS], all[RECIPE_SECTIONS][N_SETTINGS], depth_acc[RECIPE_SECTIONS][N_SETTINGS][N_DEPTHS];
+    int queries[RECIPE_SECTIONS][N_SETTINGS];
+    for (int m = 0; m < n_models; m++) {
         for (int st = 0; st < N_SETTINGS; st++) {
-            Cell t = {context, SETTING_N[st], SETTING_R[st], -1, 0, 0, 0, 0};
+            int right = 0, asked = 0, all_right = 0, episodes = 0;
             for (int d = 0; d < N_DEPTHS; d++) {
-                const Cell* c = &cells[i][st * N_DEPTHS + d];
-                t.queries += c->queries;
-                t.correct += c->correct;
-                t.samples += c->samples;
-                t.all_correct += c->all_correct;
+                const Cell* c = &cells[m][st * N_DEPTHS + d];
+                right += c->correct;
+                asked += c->queries;
+                all_right += c->all_correct;
+                episodes += c->samples;
+                depth_acc[m][st][d] = (double)c->correct / c->queries;
             }
-            totals[i][st] = t;
+            acc[m][st] = (double)right / asked;
+            all[m][st] = (double)all_right / episodes;
+            queries[m][st] = asked;
+        }
+    }
+    // per row: the spread over its seeds; with one seed the error bar is the binomial standard error
+    Spread acc_s[RECIPE_SECTIONS][N_SETTINGS], all_s[RECIPE_SECTIONS][N_SETTINGS];
+    double err[RECIPE_SECTIONS][N_SETTINGS];
+    for (int g = 0; g < n_rows; g++) {
+        for (int st = 0; st < N_SETTINGS; st++) {
+            acc_s[g][st] = spread_of(&acc[g * seeds][st], seeds, N_SETTINGS);
+            all_s[g][st] = spread_of(&all[g * seeds][st], seeds, N_SETTINGS);
+            double p = acc[g * seeds][st];
+            err[g][st] = seeds > 1 ? acc_s[g][st].std : sqrt(p * (1 - p) / queries[g * seeds][st]);
         }
     }
     char dat[4200];
     preset_path(dat, sizeof(dat), opt->results, "table2", opt->preset, ".dat");
     Report rep, *f = &rep;
-    open_task_report(f, "table2", 1, preset, rows, n_rows, opt, samples, "## Table 2 (preset %s): multi-needle retrieval at context %d",
+    open_task_report(f, "table2", 1, preset, rows, n_models, opt, samples, "## Table 2 (preset %s): multi-needle retrieval at context %d",
                      opt->preset, context);
     FILE* bars = fopenCheck(dat, "w");
-    fprintf(bars, "# setting, then per row: accuracy, standard error, paper\n");
-    report_printf(f, "Greedy decoding on a KV cache, each query after the context on its own. Each cell: accuracy = fraction "
-               "of queried numbers reproduced exactly (± its binomial standard error), then [fraction of samples with all "
-               "R queries right]; averaged over the 5 depths. Paper: 3B models at 4K.\n\n");
+    fprintf(bars, "# setting, then per row: accuracy, error bar, paper\n");
+    report_printf(f, "Greedy decoding on a KV cache, each query after the context on its own. Accuracy = fraction of queried "
+               "numbers reproduced exactly, averaged over the 5 depths; [in brackets] the fraction of samples with all R "
+               "queries right. Paper: 3B models at 4K.\n\n");
+    seeds_caption(f, seeds);
+    if (seeds == 1) report_printf(f, "± is the binomial standard error of the one model's accuracy.\n\n");
     report_printf(f, "| Model | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|\n");
-    for (int i = 0; i < n_rows; i++) {
-        report_printf(f, "| %s |", rows[i].name);
-        for (int s = 0; s < N_SETTINGS; s++) {
-            const Cell* t = &totals[i][s];
-            double p = (double)t->correct / t->queries;
-            report_printf(f, " %.2f ± %.2f [%.2f] |", p, sqrt(p * (1 - p) / t->queries), (double)t->all_correct / t->samples);
+    for (int g = 0; g < n_rows; g++) {
+        report_printf(f, "| %s |", rows[g * seeds].name);
+        for (int st = 0; st < N_SETTINGS; st++) {
+            report_printf(f, " %.2f ± %.2f [%.2f] |", acc_s[g][st].mean, err[g][st], all_s[g][st].mean);
         }
         report_printf(f, "\n");
     }
     for (int p = 0; p < 2; p++) {
         report_printf(f, "| paper %s |", p ? "DIFF" : "Transformer");
-        for (int s = 0; s < N_SETTINGS; s++) report_printf(f, " %.2f |", PAPER_TABLE2[p][s]);
+        for (int st = 0; st < N_SETTINGS; st++) report_printf(f, " %.2f |", PAPER_TABLE2[p][st]);
         report_printf(f, "\n");
     }
-    report_printf(f, "\nPer depth (accuracy of the queried numbers):\n\n| Model | N, R |");
+    int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
+    if (base >= 0 && diff >= 0) {
+        report_printf(f, "\nDIFF (%s) minus Transformer (%s), against the paper's gap:\n\n| setting | gap (ours) | seed spread | "
+                      "paper gap | verdict |\n|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
+        for (int st = 0; st < N_SETTINGS; st++) {
+            double gap = acc_s[diff][st].mean - acc_s[base][st].mean;
+            double spread = fmax(acc_s[diff][st].std, acc_s[base][st].std);
+            double paper_gap = PAPER_TABLE2[1][st] - PAPER_TABLE2[0][st];
+            char spread_cell[32] = "n/a (1 seed)";
+            if (seeds > 1) snprintf(spread_cell, sizeof(spread_cell), "%.2f", spread);
+            report_printf(f, "| N=%d, R=%d | %+.2f | %s | %+.2f | %s |\n", SETTING_N[st], SETTING_R[st], gap, spread_cell, paper_gap,
+                          gap_verdict(gap, 2 * spread, paper_gap, seeds));
+        }
+        report_printf(f, "\nA gap within 2 x the larger seed std of the two rows is within seed noise; otherwise it goes in the "
+                      "paper's direction or the opposite one.\n");
+    }
+    report_printf(f, "\nPer depth (accuracy of the queried numbers%s):\n\n| Model | N, R |", seeds > 1 ? ", mean over the seeds" : "");
     for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.0f%% |", 100 * DEPTHS[d]);
     report_printf(f, "\n|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < n_rows; i++) {
-        for (int s = 0; s < N_SETTINGS; s++) {
-            report_printf(f, "| %s | %d, %d |", rows[i].name, SETTING_N[s], SETTING_R[s]);
+    for (int g = 0; g < n_rows; g++) {
+        for (int st = 0; st < N_SETTINGS; st++) {
+            report_printf(f, "| %s | %d, %d |", rows[g * seeds].name, SETTING_N[st], SETTING_R[st]);
             for (int d = 0; d < N_DEPTHS; d++) {
-                const Cell* c = &cells[i][s * N_DEPTHS + d];
-                report_printf(f, " %.2f |", (double)c->correct / c->queries);
+                report_printf(f, " %.2f |", spread_of(&depth_acc[g * seeds][st][d], seeds, N_SETTINGS * N_DEPTHS).mean);
             }
             report_printf(f, "\n");
         }
     }
-    for (int s = 0; s < N_SETTINGS; s++) {
-        fprintf(bars, "\"N=%d, R=%d\"", SETTING_N[s], SETTING_R[s]);
-        for (int i = 0; i < n_rows; i++) {
-            const Cell* t = &totals[i][s];
-            double p = (double)t->correct / t->queries;
-            fprintf(bars, " %.4f %.4f %.2f", p, sqrt(p * (1 - p) / t->queries), PAPER_TABLE2[paper_row(&rows[i])][s]);
+    if (seeds > 1) {
+        report_printf(f, "\nEach seed's accuracy:\n\n| Model | seed | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|---|\n");
+        for (int m = 0; m < n_models; m++) {
+            report_printf(f, "| %s | %d |", rows[m].name, rows[m].cfg.seed);
+            for (int st = 0; st < N_SETTINGS; st++) report_printf(f, " %.2f |", acc[m][st]);
+            report_printf(f, "\n");
+        }
+    }
+    for (int st = 0; st < N_SETTINGS; st++) {
+        fprintf(bars, "\"N=%d, R=%d\"", SETTING_N[st], SETTING_R[st]);
+        for (int g = 0; g < n_rows; g++) {
+            fprintf(bars, " %.4f %.4f %.2f", acc_s[g][st].mean, err[g][st], PAPER_TABLE2[paper_row(&rows[g * seeds])][st]);
         }
         fprintf(bars, "\n");
     }
     fcloseCheck(bars, dat);
     report_close(&rep);
     char text[4400], names[512] = "";
-    for (int i = 0; i < n_rows; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
+    for (int g = 0; g < n_rows; g++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
-    attention_numbers(&vars, rows, n_rows);
+    attention_numbers(&vars, rows, n_rows, seeds);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table2", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);
-    snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth", opt->preset, context, samples);
+    snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth, %d seed%s", opt->preset, context,
+             samples, seeds, seeds > 1 ? "s" : "");
     gnuplot_string(&vars, "title_text", text);
+    if (seeds > 1) snprintf(text, sizeof(text), "accuracy of the queried numbers (mean of %d seeds; error bars: seed std)", seeds);
+    else snprintf(text, sizeof(text), "accuracy of the queried numbers (1 seed; error bars: binomial standard error)");
+    gnuplot_string(&vars, "error_text", text);
     gnuplot("table2.gp", &vars);
     printf("\nwrote %s, %s; every query in table 'episodes' of %s/registry.sqlite\n", rep.path, png, opt->results);
 }
 
-static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+static void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                       const Section* preset, const NeedleOptions* opt) {
     int samples = section_int(preset, "fig5_samples", opt->recipe), eval_seed = section_int(preset, "eval_seed", opt->recipe);
     const char* list = section_get(preset, "lengths");
@@ -364,41 +454,50 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         if (n_lengths == MAX_LENGTHS || atoi(t) <= 0) die("%s: [preset %s] 'lengths' must be up to %d positive integers", opt->recipe, preset->name, MAX_LENGTHS);
         lengths[n_lengths++] = atoi(t);
     }
-    Report rep, *md = &rep;
-    open_task_report(md, "fig5", 0, preset, rows, n_rows, opt, samples, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths",
-                     opt->preset);
-    char titles[RECIPE_SECTIONS * 128] = "";
-    GnuplotVars vars;
-    gnuplot_init(&vars);
-    for (int i = 0; i < n_rows; i++) {
+    // acc[model][length][depth], the last depth the average over the depths, as in the paper's figure
+    int n_models = n_rows * seeds;
+    double (*acc)[MAX_LENGTHS][N_DEPTHS + 1] = callocCheck(n_models, sizeof(*acc));
+    for (int m = 0; m < n_models; m++) {
         Cell cells[MAX_LENGTHS * N_DEPTHS];
         for (int k = 0; k < n_lengths * N_DEPTHS; k++) {
             Cell c = {lengths[k / N_DEPTHS], 8, 1, k % N_DEPTHS, 0, 0, 0, 0};
             cells[k] = c;
         }
         Records rec = {0};
-        run_cells(&rows[i], src, tok, cells, n_lengths * N_DEPTHS, samples, eval_seed, &rec);
-        store_records(reg, rows[i].run, "fig5", &rec);
+        run_cells(&rows[m], src, tok, cells, n_lengths * N_DEPTHS, samples, eval_seed, &rec);
+        store_records(reg, rows[m].run, "fig5", &rec);
+        for (int l = 0; l < n_lengths; l++) {
+            for (int d = 0; d < N_DEPTHS; d++) {
+                acc[m][l][d] = (double)cells[l * N_DEPTHS + d].correct / cells[l * N_DEPTHS + d].queries;
+                acc[m][l][N_DEPTHS] += acc[m][l][d] / N_DEPTHS;
+            }
+        }
+    }
+    Report rep, *md = &rep;
+    open_task_report(md, "fig5", 0, preset, rows, n_models, opt, samples, "## Figure 5 (preset %s): N = 8, R = 1 across context lengths",
+                     opt->preset);
+    seeds_caption(md, seeds);
+    char titles[RECIPE_SECTIONS * 128] = "";
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    for (int g = 0; g < n_rows; g++) {
+        const Row* row = &rows[g * seeds];
         char dat[4200];
-        path_printf(dat, sizeof(dat), "%s/fig5_%s_%s.dat", opt->results, opt->preset, rows[i].name);
+        path_printf(dat, sizeof(dat), "%s/fig5_%s_%s.dat", opt->results, opt->preset, row->name);
         FILE* f = fopenCheck(dat, "w");
-        report_printf(md, "### %s (trained at context %d)\n\n| depth |", rows[i].name, rows[i].cfg.seq_len);
+        report_printf(md, "### %s (trained at context %d)\n\n| depth |", row->name, row->cfg.seq_len);
         for (int l = 0; l < n_lengths; l++) report_printf(md, " %d |", lengths[l]);
         report_printf(md, "\n|---|");
         for (int l = 0; l < n_lengths; l++) report_printf(md, "---|");
         report_printf(md, "\n");
-        // rows: depths then the average, as in the paper's figure (y = 0 is the top row)
+        // rows: depths then the average (y = 0 is the top row)
         for (int d = 0; d <= N_DEPTHS; d++) {
             report_printf(md, d < N_DEPTHS ? "| %.0f%% |" : "| average |", 100 * (d < N_DEPTHS ? DEPTHS[d] : 0));
             for (int l = 0; l < n_lengths; l++) {
-                double acc = 0;
-                if (d < N_DEPTHS) {
-                    acc = (double)cells[l * N_DEPTHS + d].correct / cells[l * N_DEPTHS + d].queries;
-                } else {
-                    for (int k = 0; k < N_DEPTHS; k++) acc += (double)cells[l * N_DEPTHS + k].correct / cells[l * N_DEPTHS + k].queries / N_DEPTHS;
-                }
-                report_printf(md, " %.2f |", acc);
-                fprintf(f, "%d %d %.4f\n", l, d, acc);
+                Spread cell = spread_of(&acc[g * seeds][l][d], seeds, MAX_LENGTHS * (N_DEPTHS + 1));
+                char text[48];
+                report_printf(md, " %s |", spread_text(text, sizeof(text), cell, seeds, 2));
+                fprintf(f, "%d %d %.4f %.4f\n", l, d, cell.mean, cell.std);
             }
             report_printf(md, "\n");
             fprintf(f, "\n");
@@ -406,13 +505,15 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
         report_printf(md, "\n");
         fcloseCheck(f, dat);
         char name[32];
-        snprintf(name, sizeof(name), "model%d", i + 1);
+        snprintf(name, sizeof(name), "model%d", g + 1);
         gnuplot_input(&vars, name, dat);
-        snprintf(titles + strlen(titles), sizeof(titles) - strlen(titles), "%s%s", i ? " " : "", rows[i].name);
+        snprintf(titles + strlen(titles), sizeof(titles) - strlen(titles), "%s%s", g ? " " : "", row->name);
     }
+    free(acc);
     // the models side by side on one colour scale
     char text[4400];
     gnuplot_number(&vars, "n", n_rows);
+    gnuplot_number(&vars, "seeds", seeds);
     gnuplot_number(&vars, "n_lengths", n_lengths);
     for (int l = 0; l < n_lengths; l++) {
         char name[32];
@@ -423,8 +524,13 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "fig5", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);
-    snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens",
-             opt->preset, samples, rows[0].cfg.seq_len);
+    if (seeds > 1) {
+        snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens; "
+                 "mean ± std over %d seeds", opt->preset, samples, rows[0].cfg.seq_len, seeds);
+    } else {
+        snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens; 1 seed",
+                 opt->preset, samples, rows[0].cfg.seq_len);
+    }
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig5.gp", &vars);
     printf("wrote %s\n", png);
@@ -432,17 +538,19 @@ static void task_fig5(Row* rows, int n_rows, const NeedleSource* src, const Toke
     printf("wrote %s\n", rep.path);
 }
 
-static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+static void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
     int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
-    int eval_seed = section_int(preset, "eval_seed", opt->recipe), keep_maps = section_int(preset, "maps", opt->recipe);
+    int eval_seed = section_int(preset, "eval_seed", opt->recipe), n_models = n_rows * seeds;
     Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];
-    for (int i = 0; i < n_rows; i++) {
+    for (int i = 0; i < n_models; i++) {
         Row* row = &rows[i];
+        // the maps of each row's first seed: the other seeds' would repeat them for another model
+        int keep_maps = row->seed_index == 0 ? section_int(preset, "maps", opt->recipe) : 0;
         char maps_path[4200];
         path_printf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
         MapsFile maps;
-        maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
+        if (keep_maps) maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
         Records rec = {0};
         double t0 = wall_time();
         for (int d = 0; d < N_DEPTHS; d++) {
@@ -480,39 +588,51 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
                    mean.answer, mean.noise, mean.question, mean.bos, wall_time() - t0);
             fflush(stdout);
         }
-        maps_file_close(&maps);
-        registry_artifact(reg, row->run, "attention_maps", maps_path);
         store_records(reg, row->run, "table3", &rec);
-        printf("  attention maps of %d episodes in %s\n", maps.n_samples, maps_path);
-    }
-    Allocation overall[RECIPE_SECTIONS];  // Figure 1: each model's mean over depths
-    for (int i = 0; i < n_rows; i++) {
-        Allocation m = {0, 0, 0, 0};
-        for (int d = 0; d < N_DEPTHS; d++) {
-            m.answer += by_depth[i][d].answer / N_DEPTHS;
-            m.noise += by_depth[i][d].noise / N_DEPTHS;
-            m.question += by_depth[i][d].question / N_DEPTHS;
-            m.bos += by_depth[i][d].bos / N_DEPTHS;
+        if (keep_maps) {
+            maps_file_close(&maps);
+            registry_artifact(reg, row->run, "attention_maps", maps_path);
+            printf("  attention maps of %d episodes in %s\n", maps.n_samples, maps_path);
         }
-        overall[i] = m;
     }
-    char dat[4200], fig1[4200];
+    // per row: the spread over its seeds of each depth's shares and of Figure 1's means over depths
+    Spread answer[RECIPE_SECTIONS][N_DEPTHS], noise[RECIPE_SECTIONS][N_DEPTHS], overall[RECIPE_SECTIONS][4];
+    for (int g = 0; g < n_rows; g++) {
+        double parts[RECIPE_SECTIONS][4] = {{0}};
+        for (int s = 0; s < seeds; s++) {
+            for (int d = 0; d < N_DEPTHS; d++) {
+                const Allocation* a = &by_depth[g * seeds + s][d];
+                parts[s][0] += a->answer / N_DEPTHS;
+                parts[s][1] += a->noise / N_DEPTHS;
+                parts[s][2] += a->question / N_DEPTHS;
+                parts[s][3] += a->bos / N_DEPTHS;
+            }
+        }
+        for (int k = 0; k < 4; k++) overall[g][k] = spread_of(&parts[0][k], seeds, 4);
+        int stride = (int)(sizeof(by_depth[0]) / (sizeof(double)));  // one model's allocations, in doubles
+        for (int d = 0; d < N_DEPTHS; d++) {
+            answer[g][d] = spread_of(&by_depth[g * seeds][d].answer, seeds, stride);
+            noise[g][d] = spread_of(&by_depth[g * seeds][d].noise, seeds, stride);
+        }
+    }
+    char dat[4200], fig1[4200], cell[48];
     preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
     preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
     Report rep, *f = &rep;
-    open_task_report(f, "table3", 1, preset, rows, n_rows, opt, samples * N_SETTINGS,
+    open_task_report(f, "table3", 1, preset, rows, n_models, opt, samples * N_SETTINGS,
                      "## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d",
                      opt->preset, context);
     report_printf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
                "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
                "are, DIFF rows A1 - lambda A2 divided by 1 - lambda. Answer = the answer needle's tokens; noise = every "
                "other context token after BOS, distractor needles included; the rest goes to BOS and the question itself.\n\n");
+    seeds_caption(f, seeds);
     report_printf(f, "| Model | answer 0%% | 25%% | 50%% | 75%% | 100%% | noise 0%% | 25%% | 50%% | 75%% | 100%% |\n");
     report_printf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < n_rows; i++) {
-        report_printf(f, "| %s |", rows[i].name);
-        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.3f |", by_depth[i][d].answer);
-        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.3f |", by_depth[i][d].noise);
+    for (int g = 0; g < n_rows; g++) {
+        report_printf(f, "| %s |", rows[g * seeds].name);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), answer[g][d], seeds, 3));
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), noise[g][d], seeds, 3));
         report_printf(f, "\n");
     }
     for (int p = 0; p < 2; p++) {
@@ -522,37 +642,56 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
         report_printf(f, "\n");
     }
     report_printf(f, "\nFigure 1 breakdown (mean over depths):\n\n| Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
-    for (int i = 0; i < n_rows; i++) {
-        const Allocation* m = &overall[i];
-        report_printf(f, "| %s | %.3f | %.3f | %.3f | %.3f |\n", rows[i].name, m->answer, m->noise, m->question, m->bos);
+    for (int g = 0; g < n_rows; g++) {
+        report_printf(f, "| %s |", rows[g * seeds].name);
+        for (int k = 0; k < 4; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), overall[g][k], seeds, 3));
+        report_printf(f, "\n");
+    }
+    int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
+    if (base >= 0 && diff >= 0) {
+        report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
+                      "seed spread | paper gap | verdict |\n|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
+        for (int k = 0; k < 2; k++) {
+            const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
+            const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
+            double paper_gap = 0;
+            for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
+            double gap = overall[diff][k].mean - overall[base][k].mean, spread = fmax(overall[diff][k].std, overall[base][k].std);
+            char spread_cell[32] = "n/a (1 seed)";
+            if (seeds > 1) snprintf(spread_cell, sizeof(spread_cell), "%.3f", spread);
+            report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", gap, spread_cell, paper_gap,
+                          gap_verdict(gap, 2 * spread, paper_gap, seeds));
+        }
     }
     report_close(&rep);
     FILE* t3 = fopenCheck(dat, "w");
-    FILE* g = fopenCheck(fig1, "w");
+    FILE* g1 = fopenCheck(fig1, "w");
     for (int d = 0; d < N_DEPTHS; d++) {
         fprintf(t3, "\"%.0f%%\"", 100 * DEPTHS[d]);
-        for (int i = 0; i < n_rows; i++) {
-            int p = paper_row(&rows[i]);
-            fprintf(t3, " %.4f %.4f %.2f %.2f", by_depth[i][d].answer, by_depth[i][d].noise, PAPER_ANSWER[p][d], PAPER_NOISE[p][d]);
+        for (int g = 0; g < n_rows; g++) {
+            int p = paper_row(&rows[g * seeds]);
+            fprintf(t3, " %.4f %.4f %.2f %.2f %.4f %.4f", answer[g][d].mean, noise[g][d].mean, PAPER_ANSWER[p][d], PAPER_NOISE[p][d],
+                    answer[g][d].std, noise[g][d].std);
         }
         fprintf(t3, "\n");
     }
-    for (int i = 0; i < n_rows; i++) {
-        const Allocation* m = &overall[i];
-        fprintf(g, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[i].name, m->answer, m->noise, m->question, m->bos);
+    for (int g = 0; g < n_rows; g++) {
+        fprintf(g1, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[g * seeds].name, overall[g][0].mean, overall[g][1].mean, overall[g][2].mean,
+                overall[g][3].mean);
     }
     fcloseCheck(t3, dat);
-    fcloseCheck(g, fig1);
+    fcloseCheck(g1, fig1);
     char text[4400], names[512] = "", papers[512] = "";
-    for (int i = 0; i < n_rows; i++) {
-        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", rows[i].name);
-        snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", i ? " " : "", paper_row(&rows[i]) ? "DIFF" : "Transformer");
+    for (int g = 0; g < n_rows; g++) {
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
+        snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", g ? " " : "", paper_row(&rows[g * seeds]) ? "DIFF" : "Transformer");
     }
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
     gnuplot_input(&vars, "fig1", fig1);
-    attention_numbers(&vars, rows, n_rows);
+    attention_numbers(&vars, rows, n_rows, seeds);
+    gnuplot_number(&vars, "seeds", seeds);
     gnuplot_string(&vars, "names", names);
     gnuplot_string(&vars, "papers", papers);
     char png[4400], fig1_png[4400];
@@ -560,10 +699,11 @@ static void task_table3(Row* rows, int n_rows, const NeedleSource* src, const To
     gnuplot_output(&vars, "out", png);
     preset_path(fig1_png, sizeof(fig1_png), opt->plots, "fig1", opt->preset, ".png");
     gnuplot_output(&vars, "out_fig1", fig1_png);
-    snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d", opt->preset, context);
+    snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d, %d seed%s%s", opt->preset, context,
+             seeds, seeds > 1 ? "s" : "", seeds > 1 ? " (error bars: seed std)" : "");
     gnuplot_string(&vars, "title_text", text);
-    snprintf(text, sizeof(text), "Figure 1, preset %s, context %d: where the question's attention goes (mean over depths, rows "
-             "normalised to 1)", opt->preset, context);
+    snprintf(text, sizeof(text), "Figure 1, preset %s, context %d: where the question's attention goes (mean over depths%s, rows "
+             "normalised to 1)", opt->preset, context, seeds > 1 ? " and seeds" : "");
     gnuplot_string(&vars, "fig1_title", text);
     gnuplot("table3.gp", &vars);
     printf("\nwrote %s, %s, %s\n", rep.path, png, fig1_png);
@@ -623,18 +763,19 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
     return res;
 }
 
-static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Tokenizer* tok, const Shard* val, Registry* reg,
-                      const Section* preset, const NeedleOptions* opt) {
+static void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, const Shard* val,
+                      Registry* reg, const Section* preset, const NeedleOptions* opt) {
     int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "fig8_samples", opt->recipe);
     int windows = section_int(preset, "fig8_windows", opt->recipe), eval_seed = section_int(preset, "eval_seed", opt->recipe);
-    for (int i = 0; i < n_rows; i++) {
+    int n_models = n_rows * seeds;
+    for (int i = 0; i < n_models; i++) {
         if ((val->n_tokens - 1) / rows[i].cfg.seq_len < (size_t)windows) {
             die("%s: [preset %s] fig8_windows = %d needs %zu validation tokens at seq_len %d; the shard has %zu", opt->recipe,
                 preset->name, windows, (size_t)windows * rows[i].cfg.seq_len + 1, rows[i].cfg.seq_len, val->n_tokens);
         }
     }
-    QuantResult (*res)[2][FIG8_WIDTHS] = callocCheck(n_rows, sizeof(*res));
-    for (int i = 0; i < n_rows; i++) {
+    QuantResult (*res)[2][FIG8_WIDTHS] = callocCheck(n_models, sizeof(*res));
+    for (int i = 0; i < n_models; i++) {
         for (int scope = 0; scope < 2; scope++) {
             for (int b = 0; b < FIG8_WIDTHS; b++) {
                 if (FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED && scope > 0) {
@@ -646,10 +787,22 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
             }
         }
     }
-    char dat[4200];
+    // metric[model][scope][bits][k]: loss, accuracy, retrieval N=1, retrieval N=4 R=2
+    double (*metric)[2][FIG8_WIDTHS][4] = callocCheck(n_models, sizeof(*metric));
+    for (int i = 0; i < n_models; i++) {
+        for (int scope = 0; scope < 2; scope++) {
+            for (int b = 0; b < FIG8_WIDTHS; b++) {
+                const QuantResult* q = &res[i][scope][b];
+                double v[4] = {q->lm.loss, q->lm.accuracy, q->retrieval[0], q->retrieval[1]};
+                memcpy(metric[i][scope][b], v, sizeof(v));
+            }
+        }
+    }
+    int stride = (int)(sizeof(metric[0]) / sizeof(double));  // one model's metrics, in doubles
+    char dat[4200], cell[4][48];
     preset_path(dat, sizeof(dat), opt->results, "fig8", opt->preset, ".dat");
     Report rep, *f = &rep;
-    open_task_report(f, "fig8", 1, preset, rows, n_rows, opt, samples, "## Figure 8 (preset %s): attention logits quantized to fewer bits",
+    open_task_report(f, "fig8", 1, preset, rows, n_models, opt, samples, "## Figure 8 (preset %s): attention logits quantized to fewer bits",
                      opt->preset);
     report_printf(f, "Dynamic post-training absmax quantization of the attention logits before every softmax: Q = 2^(b-1) - 1, "
                "s = max|S| / Q recomputed on every forward, S_hat = s clamp(round(S / s), -Q, Q); DIFF's two maps separately. "
@@ -661,20 +814,34 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
                "retrieval (where both score well unquantized) and the language-model metrics show what quantization costs "
                "instead (docs/outliers.md).\n\n",
                windows, rows[0].cfg.seq_len, context, res[0][0][0].queries[0], res[0][0][0].queries[1]);
+    seeds_caption(f, seeds);
     report_printf(f, "| Model | scale | bits | valid loss | next-token acc | retrieval N=1 | retrieval N=4, R=2 |\n");
     report_printf(f, "|---|---|---|---|---|---|---|\n");
     FILE* g = fopenCheck(dat, "w");
-    for (int i = 0; i < n_rows; i++) {
+    // the language-model panels' ranges: the data with headroom, never zoomed to less than a
+    // floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
+    double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY}, floor_span[2] = {0.05, 0.02};
+    static const int DIGITS[4] = {4, 4, 3, 3};
+    for (int r = 0; r < n_rows; r++) {
         for (int scope = 0; scope < 2; scope++) {
-            fprintf(g, "\"%s, %s\"\n", rows[i].name, SCOPE_NAMES[scope]);
+            fprintf(g, "\"%s, %s\"\n", rows[r * seeds].name, SCOPE_NAMES[scope]);
             for (int b = 0; b < FIG8_WIDTHS; b++) {
-                const QuantResult* q = &res[i][scope][b];
-                if (!(scope > 0 && FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED)) {
-                    report_printf(f, "| %s | %s | %d | %.4f | %.4f | %.3f | %.3f |\n", rows[i].name,
-                                  FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED ? "none" : SCOPE_NAMES[scope], FIG8_BITS[b], q->lm.loss,
-                                  q->lm.accuracy, q->retrieval[0], q->retrieval[1]);
+                Spread m[4];
+                for (int k = 0; k < 4; k++) {
+                    m[k] = spread_of(&metric[r * seeds][scope][b][k], seeds, stride);
+                    spread_text(cell[k], sizeof(cell[k]), m[k], seeds, DIGITS[k]);
                 }
-                fprintf(g, "%d %.6f %.6f %.6f %.6f\n", FIG8_BITS[b], q->lm.loss, q->lm.accuracy, q->retrieval[0], q->retrieval[1]);
+                for (int k = 0; k < 2; k++) {
+                    lo[k] = fmin(lo[k], m[k].mean - m[k].std);
+                    hi[k] = fmax(hi[k], m[k].mean + m[k].std);
+                }
+                if (!(scope > 0 && FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED)) {
+                    report_printf(f, "| %s | %s | %d | %s | %s | %s | %s |\n", rows[r * seeds].name,
+                                  FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED ? "none" : SCOPE_NAMES[scope], FIG8_BITS[b], cell[0],
+                                  cell[1], cell[2], cell[3]);
+                }
+                fprintf(g, "%d %.6f %.6f %.6f %.6f %.6f %.6f %.6f %.6f\n", FIG8_BITS[b], m[0].mean, m[1].mean, m[2].mean, m[3].mean,
+                        m[0].std, m[1].std, m[2].std, m[3].std);
             }
             fprintf(g, "\n\n");
         }
@@ -683,26 +850,14 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
                "4-bit DIFF is about as accurate as 6-bit Transformer and about 25%% better than 4-bit Transformer.\n");
     report_close(&rep);
     fcloseCheck(g, dat);
-    // the language-model panels' ranges: the data with headroom, never zoomed to less than a
-    // floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
-    double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY}, floor_span[2] = {0.05, 0.02};
-    for (int i = 0; i < n_rows; i++) {
-        for (int scope = 0; scope < 2; scope++) {
-            for (int b = 0; b < FIG8_WIDTHS; b++) {
-                double v[2] = {res[i][scope][b].lm.loss, res[i][scope][b].lm.accuracy};
-                for (int k = 0; k < 2; k++) {
-                    lo[k] = fmin(lo[k], v[k]);
-                    hi[k] = fmax(hi[k], v[k]);
-                }
-            }
-        }
-    }
+    free(metric);
     free(res);
     char text[4400];
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
     gnuplot_number(&vars, "series", 2 * n_rows);
+    gnuplot_number(&vars, "seeds", seeds);
     for (int k = 0; k < 2; k++) {
         double mid = 0.5 * (lo[k] + hi[k]), half = 0.5 * fmax(hi[k] - lo[k], floor_span[k]) * 1.4;  // 20% headroom each side
         char name[16];
@@ -711,11 +866,12 @@ static void task_fig8(Row* rows, int n_rows, const NeedleSource* src, const Toke
         snprintf(name, sizeof(name), "hi%d", k + 2);
         gnuplot_number(&vars, name, k == 1 ? fmin(1, mid + half) : mid + half);
     }
-    attention_numbers(&vars, rows, n_rows);
+    attention_numbers(&vars, rows, n_rows, seeds);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "fig8", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);
-    snprintf(text, sizeof(text), "Figure 8, preset %s: attention logits quantized (solid: per tensor, dashed: per row)", opt->preset);
+    snprintf(text, sizeof(text), "Figure 8, preset %s: attention logits quantized (solid: per tensor, dashed: per row); %d seed%s%s",
+             opt->preset, seeds, seeds > 1 ? "s" : "", seeds > 1 ? ", error bars: seed std" : "");
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig8.gp", &vars);
     printf("\nwrote %s, %s\n", rep.path, png);
@@ -813,10 +969,10 @@ int needle_main(const NeedleOptions* opt) {
     source_file_path(cities, sizeof(cities), "data/cities.txt");
     needle_source_init(&src, tok, val, cities, NEEDLE_EVAL);
     printf("%s, preset %s: %d evaluation cities, haystacks from %s/val.bin\n", opt->task, opt->preset, src.n_cities, data.dir);
-    if (task == 0) task_table2(rows, n_models, &src, tok, &reg, preset, opt);
-    if (task == 1) task_fig5(rows, n_models, &src, tok, &reg, preset, opt);
-    if (task == 2) task_table3(rows, n_models, &src, tok, &reg, preset, opt);
-    if (task == 3) task_fig8(rows, n_models, &src, tok, val, &reg, preset, opt);
+    if (task == 0) task_table2(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
+    if (task == 1) task_fig5(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
+    if (task == 2) task_table3(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
+    if (task == 3) task_fig8(rows, r->n_rows, opt->seeds, &src, tok, val, &reg, preset, opt);
     needle_source_free(&src);
     data_close(&data);
     for (int i = 0; i < n_models; i++) model_free(&rows[i].model);

@@ -14,7 +14,7 @@
 #include "report.h"
 #include "table6.h"
 
-#define MAX_MODELS (2 + RECIPE_SECTIONS)
+#define MAX_MODELS RECIPE_SECTIONS
 #define N_TOPS 5
 static const int TOPS[N_TOPS] = {1, 2, 3, 10, 100};
 // The paper's Table 5 (3B models): Top-1, 2, 3, 10, 100, median; [Transformer, DIFF][logits, hidden]
@@ -27,7 +27,7 @@ static const char* const KIND_LABELS[OUTLIER_KINDS] = {"Attention Logits", "Hidd
 typedef struct {
     const char* source;  // "table6" or "needle"
     const char* preset;
-    char label[256];     // "table6/small/transformer"
+    char label[256];     // "table6/small/transformer": the row, whichever seed
     TrainedRow row;
     size_t tokens;    // positions asked for
     OutlierStats stats;
@@ -63,12 +63,12 @@ static void study(Studied* s, Registry* reg, const char* results) {
     outlier_windows(data.val.n_tokens, T, s->tokens, shard, &windows, &stride);
     double t0 = wall_time();
     outlier_stats_collect(&s->stats, &model, &data.val, T, windows, stride, s->row.cfg.batch_size);
-    printf("  %-28s %d windows of %d at stride %d: %zu positions (%zu distinct tokens) in %.0f s\n", s->label, windows, T, stride,
-           s->stats.positions, s->stats.distinct, wall_time() - t0);
+    printf("  %-28s seed %d: %d windows of %d at stride %d: %zu positions (%zu distinct tokens) in %.0f s\n", s->label, s->row.cfg.seed,
+           windows, T, stride, s->stats.positions, s->stats.distinct, wall_time() - t0);
     char dir[4200];
     path_printf(dir, sizeof(dir), "%s/table5", results);
     mkdir_p(dir);
-    path_printf(s->h5, sizeof(s->h5), "%s/%s_%s_%s.h5", dir, s->source, s->preset, s->row.name);
+    path_printf(s->h5, sizeof(s->h5), "%s/%s_%s_%s_seed%d.h5", dir, s->source, s->preset, s->row.name, s->row.cfg.seed);
     outlier_stats_write(&s->stats, s->h5, s->label);
     registry_artifact(reg, s->row.run, "outlier_stats", s->h5);
     for (int k = 0; k < OUTLIER_KINDS; k++) {
@@ -84,24 +84,50 @@ static void study(Studied* s, Registry* reg, const char* results) {
     model_free(&model);
 }
 
-static void stat_cells(Report* f, const ActStats* a) {
-    for (int t = 0; t < N_TOPS; t++) report_printf(f, " %.2f |", act_stats_top(a, TOPS[t]));
-    report_printf(f, " %.3f |", act_stats_median(a));
+// The statistic t of kind k of a model: Top-TOPS[t], or the median at t = N_TOPS; layer -1 pooled
+static double stat_of(const Studied* s, int k, int layer, int t) {
+    const ActStats* a = layer < 0 ? &s->stats.pooled[k] : &s->stats.layer[k][layer];
+    return t < N_TOPS ? act_stats_top(a, TOPS[t]) : act_stats_median(a);
+}
+
+// Mean and sample std over a row's seeds (models[0..seeds-1]) of f(model); std 0 for one seed
+typedef double (*ModelValue)(const Studied* s, int k, int layer, int t);
+static void seed_spread(const Studied* models, int seeds, ModelValue f, int k, int layer, int t, double* mean, double* std) {
+    *mean = *std = 0;
+    for (int i = 0; i < seeds; i++) *mean += f(&models[i], k, layer, t) / seeds;
+    for (int i = 0; seeds > 1 && i < seeds; i++) *std += pow(f(&models[i], k, layer, t) - *mean, 2) / (seeds - 1);
+    *std = sqrt(*std);
+}
+
+// Top-1 over the median: how far the largest value stands out
+static double ratio_of(const Studied* s, int k, int layer, int t) {
+    (void)t;
+    return stat_of(s, k, layer, 0) / stat_of(s, k, layer, N_TOPS);
+}
+
+static void spread_cell(Report* f, const Studied* models, int seeds, ModelValue fn, int k, int layer, int t, int digits) {
+    double mean, std;
+    seed_spread(models, seeds, fn, k, layer, t, &mean, &std);
+    if (seeds > 1) report_printf(f, " %.*f ± %.*f |", digits, mean, digits, std);
+    else report_printf(f, " %.*f |", digits, mean);
 }
 
 int table5_main(const Table5Options* opt) {
-    Table6Options t6 = {opt->table6_recipe, opt->preset, 1, opt->results, opt->plots, opt->overrides, opt->n_overrides};
-    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots, opt->overrides, opt->n_overrides, 1};
+    int seeds = opt->seeds;
+    if (seeds < 1 || seeds > 8) die("--seeds must lie in 1..8, got %d", seeds);
+    Table6Options t6 = {opt->table6_recipe, opt->preset, seeds, opt->results, opt->plots, opt->overrides, opt->n_overrides};
+    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots, opt->overrides, opt->n_overrides, seeds};
     size_t t6_tokens = preset_tokens(opt->table6_recipe, opt->preset, table6_extra_key);
     size_t nd_tokens = preset_tokens(opt->needle_recipe, opt->needle_preset, needle_extra_key);
     Studied* models = callocCheck(MAX_MODELS, sizeof(Studied));
     static const char* const T6_ROWS[2] = {"transformer", "diff"};
     TrainedRow rows[RECIPE_SECTIONS];
     table6_trained_rows(&t6, T6_ROWS, 2, rows);
-    int n = 0;
-    for (int i = 0; i < 2; i++) add_model(&models[n++], "table6", opt->preset, &rows[i], t6_tokens);
-    int n_needle = needle_trained_rows(&nd, rows, RECIPE_SECTIONS);
+    int n = 0;  // models, a row's seeds side by side: row g is models[g x seeds .. g x seeds + seeds - 1]
+    for (int i = 0; i < 2 * seeds; i++) add_model(&models[n++], "table6", opt->preset, &rows[i], t6_tokens);
+    int n_needle = needle_trained_rows(&nd, rows, MAX_MODELS - n);
     for (int i = 0; i < n_needle; i++) add_model(&models[n++], "needle", opt->needle_preset, &rows[i], nd_tokens);
+    int n_rows = n / seeds;
 
     Registry reg;
     char path[4200], dat[4200];
@@ -121,19 +147,21 @@ int table5_main(const Table5Options* opt) {
                "causal position of every head and map (q1k1 and q2k2 for DIFF). Hidden states: every element of each "
                "layer's output after both residual additions. Top-k exact; the median is the lower median within a relative "
                "%.2g (docs/outliers.md). Recipe commit %s.\n\n", OUTLIER_MEDIAN_REL_ERROR, GIT_COMMIT);
+    if (seeds > 1) report_printf(f, "Each value: mean ± sample standard deviation over %d seeds (one model per seed).\n\n", seeds);
+    else report_printf(f, "One seed per row (one model): no seed spread is measured; `--seeds N` (make SEEDS=N) trains N.\n\n");
     for (int i = 0; i < n; i++) {
         const Studied* s = &models[i];
-        report_printf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, head norm %s; %zu positions of held-out "
+        report_printf(f, "- %s, seed %d: %s attention, %d layers, d_model %d, %d heads x %d, head norm %s; %zu positions of held-out "
                       "text (%d windows of %d at stride %d, %zu distinct tokens; registry run %lld; per layer in %s)\n",
-                      s->label, config_attention_name(&s->row.cfg), s->row.cfg.n_layer, s->row.cfg.d_model, s->row.cfg.n_head,
-                      config_head_dim(&s->row.cfg), config_head_norm(&s->row.cfg) ? "on" : "off", s->stats.positions,
-                      s->stats.windows, s->stats.T, s->stats.stride, s->stats.distinct, (long long)s->row.run, s->h5);
+                      s->label, s->row.cfg.seed, config_attention_name(&s->row.cfg), s->row.cfg.n_layer, s->row.cfg.d_model,
+                      s->row.cfg.n_head, config_head_dim(&s->row.cfg), config_head_norm(&s->row.cfg) ? "on" : "off",
+                      s->stats.positions, s->stats.windows, s->stats.T, s->stats.stride, s->stats.distinct, (long long)s->row.run, s->h5);
     }
     report_printf(f, "\n| Model | Activation type | Top-1 | Top-2 | Top-3 | Top-10 | Top-100 | Median |\n|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < OUTLIER_KINDS; k++) {
-        for (int i = 0; i < n; i++) {
-            report_printf(f, "| %s | %s |", models[i].label, KIND_LABELS[k]);
-            stat_cells(f, &models[i].stats.pooled[k]);
+        for (int g = 0; g < n_rows; g++) {
+            report_printf(f, "| %s | %s |", models[g * seeds].label, KIND_LABELS[k]);
+            for (int t = 0; t <= N_TOPS; t++) spread_cell(f, &models[g * seeds], seeds, stat_of, k, -1, t, t < N_TOPS ? 2 : 3);
             report_printf(f, "\n");
         }
         for (int p = 0; p < 2; p++) {
@@ -143,29 +171,30 @@ int table5_main(const Table5Options* opt) {
         }
     }
     report_printf(f, "\nTop-1 / median ratio (how far the largest value stands out):\n\n| Model | logits | hidden states |\n|---|---|---|\n");
-    for (int i = 0; i < n; i++) {
-        report_printf(f, "| %s |", models[i].label);
-        for (int k = 0; k < OUTLIER_KINDS; k++) {
-            report_printf(f, " %.1f |", act_stats_top(&models[i].stats.pooled[k], 1) / act_stats_median(&models[i].stats.pooled[k]));
-        }
+    for (int g = 0; g < n_rows; g++) {
+        report_printf(f, "| %s |", models[g * seeds].label);
+        for (int k = 0; k < OUTLIER_KINDS; k++) spread_cell(f, &models[g * seeds], seeds, ratio_of, k, -1, 0, 1);
         report_printf(f, "\n");
     }
     report_printf(f, "| paper Transformer | %.1f | %.1f |\n| paper DIFF | %.1f | %.1f |\n", PAPER[0][0][0] / PAPER[0][0][5],
                   PAPER[0][1][0] / PAPER[0][1][5], PAPER[1][0][0] / PAPER[1][0][5], PAPER[1][1][0] / PAPER[1][1][5]);
-    report_printf(f, "\nPer layer (Top-1 / median):\n\n| Model | kind |");
+    report_printf(f, "\nPer layer (Top-1 / median%s):\n\n| Model | kind |", seeds > 1 ? ", means over the seeds" : "");
     int max_L = 0;
     for (int i = 0; i < n; i++) max_L = models[i].stats.L > max_L ? models[i].stats.L : max_L;
     for (int l = 0; l < max_L; l++) report_printf(f, " layer %d |", l);
     report_printf(f, "\n|---|---|");
     for (int l = 0; l < max_L; l++) report_printf(f, "---|");
     report_printf(f, "\n");
-    for (int i = 0; i < n; i++) {
+    for (int g = 0; g < n_rows; g++) {
+        const Studied* row = &models[g * seeds];
         for (int k = 0; k < OUTLIER_KINDS; k++) {
-            report_printf(f, "| %s | %s |", models[i].label, KIND_LABELS[k]);
+            report_printf(f, "| %s | %s |", row->label, KIND_LABELS[k]);
             for (int l = 0; l < max_L; l++) {
-                if (l < models[i].stats.L) {
-                    const ActStats* a = &models[i].stats.layer[k][l];
-                    report_printf(f, " %.2f / %.3f |", act_stats_top(a, 1), act_stats_median(a));
+                double top, median, std;
+                if (l < row->stats.L) {
+                    seed_spread(row, seeds, stat_of, k, l, 0, &top, &std);
+                    seed_spread(row, seeds, stat_of, k, l, N_TOPS, &median, &std);
+                    report_printf(f, " %.2f / %.3f |", top, median);
                 } else {
                     report_printf(f, " |");
                 }
@@ -175,37 +204,43 @@ int table5_main(const Table5Options* opt) {
     }
     report_close(&rep);
 
-    // figure data: per model, one block per kind of rows "layer top1 top10 top100 median" with
-    // the pooled values at layer -1
+    // figure data: per row, one block per kind of rows "layer top1 top10 top100 median", then
+    // their seed std, with the pooled values at layer -1
     preset_path(dat, sizeof(dat), opt->results, "table5", presets, ".dat");
     FILE* g = fopenCheck(dat, "w");
     char names[2048] = "";
+    static const int COLUMNS[4] = {0, 3, 4, N_TOPS};  // Top-1, Top-10, Top-100, median
     for (int k = 0; k < OUTLIER_KINDS; k++) {
-        for (int i = 0; i < n; i++) {
-            fprintf(g, "# %s %s\n", models[i].label, OUTLIER_KIND_NAMES[k]);
-            for (int l = -1; l < models[i].stats.L; l++) {
-                const ActStats* a = l < 0 ? &models[i].stats.pooled[k] : &models[i].stats.layer[k][l];
-                fprintf(g, "%d %.6g %.6g %.6g %.6g\n", l, act_stats_top(a, 1), act_stats_top(a, 10), act_stats_top(a, 100),
-                        act_stats_median(a));
+        for (int r = 0; r < n_rows; r++) {
+            const Studied* row = &models[r * seeds];
+            fprintf(g, "# %s %s\n", row->label, OUTLIER_KIND_NAMES[k]);
+            for (int l = -1; l < row->stats.L; l++) {
+                double mean[4], std[4];
+                for (int c = 0; c < 4; c++) seed_spread(row, seeds, stat_of, k, l, COLUMNS[c], &mean[c], &std[c]);
+                fprintf(g, "%d %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g\n", l, mean[0], mean[1], mean[2], mean[3], std[0], std[1],
+                        std[2], std[3]);
             }
             fprintf(g, "\n\n");
         }
     }
     fcloseCheck(g, dat);
-    for (int i = 0; i < n; i++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "", models[i].label);
+    for (int r = 0; r < n_rows; r++) {
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", r ? " " : "", models[r * seeds].label);
+    }
     mkdir_p(opt->plots);
     char text[4400];
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
     gnuplot_string(&vars, "names", names);
-    gnuplot_number(&vars, "models", n);
-    for (int i = 0; i < n; i++) {  // colour by attention type, point by source
+    gnuplot_number(&vars, "models", n_rows);
+    gnuplot_number(&vars, "seeds", seeds);
+    for (int r = 0; r < n_rows; r++) {  // colour by attention type, point by source
         char name[32];
-        snprintf(name, sizeof(name), "att%d", i + 1);
-        gnuplot_number(&vars, name, models[i].row.cfg.attention);
-        snprintf(name, sizeof(name), "src%d", i + 1);
-        gnuplot_number(&vars, name, strcmp(models[i].source, "needle") == 0);
+        snprintf(name, sizeof(name), "att%d", r + 1);
+        gnuplot_number(&vars, name, models[r * seeds].row.cfg.attention);
+        snprintf(name, sizeof(name), "src%d", r + 1);
+        gnuplot_number(&vars, name, strcmp(models[r * seeds].source, "needle") == 0);
     }
     for (int p = 0; p < 2; p++) {  // the paper's pooled Top-1 and median, beside ours
         for (int k = 0; k < OUTLIER_KINDS; k++) {
@@ -219,7 +254,8 @@ int table5_main(const Table5Options* opt) {
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table5", presets, ".png");
     gnuplot_output(&vars, "out", png);
-    snprintf(text, sizeof(text), "Table 5: largest activations (Table 6 preset %s, needle preset %s)", opt->preset, opt->needle_preset);
+    snprintf(text, sizeof(text), "Table 5: largest activations (Table 6 preset %s, needle preset %s); %d seed%s%s", opt->preset,
+             opt->needle_preset, seeds, seeds > 1 ? "s" : "", seeds > 1 ? ", means with the seed std on the pooled points" : "");
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table5.gp", &vars);
     printf("\nwrote %s, %s; per-layer statistics in %s/table5/\n", path, png, opt->results);

@@ -15,6 +15,7 @@ typedef struct {
     const char* plots;
     const char* const* overrides;  // key=value for every row of both recipes (recipe_override)
     int n_overrides;
+    int seeds;  // models per row of both recipes (their seeds seed, seed + 1, ...)
 } Table5Options;
 
 int table5_main(const Table5Options* opt);

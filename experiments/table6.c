@@ -158,13 +158,13 @@ void table6_trained_rows(const Table6Options* opt, const char* const* names, int
     Registry reg;
     int lock;
     int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe, &lock);
-    for (int k = 0; k < n; k++) {
-        int i = 0;
+    for (int m = 0; m < n * opt->seeds; m++) {
+        int k = m / opt->seeds, i = 0;
         while (i < r->n_rows && strcmp(r->rows[i].name, names[k])) i++;
         if (i == r->n_rows) die("%s: no [row %s]", opt->recipe, names[k]);
-        TrainedRow* t = &out[k];
+        TrainedRow* t = &out[m];
         snprintf(t->name, sizeof(t->name), "%s", names[k]);
-        t->cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
+        t->cfg = row_config(r, preset, &r->rows[i], m % opt->seeds, opt->recipe, opt->results);
         t->run = train_row(opt, &reg, experiment, names[k], &t->cfg, eval_windows);
         if (!t->run) die("%s: row %s (preset %s) did not train", opt->recipe, names[k], opt->preset);
         config_checkpoint_path(&t->cfg, t->checkpoint, sizeof(t->checkpoint));

@@ -1,8 +1,10 @@
 # Figure 5: every model's heatmap side by side on one colour scale. difftx needle --task fig5
 # writes the files model1 .. model<n> and runs this script to `out`, with the numbers n and
-# n_lengths (contexts) and length1 .. length<n_lengths>, and the strings titles (one word per
-# model) and title_text.
-# each file: blocks of "length_index depth_index accuracy", depth rows 0..4 then the average (5)
+# n_lengths (contexts), length1 .. length<n_lengths> and seeds, and the strings titles (one word
+# per model) and title_text.
+# each file: blocks of "length_index depth_index accuracy seed_std", depth rows 0..4 then the
+# average (5); accuracy is the mean over the seeds, and each cell shows its std under it when
+# there are several
 set terminal pngcairo size (n * 560 + 120), 560 font "sans,11" noenhanced
 set output out
 load 'strings.gp'
@@ -22,6 +24,7 @@ set arrow from -0.5, 4.5 to n_lengths - 0.5, 4.5 nohead front lw 2
 do for [i = 1:n] {
     set title word(titles, i)
     plot sprintf('model%d', i) using 1:2:3 with image notitle, \
-         sprintf('model%d', i) using 1:2:(sprintf("%.2f", $3)) with labels font ",10" notitle
+         sprintf('model%d', i) using 1:2:(seeds > 1 ? sprintf("%.2f\n±%.2f", $3, $4) : sprintf("%.2f", $3)) \
+             with labels font ",10" notitle
 }
 unset multiplot

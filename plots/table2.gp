@@ -1,8 +1,9 @@
 # Table 2 figure. difftx needle --task table2 writes the data and runs this script on
 # the file `data` to `out`, with the numbers att1 .. att<n> (each model's attention type: 0
 # standard, 1 diff, 2 diff2) and paper1 .. paper<n> (the paper's row it is compared with: 0
-# Transformer, 1 DIFF) and the strings names ('standard diff') and title_text.
-# data: one line per (N, R) setting: "label" then per model: accuracy, standard error, paper value
+# Transformer, 1 DIFF) and the strings names ('standard diff'), title_text and error_text (the
+# y label, saying what the error bars are: the seed std, or with one seed the standard error).
+# data: one line per (N, R) setting: "label" then per row: accuracy (mean over seeds), error bar, paper value
 
 set terminal pngcairo size 900,560 font "sans,11" noenhanced
 set output out
@@ -15,7 +16,7 @@ set style data histogram
 set style histogram errorbars gap 1.5 lw 1
 set style fill solid 0.6 border -1
 set yrange [0:1.15]
-set ylabel "accuracy of the queried numbers (error bars: standard error)"
+set ylabel str('error_text')
 set grid ytics
 set key top right font ",10"
 width = 1.0 / (n + 1.5)

@@ -1,8 +1,9 @@
 # Table 3 and Figure 1. difftx needle --task table3 writes the files `data` and `fig1` and runs
 # this script to `out` and `out_fig1`, with the strings names ('standard diff'), papers
 # ('Transformer DIFF'), title_text and fig1_title, and the numbers att<i> and paper<i> (each
-# row's attention type and the paper's row it meets: the colours).
-# data: one line per depth: "label" then per model: answer, noise, the paper's answer and noise
+# row's attention type and the paper's row it meets: the colours) and seeds.
+# data: one line per depth: "label" then per row: answer, noise (means over the seeds), the
+# paper's answer and noise, the seed std of answer and noise (drawn as error bars with seeds > 1)
 # fig1: one line per model: "name" answer noise question bos
 
 set terminal pngcairo size 1100,540 font "sans,11" noenhanced
@@ -23,11 +24,15 @@ set yrange [0:*]
 set key outside bottom center horizontal maxrows 2
 # ours: filled points; the paper (3B models, 4K context): open points, dashed, same colour
 set title "to the answer span (higher is better)"
-plot for [i = 1:n] data using 0:(column(4 * i - 2)):xtic(1) with linespoints pt 7 lw 2 lc rgb ours_colour(i) title word(names, i), \
-     for [i = 1:n] data using 0:(column(4 * i)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title "paper ".word(papers, i)
+plot for [i = 1:n] data using 0:(column(6 * i - 4)):xtic(1) with linespoints pt 7 lw 2 lc rgb ours_colour(i) title word(names, i), \
+     for [i = 1:n] data using 0:(column(6 * i - 4)):(seeds > 1 ? column(6 * i) : NaN) with yerrorbars pt -1 lw 1.5 lc rgb ours_colour(i) \
+         title (seeds > 1 && i == n ? "seed std" : ""), \
+     for [i = 1:n] data using 0:(column(6 * i - 2)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title "paper ".word(papers, i)
 set title "to the noise context (lower is better)"
-plot for [i = 1:n] data using 0:(column(4 * i - 1)):xtic(1) with linespoints pt 7 lw 2 lc rgb ours_colour(i) title word(names, i), \
-     for [i = 1:n] data using 0:(column(4 * i + 1)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title "paper ".word(papers, i)
+plot for [i = 1:n] data using 0:(column(6 * i - 3)):xtic(1) with linespoints pt 7 lw 2 lc rgb ours_colour(i) title word(names, i), \
+     for [i = 1:n] data using 0:(column(6 * i - 3)):(seeds > 1 ? column(6 * i + 1) : NaN) with yerrorbars pt -1 lw 1.5 lc rgb ours_colour(i) \
+         title (seeds > 1 && i == n ? "seed std" : ""), \
+     for [i = 1:n] data using 0:(column(6 * i - 1)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title "paper ".word(papers, i)
 unset multiplot
 
 set yrange [*:*]

@@ -1,10 +1,11 @@
 # Table 5 figure. difftx table5 writes the file `data` and runs this script to `out`, with the
-# numbers models, att1 .. att<models> (attention type: the colour), src1 .. (0 table6, 1 needle:
+# numbers models (rows), seeds, att1 .. att<models> (attention type: the colour), src1 .. (0 table6, 1 needle:
 # the point type), paper_top_<p>_<k> and paper_median_<p>_<k> (the paper's 3B Transformer p = 0
 # and DIFF p = 1, for attention logits k = 0 and hidden states k = 1) and the strings names
 # and title_text.
-# data: one block per (kind, model), kinds outer (attention logits, then hidden states), of rows
-#   layer top1 top10 top100 median; layer -1 holds the values pooled over every layer.
+# data: one block per (kind, row), kinds outer (attention logits, then hidden states), of rows
+#   layer top1 top10 top100 median (means over the seeds), then their seed std; layer -1 holds
+#   the values pooled over every layer, drawn with the seed std as error bars when seeds > 1.
 # Left panel attention logits, right panel hidden states, log scale: each model's Top-1 (solid)
 # and median (dashed) per layer, its pooled Top-1 (large filled) and median (large open) at
 # "pooled", and the paper's pooled Top-1 and median (diamonds) at "paper 3B".
@@ -39,6 +40,10 @@ do for [k = 0:1] {
              lc rgb colour_of(i) notitle, \
          for [i = 0:models - 1] data index k * models + i using 1:($1 < 0 ? $5 : NaN) with points pt open_of(i) ps 2 \
              lc rgb colour_of(i) notitle, \
+         for [i = 0:models - 1] data index k * models + i using 1:($1 < 0 && seeds > 1 ? $2 : NaN):($2 - $6 > 0 ? $2 - $6 : $2 / 10):($2 + $6) \
+             with yerrorbars pt -1 lw 1.5 lc rgb colour_of(i) notitle, \
+         for [i = 0:models - 1] data index k * models + i using 1:($1 < 0 && seeds > 1 ? $5 : NaN):($5 - $9 > 0 ? $5 - $9 : $5 / 10):($5 + $9) \
+             with yerrorbars pt -1 lw 1.5 lc rgb colour_of(i) notitle, \
          for [p = 0:1] '+' using (-2 + 0.15 * (2 * p - 1)):(value(sprintf("paper_top_%d_%d", p, k))) every ::0::0 \
              with points pt 13 ps 2 lc rgb attention_colour(p) notitle, \
          for [p = 0:1] '+' using (-2 + 0.15 * (2 * p - 1)):(value(sprintf("paper_median_%d_%d", p, k))) every ::0::0 \

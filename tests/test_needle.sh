@@ -26,7 +26,7 @@ expect "copy stage data made from the corpus" test -s "$work/mix/copy/train.bin"
 expect "both rows trained and FINISHED, each after its copy stage" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT row FROM runs WHERE status = 'FINISHED' ORDER BY id)")" = "standard_copy standard diff_copy diff"
 expect "copy stage: 64-token windows of copy practice at a constant lr" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff_copy'\" | grep -c '^seq_len = 64\$\|^lr_final = 0.002\$\|^steps = 4\$' | grep -qx 3 &&
     test \"\$(sqlite3 '$work/results/registry.sqlite' \"SELECT data_dir FROM runs WHERE row = 'diff_copy'\")\" = '$work/mix/copy'"
-expect "needle run starts from the copy stage's checkpoint" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff'\" | grep -qx 'init_from = $work/results/needle/smoke/diff_copy/checkpoint.h5'"
+expect "needle run starts from the copy stage's checkpoint" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff'\" | grep -qx 'init_from = $work/results/needle/smoke/diff_copy/seed2024/checkpoint.h5'"
 hash() { sha256sum "$1" | cut -c1-64; }
 expect "each stage's training data recorded by its sha256" test "$(sql "SELECT group_concat(ok, ' ') FROM (SELECT r.row || ':' || (a.sha256 = CASE WHEN r.row LIKE '%_copy' THEN '$(hash "$work/mix/copy/train.bin")' ELSE '$(hash "$work/mix/train.bin")' END) AS ok FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE a.kind = 'training_data' ORDER BY a.rowid)")" = "standard_copy:1 standard:1 diff_copy:1 diff:1"
 expect "copying check stored with its first-copy baseline" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('copy_score', 'copy_score_first') AND value BETWEEN 0 AND 1")" = 4
@@ -93,7 +93,7 @@ expect "table5: both kinds for 4 models and the paper's rows" test "$(grep -cE '
 expect "table5 paper row" grep -q "| paper DIFF (3B) | Attention Logits | 38.8 | 38.8 | 37.3 | 32.0 | 27.4 | 3.3 |" "$work/results/table5_smoke_smoke.md"
 top1=$(sql "SELECT printf('%.2f', value) FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'needle' AND r.row = 'diff' AND key = 'table5_attention_logits_top1'")
 expect "table5 Top-1 is the registry's ($top1)" grep -qE "^\| needle/smoke/diff \| Attention Logits \| $top1 \|" "$work/results/table5_smoke_smoke.md"
-h5=$work/results/table5/needle_smoke_diff.h5
+h5=$work/results/table5/needle_smoke_diff_seed2024.h5
 expect "table5 HDF5 per model, recorded as artifacts" test "$(ls "$work"/results/table5/*.h5 | wc -l)/$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'outlier_stats'")" = "4/4"
 expect "table5 HDF5 layout: per layer (1 layer x 100) and pooled" bash -c "h5ls -r '$h5' | grep -c 'attention_logits/top .*{1, 100}\|hidden_states/histogram .*{1, 65536}\|attention_logits/pooled_top .*{100}' | grep -qx 3"
 # the needle smoke model: 1 layer, 4 heads x 2 maps, 3 windows of 768: 3 x 8 x 768 x 769 / 2 logits
@@ -102,6 +102,37 @@ expect "table5 figure" is_png "$work/plots/table5_smoke_smoke.png"
 t5 > "$work/table5_again.log" 2>&1
 expect "table5 again trains nothing" bash -c "! grep -q '^== ' '$work/table5_again.log'"
 
+
+# seeds: --seeds 2 trains seed 2025 of every row beside 2024; the tables give mean ± sample std
+# over the seeds, each seed's numbers, and verdicts from the spread (none from one seed)
+expect "one seed: Table 2's verdicts say n/a" bash -c "grep -q 'One seed per row' '$work/results/table2_smoke.md' &&
+    test \"\$(grep -c '| n/a (1 seed) | [-+0-9.]* | n/a (1 seed) |' '$work/results/table2_smoke.md')\" = 4"
+seeds() { $bin needle "$work/needle.ini" --preset smoke --seeds 2 --task "$1" --results "$work/seeds" --plots "$work/seeds_plots"; }
+seeds table2 > "$work/seeds_table2.log" 2>&1 && seeds table3 > "$work/seeds_table3.log" 2>&1
+expect "--seeds 2: table2 and table3 exit 0" test $? -eq 0
+sqls() { sqlite3 "$work/seeds/registry.sqlite" "$1"; }
+expect "--seeds 2 trains both stages of both rows for seeds 2024 and 2025" \
+    test "$(sqls "SELECT group_concat(row || ' ' || seed, ', ') FROM (SELECT row, seed FROM runs WHERE status = 'FINISHED' ORDER BY row, seed)")" = \
+    "diff 2024, diff 2025, diff_copy 2024, diff_copy 2025, standard 2024, standard 2025, standard_copy 2024, standard_copy 2025"
+expect "each seed in its own run folder" test -s "$work/seeds/needle/smoke/diff/seed2025/checkpoint.h5" -a -s "$work/seeds/needle/smoke/diff_copy/seed2025/checkpoint.h5"
+expect "table2 states its seeds and lists each seed's accuracy" bash -c "grep -q 'mean ± sample standard deviation over 2 seeds' '$work/seeds/table2_smoke.md' &&
+    test \"\$(grep -cE '^\| (standard|diff) \| 202[45] \|' '$work/seeds/table2_smoke.md')\" = 4"
+expect "table2's verdicts come from the spread" test "$(grep -cE '\| (within seed noise|same direction|opposite|the paper has no gap) \|$' "$work/seeds/table2_smoke.md")" = 4
+# Figure 1's answer share of the diff row, from the registry's episodes: per seed the mean over
+# Table 3's episodes, then mean and sample std over the two seeds
+want=$(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'diff' GROUP BY r.seed" |
+    awk '{v[NR] = $1; m += $1} END {m /= NR; for (i = 1; i <= NR; i++) s += (v[i] - m)^2; printf "%.3f ± %.3f", m, sqrt(s / (NR - 1))}')
+expect "Figure 1's diff answer share is the seeds' mean ± std of the registry's episodes ($want)" \
+    grep -qE "^\| diff \| $want \|" "$work/seeds/table3_smoke.md"
+expect "the seed figures are drawn" bash -c "head -c 4 '$work/seeds_plots/table2_smoke.png' | grep -q PNG && head -c 4 '$work/seeds_plots/table3_smoke.png' | grep -q PNG"
+$bin table5 "$work/table6.ini" --preset smoke --needle "$work/needle.ini" --needle-preset smoke --seeds 2 --results "$work/seeds" \
+    --plots "$work/seeds_plots" > "$work/seeds_table5.log" 2>&1
+expect "table5 --seeds 2: 8 models, each with its statistics file" test "$(ls "$work"/seeds/table5/*_seed*.h5 | wc -l)" = 8
+top=$(sqls "SELECT e.value FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'table6' AND r.row = 'diff' AND e.key = 'table5_attention_logits_top1'" |
+    awk '{v[NR] = $1; m += $1} END {m /= NR; for (i = 1; i <= NR; i++) s += (v[i] - m)^2; printf "%.2f ± %.2f", m, sqrt(s / (NR - 1))}')
+expect "table5's Top-1 of table6/smoke/diff is its two seeds' mean ± std ($top)" \
+    grep -qE "^\| table6/smoke/diff \| Attention Logits \| $top \|" "$work/seeds/table5_smoke_smoke.md"
+
 # the inspector reads the file alone
 $bin attn "$maps" --sample 2 --layer 0 --head 1 --out "$work/attn.png" > "$work/attn.log" 2>&1
 expect "attn renders a PNG" is_png "$work/attn.png"
@@ -109,7 +140,7 @@ $bin attn "$work/results/needle/smoke/maps_standard.h5" --sample 0 --layer 0 --h
 expect "attn default output name" is_png "$work/results/needle/smoke/maps_standard_s0_l0_h0.png"
 expect_fail "attn: missing sample" "has no group 'sample_009'" $bin attn "$maps" --sample 9 --layer 0 --head 0
 expect_fail "attn: bad head" "--head 9: .* has heads 0..3" $bin attn "$maps" --sample 0 --layer 0 --head 9
-expect_fail "attn: not a maps file" "not an attention-maps file" $bin attn "$work/results/needle/smoke/diff/checkpoint.h5" --sample 0 --layer 0 --head 0
+expect_fail "attn: not a maps file" "not an attention-maps file" $bin attn "$work/results/needle/smoke/diff/seed2024/checkpoint.h5" --sample 0 --layer 0 --head 0
 expect_fail "attn: missing file" "cannot read attention maps" $bin attn "$work/none.h5" --sample 0 --layer 0 --head 0
 # plots/attn.gp is found beside the program, not in the working directory
 (cd / && "$OLDPWD/$bin" attn "$maps" --sample 0 --layer 0 --head 0 --out "$work/elsewhere.png") > /dev/null 2>&1
@@ -136,7 +167,7 @@ sed 's/^copy_steps = 4$/copy_steps = 300/' "$work/needle.ini" > "$work/long.ini"
 long=($bin needle "$work/long.ini" --preset smoke --task table2)
 "${long[@]}" --results "$work/killed" --plots "$work/plots_killed" > "$work/killed.log" 2>&1 &
 pid=$!  # the binary itself, so kill -9 reaches it
-ckpt="$work/killed/needle/smoke/standard_copy/checkpoint.h5"
+ckpt="$work/killed/needle/smoke/standard_copy/seed2024/checkpoint.h5"
 for _ in $(seq 1 600); do [ -e "$ckpt" ] && break; sleep 0.05; done
 kill -9 $pid
 wait $pid 2>/dev/null
@@ -148,7 +179,7 @@ expect "rerun after the kill exits 0" test $? -eq 0
 expect "rerun resumes from the checkpoint" grep -q "^resuming $ckpt from step [1-9]" "$work/resumed.log"
 expect "attempts: KILLED, then FINISHED" test "$(status killed)" = "KILLED FINISHED"
 "${long[@]}" --results "$work/nonstop" --plots "$work/plots_nonstop" > /dev/null 2>&1
-expect "resumed copy stage's log equals a non-stop run's" cmp -s "$work/killed/needle/smoke/standard_copy/log.tsv" "$work/nonstop/needle/smoke/standard_copy/log.tsv"
+expect "resumed copy stage's log equals a non-stop run's" cmp -s "$work/killed/needle/smoke/standard_copy/seed2024/log.tsv" "$work/nonstop/needle/smoke/standard_copy/seed2024/log.tsv"
 expect "resumed table equals a non-stop run's" cmp -s <(grep '^| standard' "$work/killed/table2_smoke.md") <(grep '^| standard' "$work/nonstop/table2_smoke.md")
 
 # every documented query (docs/registry.md) runs on this registry; Table 2's give its cells
