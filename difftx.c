@@ -12,6 +12,7 @@
 #include "data/prepare.h"
 #include "data/needle.h"
 #include "data/tokenizer.h"
+#include "eval/attnmap.h"
 #include "eval/arhit.h"
 #include "eval/outliers.h"
 #include "experiments/attn_plot.h"
@@ -127,6 +128,23 @@ static int cmd_train(int argc, char** argv) {
     return 0;
 }
 
+// The tokenizer a checkpoint was trained with: the run folder's copy first, so a checkpoint
+// works from anywhere, then its data folder's; dies when neither holds it or it cannot decode
+static void checkpoint_tokenizer(Tokenizer* found, const char* path, const Model* model, const CheckpointInfo* info) {
+    char folder[4096];
+    path_printf(folder, sizeof(folder), "%s", path);
+    char* slash = strrchr(folder, '/');
+    if (slash) *slash = 0; else strcpy(folder, ".");
+    if (!tokenizer_in_folder(found, folder, info->tokenizer_hash) && !tokenizer_in_folder(found, model->cfg.data, info->tokenizer_hash)) {
+        if (info->tokenizer_hash != GPT2_IDS_HASH) {
+            die("no tokenizer for '%s': neither its folder '%s' nor its data folder '%s' holds the tokenizer.bin it was "
+                "trained with", path, folder, model->cfg.data);
+        }
+        tokenizer_gpt2(found, NULL);  // GPT-2 ids without llm.c's token table: decoding says what is missing
+    }
+    tokenizer_decode(found, NULL, 0, NULL);  // dies now, not after the first token, when it cannot decode
+}
+
 static int cmd_sample(int argc, char** argv) {
     const char* prompt = "";
     const char* device = "cpu";
@@ -153,21 +171,9 @@ static int cmd_sample(int argc, char** argv) {
     CheckpointInfo info;
     require_device(device);
     checkpoint_load(argv[optind], device, &model, NULL, &info);
-    // the run folder's copy first, so a checkpoint samples from anywhere; then its data folder
     Tokenizer found;
-    char folder[4096];
-    path_printf(folder, sizeof(folder), "%s", argv[optind]);
-    char* slash = strrchr(folder, '/');
-    if (slash) *slash = 0; else strcpy(folder, ".");
-    if (!tokenizer_in_folder(&found, folder, info.tokenizer_hash) && !tokenizer_in_folder(&found, model.cfg.data, info.tokenizer_hash)) {
-        if (info.tokenizer_hash != GPT2_IDS_HASH) {
-            die("no tokenizer for '%s': neither its folder '%s' nor its data folder '%s' holds the tokenizer.bin it was "
-                "trained with", argv[optind], folder, model.cfg.data);
-        }
-        tokenizer_gpt2(&found, NULL);  // GPT-2 ids without llm.c's token table: decoding says what is missing
-    }
+    checkpoint_tokenizer(&found, argv[optind], &model, &info);
     const Tokenizer* tok = &found;
-    tokenizer_decode(tok, NULL, 0, NULL);  // dies now, not after the first token, when it cannot decode
     int T = model.cfg.seq_len;
     size_t plen = strlen(prompt);
     int* prompt_ids = mallocCheck((plen + 1) * sizeof(int));
@@ -331,6 +337,90 @@ static int cmd_needle(int argc, char** argv) {
     opt.overrides = (const char* const*)argv + optind + 1;
     opt.n_overrides = argc - optind - 1;
     return needle_main(&opt);
+}
+
+// "0,2,3" into list (at most max numbers in 0..limit-1); NULL: all of 0..limit-1
+static int parse_index_list(const char* flag, const char* text, int limit, int* list) {
+    if (!text) {
+        for (int i = 0; i < limit; i++) list[i] = i;
+        return limit;
+    }
+    int n = 0;
+    for (const char* p = text; *p;) {
+        char* end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= limit || (*end && *end != ',')) die("option %s: '%s' is not a list of numbers in 0..%d", flag, text, limit - 1);
+        for (int i = 0; i < n; i++) {
+            if (list[i] == v) die("option %s: %ld is listed twice", flag, v);
+        }
+        list[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (!n) die("option %s: an empty list", flag);
+    return n;
+}
+
+// Maps are T x T floats per head and map, so a text is bounded: 2,048 tokens is 16 MiB a map
+#define MAPS_MAX_TOKENS 2048
+
+static int cmd_maps(int argc, char** argv) {
+    const char *text_path = NULL, *prompt = NULL, *layers_arg = NULL, *heads_arg = NULL, *out = NULL;
+    static struct option opts[] = {{"text", required_argument, 0, 't'}, {"prompt", required_argument, 0, 'p'},
+                                   {"layers", required_argument, 0, 'l'}, {"heads", required_argument, 0, 'h'},
+                                   {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+        if (c == 't') text_path = optarg;
+        else if (c == 'p') prompt = optarg;
+        else if (c == 'l') layers_arg = optarg;
+        else if (c == 'h') heads_arg = optarg;
+        else if (c == 'o') out = optarg;
+        else bad_option(argv, opts);
+    }
+    if (optind >= argc) die("maps needs a CHECKPOINT\n%s", USAGE);
+    if (optind + 1 < argc) die("maps: '%s': maps takes one CHECKPOINT and options\n%s", argv[optind + 1], USAGE);
+    if (!text_path == !prompt) die("maps needs exactly one of --text FILE and --prompt TEXT\n%s", USAGE);
+    if (!out) die("maps needs -o OUT.h5\n%s", USAGE);
+    const char* ckpt = argv[optind];
+    const char* inputs[2] = {ckpt, text_path};
+    refuse_output_over_input("output", out, inputs, text_path ? 2 : 1);
+    refuse_replacing_non_file("output", out);
+    Model model;
+    CheckpointInfo info;
+    checkpoint_load(ckpt, "cpu", &model, NULL, &info);
+    Tokenizer tok;
+    checkpoint_tokenizer(&tok, ckpt, &model, &info);
+    int layers[256], heads[256];
+    if (model.L > 256 || model.H > 256) die("'%s' has more than 256 layers or heads", ckpt);
+    int n_layers = parse_index_list("--layers", layers_arg, model.L, layers);
+    int n_heads = parse_index_list("--heads", heads_arg, model.H, heads);
+    size_t len;
+    char* text = text_path ? read_text_file(text_path, &len) : strdup(prompt);
+    if (!text) die("out of memory");
+    len = strlen(text);
+    int* tokens = mallocCheck((len + 1) * sizeof(int));
+    tokens[0] = tok.eot;  // documents start with <|endoftext|> in training
+    int T = 1 + (len ? (int)tokenizer_encode(&tok, text, len, tokens + 1) : 0);
+    int maps_per_head = model.M == 2 ? 3 : 1;
+    double mib = (double)n_layers * n_heads * maps_per_head * T * (double)T * sizeof(float) / (1 << 20);
+    if (T > MAPS_MAX_TOKENS) {
+        die("%s: %d tokens; maps take T x T floats per map and head (%.0f MiB before compression for these %d layers x %d "
+            "heads), so a text is at most %d tokens: shorten it", text_path ? text_path : "--prompt", T, mib, n_layers, n_heads,
+            MAPS_MAX_TOKENS);
+    }
+    printf("%s: %d tokens (BOS and the text), %d layer(s) x %d head(s) x %d map(s) of %d x %d: %.1f MiB before compression\n",
+           ckpt, T, n_layers, n_heads, maps_per_head, T, T, mib);
+    MapsFile maps;
+    maps_file_create(&maps, out, &model, ckpt);
+    maps_file_text(&maps, tokens, T, &tok);
+    maps_of_text(&model, tokens, T, layers, n_layers, heads, n_heads, maps_file_head, &maps);
+    maps_file_close(&maps);
+    printf("wrote %s (%s attention); view it with: difftx view %s -o VIEW.html\n", out, config_attention_name(&model.cfg), out);
+    free(tokens);
+    free(text);
+    tokenizer_free(&tok);
+    model_free(&model);
+    return 0;
 }
 
 static int cmd_table5(int argc, char** argv) {
@@ -600,6 +690,8 @@ static const Command COMMANDS[] = {
      "runs' differing config keys and final metrics side by side; their loss curves in one figure"},
     {"keys", cmd_keys, "", "every recipe key with its default and meaning, as a Markdown table"},
     {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
+    {"maps", cmd_maps, "CHECKPOINT (--text FILE | --prompt TEXT) [--layers L,..] [--heads H,..] -o OUT.h5",
+     "attention maps of any checkpoint on a text, every row (at most 2,048 tokens), to HDF5"},
     {"attn", cmd_attn, "FILE --sample S --layer L --head H [--out PNG]",
      "heatmap of saved attention maps, without the model"},
 };

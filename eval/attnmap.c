@@ -31,29 +31,22 @@ static void close_sample(MapsFile* f) {
     f->sample = -1;
 }
 
-int maps_file_sample(MapsFile* f, const Episode* e, const Tokenizer* tok, int length, uint64_t seed) {
+// A new sample group holding tokens (T) with their texts, needles (n_needles start/length
+// pairs) and the saved rows first..T-1
+static void begin_sample(MapsFile* f, const int* tokens, int T, const Tokenizer* tok, const int* needles, int n_needles, int first) {
     close_sample(f);
     char name[32];
     snprintf(name, sizeof(name), "sample_%03d", f->n_samples++);
     f->sample = h5_id(H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), name, f->label);
-    int T = e->n_context + e->question_len[0];
-    int full = T <= ATTNMAP_FULL_ROWS, first = full ? 0 : e->n_context;
-    int* tokens = mallocCheck(T * sizeof(int));
-    memcpy(tokens, e->tokens, e->n_context * sizeof(int));
-    memcpy(tokens + e->n_context, e->question[0], e->question_len[0] * sizeof(int));
     char** text = mallocCheck(T * sizeof(char*));
     for (int t = 0; t < T; t++) {
         text[t] = callocCheck(tok->length[tokens[t]] + 1, 1);
         tokenizer_decode(tok, &tokens[t], 1, text[t]);
     }
-    int needles[NEEDLE_MAX * 2], rows = T - first;
-    for (int i = 0; i < e->n_needles; i++) {
-        needles[2 * i] = e->start[i];
-        needles[2 * i + 1] = e->len[i];
-    }
+    int rows = T - first;
     int* row_pos = mallocCheck(rows * sizeof(int));
     for (int r = 0; r < rows; r++) row_pos[r] = first + r;
-    int dims[2] = {T, 0}, ndims[2] = {e->n_needles, 2};
+    int dims[2] = {T, 0}, ndims[2] = {n_needles, 2};
     h5_write_dataset(f->sample, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, tokens, f->label);
     hid_t str = h5_id(H5Tcopy(H5T_C_S1), "text", f->label);
     h5_check(H5Tset_size(str, H5T_VARIABLE), "text", f->label);
@@ -62,16 +55,53 @@ int maps_file_sample(MapsFile* f, const Episode* e, const Tokenizer* tok, int le
     h5_write_dataset(f->sample, "needles", H5T_STD_I32LE, H5T_NATIVE_INT, 2, ndims, needles, f->label);
     dims[0] = rows;
     h5_write_dataset(f->sample, "rows", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, row_pos, f->label);
+    for (int t = 0; t < T; t++) free(text[t]);
+    free(text);
+    free(row_pos);
+}
+
+int maps_file_sample(MapsFile* f, const Episode* e, const Tokenizer* tok, int length, uint64_t seed) {
+    int T = e->n_context + e->question_len[0];
+    int full = T <= ATTNMAP_FULL_ROWS, first = full ? 0 : e->n_context;
+    int* tokens = mallocCheck(T * sizeof(int));
+    memcpy(tokens, e->tokens, e->n_context * sizeof(int));
+    memcpy(tokens + e->n_context, e->question[0], e->question_len[0] * sizeof(int));
+    int needles[NEEDLE_MAX * 2];
+    for (int i = 0; i < e->n_needles; i++) {
+        needles[2 * i] = e->start[i];
+        needles[2 * i + 1] = e->len[i];
+    }
+    begin_sample(f, tokens, T, tok, needles, e->n_needles, first);
     h5_write_attr(f->sample, "depth", H5T_NATIVE_DOUBLE, &e->depth, f->label);
     h5_write_attr(f->sample, "n_context", H5T_NATIVE_INT, &e->n_context, f->label);
     h5_write_attr(f->sample, "n_needles", H5T_NATIVE_INT, &e->n_needles, f->label);
     h5_write_attr(f->sample, "length", H5T_NATIVE_INT, &length, f->label);
     h5_write_attr(f->sample, "seed", H5T_NATIVE_UINT64, &seed, f->label);
-    for (int t = 0; t < T; t++) free(text[t]);
-    free(text);
     free(tokens);
-    free(row_pos);
     return full;
+}
+
+void maps_file_text(MapsFile* f, const int* tokens, int T, const Tokenizer* tok) {
+    begin_sample(f, tokens, T, tok, NULL, 0, 0);
+    int zero = 0;
+    h5_write_attr(f->sample, "n_context", H5T_NATIVE_INT, &T, f->label);
+    h5_write_attr(f->sample, "n_needles", H5T_NATIVE_INT, &zero, f->label);
+    h5_write_attr(f->sample, "length", H5T_NATIVE_INT, &T, f->label);
+}
+
+void maps_of_text(Model* m, const int* tokens, int T, const int* layers, int n_layers, const int* heads, int n_heads,
+                  MapsCallback maps_cb, void* ctx) {
+    if (model_cache_size(m) < T) model_cache_init(m, T);
+    model_forward_cached(m, tokens, T, 0);
+    HeadMaps maps = {T, T, m->M, 0, mallocCheck((size_t)m->M * T * T * sizeof(float)), mallocCheck(T * sizeof(float))};
+    for (int i = 0; i < n_layers; i++) {
+        for (int j = 0; j < n_heads; j++) {
+            model_attention_maps(m, layers[i], heads[j], 0, T, maps.A, maps.lambda);
+            maps_cb(ctx, layers[i], heads[j], &maps);
+        }
+    }
+    free(maps.A);
+    free(maps.lambda);
 }
 
 void maps_file_head(void* ctx, int layer, int head, const HeadMaps* maps) {

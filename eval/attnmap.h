@@ -1,10 +1,12 @@
 // Attention maps of selected episodes in one HDF5 file (drawn without the model by
 // `difftx attn`, experiments/attn_plot.c). Layout (docs/attention_maps.md):
 //   /                        attrs format, attention, checkpoint, git_commit, machine, n_layer, n_head
-//   /sample_SSS              attrs depth, n_context, n_needles, length, seed
-//   /sample_SSS/tokens       int32 (T)      prompt ids: BOS, haystack with needles, question 0
+//   /sample_SSS              attrs n_context, n_needles, length; a needle episode's also depth, seed
+//   /sample_SSS/tokens       int32 (T)      prompt ids: BOS, haystack with needles, question 0 (or
+//                                           BOS and a text, from `difftx maps`)
 //   /sample_SSS/text         string (T)     each token's text
-//   /sample_SSS/needles      int32 (N, 2)   start and length of each needle; row 0 the answer
+//   /sample_SSS/needles      int32 (N, 2)   start and length of each needle; row 0 the answer (N = 0
+//                                           for a text)
 //   /sample_SSS/rows         int32 (R)      positions of the saved query rows
 //   /sample_SSS/layer_LL/head_HH/map     float32 (R, T)  standard: the softmax map; DIFF: the
 //                                                         combined A1 - lambda A2 the forward uses
@@ -34,6 +36,12 @@ void maps_file_create(MapsFile* f, const char* path, const Model* model, const c
 int maps_file_sample(MapsFile* f, const Episode* e, const Tokenizer* tok, int length, uint64_t seed);
 // MapsCallback: writes one layer and head of the current sample
 void maps_file_head(void* f, int layer, int head, const HeadMaps* maps);
+// Starts the next sample group for a text (tokens, T): every row kept, no needles
+void maps_file_text(MapsFile* f, const int* tokens, int T, const Tokenizer* tok);
+// Prefills tokens (T) into m's cache and hands maps_cb the maps of every row of each listed
+// (layer, head)
+void maps_of_text(Model* m, const int* tokens, int T, const int* layers, int n_layers, const int* heads, int n_heads,
+                  MapsCallback maps_cb, void* ctx);
 // Closes and renames into place
 void maps_file_close(MapsFile* f);
 
