@@ -11,7 +11,7 @@
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
-PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev \
+PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev zlib1g-dev \
             gnuplot-nox hdf5-tools sqlite3 strace time perl $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
@@ -25,10 +25,10 @@ MPI_PC := $(if $(NO_MPI),,mpi-c)
 # fight OpenMP's (20x slower attention at long context).
 OPENBLAS_PC = PKG_CONFIG_PATH=/usr/lib/$(MULTIARCH)/openblas-openmp/pkgconfig pkg-config
 OPENBLAS_DIR = $(shell $(OPENBLAS_PC) --variable=libdir openblas 2>/dev/null)
-PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto jansson $(MPI_PC) 2>/dev/null) \
+PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto jansson zlib $(MPI_PC) 2>/dev/null) \
              $(shell $(OPENBLAS_PC) --cflags openblas 2>/dev/null) $(if $(NO_MPI),,-DDIFFTX_MPI)
 # libm's linker script brings in libmvec, which the vectorised expf of vecmath.c calls
-PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto jansson $(MPI_PC) 2>/dev/null) \
+PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto jansson zlib $(MPI_PC) 2>/dev/null) \
            $(shell $(OPENBLAS_PC) --libs openblas 2>/dev/null) -Wl,-rpath,$(OPENBLAS_DIR) -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
@@ -67,14 +67,14 @@ MODEL := model/util.c model/h5.c model/recipe_format.c model/config.c model/atte
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
-               experiments/table6.c experiments/table5.c experiments/needle_tasks.c experiments/attn_plot.c \
+               experiments/table6.c experiments/table5.c experiments/needle_tasks.c experiments/attn_plot.c experiments/attn_view.c \
                experiments/runs.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 HEADERS := $(wildcard model/*.h model/cpu/*.h model/cuda/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
 TESTS := test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: all help deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
+.PHONY: browser-deps all help deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
 .SECONDARY:
 all: build/difftx
 
@@ -161,8 +161,14 @@ CUDA_PROGRAMS := difftx test_backend_ops test_devices
 cuda-build:
 	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 $(addprefix build/cuda/,$(CUDA_PROGRAMS)),@echo "no nvcc: the CUDA build is not compiled")
 
+# The viewer's browser test (tests/test_view.sh) needs Chromium and jq: installed when run as
+# root; otherwise that part of the test is skipped and says how to install them
+BROWSER_PACKAGES := chromium jq
+browser-deps:
+	@if [ "$$(id -u)" = 0 ]; then $(call ensure,$(BROWSER_PACKAGES)); fi
+
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
-test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(if $(SANITIZE),,cuda-build)
+test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(if $(SANITIZE),,cuda-build) browser-deps
 	BUILD=$(B) tests/run.sh $(TESTS)
 
 # A folder for a GPU machine that has the driver and CUDA but none of this project's

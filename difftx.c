@@ -16,6 +16,7 @@
 #include "eval/arhit.h"
 #include "eval/outliers.h"
 #include "experiments/attn_plot.h"
+#include "experiments/attn_view.h"
 #include "experiments/needle_tasks.h"
 #include "experiments/recipe.h"
 #include "experiments/runs.h"
@@ -423,6 +424,26 @@ static int cmd_maps(int argc, char** argv) {
     return 0;
 }
 
+static int cmd_view(int argc, char** argv) {
+    int sample = 0;
+    const char* out = NULL;
+    static struct option opts[] = {{"sample", required_argument, 0, 's'}, {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+        if (c == 's') sample = parse_int_arg("--sample", optarg);
+        else if (c == 'o') out = optarg;
+        else bad_option(argv, opts);
+    }
+    if (optind >= argc) die("view needs a maps FILE\n%s", USAGE);
+    if (optind + 1 < argc) die("view: '%s': view takes one FILE and options\n%s", argv[optind + 1], USAGE);
+    if (!out) die("view needs -o OUT.html\n%s", USAGE);
+    const char* inputs[1] = {argv[optind]};
+    refuse_output_over_input("output", out, inputs, 1);
+    refuse_replacing_non_file("output", out);
+    attn_view_write(argv[optind], sample, out);
+    return 0;
+}
+
 static int cmd_table5(int argc, char** argv) {
     Table5Options opt = {NULL, "small", NULL, "default", "results", "plots", NULL, 0, 1};
     static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"needle", required_argument, 0, 'n'},
@@ -692,6 +713,8 @@ static const Command COMMANDS[] = {
     {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
     {"maps", cmd_maps, "CHECKPOINT (--text FILE | --prompt TEXT) [--layers L,..] [--heads H,..] -o OUT.h5",
      "attention maps of any checkpoint on a text, every row (at most 2,048 tokens), to HDF5"},
+    {"view", cmd_view, "FILE [--sample S (0)] -o OUT.html",
+     "a maps file as one HTML page that opens from disk: every layer and head, A1, A2 and A1 - λ·A2, hover and query tokens"},
     {"attn", cmd_attn, "FILE --sample S --layer L --head H [--out PNG]",
      "heatmap of saved attention maps, without the model"},
 };

@@ -31,6 +31,7 @@ run test_needle_sh tests/test_needle.sh
 # the numbers the two above leave in their registries, against tests/golden/ (the plain build's:
 # a sanitizer build computes with other code, and its numbers are not pinned)
 [ "$BUILD" = build/san ] || run test_pinned tests/test_pinned.sh
+run test_view tests/test_view.sh  # the models the two above trained
 run test_dist tests/test_dist.sh
 run test_write_errors tests/test_write_errors.sh
 run test_corpora_sh tests/test_corpora.sh

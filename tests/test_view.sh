@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# difftx maps (any checkpoint, any text) and difftx view (one HTML page), the page opened from
+# disk in headless Chromium: values read back through the page's own functions against the
+# HDF5 file, the view changing with the selected head, no network request, screenshots. Uses the
+# models test_needle.sh and test_table6.sh trained (run.sh runs them first).
+set -u
+cd "$(dirname "$0")/.."
+bin=$PWD/${BUILD:-build}/difftx
+work=$PWD/build/test_view
+rm -rf "$work" && mkdir -p "$work"
+source tests/harness.sh
+needle=$PWD/build/test_needle_sh/results/needle/smoke
+diff_ckpt=$needle/diff/seed2024/checkpoint.h5 standard_ckpt=$needle/standard/seed2024/checkpoint.h5
+v2_ckpt=$PWD/build/test_table6/results/table6/smoke/diff2/seed1000/checkpoint.h5
+for f in "$diff_ckpt" "$standard_ckpt" "$v2_ckpt" "$needle/maps_diff.h5"; do
+    [ -s "$f" ] || { echo "missing $f: run tests/test_needle.sh and tests/test_table6.sh first"; echo "0 passed, 1 failed"; exit 1; }
+done
+
+# a text whose tokens hold what must stay text: markup, a script end, quotes, backslashes, UTF-8
+printf '%s\n' 'The special magic harbour number is: 4242. <b>bold</b> </script><script>document.title="PWNED"</script>' \
+    "It's \"quoted\" \\ and café, naïve — the magic number is 4242." > "$work/text.txt"
+
+# 1. difftx maps on every variant, from another working folder (the tokenizer beside the checkpoint)
+(cd /tmp && "$bin" maps "$diff_ckpt" --text "$work/text.txt" -o "$work/diff.h5") > "$work/maps_diff.log" 2>&1
+expect "maps: a DIFF needle model on a text file, from another folder" test -s "$work/diff.h5"
+T=$(h5ls "$work/diff.h5/sample_000/tokens" | sed -n 's/.*{\([0-9]*\)}.*/\1/p')
+expect "maps: states its tokens and size" grep -qE "^.*: $T tokens \(BOS and the text\), 1 layer\(s\) x 4 head\(s\) x 3 map\(s\) of $T x $T" "$work/maps_diff.log"
+expect "maps: every row of A1, A2, the combined map and λ for each head" \
+    test "$(h5ls -r "$work/diff.h5" | grep -cE "head_0[0-3]/(A1|A2|map) +Dataset \{$T, $T\}|head_0[0-3]/lambda +Dataset \{$T\}")" = 16
+expect "maps: the rows are every position, and no needles" bash -c "h5ls '$work/diff.h5/sample_000/rows' | grep -q '{$T}' && h5ls '$work/diff.h5/sample_000/needles' | grep -q '{0, 2}'"
+"$bin" maps "$standard_ckpt" --prompt "The special magic number is 17. What is the number?" --heads 1,6 -o "$work/standard.h5" > /dev/null 2>&1
+expect "maps: a standard model, two chosen heads, one map each" \
+    test "$(h5ls -r "$work/standard.h5" | grep -cE 'head_0[16]/map ')/$(h5ls -r "$work/standard.h5" | grep -cE 'head_[0-9]+ +Group')" = "2/2"
+"$bin" maps "$v2_ckpt" --prompt "Once upon a time there was a harbour." --layers 1 -o "$work/v2.h5" > /dev/null 2>&1
+expect "maps: DIFF V2, layer 1 only, λ per token" bash -c "h5ls -r '$work/v2.h5' | grep -q 'layer_01/head_03/lambda' && ! h5ls -r '$work/v2.h5' | grep -q layer_00 &&
+    test \"\$(h5dump -d /sample_000/layer_01/head_00/lambda '$work/v2.h5' | grep -oE '[0-9]\.[0-9]+' | sort -u | wc -l)\" -gt 1"
+expect "attn draws a text's maps file too" "$bin" attn "$work/v2.h5" --sample 0 --layer 1 --head 2 --out "$work/v2_attn.png"
+expect_fail "maps: --text and --prompt together" "exactly one of --text FILE and --prompt TEXT" "$bin" maps "$diff_ckpt" --text "$work/text.txt" --prompt x -o "$work/x.h5"
+expect_fail "maps: no output" "maps needs -o OUT.h5" "$bin" maps "$diff_ckpt" --prompt x
+expect_fail "maps: a layer the model lacks" "option --layers: '3' is not a list of numbers in 0..0" "$bin" maps "$diff_ckpt" --prompt x --layers 3 -o "$work/x.h5"
+expect_fail "maps: a head listed twice" "option --heads: 1 is listed twice" "$bin" maps "$diff_ckpt" --prompt x --heads 1,1 -o "$work/x.h5"
+expect_fail "maps: the output over the checkpoint" "output .* is the input" "$bin" maps "$diff_ckpt" --prompt x -o "$diff_ckpt"
+for i in $(seq 1 400); do printf 'Record %d of the harbour log, with more words than before. ' "$i"; done > "$work/long.txt"
+expect_fail "maps: a text past 2,048 tokens, with what it would cost" "long.txt: [0-9]+ tokens; maps take T x T floats per map and head \([0-9]+ MiB .*at most 2048 tokens" \
+    "$bin" maps "$diff_ckpt" --text "$work/long.txt" -o "$work/x.h5"
+expect "maps: refusals write nothing" test ! -e "$work/x.h5"
+
+# 2. difftx view: one page per file, the template filled in; token text cannot open markup
+for f in diff standard v2; do "$bin" view "$work/$f.h5" -o "$work/$f.html" > "$work/view_$f.log" 2>&1; done
+"$bin" view "$needle/maps_diff.h5" --sample 2 -o "$work/needle.html" > "$work/view_needle.log" 2>&1
+expect "view: a page per file" test -s "$work/diff.html" -a -s "$work/standard.html" -a -s "$work/v2.html" -a -s "$work/needle.html"
+expect "view: says what it wrote" grep -qE "^wrote .*diff.html: sample_000, $T tokens, 4 heads, [0-9.]+ MiB \(maps [0-9.]+ MiB as 8 bits, [0-9.]+ MiB deflated\)" "$work/view_diff.log"
+expect "view: the page holds the template's two script elements only" test "$(grep -o '<script' "$work/diff.html" | wc -l)" = 2
+expect "view: no address to fetch anything from" bash -c "! grep -qiE '(src|href)=\"?(https?:)?//' '$work/diff.html'"
+expect_fail "view: a sample the file lacks" "--sample 9: .* has no group 'sample_009'" "$bin" view "$work/diff.h5" --sample 9 -o "$work/y.html"
+expect_fail "view: not a maps file" "not an attention-maps file" "$bin" view "$diff_ckpt" -o "$work/y.html"
+expect_fail "view: the output over its input" "output .* is the input" "$bin" view "$work/diff.h5" -o "$work/diff.h5"
+
+# 3. the pages in a real browser
+browser=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$browser" ] || ! command -v jq > /dev/null; then
+    echo "SKIP the browser checks: they need Chromium and jq (make test installs them when run as root; otherwise: sudo apt-get install -y chromium jq)"
+    summary
+    exit
+fi
+browse() {  # browse FILE PROBE_JSON [chromium flags...]: the page's #probe-out after it ran the probe
+    local file=$1 probe=$2
+    shift 2
+    timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --virtual-time-budget=20000 \
+        "$@" --dump-dom "file://$file#probe=$(jq -rn --arg p "$probe" '$p | @uri')" 2>/dev/null |
+        sed -n 's/.*<pre id="probe-out">\([^<]*\)<\/pre>.*/\1/p' | sed 's/&gt;/>/g; s/&lt;/</g; s/&quot;/"/g; s/&amp;/\&/g'
+}
+h5val() { h5dump -d "$2" -s "$3" -c "$4" "$1" | sed -n 's/^ *([0-9,]*): *\([-0-9.e]*\).*/\1/p' | head -1; }  # FILE DATASET START COUNT
+
+# cells (head index, query, key) of the DIFF text page: each map's value as the page shows it
+# on hover, against the file; a value is 8 bits of its map's largest entry, so within half a
+# step (at most 1/510) plus the 4 shown decimals, and A1 - λ A2 within (1 + λ) of that
+out=$(browse "$work/diff.html" "{\"cells\": [[0, 1, 0], [1, 2, 2], [2, $((T / 2)), 0], [3, $((T - 1)), $((T - 2))]], \"select\": [0, 1, 2, 3]}" \
+    --log-net-log="$work/net.json")
+echo "$out" > "$work/probe_diff.json"
+expect "the page ran its probe" test -n "$out"
+n=0 big=0
+for cell in "0 1 0" "1 2 2" "2 $((T / 2)) 0" "3 $((T - 1)) $((T - 2))"; do
+    set -- $cell
+    shown=$(jq -r ".cells[$n]" <<<"$out")
+    h=$(printf 'layer_00/head_%02d' "$1")
+    a1=$(h5val "$work/diff.h5" "/sample_000/$h/A1" "$2,$3" "1,1") a2=$(h5val "$work/diff.h5" "/sample_000/$h/A2" "$2,$3" "1,1")
+    map=$(h5val "$work/diff.h5" "/sample_000/$h/map" "$2,$3" "1,1") lam=$(h5val "$work/diff.h5" "/sample_000/$h/lambda" "$2" "1")
+    read -r s1 s2 s3 sl <<<"$(sed -n 's/^A1 \([-0-9.]*\)   A2 \([-0-9.]*\)   A1 − λ·A2 \([-0-9.]*\)   λ \([-0-9.]*\)$/\1 \2 \3 \4/p' <<<"$shown")"
+    expect "cell $n (head $1, query $2, key $3): the page shows the file's A1 $a1, A2 $a2, A1 - λ A2 $map, λ $lam: '$shown'" \
+        awk -v s1="${s1:-x}" -v s2="${s2:-x}" -v s3="${s3:-x}" -v sl="${sl:-x}" -v a1="$a1" -v a2="$a2" -v m="$map" -v l="$lam" 'BEGIN {
+            t = 1 / 510 + 5e-5; d = (s1 - a1) ^ 2 < t * t && (s2 - a2) ^ 2 < t * t && (s3 - m) ^ 2 < ((1 + l) * t) ^ 2 && (sl - l) ^ 2 < 1e-8;
+            exit !(s1 != "x" && d) }'
+    expect "cell $n names its query and key tokens and positions" grep -qE "^query $2 \".*\"  ->  key $3 \".*\"$" <<<"$(head -1 <<<"$shown")"
+    big=$(awk -v a="$a1" -v b="$big" 'BEGIN { print (a > 0.05 ? 1 : b) }')
+    n=$((n + 1))
+done
+expect "a probed cell carries real weight (A1 above 0.05), so the comparison is not of zeros" test "$big" = 1
+expect "each selected head draws its own view" test "$(jq -r '.digests | unique | length' <<<"$out")" = 4
+expect "the view names the selected layer and head, with the layer's λ" \
+    test "$(jq -r '.selections[3]' <<<"$out" | grep -cE '^layer 0, head 3   λ = [0-9.]+ \(the layer.s\)$')" = 1
+expect "three text lines (A1, A2, A1 - λ·A2) for the selected query" test "$(jq -r '.text_lines' <<<"$out")" = 3
+expect "the page loaded no resource" test "$(jq -r '.resources' <<<"$out")" = 0
+# the browser's network log holds every request; a page's carry the page's origin as initiator
+# ("null" from disk), the browser's own (updates, accounts) "not an origin"
+page_requests() { jq -c '[.events[] | select(.params.initiator? != null and .params.initiator != "not an origin") | .params.url]' "$1"; }
+expect "the network log shows no request from the page" test "$(page_requests "$work/net.json")" = "[]"
+# ... and it would show one: a page that loads an image from the network is seen in it
+printf '<!DOCTYPE html><img src="http://127.0.0.1:9/probe.png"><pre id="probe-out">{}</pre>' > "$work/fetching.html"
+browse "$work/fetching.html" "{}" --log-net-log="$work/net_fetching.json" > /dev/null
+expect "the network check sees a page's request when there is one" test "$(page_requests "$work/net_fetching.json")" = '["http://127.0.0.1:9/probe.png"]'
+expect "the token texts show the markup as text" test "$(jq -r '.text' <<<"$out" | grep -cF '<b>bold</b> </script><script>document.title="PWNED"</script>')" = 1
+expect "and none of it ran (the page's title is its own)" test "$(jq -r '.title' <<<"$out")" = "difftx attention maps"
+
+# the standard page: one map per head, no λ; the DIFF V2 page: λ per token; the needle page: its spans
+out=$(browse "$work/standard.html" '{"cells": [[1, 5, 0]], "select": [0, 1]}')
+a=$(h5val "$work/standard.h5" /sample_000/layer_00/head_06/map "5,0" "1,1")
+shown=$(jq -r '.cells[0]' <<<"$out")
+expect "standard page: the softmax map's value ($a) at head 6: '$shown'" \
+    awk -v s="$(sed -n 's/^softmax \([-0-9.]*\)$/\1/p' <<<"$shown")" -v a="$a" 'BEGIN { t = 1 / 510 + 5e-5; exit !(s != "" && (s - a) ^ 2 < t * t) }'
+expect "standard page: one text line, two distinct views" test "$(jq -r '.text_lines' <<<"$out")/$(jq -r '.digests | unique | length' <<<"$out")" = "1/2"
+out=$(browse "$work/v2.html" '{"select": [0, 3]}')
+expect "DIFF V2 page: λ per token" grep -qE '^layer 1, head 3   λ per token: [0-9.]+ at the query, [0-9.]+ to [0-9.]+ over the rows$' <<<"$(jq -r '.selections[1]' <<<"$out")"
+out=$(browse "$work/needle.html" '{"select": [0]}')
+expect "needle page opens and draws" test "$(jq -r '.digests | length' <<<"$out")" = 1
+# screenshots of what a user sees: the DIFF text page with a query picked, the needle episode
+q=$((T - 3))
+timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --virtual-time-budget=20000 \
+    --window-size=1500,1100 --screenshot="$work/view_diff.png" "file://$work/diff.html#probe=%7B%22query%22%3A$q%7D" > /dev/null 2>&1
+timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --virtual-time-budget=20000 \
+    --window-size=1500,1100 --screenshot="$work/view_needle.png" "file://$work/needle.html" > /dev/null 2>&1
+expect "screenshots saved" bash -c "head -c 4 '$work/view_diff.png' | grep -q PNG && head -c 4 '$work/view_needle.png' | grep -q PNG"
+summary
