@@ -129,3 +129,22 @@ void maps_file_close(MapsFile* f) {
     h5_check(H5Fclose(f->file), "closing", f->label);
     renameCheck(f->tmp, f->path);
 }
+
+hid_t maps_file_open(const char* path, char* label, size_t label_n) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    snprintf(label, label_n, "attention maps '%s'", path);
+    if (H5Fis_hdf5(path) <= 0) die("cannot read attention maps '%s': missing, unreadable or not an HDF5 file", path);
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) die("cannot open attention maps '%s'", path);
+    char* format = h5_read_string_attr(file, "format", label);
+    if (strcmp(format, ATTNMAP_FORMAT) != 0) die("'%s' is not an attention-maps file (format '%s')", path, format);
+    free(format);
+    return file;
+}
+
+hid_t maps_file_open_sample(hid_t file, int sample, const char* path, const char* label) {
+    char group[64];
+    snprintf(group, sizeof(group), "sample_%03d", sample);
+    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) die("--sample %d: '%s' has no group '%s'", sample, path, group);
+    return h5_id(H5Gopen2(file, group, H5P_DEFAULT), group, label);
+}

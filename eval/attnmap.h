@@ -45,4 +45,9 @@ void maps_of_text(Model* m, const int* tokens, int T, const int* layers, int n_l
 // Closes and renames into place
 void maps_file_close(MapsFile* f);
 
+// Readers: opens a maps file read-only, checking its format (label: "attention maps 'path'"
+// for messages), and its group of sample `sample`; both die naming the file
+hid_t maps_file_open(const char* path, char* label, size_t label_n);
+hid_t maps_file_open_sample(hid_t file, int sample, const char* path, const char* label);
+
 #endif

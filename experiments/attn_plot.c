@@ -60,15 +60,8 @@ static void remove_temp_dir(void) {
 }
 
 void attn_render(const char* path, int sample, int layer, int head, const char* png) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     char label[4200];
-    snprintf(label, sizeof(label), "attention maps '%s'", path);
-    if (H5Fis_hdf5(path) <= 0) die("cannot read attention maps '%s': missing, unreadable or not an HDF5 file", path);
-    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (file < 0) die("cannot open attention maps '%s'", path);
-    char* format = h5_read_string_attr(file, "format", label);
-    if (strcmp(format, ATTNMAP_FORMAT) != 0) die("'%s' is not an attention-maps file (format '%s')", path, format);
-    free(format);
+    hid_t file = maps_file_open(path, label, sizeof(label));
     char* attention = h5_read_string_attr(file, "attention", label);
     int n_layer, n_head;
     h5_read_attr(file, "n_layer", H5T_NATIVE_INT, &n_layer, label);
@@ -77,8 +70,15 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     if (head < 0 || head >= n_head) die("--head %d: '%s' has heads 0..%d", head, path, n_head - 1);
     char group[64];
     snprintf(group, sizeof(group), "sample_%03d", sample);
-    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) die("--sample %d: '%s' has no group '%s'", sample, path, group);
-    hid_t g = H5Gopen2(file, group, H5P_DEFAULT);
+    hid_t g = maps_file_open_sample(file, sample, path, label);
+    char head_group[64];
+    snprintf(head_group, sizeof(head_group), "layer_%02d", layer);
+    int saved = H5Lexists(g, head_group, H5P_DEFAULT) > 0;
+    snprintf(head_group, sizeof(head_group), "layer_%02d/head_%02d", layer, head);
+    if (!saved || H5Lexists(g, head_group, H5P_DEFAULT) <= 0) {
+        die("--layer %d --head %d: '%s' holds no maps of that head in %s (`difftx maps --layers/--heads` saves some)", layer, head,
+            path, group);
+    }
     int dims[2];
     int T = (int)h5_dataset_dims(g, "tokens", dims, label);
     int R = (int)h5_dataset_dims(g, "rows", dims, label);

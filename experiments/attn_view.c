@@ -52,15 +52,8 @@ static char* base64(const unsigned char* data, size_t n) {
 }
 
 void attn_view_write(const char* path, int sample, const char* html) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     char label[4200];
-    snprintf(label, sizeof(label), "attention maps '%s'", path);
-    if (H5Fis_hdf5(path) <= 0) die("cannot read attention maps '%s': missing, unreadable or not an HDF5 file", path);
-    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (file < 0) die("cannot open attention maps '%s'", path);
-    char* format = h5_read_string_attr(file, "format", label);
-    if (strcmp(format, ATTNMAP_FORMAT) != 0) die("'%s' is not an attention-maps file (format '%s')", path, format);
-    free(format);
+    hid_t file = maps_file_open(path, label, sizeof(label));
     char* attention = h5_read_string_attr(file, "attention", label);
     char* checkpoint = h5_read_string_attr(file, "checkpoint", label);
     int n_layer, n_head, diff = strcmp(attention, "standard") != 0, maps = diff ? 2 : 1;
@@ -68,8 +61,7 @@ void attn_view_write(const char* path, int sample, const char* html) {
     h5_read_attr(file, "n_head", H5T_NATIVE_INT, &n_head, label);
     char group[64];
     snprintf(group, sizeof(group), "sample_%03d", sample);
-    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) die("--sample %d: '%s' has no group '%s'", sample, path, group);
-    hid_t g = h5_id(H5Gopen2(file, group, H5P_DEFAULT), group, label);
+    hid_t g = maps_file_open_sample(file, sample, path, label);
     int dims[2];
     int T = (int)h5_dataset_dims(g, "tokens", dims, label);
     int R = (int)h5_dataset_dims(g, "rows", dims, label);

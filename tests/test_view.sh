@@ -34,6 +34,7 @@ expect "maps: a standard model, two chosen heads, one map each" \
 "$bin" maps "$v2_ckpt" --prompt "Once upon a time there was a harbour." --layers 1 -o "$work/v2.h5" > /dev/null 2>&1
 expect "maps: DIFF V2, layer 1 only, λ per token" bash -c "h5ls -r '$work/v2.h5' | grep -q 'layer_01/head_03/lambda' && ! h5ls -r '$work/v2.h5' | grep -q layer_00 &&
     test \"\$(h5dump -d /sample_000/layer_01/head_00/lambda '$work/v2.h5' | grep -oE '[0-9]\.[0-9]+' | sort -u | wc -l)\" -gt 1"
+expect_fail "attn: a head the file did not save" "--layer 0 --head 0: .* holds no maps of that head in sample_000" "$bin" attn "$work/v2.h5" --sample 0 --layer 0 --head 0
 expect "attn draws a text's maps file too" "$bin" attn "$work/v2.h5" --sample 0 --layer 1 --head 2 --out "$work/v2_attn.png"
 expect_fail "maps: --text and --prompt together" "exactly one of --text FILE and --prompt TEXT" "$bin" maps "$diff_ckpt" --text "$work/text.txt" --prompt x -o "$work/x.h5"
 expect_fail "maps: no output" "maps needs -o OUT.h5" "$bin" maps "$diff_ckpt" --prompt x
