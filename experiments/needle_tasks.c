@@ -216,10 +216,10 @@ static void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptio
     report_printf(f, "Recipe %s, preset %s, git %s; %d episodes per cell, answer depths 0/25/50/75/100%%.\n", opt->recipe,
             opt->preset, GIT_COMMIT, samples);
     for (int i = 0; i < n_rows; i++) {
-        report_printf(f, "- %s: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained %d steps at "
+        report_printf(f, "- %s, seed %d: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained %d steps at "
                 "context %d on copy practice, then %d steps at context %d on the needle mix (%s, registry run %lld); "
                 "copying check %.2f (first copy %.2f)\n",
-                rows[i].name, config_attention_name(&rows[i].cfg), rows[i].cfg.n_layer, rows[i].cfg.d_model, rows[i].cfg.n_head,
+                rows[i].name, rows[i].cfg.seed, config_attention_name(&rows[i].cfg), rows[i].cfg.n_layer, rows[i].cfg.d_model, rows[i].cfg.n_head,
                 config_head_dim(&rows[i].cfg), rows[i].model.n_params, rows[i].copy_cfg.steps, rows[i].copy_cfg.seq_len,
                 rows[i].cfg.steps, rows[i].cfg.seq_len,
                 rows[i].checkpoint, (long long)rows[i].run, rows[i].copy.second, rows[i].copy.first);
