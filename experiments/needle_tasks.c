@@ -261,26 +261,7 @@ static void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, in
     }
 }
 
-// ---- seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] ----
-typedef struct {
-    double mean, std;  // std: the sample standard deviation over the seeds, 0 for one
-} Spread;
-
-// Spread of v[0], v[stride], ... (n values)
-static Spread spread_of(const double* v, int n, int stride) {
-    Spread s = {0, 0};
-    for (int i = 0; i < n; i++) s.mean += v[i * stride] / n;
-    for (int i = 0; n > 1 && i < n; i++) s.std += (v[i * stride] - s.mean) * (v[i * stride] - s.mean) / (n - 1);
-    s.std = sqrt(s.std);
-    return s;
-}
-
-// "0.553 ± 0.041" over several seeds, "0.553" for one: digits decimals
-static const char* spread_text(char* out, size_t n, Spread s, int seeds, int digits) {
-    if (seeds > 1) snprintf(out, n, "%.*f ± %.*f", digits, s.mean, digits, s.std);
-    else snprintf(out, n, "%.*f", digits, s.mean);
-    return out;
-}
+// ---- seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] (spread_of, report.h) ----
 
 // What a table's ± means, for its caption
 static void seeds_caption(Report* f, int seeds) {

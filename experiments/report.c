@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,4 +193,18 @@ void gnuplot(const char* script, GnuplotVars* v) {
     remove_work_dir();
     for (int i = 0; i < v->n_strings; i++) free(v->string_value[i]);
     v->n_strings = 0;
+}
+
+Spread spread_of(const double* v, int n, int stride) {
+    Spread s = {0, 0};
+    for (int i = 0; i < n; i++) s.mean += v[(size_t)i * stride] / n;
+    for (int i = 0; n > 1 && i < n; i++) s.std += (v[(size_t)i * stride] - s.mean) * (v[(size_t)i * stride] - s.mean) / (n - 1);
+    s.std = sqrt(s.std);
+    return s;
+}
+
+const char* spread_text(char* out, size_t n, Spread s, int seeds, int digits) {
+    if (seeds > 1) snprintf(out, n, "%.*f ± %.*f", digits, s.mean, digits, s.std);
+    else snprintf(out, n, "%.*f", digits, s.mean);
+    return out;
 }

@@ -20,6 +20,15 @@ void report_open(Report* r, const char* path, int to_stdout);
 void report_printf(Report* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void report_close(Report* r);
 
+// A row's numbers over its seeds: the mean and the sample standard deviation (0 for one seed)
+typedef struct {
+    double mean, std;
+} Spread;
+// The spread of v[0], v[stride], ..., v[(n - 1) stride]; n >= 1
+Spread spread_of(const double* v, int n, int stride);
+// "0.553 ± 0.041" over several seeds, "0.553" for one, with digits decimals; returns out
+const char* spread_text(char* out, size_t n, Spread s, int seeds, int digits);
+
 // A gnuplot figure: plots/<script> run with no shell between, in a private folder made for
 // the call, where gnuplot sees only names this program makes. Nothing taken from data or a
 // path reaches gnuplot's command language, so no quoting rule is needed:

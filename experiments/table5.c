@@ -90,13 +90,12 @@ static double stat_of(const Studied* s, int k, int layer, int t) {
     return t < N_TOPS ? act_stats_top(a, TOPS[t]) : act_stats_median(a);
 }
 
-// Mean and sample std over a row's seeds (models[0..seeds-1]) of f(model); std 0 for one seed
+// The spread over a row's seeds (models[0..seeds-1]) of f(model)
 typedef double (*ModelValue)(const Studied* s, int k, int layer, int t);
-static void seed_spread(const Studied* models, int seeds, ModelValue f, int k, int layer, int t, double* mean, double* std) {
-    *mean = *std = 0;
-    for (int i = 0; i < seeds; i++) *mean += f(&models[i], k, layer, t) / seeds;
-    for (int i = 0; seeds > 1 && i < seeds; i++) *std += pow(f(&models[i], k, layer, t) - *mean, 2) / (seeds - 1);
-    *std = sqrt(*std);
+static Spread seed_spread(const Studied* models, int seeds, ModelValue f, int k, int layer, int t) {
+    double v[MAX_MODELS];
+    for (int i = 0; i < seeds; i++) v[i] = f(&models[i], k, layer, t);
+    return spread_of(v, seeds, 1);
 }
 
 // Top-1 over the median: how far the largest value stands out
@@ -106,10 +105,8 @@ static double ratio_of(const Studied* s, int k, int layer, int t) {
 }
 
 static void spread_cell(Report* f, const Studied* models, int seeds, ModelValue fn, int k, int layer, int t, int digits) {
-    double mean, std;
-    seed_spread(models, seeds, fn, k, layer, t, &mean, &std);
-    if (seeds > 1) report_printf(f, " %.*f ± %.*f |", digits, mean, digits, std);
-    else report_printf(f, " %.*f |", digits, mean);
+    char cell[64];
+    report_printf(f, " %s |", spread_text(cell, sizeof(cell), seed_spread(models, seeds, fn, k, layer, t), seeds, digits));
 }
 
 int table5_main(const Table5Options* opt) {
@@ -190,11 +187,9 @@ int table5_main(const Table5Options* opt) {
         for (int k = 0; k < OUTLIER_KINDS; k++) {
             report_printf(f, "| %s | %s |", row->label, KIND_LABELS[k]);
             for (int l = 0; l < max_L; l++) {
-                double top, median, std;
                 if (l < row->stats.L) {
-                    seed_spread(row, seeds, stat_of, k, l, 0, &top, &std);
-                    seed_spread(row, seeds, stat_of, k, l, N_TOPS, &median, &std);
-                    report_printf(f, " %.2f / %.3f |", top, median);
+                    report_printf(f, " %.2f / %.3f |", seed_spread(row, seeds, stat_of, k, l, 0).mean,
+                                  seed_spread(row, seeds, stat_of, k, l, N_TOPS).mean);
                 } else {
                     report_printf(f, " |");
                 }
@@ -215,10 +210,10 @@ int table5_main(const Table5Options* opt) {
             const Studied* row = &models[r * seeds];
             fprintf(g, "# %s %s\n", row->label, OUTLIER_KIND_NAMES[k]);
             for (int l = -1; l < row->stats.L; l++) {
-                double mean[4], std[4];
-                for (int c = 0; c < 4; c++) seed_spread(row, seeds, stat_of, k, l, COLUMNS[c], &mean[c], &std[c]);
-                fprintf(g, "%d %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g\n", l, mean[0], mean[1], mean[2], mean[3], std[0], std[1],
-                        std[2], std[3]);
+                Spread c[4];
+                for (int j = 0; j < 4; j++) c[j] = seed_spread(row, seeds, stat_of, k, l, COLUMNS[j]);
+                fprintf(g, "%d %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g\n", l, c[0].mean, c[1].mean, c[2].mean, c[3].mean, c[0].std,
+                        c[1].std, c[2].std, c[3].std);
             }
             fprintf(g, "\n\n");
         }

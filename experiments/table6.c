@@ -199,11 +199,9 @@ static RowResult row_result(Registry* reg, int64_t experiment, const Recipe* r, 
     }
     if (res.n) res.arhit_fraction /= res.n;
     for (int k = 0; k < 3; k++) {
-        double sum = 0, sq = 0;
-        for (int i = 0; i < res.n; i++) sum += values[k][i];
-        res.mean[k] = res.n ? sum / res.n : NAN;
-        for (int i = 0; i < res.n; i++) sq += (values[k][i] - res.mean[k]) * (values[k][i] - res.mean[k]);
-        res.std[k] = res.n > 1 ? sqrt(sq / (res.n - 1)) : 0.0;
+        Spread s = res.n ? spread_of(values[k], res.n, 1) : (Spread){NAN, 0};
+        res.mean[k] = s.mean;
+        res.std[k] = s.std;
     }
     return res;
 }
