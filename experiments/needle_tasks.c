@@ -272,9 +272,11 @@ static void seeds_caption(Report* f, int seeds) {
 
 // The verdict on one of our gaps (DIFF minus Transformer) against the paper's: from the seed
 // spread (the noise is 2 x the larger of the two rows' seed std, as Table 6's verdicts take it),
-// never from one seed
-static const char* gap_verdict(double gap, double noise, double paper_gap, int seeds) {
+// never from one seed, nor from two rows that measured nothing (models that retrieve nothing
+// agree exactly, which says nothing about the paper's gap)
+static const char* gap_verdict(double gap, double noise, double paper_gap, int seeds, int measured) {
     if (seeds < 2) return "n/a (1 seed)";
+    if (!measured) return "n/a (neither retrieves)";
     if (fabs(gap) <= noise) return "within seed noise";
     if (paper_gap == 0) return "the paper has no gap";
     return (gap > 0) == (paper_gap > 0) ? "same direction" : "opposite";
@@ -368,10 +370,9 @@ static void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* sr
             double paper_gap = PAPER_TABLE2[1][st] - PAPER_TABLE2[0][st];
             char spread_cell[32] = "n/a (1 seed)";
             if (seeds > 1) snprintf(spread_cell, sizeof(spread_cell), "%.2f", spread);
-            // two models that retrieve nothing agree exactly, which says nothing about the paper's gap
             int retrieves = acc_s[diff][st].mean > 0 || acc_s[base][st].mean > 0;
             report_printf(f, "| N=%d, R=%d | %+.2f | %s | %+.2f | %s |\n", SETTING_N[st], SETTING_R[st], gap, spread_cell, paper_gap,
-                          retrieves || seeds < 2 ? gap_verdict(gap, 2 * spread, paper_gap, seeds) : "n/a (neither retrieves)");
+                          gap_verdict(gap, 2 * spread, paper_gap, seeds, retrieves));
         }
         report_printf(f, "\nA gap within 2 x the larger seed std of the two rows is within seed noise; otherwise it goes in the "
                       "paper's direction or the opposite one. Where no model of either row answers a query right there is no "
@@ -644,7 +645,7 @@ static void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* sr
             char spread_cell[32] = "n/a (1 seed)";
             if (seeds > 1) snprintf(spread_cell, sizeof(spread_cell), "%.3f", spread);
             report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", gap, spread_cell, paper_gap,
-                          gap_verdict(gap, 2 * spread, paper_gap, seeds));
+                          gap_verdict(gap, 2 * spread, paper_gap, seeds, 1));
         }
     }
     report_close(&rep);
