@@ -2,10 +2,11 @@
 # Results that cannot drift unnoticed: the numbers of each experiment's smallest preset, as
 # test_table6.sh and test_needle.sh leave them in their registries, against the golden files
 # tests/golden/<experiment>.txt. Each golden file names the machine facts that decide bitwise
-# equality (threads, OpenBLAS's kernel, CPU model, compiler, build); on a machine that matches
-# them the check is exact (every digit of %.17g), elsewhere it holds each value to a stated
-# tolerance and says it did. A change to a golden number is a decision: `tests/test_pinned.sh
-# --update` rewrites the files, to be committed with the reason the numbers moved.
+# equality (threads, OpenBLAS's kernel, CPU model, instruction sets built for and run on,
+# compiler, build); on a machine that matches them the check is exact (every digit of %.17g),
+# elsewhere it holds each value to a stated tolerance and says it did. A change to a golden
+# number is a decision: `tests/test_pinned.sh --update` rewrites the files, to be committed with
+# the reason the numbers moved.
 # Run after test_table6.sh and test_needle.sh (tests/run.sh does).
 set -u
 cd "$(dirname "$0")/.."

@@ -4,7 +4,8 @@
 // (outlier statistics of a model that saw a few values); exits 0 when the file was written,
 // dies (exit 1) with the writer's message when not. `write_fixture machine` prints what decides
 // whether two machines compute bitwise alike, for tests/test_pinned.sh: the BLAS library's
-// kernel, the CPU model and the compiler.
+// kernel, the CPU model, the compiler, the instruction set it built for and the one the C
+// library's exp and log pick at run time.
 #include <cblas.h>
 #include <string.h>
 
@@ -13,12 +14,39 @@
 #include "../model/util.h"
 #include "fixtures.h"
 
+// The widest vectors and FMA of the build (-march=native follows the CPU) and of the CPU at run
+// time (glibc picks the FMA or AVX2 variant of its scalar expf and logf by it): measured on one
+// machine, a build without AVX-512, or glibc kept off FMA, each moves the last digits of every
+// Table 6 smoke row, while the CPU model reads "AMD EPYC" either way
+static void instruction_sets(char* buf, size_t n) {
+#if defined(__x86_64__)
+    const char* built = "sse2";
+#if defined(__AVX512F__)
+    built = "avx512f";
+#elif defined(__AVX2__)
+    built = "avx2";
+#endif
+#if defined(__FMA__)
+    const char* built_fma = "+fma";
+#else
+    const char* built_fma = "";
+#endif
+    __builtin_cpu_init();
+    snprintf(buf, n, "built %s%s, runs %s%s", built, built_fma,
+             __builtin_cpu_supports("avx512f") ? "avx512f" : __builtin_cpu_supports("avx2") ? "avx2" : "sse2",
+             __builtin_cpu_supports("fma") ? "+fma" : "");
+#else
+    snprintf(buf, n, "not x86-64");
+#endif
+}
+
 int main(int argc, char** argv) {
     if (argc == 2 && strcmp(argv[1], "machine") == 0) {
-        char machine[600];
+        char machine[600], isa[128];
         machine_description(machine, sizeof(machine));
+        instruction_sets(isa, sizeof(isa));
         const char* cpu = strstr(machine, ", ") ? strstr(machine, ", ") + 2 : machine;  // not the host name
-        printf("openblas=%s; cpu=%s; compiler=gcc %s\n", openblas_get_corename(), cpu, __VERSION__);
+        printf("openblas=%s; cpu=%s; isa=%s; compiler=gcc %s\n", openblas_get_corename(), cpu, isa, __VERSION__);
         return 0;
     }
     if (argc != 3) die("usage: write_fixture maps|outliers PATH, or write_fixture machine");
