@@ -35,13 +35,14 @@ static const double PAPER_NOISE[2][N_DEPTHS] = {{0.51, 0.54, 0.52, 0.49, 0.49}, 
 int needle_extra_key(int is_row, const char* k) {
     static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
                                  "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens"};
+    if (recipe_shape_key(is_row, k)) return 1;
     for (size_t i = 0; !is_row && i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strcmp(k, keys[i]) == 0) return 1;
     }
     return 0;
 }
 
-static const char* const ROW_SHAPE_KEYS[] = {"n_head", "head_dim", NULL};
+static const char* const ROW_SHAPE_KEYS[] = {"heads", "width", NULL};
 
 typedef struct {
     char name[64];    // the recipe's row
@@ -54,8 +55,8 @@ typedef struct {
     CopyScore copy;  // the least retrieval needs
 } Row;
 
-// computed per row: its run folder
-static const char* const NEEDLE_DERIVED_KEYS[] = {"out", NULL};
+// computed per row from the preset's h and d and the row's heads and width, and its run folder
+static const char* const NEEDLE_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model", "out", NULL};
 
 Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
                          const char* results) {
@@ -65,6 +66,7 @@ Config needle_row_config(const Recipe* r, const Section* preset, const Section* 
     section_apply(&cfg, preset, needle_extra_key);
     section_apply(&cfg, row, needle_extra_key);
     section_apply(&cfg, &r->overrides, needle_extra_key);
+    recipe_row_shape(&cfg, r, preset, row, recipe);
     recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
     cfg.seed += seed_index;
     path_printf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);

@@ -169,6 +169,31 @@ void recipe_require_switches(const Section* row, const Config* cfg, const char* 
     }
 }
 
+int recipe_shape_key(int is_row, const char* k) {
+    return is_row ? !strcmp(k, "heads") || !strcmp(k, "width") : !strcmp(k, "h") || !strcmp(k, "d");
+}
+
+void recipe_row_shape(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path) {
+    static const char* const derived[] = {"n_head", "head_dim", "d_model"};
+    const Section* sections[] = {&r->common, preset, row};
+    for (int s = 0; s < 3; s++) {
+        for (int k = 0; k < 3; k++) {
+            if (!section_get(sections[s], derived[k])) continue;
+            char where[128];
+            if (s == 0) snprintf(where, sizeof(where), "the keys outside a section");
+            else snprintf(where, sizeof(where), "[%s %s]", s == 1 ? "preset" : "row", sections[s]->name);
+            die("%s: %s sets '%s', which each row derives from the preset's h and d and its heads and width", path, where, derived[k]);
+        }
+    }
+    int h = section_int(preset, "h", path), d = section_int(preset, "d", path);
+    const char *heads = section_get(row, "heads"), *width = section_get(row, "width");
+    if (!heads || (strcmp(heads, "h") && strcmp(heads, "h/2"))) die("%s: [row %s]: 'heads' must be h or h/2", path, row->name);
+    if (!width || (strcmp(width, "d") && strcmp(width, "2d"))) die("%s: [row %s]: 'width' must be d or 2d", path, row->name);
+    cfg->n_head = strcmp(heads, "h") == 0 ? h : h / 2;
+    cfg->head_dim = strcmp(width, "d") == 0 ? d : 2 * d;
+    cfg->d_model = h * d;
+}
+
 int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path,
                           int* lock) {
     char path[4200], what[128];

@@ -57,6 +57,15 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
 // runner's shape keys (NULL-terminated). cfg is the row's resolved config. Dies naming the row.
 void recipe_require_switches(const Section* row, const Config* cfg, const char* const* shape_keys, const char* path);
 
+// Rows of different attention compare at one width: the preset's `h` and `d` are the
+// Transformer's head count and head width, and a row states its heads as `h` or `h/2` and its
+// head width as `d` or `2d`, so d_model = h x d for every row. recipe_shape_key says whether k
+// is one of these keys (`heads`, `width` on a row; `h`, `d` on a preset); recipe_row_shape sets
+// the row's n_head, head_dim and d_model, or dies naming the recipe and the section that sets
+// one of those itself (it would be overwritten).
+int recipe_shape_key(int is_row, const char* k);
+void recipe_row_shape(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path);
+
 // A trained row of a recipe, as another study (Table 5, Figure 8) takes it
 typedef struct {
     char name[64];

@@ -19,11 +19,10 @@
 #include "train.h"
 
 static int is_row_key(const char* k) {
-    return !strcmp(k, "label") || !strcmp(k, "heads") || !strcmp(k, "width") || !strcmp(k, "paper") ||
-           !strcmp(k, "match_params");
+    return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "match_params");
 }
 static int is_preset_key(const char* k) {
-    return !strcmp(k, "h") || !strcmp(k, "d") || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
+    return recipe_shape_key(0, k) || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
 }
 int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
 
@@ -40,13 +39,7 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
     section_apply(&cfg, preset, table6_extra_key);
     section_apply(&cfg, row, table6_extra_key);
     section_apply(&cfg, &r->overrides, table6_extra_key);
-    int h = section_int(preset, "h", recipe), d = section_int(preset, "d", recipe);
-    const char *heads = section_get(row, "heads"), *width = section_get(row, "width");
-    if (!heads || (strcmp(heads, "h") && strcmp(heads, "h/2"))) die("%s: [row %s]: 'heads' must be h or h/2", recipe, row->name);
-    if (!width || (strcmp(width, "d") && strcmp(width, "2d"))) die("%s: [row %s]: 'width' must be d or 2d", recipe, row->name);
-    cfg.n_head = strcmp(heads, "h") == 0 ? h : h / 2;
-    cfg.head_dim = strcmp(width, "d") == 0 ? d : 2 * d;
-    cfg.d_model = h * d;
+    recipe_row_shape(&cfg, r, preset, row, recipe);
     cfg.seed += seed_index;
     recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
     path_printf(cfg.out, sizeof(cfg.out), "%s/table6/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);

@@ -107,6 +107,11 @@ awk -v data="$work/data" '/^\[row /{row=$0} /^data = /{$0="data = " data} !(row=
 expect_fail "row without head_norm" "no_head_norm.ini: \[row diff\] must state 'head_norm'" \
     $bin table6 "$work/no_head_norm.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
 expect "a refused table trains nothing" test ! -e "$work/refused/table6"
+# ... and no section sets what each row derives from the preset's h and d: it would be overwritten
+awk '{print} /^\[preset smoke\]/{print "d_model = 128"}' experiments/needle.ini > "$work/needle_width.ini"
+expect_fail "a preset setting d_model" "needle_width.ini: \[preset smoke\] sets 'd_model', which each row derives from the preset's h and d" \
+    $bin needle "$work/needle_width.ini" --preset smoke --task table2 --results "$work/refused" --plots "$work/refused"
+expect "a refused needle task trains nothing" test ! -e "$work/refused/needle"
 
 # a good run, then a corrupted copy of its checkpoint: Fletcher32 catches flipped data bytes
 $bin train --results "$work/reg" "$work/ok.ini" >/dev/null 2>&1

@@ -13,8 +13,8 @@ typedef struct {
     const char* attention;
     int head_norm;
     const char* lambda_init;  // NULL: the variant has no per-layer lambda
-    const char* heads;        // Table 6: "h" or "h/2"; needle: a number
-    const char* width;        // Table 6: "d" or "2d"; needle: a number
+    const char* heads;        // "h" or "h/2" of the preset's h
+    const char* width;        // "d" or "2d" of the preset's d
 } RowSpec;
 
 // README "Table 6": the paper's seven rows and DIFF V2
@@ -29,18 +29,21 @@ static const RowSpec TABLE6[] = {
     {"diff2", "diff2", 0, NULL, "h", "d"},
 };
 
-// README "Retrieval": standard 8 heads x 32 without per-head norm; diff 4 heads, two 32-wide maps
+// README "Retrieval": standard h heads x d without per-head norm; diff h/2 heads, two d-wide maps
 static const RowSpec NEEDLE[] = {
-    {"standard", "standard", 0, NULL, "8", "32"},
-    {"diff", "diff", 1, "schedule", "4", "32"},
+    {"standard", "standard", 0, NULL, "h", "d"},
+    {"diff", "diff", 1, "schedule", "h/2", "d"},
 };
 
-static void check_row(const char* where, const Config* cfg, const RowSpec* spec, int heads, int width) {
+static void check_row(const char* path, const Section* preset, const Config* cfg, const RowSpec* spec) {
+    int h = section_int(preset, "h", path), d = section_int(preset, "d", path);
+    int heads = strcmp(spec->heads, "h") == 0 ? h : h / 2, width = strcmp(spec->width, "d") == 0 ? d : 2 * d;
     const char* lambda = spec->lambda_init ? spec->lambda_init : "(unused)";
     int lambda_ok = !spec->lambda_init || strcmp(cfg->lambda_init, spec->lambda_init) == 0;
     CHECK(strcmp(config_attention_name(cfg), spec->attention) == 0 && config_head_norm(cfg) == spec->head_norm && lambda_ok &&
               cfg->n_head == heads && config_head_dim(cfg) == width,
-          "%s [row %s]: %s, head_norm %d, lambda_init %s, %d heads x %d; README: %s, head_norm %d, lambda_init %s, %d x %d", where,
+          "%s preset %s [row %s]: %s, head_norm %d, lambda_init %s, %d heads x %d; README: %s, head_norm %d, lambda_init %s, %d x %d",
+          path, preset->name,
           spec->row, config_attention_name(cfg), config_head_norm(cfg), cfg->lambda_init, cfg->n_head, config_head_dim(cfg),
           spec->attention, spec->head_norm, lambda, heads, width);
 }
@@ -50,15 +53,11 @@ static void test_table6(void) {
     Recipe* r = recipe_load(path, table6_extra_key);
     CHECK(r->n_rows == 8, "%s holds the paper's 7 rows and DIFF V2 (%d rows)", path, r->n_rows);
     for (int p = 0; p < r->n_presets; p++) {
-        const Section* preset = &r->presets[p];
-        int h = section_int(preset, "h", path), d = section_int(preset, "d", path);
         for (int i = 0; i < r->n_rows && i < 8; i++) {
             const RowSpec* spec = &TABLE6[i];
             CHECK(strcmp(r->rows[i].name, spec->row) == 0, "%s: row %d is %s", path, i, spec->row);
-            Config cfg = table6_row_config(r, preset, i, 0, path, "build/test_recipes");
-            char where[96];
-            snprintf(where, sizeof(where), "%s preset %s", path, preset->name);
-            check_row(where, &cfg, spec, strcmp(spec->heads, "h") == 0 ? h : h / 2, strcmp(spec->width, "d") == 0 ? d : 2 * d);
+            Config cfg = table6_row_config(r, &r->presets[p], i, 0, path, "build/test_recipes");
+            check_row(path, &r->presets[p], &cfg, spec);
         }
     }
     free(r);
@@ -72,9 +71,7 @@ static void test_needle(void) {
         for (int i = 0; i < r->n_rows && i < 2; i++) {
             CHECK(strcmp(r->rows[i].name, NEEDLE[i].row) == 0, "%s: row %d is %s", path, i, NEEDLE[i].row);
             Config cfg = needle_row_config(r, &r->presets[p], &r->rows[i], 0, path, "build/test_recipes");
-            char where[96];
-            snprintf(where, sizeof(where), "%s preset %s", path, r->presets[p].name);
-            check_row(where, &cfg, &NEEDLE[i], atoi(NEEDLE[i].heads), atoi(NEEDLE[i].width));
+            check_row(path, &r->presets[p], &cfg, &NEEDLE[i]);
         }
     }
     free(r);
