@@ -42,8 +42,6 @@ int needle_extra_key(int is_row, const char* k) {
     return 0;
 }
 
-static const char* const ROW_SHAPE_KEYS[] = {"heads", "width", NULL};
-
 typedef struct {
     char name[64];    // the recipe's row
     int seed_index;   // of NeedleOptions.seeds: the row's seed_index-th model
@@ -66,8 +64,7 @@ Config needle_row_config(const Recipe* r, const Section* preset, const Section* 
     section_apply(&cfg, preset, needle_extra_key);
     section_apply(&cfg, row, needle_extra_key);
     section_apply(&cfg, &r->overrides, needle_extra_key);
-    recipe_row_shape(&cfg, r, preset, row, recipe);
-    recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
+    recipe_resolve_row(&cfg, r, preset, row, recipe);
     cfg.seed += seed_index;
     path_printf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
     config_validate(&cfg);

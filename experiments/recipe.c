@@ -159,21 +159,19 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key) {
     }
 }
 
-void recipe_require_switches(const Section* row, const Config* cfg, const char* const* shape_keys, const char* path) {
-    const char* keys[8] = {"attention", "head_norm"};
-    int n = 2;
-    if (config_variant(cfg)->lambda == LAMBDA_PER_LAYER) keys[n++] = "lambda_init";
-    for (int i = 0; shape_keys[i] && n < 8; i++) keys[n++] = shape_keys[i];
-    for (int i = 0; i < n; i++) {
-        if (!section_get(row, keys[i])) die("%s: [row %s] must state '%s' (a row states every switch that defines it)", path, row->name, keys[i]);
-    }
-}
-
 int recipe_shape_key(int is_row, const char* k) {
     return is_row ? !strcmp(k, "heads") || !strcmp(k, "width") : !strcmp(k, "h") || !strcmp(k, "d");
 }
 
-void recipe_row_shape(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path) {
+void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path) {
+    const char* switches[6] = {"attention", "head_norm", "heads", "width"};
+    int n = 4;
+    if (config_variant(cfg)->lambda == LAMBDA_PER_LAYER) switches[n++] = "lambda_init";
+    for (int i = 0; i < n; i++) {
+        if (!section_get(row, switches[i])) {
+            die("%s: [row %s] must state '%s' (a row states every switch that defines it)", path, row->name, switches[i]);
+        }
+    }
     static const char* const derived[] = {"n_head", "head_dim", "d_model"};
     const Section* sections[] = {&r->common, preset, row};
     for (int s = 0; s < 3; s++) {
@@ -187,8 +185,8 @@ void recipe_row_shape(Config* cfg, const Recipe* r, const Section* preset, const
     }
     int h = section_int(preset, "h", path), d = section_int(preset, "d", path);
     const char *heads = section_get(row, "heads"), *width = section_get(row, "width");
-    if (!heads || (strcmp(heads, "h") && strcmp(heads, "h/2"))) die("%s: [row %s]: 'heads' must be h or h/2", path, row->name);
-    if (!width || (strcmp(width, "d") && strcmp(width, "2d"))) die("%s: [row %s]: 'width' must be d or 2d", path, row->name);
+    if (strcmp(heads, "h") && strcmp(heads, "h/2")) die("%s: [row %s]: 'heads' must be h or h/2", path, row->name);
+    if (strcmp(width, "d") && strcmp(width, "2d")) die("%s: [row %s]: 'width' must be d or 2d", path, row->name);
     cfg->n_head = strcmp(heads, "h") == 0 ? h : h / 2;
     cfg->head_dim = strcmp(width, "d") == 0 ? d : 2 * d;
     cfg->d_model = h * d;

@@ -52,19 +52,17 @@ const char* section_get(const Section* s, const char* key);
 int section_int(const Section* s, const char* key, const char* path);
 // Applies the section's training keys to cfg
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
+// Resolves a row's switches and shape, after section_apply has set cfg from the row's sections.
 // A row must state every switch that defines it, so no default decides what a table row is:
-// `attention`, `head_norm`, `lambda_init` where the variant has a per-layer lambda, and the
-// runner's shape keys (NULL-terminated). cfg is the row's resolved config. Dies naming the row.
-void recipe_require_switches(const Section* row, const Config* cfg, const char* const* shape_keys, const char* path);
-
-// Rows of different attention compare at one width: the preset's `h` and `d` are the
+// `attention`, `head_norm`, `lambda_init` where the variant has a per-layer lambda, and its
+// shape. Rows of different attention compare at one width: the preset's `h` and `d` are the
 // Transformer's head count and head width, and a row states its heads as `h` or `h/2` and its
-// head width as `d` or `2d`, so d_model = h x d for every row. recipe_shape_key says whether k
-// is one of these keys (`heads`, `width` on a row; `h`, `d` on a preset); recipe_row_shape sets
-// the row's n_head, head_dim and d_model, or dies naming the recipe and the section that sets
-// one of those itself (it would be overwritten).
+// head width as `d` or `2d`; this sets n_head, head_dim and d_model = h x d. Dies naming the
+// recipe and row, or the section that sets n_head, head_dim or d_model itself (it would be
+// overwritten). recipe_shape_key says whether k is a shape key (`heads`, `width` on a row;
+// `h`, `d` on a preset).
+void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path);
 int recipe_shape_key(int is_row, const char* k);
-void recipe_row_shape(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path);
 
 // A trained row of a recipe, as another study (Table 5, Figure 8) takes it
 typedef struct {

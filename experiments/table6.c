@@ -26,8 +26,6 @@ static int is_preset_key(const char* k) {
 }
 int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
 
-static const char* const ROW_SHAPE_KEYS[] = {"heads", "width", NULL};
-
 // computed per row from the preset's h and d, the row's heads and width, and match_params
 static const char* const TABLE6_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model", "ffn_hidden", "out", NULL};
 
@@ -39,9 +37,8 @@ static Config row_config(const Recipe* r, const Section* preset, const Section* 
     section_apply(&cfg, preset, table6_extra_key);
     section_apply(&cfg, row, table6_extra_key);
     section_apply(&cfg, &r->overrides, table6_extra_key);
-    recipe_row_shape(&cfg, r, preset, row, recipe);
+    recipe_resolve_row(&cfg, r, preset, row, recipe);
     cfg.seed += seed_index;
-    recipe_require_switches(row, &cfg, ROW_SHAPE_KEYS, recipe);
     path_printf(cfg.out, sizeof(cfg.out), "%s/table6/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
     config_validate(&cfg);
     const char* match = section_get(row, "match_params");

@@ -74,6 +74,18 @@ static void test_needle(void) {
             check_row(path, &r->presets[p], &cfg, &NEEDLE[i]);
         }
     }
+    // README "Retrieval": d_model 256 with 8 x 32 and 4 x 32 heads in the default preset, 128 in short
+    static const struct { const char* preset; int d_model, heads[2], width; } WIDTHS[] = {{"default", 256, {8, 4}, 32},
+                                                                                          {"short", 128, {8, 4}, 16}};
+    for (size_t w = 0; w < sizeof(WIDTHS) / sizeof(WIDTHS[0]); w++) {
+        const Section* preset = recipe_preset(r, WIDTHS[w].preset, path);
+        for (int i = 0; i < r->n_rows && i < 2; i++) {
+            Config cfg = needle_row_config(r, preset, &r->rows[i], 0, path, "build/test_recipes");
+            CHECK(cfg.d_model == WIDTHS[w].d_model && cfg.n_head == WIDTHS[w].heads[i] && config_head_dim(&cfg) == WIDTHS[w].width,
+                  "%s preset %s [row %s]: d_model %d, %d heads x %d (README: %d, %d x %d)", path, WIDTHS[w].preset, r->rows[i].name,
+                  cfg.d_model, cfg.n_head, config_head_dim(&cfg), WIDTHS[w].d_model, WIDTHS[w].heads[i], WIDTHS[w].width);
+        }
+    }
     free(r);
 }
 
