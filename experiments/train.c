@@ -276,7 +276,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, ", config_attention_name(cfg),
            model.L, model.C, model.H, model.D, model.F, model.n_params, tokens_per_step);
     if (share.ranks > 1) printf("%d ranks x %d micro-batches of %d rows, ", share.ranks, share.micros, share.micro_rows);
-    printf("%d threads\n", threads);
+    printf("%d threads, %s\n", threads, model.be->device_name());
     if (info.finished) printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);
     if (root && cfg->warmup_steps >= cfg->steps) {
         fprintf(stderr, "warning: warmup_steps = %d >= steps = %d: the learning rate never reaches lr\n", cfg->warmup_steps, cfg->steps);

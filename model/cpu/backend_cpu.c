@@ -1,5 +1,6 @@
 // The CPU backend's table, its (host) memory and its matmul rate.
 #include <cblas.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +12,14 @@ static void* cpu_alloc(size_t bytes) { return callocCheck(1, bytes); }
 static void cpu_release(void* buf) { free(buf); }
 static void cpu_zero(void* buf, size_t bytes) { memset(buf, 0, bytes); }
 static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
-static const char* cpu_init(void) { return NULL; }
-static const char* cpu_device_name(void) { return "cpu"; }
+// OpenBLAS's kernel is part of what the numbers are computed on: OpenBLAS picks one by CPU
+// model unless OPENBLAS_CORETYPE names one, and two kernels differ in the last bits of a matmul
+static char description[64];
+static const char* cpu_init(void) {
+    snprintf(description, sizeof(description), "cpu (OpenBLAS %s)", openblas_get_corename());
+    return NULL;
+}
+static const char* cpu_device_name(void) { return description; }
 static void cpu_synchronize(void) {}
 static double cpu_peak_memory_bytes(void) { return (double)peak_rss_bytes(); }
 
