@@ -64,7 +64,8 @@ static const Key KEYS[] = {
     K(log_every, KEY_INT, "progress line every N updates"),
     {"device", KEY_CHOICE, offsetof(Config, device), {"cpu", "cuda", 0},
      "`cpu` or `cuda` (a build with `make CUDA=1` on a machine with an NVIDIA GPU): where the run computes. Not part "
-     "of the config's identity: a run may resume on the other device; checkpoints and the registry record it", 1},
+     "of the config's identity: a run may resume on the other device; checkpoints and the registry record it (on the "
+     "CPU with the OpenBLAS kernel that ran, e.g. `cpu (OpenBLAS Cooperlake)`)", 1},
 };
 #undef K
 #define N_KEYS (sizeof(KEYS) / sizeof(KEYS[0]))
