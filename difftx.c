@@ -792,6 +792,10 @@ static int run_command(int argc, char** argv) {
 
 // Under mpirun every rank starts here: rank 0 runs the command, the others join its training runs
 int main(int argc, char** argv) {
+    // Every parallel region gets the thread count that runs record: a dynamic team (OMP_DYNAMIC)
+    // may be smaller, and OpenBLAS's OpenMP build then waits forever inside its first threaded
+    // matmul for the threads the team withheld
+    omp_set_dynamic(0);
     dist_init(&argc, &argv);
     if (dist_rank() != 0) {
         train_follow();

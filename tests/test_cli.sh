@@ -400,4 +400,12 @@ if [ "$(uname -m)" = x86_64 ]; then
     expect "resuming under the same kernel does not warn" bash -c "grep -q 'resuming' '$work/kernel.log' && ! grep -q warning '$work/kernel.log'"
 fi
 
+# OMP_DYNAMIC on one allowed CPU gives a 1-thread team where OpenBLAS's matmul of a d_model-256
+# layer waits for 2 (a hang before difftx turned dynamic teams off)
+recipe "$work/dynamic.ini" "d_model = 256" "batch_size = 8" "seq_len = 64"
+sed -i '/^\(d_model = 32\|seq_len = 16\|batch_size = 2\|out = .*\)$/d' "$work/dynamic.ini"
+echo "out = $work/dynamic" >> "$work/dynamic.ini"
+expect "OMP_DYNAMIC=true trains (2 threads on 1 CPU) instead of hanging" \
+    bash -c "timeout 60 taskset -c 0 env OMP_DYNAMIC=true OMP_NUM_THREADS=2 '$bin' train --results '$work/dynamic_reg' '$work/dynamic.ini' > '$work/dynamic.log' 2>&1"
+
 summary
