@@ -44,7 +44,7 @@ pinned_kernel=$(sed -n 's/^# machine: .*openblas=\([A-Za-z0-9]*\);.*/\1/p' tests
 flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
 for f in $(kernel_instructions "$pinned_kernel"); do [[ $flags == *" $f "* ]] || pinned_kernel=""; done
 if [ -n "$pinned_kernel" ]; then
-    echo "== OpenBLAS kernel $pinned_kernel (the golden files') for test_table6, test_needle_sh and test_pinned${OPENBLAS_CORETYPE:+ (the environment's OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE set aside)}"
+    echo "== OpenBLAS kernel $pinned_kernel (the golden files') for test_table6, test_needle_sh and test_pinned${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment set aside)}"
     pinned() { OPENBLAS_CORETYPE=$pinned_kernel run "$@"; }
 else
     pinned() { run "$@"; }
