@@ -61,7 +61,7 @@ LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
 # experiments/, and the command line difftx.c.
-BACKENDS := model/cpu/backend_cpu.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
+BACKENDS := model/cpu/backend_cpu.c model/cpu/blas_kernel.c model/cpu/peak.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
 MODEL := model/util.c model/h5.c model/recipe_format.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
          model/checkpoint.c model/safetensors.c model/dist.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
@@ -72,7 +72,7 @@ EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c e
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 HEADERS := $(wildcard model/*.h model/cpu/*.h model/cuda/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
-TESTS := test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
+TESTS := test_blas_kernel test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
 .PHONY: browser-deps all help deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
 .SECONDARY:
@@ -122,6 +122,10 @@ $(B)/test_%: $(B)/obj/tests/test_%.o $(OBJS)
 $(B)/write_fixture: $(B)/obj/tests/write_fixture.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
+# OpenBLAS as a CPU model it does not know shows it (LD_PRELOAD), for the kernel choice's test
+$(B)/fake_openblas.so: tests/fake_openblas.c | build/deps.stamp
+	$(CC) -shared -fPIC -O2 -Wall -Wextra $(PKG_CFLAGS) -o $@ $< -ldl
+
 # The corpus depends on its sources, not on the program: a rebuild, or a prepared folder copied
 # in, does not prepare it again (the program need only exist: an order-only prerequisite)
 data/default/train.bin: data/fetch_corpus.sh | build/difftx
@@ -169,7 +173,7 @@ browser-deps:
 	@if [ "$$(id -u)" = 0 ]; then $(call ensure,$(BROWSER_PACKAGES)); fi
 
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
-test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(if $(SANITIZE),,cuda-build) browser-deps
+test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openblas.so $(if $(SANITIZE),,cuda-build) browser-deps
 	BUILD=$(B) tests/run.sh $(TESTS)
 
 # A folder for a GPU machine that has the driver and CUDA but none of this project's

@@ -23,6 +23,7 @@
 #include "experiments/table5.h"
 #include "experiments/table6.h"
 #include "experiments/train.h"
+#include "model/backend.h"
 #include "model/checkpoint.h"
 #include "model/dist.h"
 #include "model/model.h"
@@ -279,19 +280,34 @@ static int cmd_bench(int argc, char** argv) {
     printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d device=%s\n",
            forward_only ? "forward" : "train", config_attention_name(&cfg), model.L, model.C,
            model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads(), model.be->device_name());
-    double mfu = 0;
+    double mfu = 0, mfu_peak = 0;
     if (forward_only) {
         printf("  %.3f s per forward pass, %.0f tokens/s, peak %s %.0f MiB\n", step_s, tok_s, peak_what, peak);
     } else {
         double flops = model_flops_per_token(&model, T), sgemm = model.be->matmul_rate();
+        char how[256];
+        double device_peak = model.be->peak_rate(how, sizeof(how));
         double achieved = flops * tok_s / 1e9;
         mfu = 100.0 * achieved / sgemm;
-        printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s = %.0f%% MFU of the measured "
-               "matmul rate %.1f GFLOP/s, peak %s %.0f MiB\n",
-               tok_s, step_s, flops / 1e6, achieved, mfu, sgemm, peak_what, peak);
+        printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s, peak %s %.0f MiB\n", tok_s, step_s,
+               flops / 1e6, achieved, peak_what, peak);
+        printf("  MFU %.0f%% of the measured matmul rate %.1f GFLOP/s\n", mfu, sgemm);
+        if (device_peak > 0) {
+            mfu_peak = 100.0 * achieved / device_peak;
+            printf("  MFU %.0f%% of the device's peak %.1f GFLOP/s = %s; the matmul rate is %.0f%% of it\n", mfu_peak,
+                   device_peak, how, 100.0 * sgemm / device_peak);
+            // a good sgemm kernel reaches 80-95% of the peak
+            if (sgemm < 0.6 * device_peak) {
+                printf("  warning: the measured matmul rate is %.0f%% of the peak: the matmul kernel (%s) leaves this "
+                       "device's speed unused\n", 100.0 * sgemm / device_peak, model.be->device_name());
+            }
+        } else {
+            printf("  (no MFU against the device's peak: %s)\n", how);
+        }
+        if (cfg.device == DEVICE_CPU && backend_blas_kernel_note()) printf("  note: %s\n", backend_blas_kernel_note());
         adamw_free(&opt);
     }
-    runs_record_bench(results, argv[optind], &cfg, forward_only, tok_s, mfu, peak);
+    runs_record_bench(results, argv[optind], &cfg, forward_only, tok_s, mfu, mfu_peak, peak);
     free(inputs);
     free(targets);
     model_free(&model);
@@ -796,6 +812,7 @@ int main(int argc, char** argv) {
     // may be smaller, and OpenBLAS's OpenMP build then waits forever inside its first threaded
     // matmul for the threads the team withheld
     omp_set_dynamic(0);
+    backend_select_blas_kernel(argv);  // may start this program again, before anything else
     dist_init(&argc, &argv);
     if (dist_rank() != 0) {
         train_follow();

@@ -18,6 +18,9 @@ static const Backend* (*const BUILT[])(void) = {
 };
 #define N_BUILT ((int)(sizeof(BUILT) / sizeof(BUILT[0])))
 
+void backend_select_blas_kernel(char** argv) { cpu_select_blas_kernel(argv); }
+const char* backend_blas_kernel_note(void) { return cpu_blas_kernel_note(); }
+
 int backend_count(void) { return N_BUILT; }
 
 const Backend* backend_at(int i) {

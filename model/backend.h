@@ -152,7 +152,18 @@ typedef struct {
 
     // GFLOP/s of a large fp32 matmul measured on this backend: what MFU is measured against
     double (*matmul_rate)(void);
+    // GFLOP/s the device could reach at most in fp32 (on the CPU, with the threads in use),
+    // and how that was found, in how (n bytes); 0 where the backend has no model of its peak
+    double (*peak_rate)(char* how, size_t n);
 } Backend;
+
+// Called first in main, with main's argv: where OPENBLAS_CORETYPE is unset and OpenBLAS chose a
+// kernel narrower than this CPU's instructions allow, runs the program again (the same process
+// and arguments) on the better kernel once it passes a numeric self-check; otherwise returns
+void backend_select_blas_kernel(char** argv);
+// Where the user's OPENBLAS_CORETYPE names a kernel narrower than this CPU's instructions
+// allow, a sentence saying so (static storage); else NULL
+const char* backend_blas_kernel_note(void);
 
 // The backends this program was built with; the first ("cpu") is the default
 int backend_count(void);

@@ -400,6 +400,38 @@ if [ "$(uname -m)" = x86_64 ]; then
     expect "resuming under the same kernel does not warn" bash -c "grep -q 'resuming' '$work/kernel.log' && ! grep -q warning '$work/kernel.log'"
 fi
 
+# Without OPENBLAS_CORETYPE, a CPU whose model OpenBLAS does not know (fake_openblas.so makes
+# OpenBLAS answer "Prescott", its SSE3 fallback, as it does there) runs the widest kernel its
+# instructions allow, after a self-check; a kernel that fails the check gives way to OpenBLAS's
+# own choice; the user's OPENBLAS_CORETYPE always stands. (Not under the sanitizers, whose
+# runtime must be the first library loaded.)
+best=$(grep -m1 '^flags' /proc/cpuinfo | awk '{ f = " " $0 " " }
+    END { if (f ~ / avx512f / && f ~ / avx512vl / && f ~ / avx512bw / && f ~ / avx512dq /) print (f ~ / avx512_bf16 / ? "Cooperlake" : "SkylakeX");
+          else if (f ~ / avx2 / && f ~ / fma /) print "Haswell"; else if (f ~ / avx /) print "Sandybridge"; else print "Prescott" }')
+if [ "$(uname -m)" = x86_64 ] && [ "${BUILD:-build}" != build/san ] && [ "$best" != Prescott ]; then
+    shim=$PWD/${BUILD:-build}/fake_openblas.so
+    unknown_cpu() { env -u OPENBLAS_CORETYPE LD_PRELOAD="$shim" OMP_NUM_THREADS=2 "$@"; }
+    unknown_cpu $bin train --results "$work/choice_reg" "$work/ok.ini" out=$work/choice > "$work/choice.log" 2>&1
+    expect "an unknown CPU model runs the kernel its instructions allow ($best), and says so" \
+        grep -q "^OpenBLAS kernel $best, which this CPU's instructions allow (OpenBLAS chose Prescott; OPENBLAS_CORETYPE overrides)$" "$work/choice.log"
+    expect "the run records the kernel that ran ($best)" \
+        test "$(sqlite3 "$work/choice_reg/registry.sqlite" "SELECT device || ' ' || status FROM runs")" = "cpu (OpenBLAS $best) FINISHED"
+    unknown_cpu FAKE_OPENBLAS_WRONG_KERNEL=$best $bin train --results "$work/choice_reg" "$work/ok.ini" out=$work/choice_bad > "$work/choice_bad.log" 2>&1
+    expect "a kernel that fails the self-check gives way to OpenBLAS's own choice, with one warning naming both" \
+        bash -c "grep -qE '^warning: OpenBLAS kernel $best failed its self-check \(error [0-9.e+]+ times the fp32 bound\); running OpenBLAS.s own choice Prescott$' '$work/choice_bad.log' &&
+                 grep -q 'threads, cpu (OpenBLAS Prescott)$' '$work/choice_bad.log' && test \$(grep -c OpenBLAS '$work/choice_bad.log') = 2"
+    unknown_cpu OPENBLAS_CORETYPE=Nehalem $bin train --results "$work/choice_reg" "$work/ok.ini" out=$work/choice_user > "$work/choice_user.log" 2>&1
+    expect "the user's OPENBLAS_CORETYPE stands, unchecked and unannounced" \
+        bash -c "grep -q 'threads, cpu (OpenBLAS Nehalem)$' '$work/choice_user.log' && ! grep -q '^OpenBLAS kernel\|warning' '$work/choice_user.log'"
+    out=$(OMP_NUM_THREADS=2 OPENBLAS_CORETYPE=Prescott $bin bench "$work/ok.ini" --steps 2 --results "$work/choice_reg" 2>&1)
+    expect "bench says the user's kernel is narrower than the CPU allows" \
+        grep -q "note: OPENBLAS_CORETYPE=Prescott is set; this CPU's instructions allow $best (unset it to let difftx choose)" <<<"$out"
+    expect "bench reports MFU against the measured matmul rate and the CPU's peak, with how the clock was found" \
+        bash -c "grep -qE '^  MFU [0-9]+% of the measured matmul rate [0-9.]+ GFLOP/s$' <<<\"\$1\" &&
+                 grep -qE '^  MFU [0-9]+% of the device.s peak [0-9.]+ GFLOP/s = 2 threads x .* GHz \(measured by dependent adds\)' <<<\"\$1\"" _ "$out"
+    expect "bench records both MFUs" test "$(sqlite3 "$work/choice_reg/registry.sqlite" "SELECT COUNT(*) FROM evaluations WHERE key IN ('mfu', 'mfu_peak')")" = 2
+fi
+
 # OMP_DYNAMIC on one allowed CPU gives a 1-thread team where OpenBLAS's matmul of a d_model-256
 # layer waits for 2 (a hang before difftx turned dynamic teams off)
 expect "OMP_DYNAMIC=true trains (2 threads on 1 CPU) instead of hanging" \

@@ -1,5 +1,6 @@
 // The CPU backend's table, its (host) memory and its matmul rate.
 #include <cblas.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,8 @@ static void* cpu_alloc(size_t bytes) { return callocCheck(1, bytes); }
 static void cpu_release(void* buf) { free(buf); }
 static void cpu_zero(void* buf, size_t bytes) { memset(buf, 0, bytes); }
 static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
-// OpenBLAS's kernel is part of what the numbers are computed on: OpenBLAS picks one by CPU
-// model unless OPENBLAS_CORETYPE names one, and two kernels differ in the last bits of a matmul
+// OpenBLAS's kernel is part of what the numbers are computed on: two kernels differ in the last
+// bits of a matmul (which one runs: blas_kernel.c)
 static char description[64];
 static const char* cpu_init(void) {
     snprintf(description, sizeof(description), "cpu (OpenBLAS %s)", openblas_get_corename());
@@ -42,6 +43,8 @@ static double cpu_matmul_rate(void) {
     free(c);
     return 2.0 * n * n * (double)n / best / 1e9;
 }
+
+static double cpu_peak(char* how, size_t n) { return cpu_peak_rate(omp_get_max_threads(), how, n); }
 
 static const Backend CPU = {
     .name = "cpu",
@@ -80,6 +83,7 @@ static const Backend CPU = {
     .sum_across_ranks = dist_sum_floats,  // MPI reduces host memory in place
     .adamw_update = cpu_adamw_update,
     .matmul_rate = cpu_matmul_rate,
+    .peak_rate = cpu_peak,
 };
 
 const Backend* backend_cpu(void) { return &CPU; }

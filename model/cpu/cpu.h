@@ -40,4 +40,35 @@ double cpu_sum_squares(const float* x, size_t n);
 void cpu_scale(float* x, size_t n, float factor);
 void cpu_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
 
+// blas_kernel.c: OpenBLAS's kernel chosen by the CPU's instructions
+// The instruction sets that decide which OpenBLAS kernels and vector widths this CPU runs
+// (avx512: F, VL, BW and DQ together, as OpenBLAS's AVX-512 kernels need; each with the OS
+// saving the registers)
+typedef struct {
+    int sse3, avx, avx2, fma, avx512, avx512_bf16;
+} CpuFeatures;
+CpuFeatures cpu_features(void);
+// The fastest OpenBLAS x86 kernel for sgemm that these instructions run, or NULL
+const char* blas_kernel_for(CpuFeatures f);
+// An OpenBLAS kernel name's rank by the vector width of its sgemm (case as OpenBLAS ignores
+// it); -1 for a name the table does not know
+int blas_kernel_rank(const char* name);
+// The kernel to run instead of OpenBLAS's own choice `current`, or NULL to keep it: only when
+// the user named none (user_choice, OPENBLAS_CORETYPE, NULL or empty) and these instructions
+// allow a kernel of a higher rank than a known `current`
+const char* blas_kernel_upgrade(const char* user_choice, const char* current, CpuFeatures f);
+// Row-major C (M, N) = alpha op(A) op(B) + beta C, op a transpose when trans_* is set
+typedef void (*SgemmFn)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                        const float* B, int ldb, float beta, float* C, int ldc);
+// The worst error of sgemm over a few products against a double-precision reference, as a
+// multiple of the fp32 error bound of their sums: a kernel passes at <= 1
+double blas_self_check(SgemmFn sgemm);
+// backend_select_blas_kernel and backend_blas_kernel_note (backend.h)
+void cpu_select_blas_kernel(char** argv);
+const char* cpu_blas_kernel_note(void);
+
+// peak.c: GFLOP/s this CPU's `threads` threads could reach at most in fp32, with how it was found
+// (how, n bytes); 0 where no peak model exists for this architecture
+double cpu_peak_rate(int threads, char* how, size_t n);
+
 #endif

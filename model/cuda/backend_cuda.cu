@@ -152,6 +152,24 @@ static double cuda_matmul_rate(void) {
     return 2.0 * n * n * (double)n / (best / 1e3) / 1e9;
 }
 
+// SMs x fp32 lanes per SM x 2 (an FMA) x the peak clock the driver reports
+static double cuda_peak_rate(char* how, size_t n) {
+    int major, minor, sms, khz;
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cudaCheck(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+    // fp32 lanes per SM by generation (NVIDIA's CUDA programming guide): 64 on Volta, Turing
+    // and A100, 128 on the others from sm_86 on
+    int lanes = major == 7 || (major == 8 && minor == 0) ? 64 : major >= 8 ? 128 : 0;
+    if (!lanes) {
+        snprintf(how, n, "no fp32 lane count known for sm_%d%d", major, minor);
+        return 0.0;
+    }
+    snprintf(how, n, "%d SMs x %d fp32 lanes x 2 x %.2f GHz (the driver's peak clock)", sms, lanes, khz / 1e6);
+    return (double)sms * lanes * 2.0 * khz / 1e6;
+}
+
 // NCCL's all-reduce in place, one GPU per rank; the communicator's id travels over MPI once
 static void cuda_sum_across_ranks(float* x, size_t n) {
     if (dist_ranks() == 1) return;
@@ -215,6 +233,7 @@ static Backend table(void) {
     b.sum_across_ranks = cuda_sum_across_ranks;
     b.adamw_update = cuda_adamw_update;
     b.matmul_rate = cuda_matmul_rate;
+    b.peak_rate = cuda_peak_rate;
     return b;
 }
 
