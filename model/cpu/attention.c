@@ -14,6 +14,7 @@
 
 #include "../util.h"
 #include "cpu.h"
+#include "lanes.h"
 #include "vecmath.h"
 
 #define ATTN_BLOCK 64
@@ -225,10 +226,10 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
                             float* sr = S + (size_t)r * kn;
                             const float* g = dPV + (size_t)r * kn;
                             int visible = i0 + r + 1;
-                            float l = row_lse[i0 + r], acc = 0.0f;
+                            float l = row_lse[i0 + r];
                             for (int j = 0; j < visible; j++) sr[j] -= l;
                             exp_inplace(sr, visible);
-                            for (int j = 0; j < visible; j++) acc += sr[j] * g[j];
+                            float acc = dot_lanes(sr, g, visible);
                             for (int j = visible; j < kn; j++) sr[j] = 0.0f;
                             rowsum[r] = acc;
                             if (m == 1) {

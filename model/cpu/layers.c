@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "lanes.h"
 #include "vecmath.h"
 
 void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
@@ -21,9 +22,7 @@ void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float*
     for (int r = 0; r < rows; r++) {
         const float* x = inp + (size_t)r * W;
         float* o = out + (size_t)r * W;
-        float ss = 0.0f;
-        for (int i = 0; i < W; i++) ss += x[i] * x[i];
-        float s = 1.0f / sqrtf(ss / W + RMSNORM_EPS);
+        float s = 1.0f / sqrtf(dot_lanes(x, x, W) / W + RMSNORM_EPS);
         rstd[r] = s;
         for (int i = 0; i < W; i++) o[i] = x[i] * s * weight[i] * out_scale;
     }
@@ -37,9 +36,7 @@ void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
         const float* d = dout + (size_t)r * W;
         float* dx = dinp + (size_t)r * W;
         float s = rstd[r];
-        float dot = 0.0f;  // sum_i dxhat_i * xhat_i
-        for (int i = 0; i < W; i++) dot += d[i] * weight[i] * out_scale * x[i] * s;
-        dot /= W;
+        float dot = dot3_lanes(d, weight, x, W) * out_scale * s / W;  // mean of dxhat_i * xhat_i
         for (int i = 0; i < W; i++) dx[i] += s * (d[i] * weight[i] * out_scale - x[i] * s * dot);
     }
     // threads split the channels and each sums its channels over the rows in order, so the
@@ -118,12 +115,10 @@ void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* t
 }
 
 float cpu_softmax_inplace(float* x, int n) {
-    float maxv = x[0];
-    for (int i = 1; i < n; i++) maxv = x[i] > maxv ? x[i] : maxv;
+    float maxv = max_lanes(x, n);
     for (int i = 0; i < n; i++) x[i] -= maxv;
     exp_inplace(x, n);
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) sum += x[i];
+    float sum = sum_lanes(x, n);
     float inv = 1.0f / sum;
     for (int i = 0; i < n; i++) x[i] *= inv;
     return maxv + logf(sum);

@@ -4,6 +4,7 @@
 
 #include "../util.h"
 #include "cpu.h"
+#include "lanes.h"
 
 double cpu_sum_squares(const float* x, size_t n) {
     // partial sums over fixed chunks, added in order: the same result for any thread count
@@ -13,9 +14,7 @@ double cpu_sum_squares(const float* x, size_t n) {
     for (size_t c = 0; c < n_chunks; c++) {
         const float* g = x + c * chunk;
         size_t len = c + 1 < n_chunks ? chunk : n - c * chunk;
-        double s = 0.0;
-        for (size_t i = 0; i < len; i++) s += (double)g[i] * g[i];
-        partial[c] = s;
+        partial[c] = sum_squares_lanes(g, len);
     }
     double sum = 0.0;
     for (size_t c = 0; c < n_chunks; c++) sum += partial[c];
