@@ -226,9 +226,7 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
                             float* sr = S + (size_t)r * kn;
                             const float* g = dPV + (size_t)r * kn;
                             int visible = i0 + r + 1;
-                            float l = row_lse[i0 + r];
-                            for (int j = 0; j < visible; j++) sr[j] -= l;
-                            exp_inplace(sr, visible);
+                            exp_shifted(sr, sr, visible, 1.0f, row_lse[i0 + r]);
                             float acc = dot_lanes(sr, g, visible);
                             for (int j = visible; j < kn; j++) sr[j] = 0.0f;
                             rowsum[r] = acc;

@@ -76,8 +76,7 @@ void cpu_swiglu_forward(float* h, const float* gate_up, int N, int F) {
         const float* g = gate_up + (size_t)n * 2 * F;
         const float* u = g + F;
         float* o = h + (size_t)n * F;
-        for (int i = 0; i < F; i++) o[i] = -g[i];
-        exp_inplace(o, F);
+        exp_shifted(o, g, F, -1.0f, 0.0f);
         for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + o[i]) * u[i];
     }
 }
@@ -90,8 +89,7 @@ void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up,
         const float* d = dh + (size_t)n * F;
         float* dg = dgate_up + (size_t)n * 2 * F;
         float* du = dg + F;
-        for (int i = 0; i < F; i++) dg[i] = -g[i];
-        exp_inplace(dg, F);
+        exp_shifted(dg, g, F, -1.0f, 0.0f);
         for (int i = 0; i < F; i++) {
             float sig = 1.0f / (1.0f + dg[i]);
             float silu = g[i] * sig;
@@ -116,8 +114,7 @@ void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* t
 
 float cpu_softmax_inplace(float* x, int n) {
     float maxv = max_lanes(x, n);
-    for (int i = 0; i < n; i++) x[i] -= maxv;
-    exp_inplace(x, n);
+    exp_shifted(x, x, n, 1.0f, maxv);
     float sum = sum_lanes(x, n);
     float inv = 1.0f / sum;
     for (int i = 0; i < n; i++) x[i] *= inv;
