@@ -13,10 +13,10 @@ build/difftx bench experiments/bench_standard.ini seq_len=4096 batch_size=1 --st
 build/difftx bench experiments/bench_diff.ini seq_len=4096 batch_size=1 --steps 2
 echo "== memory: one forward pass at context 65536, batch 1 (bound: 8 GiB; takes minutes)"
 build/difftx bench experiments/bench_diff.ini seq_len=65536 batch_size=1 --steps 2 --forward
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if /usr/bin/python3 -c "import torch, h5py" 2>/dev/null; then
     echo "== PyTorch reference model (tests/make_reference.py), same shape and threads"
     /usr/bin/python3 tests/bench_torch.py standard 4
     /usr/bin/python3 tests/bench_torch.py diff 4
 else
-    echo "(python3-torch not installed: PyTorch comparison skipped)"
+    echo "(python3-torch or python3-h5py not installed: PyTorch comparison skipped)"
 fi
