@@ -13,13 +13,8 @@
 
 #include "../util.h"
 #include "cpu.h"
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #if defined(__x86_64__)
-#define CHAINS 12  // independent FMA chains: more than latency (4-5 cycles) x units (2) in flight
-
 // Cycles per second of this thread: 256 dependent adds per round
 static double clock_hz(void) {
     uint64_t x = 1;
@@ -29,37 +24,27 @@ static double clock_hz(void) {
     return (double)rounds * 256 / (wall_time() - t0);
 }
 
-// FLOP/s of this thread's FMAs at 16 lanes (AVX-512) or 8 (AVX2)
-__attribute__((target("avx512f"))) static double fma_rate_avx512(long rounds) {
-    __m512 acc[CHAINS], m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
-    for (int k = 0; k < CHAINS; k++) acc[k] = _mm512_set1_ps((float)k);
-    double t0 = wall_time();
-    for (long r = 0; r < rounds; r++) {
-        #pragma GCC unroll 16
-        for (int k = 0; k < CHAINS; k++) acc[k] = _mm512_fmadd_ps(acc[k], m, c);
-    }
-    double dt = wall_time() - t0;
-    for (int k = 1; k < CHAINS; k++) acc[0] = _mm512_add_ps(acc[0], acc[k]);
-    volatile float keep = _mm512_reduce_add_ps(acc[0]);  // the chains' results are used
-    (void)keep;
-    return (double)rounds * CHAINS * 16 * 2 / dt;
-}
+// `rounds` rounds of 12 independent FMA chains (more than latency 4-5 x 2 units in flight) on
+// the vector registers named reg ("ymm": 8 lanes, "zmm": 16), from zeros so that no denormal
+// slows them; in assembly, so the compiler neither drops nor reorders them
+#define FMA_CHAINS 12
+#define FMA_ROUNDS(reg, rounds)                                                                       \
+    __asm__ volatile(".irp i,0,1,2,3,4,5,6,7,8,9,10,11,12,13\n\tvxorps %%xmm\\i, %%xmm\\i, %%xmm\\i\n\t.endr\n" \
+                     "1:\n\t.irp i,0,1,2,3,4,5,6,7,8,9,10,11\n\t"                                        \
+                     "vfmadd231ps %%" reg "12, %%" reg "13, %%" reg "\\i\n\t.endr\n\t"                     \
+                     "dec %0\n\tjnz 1b\n\tvzeroupper"                                                    \
+                     : "+r"(rounds)                                                                   \
+                     :                                                                                \
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",  \
+                       "xmm10", "xmm11", "xmm12", "xmm13", "cc")
 
-__attribute__((target("avx2,fma"))) static double fma_rate_avx2(long rounds) {
-    __m256 acc[CHAINS], m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
-    for (int k = 0; k < CHAINS; k++) acc[k] = _mm256_set1_ps((float)k);
+// FLOP/s of this thread's FMAs at the given vector width (8 or 16 lanes)
+static double fma_rate(int lanes) {
+    long rounds = 1 << 20, left = rounds;
     double t0 = wall_time();
-    for (long r = 0; r < rounds; r++) {
-        #pragma GCC unroll 16
-        for (int k = 0; k < CHAINS; k++) acc[k] = _mm256_fmadd_ps(acc[k], m, c);
-    }
-    double dt = wall_time() - t0;
-    for (int k = 1; k < CHAINS; k++) acc[0] = _mm256_add_ps(acc[0], acc[k]);
-    float lanes[8];
-    _mm256_storeu_ps(lanes, acc[0]);
-    volatile float keep = lanes[0];
-    (void)keep;
-    return (double)rounds * CHAINS * 8 * 2 / dt;
+    if (lanes == 16) FMA_ROUNDS("zmm", left);
+    else FMA_ROUNDS("ymm", left);
+    return (double)rounds * FMA_CHAINS * lanes * 2 / (wall_time() - t0);
 }
 
 double cpu_peak_rate(int threads, char* how, size_t n) {
@@ -72,10 +57,9 @@ double cpu_peak_rate(int threads, char* how, size_t n) {
     double hz_sum = 0.0, fma_sum = 0.0;
     #pragma omp parallel num_threads(threads) reduction(+ : hz_sum, fma_sum)
     {
-        long rounds = 1 << 20;
         double rate = 0.0;
         for (int rep = 0; rep < 3; rep++) {  // the best of three: the first also wakes the clock
-            double r = lanes == 16 ? fma_rate_avx512(rounds) : fma_rate_avx2(rounds);
+            double r = fma_rate(lanes);
             rate = r > rate ? r : rate;
         }
         #pragma omp barrier
