@@ -151,8 +151,8 @@ table6: build/difftx data/default/train.bin
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
 # attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|short|medium|default, SEEDS=n models
-# per row. The first of them trains the models (per seed: default about 90 minutes, medium 25,
-# short 16-17).
+# per row. The first of them trains the models (per seed, both rows: default about 90 minutes
+# and medium 25 under OpenBLAS's Haswell kernel; short 9 under Cooperlake, 16-17 under Haswell).
 NEEDLE_PRESET ?= default
 table2 fig5 table3 fig8: build/difftx data/default/train.bin
 	$(MPIRUN)build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS) --task $@

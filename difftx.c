@@ -298,8 +298,8 @@ static int cmd_bench(int argc, char** argv) {
                    device_peak, how, 100.0 * sgemm / device_peak);
             // a good sgemm kernel reaches 80-95% of the peak
             if (sgemm < 0.6 * device_peak) {
-                printf("  warning: the measured matmul rate is %.0f%% of the peak: the matmul kernel (%s) leaves this "
-                       "device's speed unused\n", 100.0 * sgemm / device_peak, model.be->device_name());
+                fprintf(stderr, "warning: the measured matmul rate is %.0f%% of the peak: the matmul kernel (%s) leaves "
+                        "this device's speed unused\n", 100.0 * sgemm / device_peak, model.be->device_name());
             }
         } else {
             printf("  (no MFU against the device's peak: %s)\n", how);
