@@ -18,7 +18,10 @@ run_table() { $bin table6 "$work/table6.ini" --preset smoke --results "$work/res
 setsid bash -c "$(declare -f run_table); bin=$bin work=$work; run_table" > "$work/killed.log" 2>&1 &
 leader=$!
 ckpt="$work/results/table6/smoke/transformer/seed1000/checkpoint.h5"
-for _ in $(seq 1 600); do [ -f "$ckpt" ] && break; sleep 0.1; done
+# a busy wait, not a sleep: a smoke row trains its remaining 20 steps in tens of milliseconds,
+# so a 0.1 s poll sometimes let the row finish before the kill (seen once the CPU code got faster)
+deadline=$((SECONDS + 60))
+while [ ! -f "$ckpt" ] && [ $SECONDS -lt $deadline ]; do :; done
 kill -KILL -- -"$leader" 2>/dev/null
 wait "$leader" 2>/dev/null
 expect "checkpoint written before the kill" test -f "$ckpt"
