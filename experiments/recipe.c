@@ -12,13 +12,30 @@ static int runner_key(ExtraKey extra_key, int is_row, const char* key) {
     return (!is_row && strcmp(key, "plumbing") == 0) || extra_key(is_row, key);
 }
 
+// A row's or preset's name becomes a folder of the results (results/<experiment>/<preset>/<row>):
+// letters, digits, '_', '-' and '.', and not '.' or '..', so that no name reaches outside it
+static int plain_name(const char* name) {
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return 0;
+    for (const char* c = name; *c; c++) {
+        if (!(*c >= 'a' && *c <= 'z') && !(*c >= 'A' && *c <= 'Z') && !(*c >= '0' && *c <= '9') && !strchr("_-.", *c)) return 0;
+    }
+    return 1;
+}
+
 static const char* on_line(void* user, const char* section, const char* key, const char* value) {
     Recipe* r = user;
     Section* s = &r->common;
     if (section[0]) {
         int is_row = strncmp(section, "row ", 4) == 0, is_preset = strncmp(section, "preset ", 7) == 0;
         if (!is_row && !is_preset) {
-            snprintf(r->error, sizeof(r->error), "section [%s]: expected [preset NAME] or [row NAME]", section);
+            snprintf(r->error, sizeof(r->error), "section [%.200s]: expected [preset NAME] or [row NAME]", section);
+            return r->error;
+        }
+        if (!key) {  // the section line itself
+            const char* name = section + (is_row ? 4 : 7);
+            if (plain_name(name)) return NULL;
+            snprintf(r->error, sizeof(r->error), "section [%.200s]: a %s name is a folder of the results: letters, digits, "
+                     "'_', '-' and '.' only, and not '.' or '..'", section, is_row ? "row" : "preset");
             return r->error;
         }
         Section* list = is_row ? r->rows : r->presets;
@@ -92,17 +109,13 @@ void recipe_override(Recipe* r, const char* const* words, int n, const char* con
     }
 }
 
+// Called at each section line (key NULL) and key line: a preset's name is added at its line
 static const char* collect_preset(void* ctx, const char* section, const char* key, const char* value) {
-    (void)key;
     (void)value;
     char** at = ctx;  // at[0]: the list, at[1]: its end
-    if (strncmp(section, "preset ", 7) != 0) return NULL;
+    if (key || strncmp(section, "preset ", 7) != 0) return NULL;
     size_t len = strlen(at[0]);
     const char* name = section + 7;
-    // a section's keys arrive one by one: its name is added once, after the previous one's
-    const char* last = strrchr(at[0], ' ');
-    last = last ? last + 1 : at[0];
-    if (len && strcmp(last, name) == 0) return NULL;
     snprintf(at[0] + len, (size_t)(at[1] - at[0]) - len, "%s%s", len ? ", " : "", name);
     return NULL;
 }

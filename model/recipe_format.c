@@ -69,6 +69,8 @@ void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn
             snprintf(id, slen, "[%s]", name);
             int first = seen_before(&seen, id, line, origin);
             if (first) die("%s:%d: section '[%s]' repeats line %d", origin, line, name, first);
+            const char* err = fn(ctx, section, NULL, NULL);
+            if (err) die("%s:%d: %s", origin, line, err);
             continue;
         }
         char* eq = strchr(s, '=');

@@ -10,7 +10,9 @@
 // count; lines have any length; there are no continuation lines and no comments after a value
 // (a value may hold '#' and ';'); a key repeated within a section, a section repeated, a line of any other shape
 // and a NUL byte are errors. fn gets section "" before the first section line and returns NULL
-// or what is wrong with the key; every error dies naming origin and the line.
+// or what is wrong with the key; it is also called at each section line, with key and value
+// NULL, so that a section can be refused at its own line; every error dies naming origin and
+// the line.
 typedef const char* (*RecipeLineFn)(void* ctx, const char* section, const char* key, const char* value);
 void recipe_parse(const char* text, size_t len, const char* origin, RecipeLineFn fn, void* ctx);
 // The text of a recipe file; dies naming it when it is missing or not a regular file

@@ -66,7 +66,7 @@ first_smoke=$(grep -n '^\[preset smoke\]$' experiments/table6.ini | cut -d: -f1)
 expect_fail "a repeated section" "repeated_section.ini:$(( $(wc -l < experiments/table6.ini) + 1 )): section '\[preset smoke\]' repeats line $first_smoke" \
     $bin table6 "$work/repeated_section.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
 recipe "$work/section.ini" "[model]" "n_layer = 2"
-expect_fail "section" "section.ini:15: sections are not used" $bin train --results "$work/reg" "$work/section.ini"
+expect_fail "a section in a run recipe is refused at its own line" "section.ini:14: sections are not used" $bin train --results "$work/reg" "$work/section.ini"
 recipe "$work/ok.ini"
 # paths that could not be read back: control characters, a leading or trailing space, bytes that are not UTF-8
 expect_fail "a newline in a path" "key 'out': .* holds a control character" $bin train --results "$work/reg" "$work/ok.ini" "out=$work/new
@@ -112,6 +112,24 @@ awk '{print} /^\[preset smoke\]/{print "d_model = 128"}' experiments/needle.ini 
 expect_fail "a preset setting d_model" "needle_width.ini: \[preset smoke\] sets 'd_model', which each row derives from the preset's h and d" \
     $bin needle "$work/needle_width.ini" --preset smoke --task table2 --results "$work/refused" --plots "$work/refused"
 expect "a refused needle task trains nothing" test ! -e "$work/refused/needle"
+# a row's or preset's name is a folder of the results: one that climbs out of --results is
+# refused at its own line, before anything is written (outside or inside)
+mkdir -p "$work/escape/results"
+line=$(grep -n '^\[row diff\]$' experiments/table6.ini | cut -d: -f1)
+sed "s|^\[row diff\]$|[row ../../../outside_row]|; s|^data = .*|data = $work/data|" experiments/table6.ini > "$work/escape/rows.ini"
+expect_fail "a row name that climbs out of the results is refused at its line" \
+    "rows.ini:$line: section \[row ../../../outside_row\]: a row name is a folder of the results: letters, digits, '_', '-' and '.' only, and not '.' or '..'" \
+    $bin table6 "$work/escape/rows.ini" --preset smoke --results "$work/escape/results" --plots "$work/escape/plots"
+line=$(grep -n '^\[preset smoke\]$' experiments/needle.ini | cut -d: -f1)
+sed "s|^\[preset smoke\]$|[preset ../../outside_preset]|" experiments/needle.ini > "$work/escape/presets.ini"
+expect_fail "a preset name that climbs out of the results is refused at its line" \
+    "presets.ini:$line: section \[preset ../../outside_preset\]: a preset name is a folder" \
+    $bin needle "$work/escape/presets.ini" --preset ../../outside_preset --task table2 --results "$work/escape/results" --plots "$work/escape/plots"
+printf '[row .]\nattention = diff\n' > "$work/escape/dot.ini"
+expect_fail "a row named '.' is refused" "dot.ini:1: section \[row .\]: a row name is a folder" \
+    $bin table6 "$work/escape/dot.ini" --preset smoke --results "$work/escape/results"
+expect "nothing was written for the refused names, inside or outside the results" \
+    test -z "$(find "$work" -name 'outside_*')" -a -z "$(ls -A "$work/escape/results")"
 
 # a good run, then a corrupted copy of its checkpoint: Fletcher32 catches flipped data bytes
 $bin train --results "$work/reg" "$work/ok.ini" >/dev/null 2>&1
