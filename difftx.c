@@ -414,7 +414,9 @@ static int cmd_maps(int argc, char** argv) {
     size_t len;
     char* text = text_path ? read_text_file(text_path, &len) : strdup(prompt);
     if (!text) die("out of memory");
-    len = strlen(text);
+    if (!text_path) len = strlen(text);
+    const char* nul = memchr(text, 0, len);  // a zero byte: binary data, whose tokens would mean nothing
+    if (nul) die("--text '%s' looks binary (a zero byte at offset %td); give a text file", text_path, nul - text);
     int* tokens = mallocCheck((len + 1) * sizeof(int));
     tokens[0] = tok.eot;  // documents start with <|endoftext|> in training
     int T = 1 + (len ? (int)tokenizer_encode(&tok, text, len, tokens + 1) : 0);

@@ -44,6 +44,9 @@ expect_fail "maps: the output over the checkpoint" "output .* is the input" "$bi
 for i in $(seq 1 400); do printf 'Record %d of the harbour log, with more words than before. ' "$i"; done > "$work/long.txt"
 expect_fail "maps: a text past 2,048 tokens, with what it would cost" "long.txt: [0-9]+ tokens; maps take T x T floats per map and head \([0-9]+ MiB .*at most 2048 tokens" \
     "$bin" maps "$diff_ckpt" --text "$work/long.txt" -o "$work/x.h5"
+printf 'The harbour log\0\1\2 and what follows a zero byte' > "$work/binary.txt"
+expect_fail "maps: a --text file with a zero byte is refused, not cut at it" "--text '.*binary.txt' looks binary \(a zero byte at offset 15\)" \
+    "$bin" maps "$diff_ckpt" --text "$work/binary.txt" -o "$work/x.h5"
 expect "maps: refusals write nothing" test ! -e "$work/x.h5"
 
 # 2. difftx view: one page per file, the template filled in; token text cannot open markup
