@@ -81,6 +81,17 @@ void gnuplot_data_text(char* out, size_t n, const char* text) {
     out[k] = 0;
 }
 
+void markdown_cell(char* out, size_t n, const char* text) {
+    size_t k = 0;
+    for (const char* p = text; *p; p++) {
+        size_t len = *p == '|' ? 2 : 1;
+        if (k + len + 1 > n) break;
+        if (*p == '|') out[k++] = '\\';
+        out[k++] = *p;
+    }
+    out[k] = 0;
+}
+
 void gnuplot_string(GnuplotVars* v, const char* name, const char* value) {
     check_name(name);
     if (v->n_strings == 16) die("gnuplot: more than 16 strings");

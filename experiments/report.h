@@ -19,6 +19,9 @@ void preset_path(char* out, size_t n, const char* dir, const char* name, const c
 void report_open(Report* r, const char* path, int to_stdout);
 void report_printf(Report* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void report_close(Report* r);
+// text (a recipe's label) as one Markdown table cell into out (n bytes): '|' escaped as '\\|',
+// which would otherwise end the cell and shift the row's columns; cut, never overrun
+void markdown_cell(char* out, size_t n, const char* text);
 
 // A row's numbers over its seeds: the mean and the sample standard deviation (0 for one seed)
 typedef struct {

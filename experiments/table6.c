@@ -311,7 +311,9 @@ int table6_main(const Table6Options* opt) {
         if (paper_values(&r->rows[i], pv, opt->recipe)) {
             snprintf(paper_cells, sizeof(paper_cells), "%.3f | %.3f | %.3f", pv[0], pv[1], pv[2]);
         }
-        report_printf(&rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", section_get(&r->rows[i], "label"), cfg.n_head,
+        char label[2 * CONFIG_STR];
+        markdown_cell(label, sizeof(label), section_get(&r->rows[i], "label"));
+        report_printf(&rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", label, cfg.n_head,
                 config_head_dim(&cfg), config_head_norm(&cfg) ? "✓" : "✗", res[i].n, cells[0], cells[1], cells[2], params[i],
                 paper_cells);
     }

@@ -66,12 +66,17 @@ expect "AR-Hit's token count beside its fraction" grep -qE "% of evaluated token
 root=$PWD
 hostile="$work/plots \`cd $work;touch PWNED\` '\$(cd $work;touch PWNED2)\""
 # ... with a DIFF row that has no `paper` key (the claims against it say n/a)
-awk -v data="$work/data" '/^\[row /{row=$0} /^data = /{$0="data = " data} !(row=="[row diff]" && /^paper/)' \
+# ... and a label holding '|', which must not end its Markdown cell
+awk -v data="$work/data" '/^\[row /{row=$0} /^data = /{$0="data = " data}
+    row=="[row transformer]" && /^label = /{$0="label = Transformer | baseline"} !(row=="[row diff]" && /^paper/)' \
     experiments/table6.ini > "$work/table6_abs.ini"
 (cd / && "$root/$bin" table6 "$work/table6_abs.ini" --preset smoke --results "$work/results_abs" --plots "$hostile") > "$work/hostile.log" 2>&1
 expect "figures drawn into a hostile folder name from another working directory" is_png "$hostile/table6_smoke.png"
 expect "nothing in the folder name ran" test ! -e "$work/PWNED" -a ! -e "$work/PWNED2"
 expect "a row without 'paper' is tabled as not in the paper" grep -qE '^\| DIFF \| 2 \| 16 \| ✓ \| 1 \| .*not in the paper' "$work/results_abs/table6_smoke.md"
+expect "a label's '|' is escaped in its Markdown cell" grep -qE '^\| Transformer \\\| baseline \| 4 \| 16 \| ✗ \| 1 \| ' "$work/results_abs/table6_smoke.md"
+expect "every row of the Markdown table has the header's columns" \
+    test "$(sed -n '/^| Model | #Heads/,/^$/p' "$work/results_abs/table6_smoke.md" | sed 's/\\|//g' | awk -F'|' 'NF { print NF }' | sort -u)" = 14
 expect "claims against it have no paper gap" grep -q "DIFF beats Transformer overall (Valid) | [-+0-9.]* | n/a (1 seed) | n/a (not in the paper)" "$work/results_abs/table6_smoke.md"
 sed 's/^paper = 3.062 0.880 3.247$/paper = 3.062 high/' "$work/table6.ini" > "$work/bad_paper.ini"
 expect_fail "a malformed paper value" "bad_paper.ini: \[row diff\] key 'paper': '3.062 high' is not three numbers" \
