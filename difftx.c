@@ -304,7 +304,8 @@ static int cmd_bench(int argc, char** argv) {
         } else {
             printf("  (no MFU against the device's peak: %s)\n", how);
         }
-        if (cfg.device == DEVICE_CPU && backend_blas_kernel_note()) printf("  note: %s\n", backend_blas_kernel_note());
+        const char* note = cfg.device == DEVICE_CPU ? backend_blas_kernel_note() : NULL;
+        if (note) printf("  note: %s\n", note);
         adamw_free(&opt);
     }
     runs_record_bench(results, argv[optind], &cfg, forward_only, tok_s, mfu, mfu_peak, peak);

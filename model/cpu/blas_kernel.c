@@ -175,11 +175,11 @@ void cpu_select_blas_kernel(char** argv) {
 const char* cpu_blas_kernel_note(void) {
     static char note[200];
     const char* user = getenv("OPENBLAS_CORETYPE");
-    const char* best = blas_kernel_for(cpu_features());
-    if (!user || !*user || getenv(FALLBACK_VAR) || !best) return NULL;
-    int rank = blas_kernel_rank(user);
-    if (rank < 0 || rank >= blas_kernel_rank(best)) return NULL;
+    if (!user || !*user) return NULL;
+    // what difftx would choose had OpenBLAS picked the user's kernel itself
+    const char* better = blas_kernel_upgrade(NULL, user, cpu_features());
+    if (!better) return NULL;
     snprintf(note, sizeof(note), "OPENBLAS_CORETYPE=%.40s is set; this CPU's instructions allow %s (unset it to let difftx choose)",
-             user, best);
+             user, better);
     return note;
 }
