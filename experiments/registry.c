@@ -307,6 +307,49 @@ int registry_reap(Registry* reg) {
     return reaped;
 }
 
+// The file's sha256 as 64 hex digits into hex; 0 when it cannot be opened. Streamed: a
+// paper-size checkpoint is tens of GB.
+static int file_sha256(const char* path, char hex[2 * EVP_MAX_MD_SIZE + 1]) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return 0;
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) die("cannot hash '%s'", path);
+    static char chunk[1 << 20];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (!EVP_DigestUpdate(ctx, chunk, got)) die("cannot hash '%s'", path);
+    }
+    if (ferror(f)) die("cannot read '%s' to hash it", path);
+    fcloseCheck(f, path);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    if (!EVP_DigestFinal_ex(ctx, digest, &dlen)) die("cannot hash '%s'", path);
+    EVP_MD_CTX_free(ctx);
+    for (unsigned int i = 0; i < dlen; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
+    return 1;
+}
+
+// Whether the checkpoint cfg points at is the file the run recorded when it finished; says
+// on stderr why not
+static int checkpoint_is_runs(Registry* reg, int64_t run, const char* row, int seed, const Config* cfg) {
+    char path[4200], hex[2 * EVP_MAX_MD_SIZE + 1];
+    config_checkpoint_path(cfg, path, sizeof(path));
+    sqlite3_stmt* st = prepare(reg, "SELECT sha256 FROM artifacts WHERE run_id = ? AND kind = 'checkpoint' ORDER BY rowid DESC LIMIT 1");
+    sqlite3_bind_int64(st, 1, run);
+    char recorded[2 * EVP_MAX_MD_SIZE + 1] = "";
+    if (sqlite3_step(st) == SQLITE_ROW) snprintf(recorded, sizeof(recorded), "%s", (const char*)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    const char* why = NULL;
+    if (!recorded[0]) why = "recorded no checkpoint";
+    else if (!file_sha256(path, hex)) why = "its checkpoint is gone";
+    else if (strcmp(hex, recorded) != 0) why = "its checkpoint is no longer the file it wrote (the sha256 differs)";
+    if (why) {
+        fprintf(stderr, "warning: run %lld (%s, seed %d) of %s finished, but %s: '%s'; it does not count as finished\n",
+                (long long)run, row, seed, reg->path, why, path);
+    }
+    return why == NULL;
+}
+
 int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
                               const char* data_id) {
     char* text = config_to_text(cfg);
@@ -320,7 +363,7 @@ int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row
     int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
     sqlite3_finalize(st);
     free(text);
-    return id;
+    return id && checkpoint_is_runs(reg, id, row, seed, cfg) ? id : 0;
 }
 
 int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
@@ -495,23 +538,8 @@ int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const ch
 }
 
 void registry_artifact(Registry* reg, int64_t run, const char* kind, const char* path) {
-    // streamed: a paper-size checkpoint is tens of GB
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) die("cannot hash '%s'", path);
-    FILE* f = fopenCheck(path, "rb");
-    static char chunk[1 << 20];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (!EVP_DigestUpdate(ctx, chunk, got)) die("cannot hash '%s'", path);
-    }
-    if (ferror(f)) die("cannot read '%s' to hash it", path);
-    fcloseCheck(f, path);
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int dlen = 0;
-    if (!EVP_DigestFinal_ex(ctx, digest, &dlen)) die("cannot hash '%s'", path);
-    EVP_MD_CTX_free(ctx);
     char hex[2 * EVP_MAX_MD_SIZE + 1];
-    for (unsigned int i = 0; i < dlen; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
+    if (!file_sha256(path, hex)) die("cannot open '%s' to hash it: %s", path, strerror(errno));
     exec(reg, "BEGIN IMMEDIATE;");
     sqlite3_stmt* st = prepare(reg, "INSERT INTO artifacts (run_id, kind, path, sha256) VALUES (?, ?, ?, ?)");
     sqlite3_bind_int64(st, 1, run);

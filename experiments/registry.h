@@ -32,8 +32,11 @@ int64_t registry_experiment(Registry* reg, const char* name, const char* preset,
 // Marks RUNNING attempts whose process is gone (same host, pid not alive) as KILLED; returns
 // how many.
 int registry_reap(Registry* reg);
-// The id of a FINISHED attempt of (experiment, row, seed) trained with exactly this config on
-// data of identity data_id (data_identity's; NULL for a run that reads no data folder), or 0.
+// The id of the last FINISHED attempt of (experiment, row, seed) trained with exactly this
+// config on data of identity data_id (data_identity's; NULL for a run that reads no data
+// folder), or 0. It counts only while cfg's checkpoint is still the file that attempt recorded
+// (by sha256): a checkpoint deleted or overwritten since is warned about and gives 0, so the
+// caller trains the row again.
 int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
                               const char* data_id);
 // Starts a new RUNNING attempt with full provenance, the data folder (cfg's, from the root) and

@@ -260,6 +260,21 @@ expect "a stopped attempt is recorded KILLED" grep -qE "^ +1  train +ok +$work/t
 expect "its resume FINISHED, with losses and tokens/s" grep -qE "^ +2  train +ok +$work/tracked +1337 FINISHED +4/4 +[0-9.]+ +[0-9.]+ +[0-9]+ " "$work/runs.log"
 expect "a finished run is not recorded again" grep -q "^run 2 of $work/tracked_reg/registry.sqlite already finished this config" "$work/tracked_again.log"
 expect "train records its metrics" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'")" = 4
+# a FINISHED run counts only while its checkpoint is the file it recorded: deleted, the config
+# trains again as a new attempt; overwritten by another config's run, the retraining refuses
+# that folder instead of pointing at the other run's checkpoint
+lost="$work/lost" lost_reg="$work/lost_reg/registry.sqlite"
+$bin train "$work/ok.ini" out=$lost --results "$work/lost_reg" > /dev/null 2>&1
+rm -rf "$lost"
+$bin train "$work/ok.ini" out=$lost --results "$work/lost_reg" > "$work/lost.log" 2>&1
+expect "a finished run whose checkpoint is gone says so" grep -q "^warning: run 1 ($lost, seed 1337) of $lost_reg finished, but its checkpoint is gone: '$lost/checkpoint.h5'; it does not count as finished" "$work/lost.log"
+expect "and is trained again as attempt 2, FINISHED, with its checkpoint" \
+    bash -c "test \"\$(sqlite3 '$lost_reg' 'SELECT attempt, status FROM runs ORDER BY id DESC LIMIT 1')\" = '2|FINISHED' && test -s '$lost/checkpoint.h5' && ! grep -q 'already finished' '$work/lost.log'"
+rm -rf "$lost"
+$bin train "$work/ok.ini" out=$lost lr=2e-3 > /dev/null 2>&1
+$bin train "$work/ok.ini" out=$lost --results "$work/lost_reg" > "$work/lost.log" 2>&1
+expect "a finished run whose folder another config reused is not taken for finished" \
+    bash -c "grep -q \"finished, but its checkpoint is no longer the file it wrote (the sha256 differs): '$lost/checkpoint.h5'\" '$work/lost.log' && grep -q \"'$lost/checkpoint.h5' belongs to a run with a different config\" '$work/lost.log' && ! grep -q 'already finished' '$work/lost.log'"
 
 # a recipe's relative paths are read from its folder, whatever the working folder; the data is
 # recorded by what identifies it, so another spelling of the same folder is the same run

@@ -32,6 +32,12 @@ static void test_arhit(void) {
     bigrams_free(&table);
 }
 
+static void write_text(const char* path, const char* text) {
+    FILE* f = fopenCheck(path, "w");
+    fputs(text, f);
+    fcloseCheck(f, path);
+}
+
 static void test_registry(void) {
     const char* path = "build/test_registry.sqlite";
     unlink(path);
@@ -41,6 +47,12 @@ static void test_registry(void) {
     CHECK(exp == registry_experiment(&reg, "table6", "smoke", "recipe.ini", "text"), "experiments are found again");
     Config cfg;
     config_defaults(&cfg);
+    // a finished run counts only while its recorded checkpoint is there: one file both rows write
+    snprintf(cfg.out, sizeof(cfg.out), "build/test_registry_run");
+    mkdir_p(cfg.out);
+    char ckpt[4200];
+    config_checkpoint_path(&cfg, ckpt, sizeof(ckpt));
+    write_text(ckpt, "weights");
     // two processes write 300 metric transactions each at the same time
     pid_t kids[2];
     for (int k = 0; k < 2; k++) {
@@ -57,6 +69,7 @@ static void test_registry(void) {
                 double value = k + i * 1e-3;
                 registry_metrics(&own, run, 1, &key, &i, &tokens, &value, &value);
             }
+            registry_artifact(&own, run, "checkpoint", ckpt);
             registry_end_run(&own, run, RUN_FINISHED);
             registry_close(&own);
             _exit(0);
@@ -83,6 +96,12 @@ static void test_registry(void) {
     Config other = cfg;
     other.lr *= 2;
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &other, NULL) == 0, "a run with another config does not count as finished");
+    unlink(ckpt);
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "a finished run whose checkpoint is gone does not count");
+    write_text(ckpt, "another run's weights");
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "nor one whose checkpoint another run replaced");
+    write_text(ckpt, "weights");
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) > 0, "the file it recorded, byte for byte, counts again");
 
     // a worker killed with SIGKILL leaves its run RUNNING; reaping marks it KILLED, never FINISHED
     pid_t victim = fork();

@@ -175,4 +175,11 @@ expect_fail "an override with an unknown key" "override 'dat=x': unknown key 'da
 expect "refused overrides train nothing" test ! -e "$work/refused/table6"
 expect "and both figures are drawn" bash -c "$(declare -f is_png); is_png '$work/v300/plots/table6_smoke.png' && is_png '$work/v300/plots/table6_smoke_curves.png'"
 
+# last, as it adds an attempt: a rerun after a row's checkpoint is gone trains that row alone
+# again, as a new attempt
+rm "$ckpt"
+run_table > "$work/lost.log" 2>&1
+expect "a row whose checkpoint is gone is said not to count and trained again" bash -c "grep -q \"^warning: run [0-9]* (transformer, seed 1000) of .* finished, but its checkpoint is gone: '$ckpt'\" '$work/lost.log' && test \"\$(grep -c '^== ' '$work/lost.log')\" = 1 && grep -q '^== transformer, seed 1000' '$work/lost.log' && test -s '$ckpt'"
+expect "the row's new attempt is FINISHED" test "$(sql "SELECT attempt || status FROM runs WHERE row = 'transformer' ORDER BY attempt DESC LIMIT 1")" = 3FINISHED
+
 summary
