@@ -20,6 +20,43 @@
 static void (*die_handler)(void);
 void on_die(void (*handler)(void)) { die_handler = handler; }
 
+// The temporaries this process is writing: tmp_path's names not yet renamed into place. die
+// removes them, so a failed write (a full disk, most often) leaves nothing half-written to
+// keep the disk full. Whole-file writes are sequential, so a few slots are enough.
+#define MAX_PENDING 8
+static char pending[MAX_PENDING][PATH_MAX];
+
+static void pending_add(const char* tmp) {
+    int free_slot = -1;
+    for (int i = 0; i < MAX_PENDING; i++) {
+        if (strcmp(pending[i], tmp) == 0) return;
+        if (!pending[i][0] && free_slot < 0) free_slot = i;
+    }
+    if (free_slot < 0) die("more than %d files written at once (writing '%s')", MAX_PENDING, tmp);
+    snprintf(pending[free_slot], PATH_MAX, "%s", tmp);
+}
+
+static void pending_drop(const char* tmp) {
+    for (int i = 0; i < MAX_PENDING; i++) {
+        if (strcmp(pending[i], tmp) == 0) pending[i][0] = 0;
+    }
+}
+
+// Never dies: it runs while dying
+static int remove_quietly(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+    (void)st; (void)flag; (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_pending(void) {
+    for (int i = 0; i < MAX_PENDING; i++) {
+        if (!pending[i][0]) continue;
+        nftw(pending[i], remove_quietly, 16, FTW_DEPTH | FTW_PHYS);
+        pending[i][0] = 0;
+    }
+}
+
 void die_at(const char* src, int line, const char* fmt, ...) {
     fprintf(stderr, "error: ");
     va_list ap;
@@ -28,6 +65,7 @@ void die_at(const char* src, int line, const char* fmt, ...) {
     va_end(ap);
     if (src) fprintf(stderr, "\n  (raised at %s:%d)\n", src, line);
     else fprintf(stderr, "\n");
+    remove_pending();
     if (die_handler) die_handler();
     exit(EXIT_FAILURE);
 }
@@ -80,7 +118,8 @@ void path_printf(char* buf, size_t n, const char* fmt, ...) {
 }
 
 void tmp_path(char* buf, size_t n, const char* path) {
-    if ((size_t)snprintf(buf, n, "%s.tmp", path) >= n) die("path too long: %s", path);
+    if ((size_t)snprintf(buf, n, "%s.tmp", path) >= n || strlen(buf) >= PATH_MAX) die("path too long: %s", path);
+    pending_add(buf);
 }
 
 // fsync of a file or folder by path
@@ -94,6 +133,7 @@ static void sync_path(const char* path, int flags, const char* src, int line) {
 void rename_check(const char* from, const char* to, const char* src, int line) {
     sync_path(from, O_RDONLY, src, line);  // the data reaches the disk before the name does
     if (rename(from, to) != 0) die_at(src, line, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+    pending_drop(from);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", to);
     sync_path(dirname(dir), O_RDONLY | O_DIRECTORY, src, line);  // and the rename itself
@@ -126,6 +166,7 @@ void replace_folder(const char* tmp, const char* path) {
     } else if (rename(tmp, path) != 0) {
         die("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
     }
+    pending_drop(tmp);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", path);
     int fd = open(dirname(dir), O_RDONLY | O_DIRECTORY);

@@ -31,7 +31,8 @@ void fclose_check(FILE* f, const char* path, const char* src, int line);
 
 // Whole-file writes go to "<path>.tmp" and are renamed into place, so a reader never sees a
 // half-written file. tmp_path fills buf with the temporary name. rename_check syncs the file to
-// disk before the rename and its folder after, so the new file survives a power loss too.
+// disk before the rename and its folder after, so the new file survives a power loss too. Until
+// then the temporary is pending: die removes it (file or folder), so a failed write leaves none.
 void tmp_path(char* buf, size_t n, const char* path);
 // snprintf for paths: dies when the result does not fit buf (n bytes), so a long folder name is
 // an error naming it, never a silently shortened path

@@ -2,7 +2,8 @@
 # One failed write (ENOSPC, injected by strace into the first or a later write to one file) in
 # each kind of output: the command stops with a message naming the file, exits 1 (never a
 # crash: HDF5's exit handler once crashed after a full disk), and leaves the earlier output
-# as it was: no damaged file renamed into place, no run shown as finished.
+# as it was: no damaged file renamed into place, no temporary left behind to keep a full disk
+# full, no run shown as finished.
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
@@ -38,12 +39,14 @@ failing() {
 failing "$work/run/checkpoint.h5.tmp" 3 "checkpoint '.*checkpoint.h5.tmp'.*HDF5 error" "checkpoint: a failed write stops the run" \
     $bin train "$work/r.ini" --results "$work/reg"
 expect "checkpoint: nothing renamed into place after a failed first checkpoint" test ! -e "$work/run/checkpoint.h5"
+expect "checkpoint: its temporary is removed" test ! -e "$work/run/checkpoint.h5.tmp"
 rm -rf "$work/run"
 $bin train "$work/r.ini" --results "$work/reg" --until 2 >/dev/null
 cp "$work/run/checkpoint.h5" "$work/good.h5"
 failing "$work/run/checkpoint.h5.tmp" 2 "HDF5 error" "checkpoint: a failed later write stops the run" \
     $bin train "$work/r.ini" --results "$work/reg"
 expect "checkpoint: the previous checkpoint is left exactly as it was" cmp -s "$work/run/checkpoint.h5" "$work/good.h5"
+expect "checkpoint: the later one's temporary is removed" test ! -e "$work/run/checkpoint.h5.tmp"
 expect "checkpoint: the run resumes from it and finishes" $bin train "$work/r.ini" --results "$work/reg" >/dev/null
 out=$($bin runs --results "$work/reg" 2>&1)
 expect "checkpoint: the failed attempts are not shown as finished (one FINISHED run)" test "$(grep -c FINISHED <<<"$out")" = 1
@@ -66,17 +69,31 @@ $bin train "$work/r.ini" --results "$work/reg" >/dev/null 2>&1
 failing "$work/w.safetensors.tmp" 1 "cannot (write|close) '.*w.safetensors.tmp'" "safetensors: a failed write stops the export" \
     $bin export "$work/run/checkpoint.h5" "$work/w.safetensors"
 expect "safetensors: no file renamed into place" test ! -e "$work/w.safetensors"
+expect "safetensors: its temporary is removed" test ! -e "$work/w.safetensors.tmp"
+
+# attention maps of a text, and the page of them
+echo "Document 3 has line 4 of a small corpus." > "$work/text.txt"
+failing "$work/text_maps.h5.tmp" 2 "attention maps '.*text_maps.h5.tmp'.*HDF5 error" "maps of a text: a failed write stops it" \
+    $bin maps "$work/run/checkpoint.h5" --text "$work/text.txt" -o "$work/text_maps.h5"
+expect "maps of a text: nothing in place, no temporary" test ! -e "$work/text_maps.h5" -a ! -e "$work/text_maps.h5.tmp"
+$bin maps "$work/run/checkpoint.h5" --text "$work/text.txt" -o "$work/text_maps.h5" > /dev/null
+failing "$work/page.html.tmp" 1 "cannot (write|close) '.*page.html.tmp'" "view: a failed write stops it" \
+    $bin view "$work/text_maps.h5" -o "$work/page.html"
+expect "view: nothing in place, no temporary" test ! -e "$work/page.html" -a ! -e "$work/page.html.tmp"
 
 # prepared shards: the folder is written whole or not at all
 failing "$work/data2.tmp/train_000000.bin" 1 "cannot (write|close) '.*data2.tmp/train_000000.bin'" "shards: a failed write stops prepare" \
     $bin prepare --vocab 300 "$work/data2" "$work/corpus"
 expect "shards: no data folder put in place" test ! -e "$work/data2"
+expect "shards: the temporary folder is removed" test ! -e "$work/data2.tmp"
 
 # attention maps and outlier statistics (HDF5, written through the same checked helpers)
 failing "$work/maps.h5.tmp" 2 "attention maps '.*maps.h5.tmp'.*HDF5 error" "maps: a failed write stops the writer" $fixture maps "$work/maps.h5"
 expect "maps: no file renamed into place" test ! -e "$work/maps.h5"
+expect "maps: its temporary is removed" test ! -e "$work/maps.h5.tmp"
 failing "$work/stats.h5.tmp" 2 "outlier statistics '.*stats.h5'.*HDF5 error" "outlier statistics: a failed write stops the writer" \
     $fixture outliers "$work/stats.h5"
 expect "outlier statistics: no file renamed into place" test ! -e "$work/stats.h5"
+expect "outlier statistics: its temporary is removed" test ! -e "$work/stats.h5.tmp"
 expect "the fixtures write both files when nothing fails" sh -c "$fixture maps $work/maps.h5 && $fixture outliers $work/stats.h5"
 summary
