@@ -408,8 +408,8 @@ static int cmd_maps(int argc, char** argv) {
     checkpoint_load(ckpt, "cpu", &model, NULL, &info);
     Tokenizer tok;
     checkpoint_tokenizer(&tok, ckpt, &model, &info);
-    int layers[256], heads[256];
-    if (model.L > 256 || model.H > 256) die("'%s' has more than 256 layers or heads", ckpt);
+    int layers[ATTNMAP_MAX_INDEX], heads[ATTNMAP_MAX_INDEX];
+    if (model.L > ATTNMAP_MAX_INDEX || model.H > ATTNMAP_MAX_INDEX) die("'%s' has more than %d layers or heads", ckpt, ATTNMAP_MAX_INDEX);
     int n_layers = parse_index_list("--layers", layers_arg, model.L, layers);
     int n_heads = parse_index_list("--heads", heads_arg, model.H, heads);
     size_t len;

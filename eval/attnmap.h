@@ -23,6 +23,9 @@
 #include "retrieval.h"
 
 #define ATTNMAP_FORMAT "difftx-attention-maps"
+// `difftx maps` saves at most this many layers and heads (layer_LL/head_HH), and readers
+// refuse files claiming more, so a hostile file cannot make them loop over absent groups
+#define ATTNMAP_MAX_INDEX 256
 #define ATTNMAP_FULL_ROWS 256  // prompts up to this length keep every row, longer ones the question's
 
 typedef struct {

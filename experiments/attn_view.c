@@ -51,6 +51,16 @@ static char* base64(const unsigned char* data, size_t n) {
     return out;
 }
 
+// Every value the page gets passes here: a value jansson could not make (a non-finite real, a
+// failed allocation) is an error, never a silently shorter list
+static void append(json_t* array, json_t* value, const char* label) {
+    if (!value || json_array_append_new(array, value) != 0) die("%s: a value the page cannot hold as JSON", label);
+}
+
+static void set(json_t* object, const char* key, json_t* value, const char* label) {
+    if (!value || json_object_set_new(object, key, value) != 0) die("%s: a value the page cannot hold as JSON", label);
+}
+
 void attn_view_write(const char* path, int sample, const char* html) {
     char label[4200];
     hid_t file = maps_file_open(path, label, sizeof(label));
@@ -59,6 +69,9 @@ void attn_view_write(const char* path, int sample, const char* html) {
     int n_layer, n_head, diff = strcmp(attention, "standard") != 0, maps = diff ? 2 : 1;
     h5_read_attr(file, "n_layer", H5T_NATIVE_INT, &n_layer, label);
     h5_read_attr(file, "n_head", H5T_NATIVE_INT, &n_head, label);
+    if (n_layer < 1 || n_layer > ATTNMAP_MAX_INDEX || n_head < 1 || n_head > ATTNMAP_MAX_INDEX) {
+        die("%s: n_layer %d and n_head %d must lie in 1..%d", label, n_layer, n_head, ATTNMAP_MAX_INDEX);
+    }
     char group[64];
     snprintf(group, sizeof(group), "sample_%03d", sample);
     hid_t g = maps_file_open_sample(file, sample, path, label);
@@ -66,6 +79,7 @@ void attn_view_write(const char* path, int sample, const char* html) {
     int T = (int)h5_dataset_dims(g, "tokens", dims, label);
     int R = (int)h5_dataset_dims(g, "rows", dims, label);
     int N = (int)h5_dataset_dims(g, "needles", dims, label) / 2;
+    if (T == 0 || R == 0) die("%s: %s holds no %s", label, group, T == 0 ? "tokens" : "rows");
     int* rows = mallocCheck((size_t)R * sizeof(int));
     int* needles = mallocCheck((size_t)(2 * N + 1) * sizeof(int));
     char** text = mallocCheck((size_t)T * sizeof(char*));
@@ -106,7 +120,7 @@ void attn_view_write(const char* path, int sample, const char* html) {
                 for (int r = 0; r < R; r++) {
                     for (int k = 0; k <= rows[r]; k++) {
                         float v = A[(size_t)r * T + k];
-                        if (!(v >= 0)) die("%s: %s holds %g; softmax maps lie in [0, 1]", label, name, v);
+                        if (!(v >= 0 && v <= 1)) die("%s: %s/%s holds %g; softmax maps lie in [0, 1]", label, group, name, v);
                         top = fmaxf(top, v);
                     }
                 }
@@ -114,17 +128,20 @@ void attn_view_write(const char* path, int sample, const char* html) {
                 for (int r = 0; r < R; r++) {
                     for (int k = 0; k <= rows[r]; k++) q[used++] = (unsigned char)lround(A[(size_t)r * T + k] / scale);
                 }
-                json_array_append_new(scales, json_real(scale));
+                append(scales, json_real(scale), label);
             }
-            json_object_set_new(head, "scale", scales);
+            set(head, "scale", scales, label);
             if (diff) {
                 snprintf(name, sizeof(name), "layer_%02d/head_%02d/lambda", l, h);
                 h5_read_dataset(g, name, H5T_NATIVE_FLOAT, R, lambda, label);
                 json_t* lam = json_array();
-                for (int r = 0; r < R; r++) json_array_append_new(lam, json_real(lambda[r]));
-                json_object_set_new(head, "lambda", lam);
+                for (int r = 0; r < R; r++) {
+                    if (!isfinite(lambda[r])) die("%s: %s/%s holds %g at row %d; λ is finite", label, group, name, lambda[r], r);
+                    append(lam, json_real(lambda[r]), label);
+                }
+                set(head, "lambda", lam, label);
             }
-            json_array_append_new(heads, head);
+            append(heads, head, label);
         }
     }
     if (!json_array_size(heads)) die("%s: %s holds no layer_LL/head_HH maps", label, group);
@@ -138,12 +155,12 @@ void attn_view_write(const char* path, int sample, const char* html) {
     int* ids = mallocCheck((size_t)T * sizeof(int));
     h5_read_dataset(g, "tokens", H5T_NATIVE_INT, T, ids, label);
     for (int t = 0; t < T; t++) {
-        json_array_append_new(tokens, json_integer(ids[t]));
-        json_array_append_new(texts, byte_string(text[t]));
+        append(tokens, json_integer(ids[t]), label);
+        append(texts, byte_string(text[t]), label);
     }
     json_t *row_list = json_array(), *needle_list = json_array();
-    for (int r = 0; r < R; r++) json_array_append_new(row_list, json_integer(rows[r]));
-    for (int i = 0; i < N; i++) json_array_append_new(needle_list, json_pack("[i, i]", needles[2 * i], needles[2 * i + 1]));
+    for (int r = 0; r < R; r++) append(row_list, json_integer(rows[r]), label);
+    for (int i = 0; i < N; i++) append(needle_list, json_pack("[i, i]", needles[2 * i], needles[2 * i + 1]), label);
     json_t* data = json_pack("{s:o, s:s, s:o, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:s}", "file", byte_string(path), "attention",
                              attention, "checkpoint", byte_string(checkpoint), "sample", sample, "T", T, "tokens", tokens,
                              "text_bytes", texts, "rows", row_list, "needles", needle_list, "heads", heads, "maps", encoded);

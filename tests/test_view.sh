@@ -59,6 +59,19 @@ expect "view: no address to fetch anything from" bash -c "! grep -qiE '(src|href
 expect_fail "view: a sample the file lacks" "--sample 9: .* has no group 'sample_009'" "$bin" view "$work/diff.h5" --sample 9 -o "$work/y.html"
 expect_fail "view: not a maps file" "not an attention-maps file" "$bin" view "$diff_ckpt" -o "$work/y.html"
 expect_fail "view: the output over its input" "output .* is the input" "$bin" view "$work/diff.h5" -o "$work/diff.h5"
+# hostile maps files (a copy of diff.h5 damaged in place) are refused by name and dataset, at
+# once, writing nothing
+fixture=${BUILD:-build}/write_fixture
+tampered() { cp "$work/diff.h5" "$work/bad_$1.h5" && "$fixture" tamper "$work/bad_$1.h5" "$1"; }
+for how in n_layer n_head inf nan_lambda no_tokens; do tampered $how; done
+expect_fail "view: a file claiming 2^31 - 1 layers is refused at once" "n_layer 2147483647 and n_head 4 must lie in 1..256" \
+    timeout 10 "$bin" view "$work/bad_n_layer.h5" -o "$work/y.html"
+expect_fail "view: and one claiming 2^31 - 1 heads" "n_layer 1 and n_head 2147483647 must lie in 1..256" \
+    timeout 10 "$bin" view "$work/bad_n_head.h5" -o "$work/y.html"
+expect_fail "view: +inf in A1" "sample_000/layer_00/head_00/A1 holds inf; softmax maps lie in \[0, 1\]" "$bin" view "$work/bad_inf.h5" -o "$work/y.html"
+expect_fail "view: a NaN λ" "sample_000/layer_00/head_00/lambda holds nan at row 0; λ is finite" "$bin" view "$work/bad_nan_lambda.h5" -o "$work/y.html"
+expect_fail "view: a sample of no tokens" "sample_000 holds no tokens" "$bin" view "$work/bad_no_tokens.h5" -o "$work/y.html"
+expect "view: refusals write nothing" test ! -e "$work/y.html" -a ! -e "$work/y.html.tmp"
 
 # 3. the pages in a real browser
 browser=$(command -v chromium || command -v chromium-browser || true)
@@ -67,11 +80,24 @@ if [ -z "$browser" ] || ! command -v jq > /dev/null; then
     summary
     exit
 fi
+# the browser with a profile, home and cache inside the test's folder (Chromium writes crash
+# settings and dconf under $HOME even with --user-data-dir) and its background requests (updates,
+# sync, safe browsing, metrics) off, every host name unresolvable besides
+browser_home=$work/browser
+mkdir -p "$browser_home/home"
+since_browser=$work/before_browser
+touch "$since_browser"
+run_browser() {
+    HOME=$browser_home/home XDG_CONFIG_HOME=$browser_home/home/.config XDG_CACHE_HOME=$browser_home/home/.cache \
+        timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run \
+        --user-data-dir="$browser_home/profile" --disk-cache-dir="$browser_home/cache" --disable-background-networking \
+        --disable-component-update --disable-sync --disable-default-apps --no-default-browser-check --disable-breakpad \
+        --disable-domain-reliability --host-resolver-rules="MAP * ~NOTFOUND" --virtual-time-budget=20000 "$@"
+}
 browse() {  # browse FILE PROBE_JSON [chromium flags...]: the page's #probe-out after it ran the probe
     local file=$1 probe=$2
     shift 2
-    timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --virtual-time-budget=20000 \
-        "$@" --dump-dom "file://$file#probe=$(jq -rn --arg p "$probe" '$p | @uri')" 2>/dev/null |
+    run_browser "$@" --dump-dom "file://$file#probe=$(jq -rn --arg p "$probe" '$p | @uri')" 2>/dev/null |
         sed -n 's/.*<pre id="probe-out">\([^<]*\)<\/pre>.*/\1/p' | sed 's/&gt;/>/g; s/&lt;/</g; s/&quot;/"/g; s/&amp;/\&/g'
 }
 h5val() { h5dump -d "$2" -s "$3" -c "$4" "$1" | sed -n 's/^ *([0-9,]*): *\([-0-9.e]*\).*/\1/p' | head -1; }  # FILE DATASET START COUNT
@@ -129,9 +155,9 @@ out=$(browse "$work/needle.html" '{"select": [0]}')
 expect "needle page opens and draws" test "$(jq -r '.digests | length' <<<"$out")" = 1
 # screenshots of what a user sees: the DIFF text page with a query picked, the needle episode
 q=$((T - 3))
-timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --virtual-time-budget=20000 \
-    --window-size=1500,1100 --screenshot="$work/view_diff.png" "file://$work/diff.html#probe=%7B%22query%22%3A$q%7D" > /dev/null 2>&1
-timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --virtual-time-budget=20000 \
-    --window-size=1500,1100 --screenshot="$work/view_needle.png" "file://$work/needle.html" > /dev/null 2>&1
+run_browser --window-size=1500,1100 --screenshot="$work/view_diff.png" "file://$work/diff.html#probe=%7B%22query%22%3A$q%7D" > /dev/null 2>&1
+run_browser --window-size=1500,1100 --screenshot="$work/view_needle.png" "file://$work/needle.html" > /dev/null 2>&1
 expect "screenshots saved" bash -c "head -c 4 '$work/view_diff.png' | grep -q PNG && head -c 4 '$work/view_needle.png' | grep -q PNG"
+expect "the browser kept its profile in the test's folder" test -s "$browser_home/profile/Local State"
+expect "and wrote nothing under the user's home" test -z "$(find "$HOME" -maxdepth 3 -newer "$since_browser" \( -path '*chromium*' -o -path '*dconf*' \) -print -quit)"
 summary

@@ -2,15 +2,20 @@
 // for tests/test_write_errors.sh to fail a write inside: `write_fixture maps PATH` (an
 // attention-maps file: its attributes and one head's maps), `write_fixture outliers PATH`
 // (outlier statistics of a model that saw a few values); exits 0 when the file was written,
-// dies (exit 1) with the writer's message when not. `write_fixture machine` prints what decides
+// dies (exit 1) with the writer's message when not. `write_fixture tamper PATH HOW` damages a
+// maps file in place the way a hostile one would be, for tests/test_view.sh: HOW is n_layer or
+// n_head (claiming 2^31 - 1), inf (sample 0's first A1 entry +inf), nan_lambda (its first λ
+// NaN) or no_tokens (sample 0's tokens emptied). `write_fixture machine` prints what decides
 // whether two machines compute bitwise alike, for tests/test_pinned.sh: the BLAS library's
 // kernel, the CPU model, the compiler, the instruction set it built for and the one the C
 // library's exp and log pick at run time.
 #include <cblas.h>
+#include <math.h>
 #include <string.h>
 
 #include "../eval/attnmap.h"
 #include "../eval/outliers.h"
+#include "../model/h5.h"
 #include "../model/util.h"
 #include "fixtures.h"
 
@@ -40,7 +45,44 @@ static void instruction_sets(char* buf, size_t n) {
 #endif
 }
 
+static void write_float(hid_t file, const char* dataset, float value) {
+    hid_t ds = h5_id(H5Dopen2(file, dataset, H5P_DEFAULT), dataset, "tamper");
+    hid_t space = H5Dget_space(ds);
+    hsize_t start[2] = {0, 0}, count[2] = {1, 1};
+    h5_check(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, count, NULL), "select", dataset);
+    hid_t one = H5Screate_simple(1, count, NULL);
+    h5_check(H5Dwrite(ds, H5T_NATIVE_FLOAT, one, space, H5P_DEFAULT, &value), "write", dataset);
+    H5Sclose(one);
+    H5Sclose(space);
+    H5Dclose(ds);
+}
+
+static void tamper(const char* path, const char* how) {
+    hid_t file = h5_id(H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), path, "tamper");
+    if (strcmp(how, "n_layer") == 0 || strcmp(how, "n_head") == 0) {
+        int huge = 2147483647;
+        hid_t a = h5_id(H5Aopen(file, how, H5P_DEFAULT), how, path);
+        h5_check(H5Awrite(a, H5T_NATIVE_INT, &huge), how, path);
+        H5Aclose(a);
+    } else if (strcmp(how, "inf") == 0) {
+        write_float(file, "sample_000/layer_00/head_00/A1", INFINITY);
+    } else if (strcmp(how, "nan_lambda") == 0) {
+        write_float(file, "sample_000/layer_00/head_00/lambda", NAN);
+    } else if (strcmp(how, "no_tokens") == 0) {
+        h5_check(H5Ldelete(file, "sample_000/tokens", H5P_DEFAULT), "delete tokens", path);
+        int none[1] = {0};
+        h5_write_dataset(file, "sample_000/tokens", H5T_STD_I32LE, H5T_NATIVE_INT, 1, none, NULL, path);
+    } else {
+        die("tamper: unknown HOW '%s'", how);
+    }
+    H5Fclose(file);
+}
+
 int main(int argc, char** argv) {
+    if (argc == 4 && strcmp(argv[1], "tamper") == 0) {
+        tamper(argv[2], argv[3]);
+        return 0;
+    }
     if (argc == 2 && strcmp(argv[1], "machine") == 0) {
         char machine[600], isa[128];
         machine_description(machine, sizeof(machine));
