@@ -2,17 +2,34 @@
 # The Makefile plans no surprise work: after a build, with the corpus prepared, `make -n table6`
 # plans the table alone, neither a relink nor a corpus preparation, even when the program is
 # newer than the corpus (the corpus depends on its sources, not on the program). Where no corpus
-# is prepared (a clean clone), a stand-in train.bin is made for the check and removed after.
+# is prepared (a clean clone), a stand-in train.bin is made for the check and removed on every
+# exit, an interrupted one included: a stand-in left behind, newer than its sources, would make
+# `make` plan training on an empty corpus. That is checked too, by stopping a second copy of this
+# script with SIGTERM while its stand-in is in place (TEST_MAKE_HOLD makes it wait there).
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
 unset MAKEFLAGS MFLAGS MAKELEVEL  # as a user types it, not as the make running the tests
 made=""
+remove_stand_in() {
+    case $made in
+        dir) rm -rf data/default ;;
+        file) rm -f data/default/train.bin ;;
+    esac
+    made=""
+}
+trap remove_stand_in EXIT
+trap 'exit 143' TERM INT HUP  # through the EXIT trap
 if [ ! -e data/default/train.bin ]; then
     if [ -d data/default ]; then made=file; else made=dir; fi
     mkdir -p data/default
     : > data/default/train.bin
     touch -d "@$(( $(stat -c %Y data/fetch_corpus.sh) + 1 ))" data/default/train.bin  # newer than its source only
+    if [ -n "${TEST_MAKE_HOLD:-}" ]; then
+        sleep 60 &
+        wait $!
+        exit 0
+    fi
 fi
 plan=$(make --no-print-directory -n table6 2>&1)
 expect "make -n table6 after a build plans the table only (plan: $(tr '\n' ';' <<<"$plan"))" \
@@ -20,8 +37,15 @@ expect "make -n table6 after a build plans the table only (plan: $(tr '\n' ';' <
 plan=$(make --no-print-directory -n -W build/difftx data/default/train.bin 2>&1)
 expect "a newer program does not prepare the corpus again ($(tr '\n' ';' <<<"$plan"))" grep -qE "is up to date|Nothing to be done" <<<"$plan"
 expect "make -q says the program is up to date" make -q build/difftx
-case $made in
-    dir) rm -rf data/default ;;
-    file) rm -f data/default/train.bin ;;
-esac
+if [ -n "$made" ]; then
+    remove_stand_in
+    TEST_MAKE_HOLD=1 bash tests/test_make.sh > /dev/null 2>&1 &
+    held=$!
+    deadline=$((SECONDS + 30))
+    while [ ! -e data/default/train.bin ] && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+    kill -TERM $held
+    wait $held
+    rc=$?
+    expect "a stopped check leaves no stand-in corpus (exit $rc)" test $rc = 143 -a ! -e data/default/train.bin
+fi
 summary
