@@ -266,6 +266,7 @@ static size_t train_tokenizer(Tokenizer* tok, const InputList* in, const Prepare
     size_t n_docs = r.next_doc;
     reader_free(&r);
     if (n_docs < 2) die("the corpus needs at least 2 documents to split into train and validation, found %zu", n_docs);
+    if (in->bytes == 0) die("the corpus holds no text: its %d file%s %s empty", in->n, in->n == 1 ? "" : "s", in->n == 1 ? "is" : "are");
     int kept = 0;
     size_t bytes = 0;
     for (int i = 0; i < s.n; i++) {
@@ -282,11 +283,91 @@ static size_t train_tokenizer(Tokenizer* tok, const InputList* in, const Prepare
     double t0 = wall_time();
     tokenizer_train(tok, (const char* const*)s.texts, s.lens, kept, opt->vocab_size);
     printf("  tokenizer: %d ids (%d merges) trained in %.1f s\n", tok->vocab_size, tok->n_merges, wall_time() - t0);
+    if (tok->vocab_size < opt->vocab_size) {
+        die("option --vocab: the tokenizer's sample (%zu bytes of training text) gave only %d of the %d ids asked, as no pair "
+            "of tokens repeats any more; give more text or a smaller --vocab", bytes, tok->vocab_size, opt->vocab_size);
+    }
     for (int i = 0; i < kept; i++) free(s.texts[i]);
     free(s.texts);
     free(s.lens);
     free(s.docs);
     return n_docs;
+}
+
+// ---- duplicate documents ----
+// A document whose text repeats an earlier one's is kept but warned about: a validation document's
+// twin in the training split makes the validation loss a memory test. Compared by a 63-bit FNV-1a
+// hash of the text, streamed over the document's pieces, with the split in the low bit. A slot
+// is 8 bytes and the table at most half full; past DUPLICATE_SLOTS_MAX slots it stops checking
+// (saying so), so prepare's memory stays bounded whatever the number of documents.
+#define DUPLICATE_SLOTS_MAX (1u << 22)
+typedef struct {
+    uint64_t* slots;  // hash with its low bit replaced by "in validation"; 0 for an empty slot
+    size_t cap, used;
+    uint64_t current;  // the hash of the document being read so far
+    int current_in_val, reading;
+    size_t current_bytes;
+    const char* current_name;
+    long current_line;
+    long repeats, across;
+    int stopped;
+} Duplicates;
+
+static void duplicates_insert(uint64_t* slots, size_t cap, uint64_t key) {
+    size_t j = (key >> 1) & (cap - 1);
+    while (slots[j]) j = (j + 1) & (cap - 1);
+    slots[j] = key;
+}
+
+// Ends the current document: remembered, or warned about when its text was seen before
+static void duplicates_end_doc(Duplicates* d) {
+    if (!d->reading || d->current_bytes == 0 || d->stopped) return;
+    d->reading = 0;
+    uint64_t key = ((d->current | 2) & ~1ull) | (uint64_t)d->current_in_val;  // bit 1 set: never 0, the empty slot
+    if (2 * (d->used + 1) > d->cap) {
+        if (2 * d->cap > DUPLICATE_SLOTS_MAX) {
+            fprintf(stderr, "warning: the duplicate check stops at %zu documents, the most it holds; later ones are not checked\n", d->used);
+            d->stopped = 1;
+            return;
+        }
+        size_t cap = d->cap ? 2 * d->cap : 1024;
+        uint64_t* slots = callocCheck(cap, sizeof(uint64_t));
+        for (size_t i = 0; i < d->cap; i++) {
+            if (d->slots[i]) duplicates_insert(slots, cap, d->slots[i]);
+        }
+        free(d->slots);
+        d->slots = slots;
+        d->cap = cap;
+    }
+    size_t j = (key >> 1) & (d->cap - 1);
+    while (d->slots[j] && d->slots[j] >> 1 != key >> 1) j = (j + 1) & (d->cap - 1);
+    if (!d->slots[j]) {
+        d->slots[j] = key;
+        d->used++;
+        return;
+    }
+    int across = (d->slots[j] & 1) != (key & 1);
+    if (d->repeats++ < MALFORMED_SHOWN) {
+        char where[32] = "";
+        if (d->current_line) snprintf(where, sizeof(where), ":%ld", d->current_line);
+        fprintf(stderr, "warning: %s%s: the same text as an earlier document%s\n", d->current_name, where,
+                across ? (key & 1 ? " of the training split, while this one is in validation" : " of the validation split, while this one is in training") : "");
+    }
+    d->across += across;
+}
+
+static void duplicates_add(Duplicates* d, const InputList* in, const Unit* u, int in_val) {
+    if (u->piece == 0) {
+        duplicates_end_doc(d);
+        d->current = 1469598103934665603ull;
+        d->current_in_val = in_val;
+        d->reading = 1;
+        d->current_bytes = 0;
+        d->current_name = in->paths[u->file];
+        d->current_line = u->line;
+    }
+    for (size_t i = 0; i < u->len; i++) d->current = (d->current ^ (unsigned char)u->data[i]) * 1099511628211ull;
+    d->current_bytes += u->len;
 }
 
 // ---- pass 2: shards written as they fill ----
@@ -388,6 +469,7 @@ void dataset_prepare(const char* out_dir, const char* const* inputs, int n_input
     long malformed = 0;
     Unit* units = mallocCheck(cap * sizeof(Unit));
     ShardWriter* doc_split = &train;
+    Duplicates dups = {0};
     size_t batch_bytes = (size_t)BATCH_BYTES_PER_THREAD * omp_get_max_threads();
     if (batch_bytes > BATCH_BYTES_MAX) batch_bytes = BATCH_BYTES_MAX;
     for (int more = 1; more;) {
@@ -410,6 +492,7 @@ void dataset_prepare(const char* out_dir, const char* const* inputs, int n_input
                 // every piece follows its document's split; validation stops growing at its cap
                 if (u->piece == 0) doc_split = is_val_number(u->doc, n_docs) && val.total_tokens < val_cap ? &val : &train;
                 writer_add(doc_split, u->ids, u->n_ids, u->piece == 0);
+                duplicates_add(&dups, &in, u, doc_split == &val);
             }
             free(u->ids);
             free(u->data);
@@ -420,7 +503,19 @@ void dataset_prepare(const char* out_dir, const char* const* inputs, int n_input
     reader_free(&r);
     free(units);
     if (malformed) fprintf(stderr, "warning: skipped %ld malformed JSON line%s in all\n", malformed, malformed == 1 ? "" : "s");
+    duplicates_end_doc(&dups);
+    if (dups.repeats) {
+        fprintf(stderr, "warning: %ld document%s repeat%s an earlier one's text (%ld across the training and validation "
+                "splits); they are kept: remove the copies from the inputs to leave them out\n", dups.repeats,
+                dups.repeats == 1 ? "" : "s", dups.repeats == 1 ? "s" : "", dups.across);
+    }
+    free(dups.slots);
     if (!train.files || !val.files) die("the corpus left the %s split empty (%zu documents, %ld malformed)", train.files ? "validation" : "training", n_docs, malformed);
+    ShardWriter* small = train.total_tokens < 2 ? &train : val.total_tokens < 2 ? &val : NULL;
+    if (small) {
+        die("the corpus left the %s split with %zu token%s, and a model needs at least an input and its target: give more text",
+            small == &train ? "training" : "validation", small->total_tokens, small->total_tokens == 1 ? "" : "s");
+    }
     writer_close(&train);
     writer_close(&val);
     replace_folder(dir, out_dir);

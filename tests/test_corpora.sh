@@ -27,6 +27,29 @@ cp "$work/json/a.jsonl" "$work/bin/a.txt" && gzip -c "$work/json/a.jsonl" > "$wo
 expect_fail "a compressed file is refused" "corpus input '$work/bin/b.txt.gz' looks binary" $bin prepare --vocab 300 "$work/bin_data" "$work/bin"
 expect "nothing is left half-written" test ! -e "$work/bin_data"
 
+# 2b. inputs that cannot give a usable folder are refused, naming what is missing; duplicate
+#     documents are kept and named, the twins across the train/validation split counted
+mkdir -p "$work/empty" "$work/tiny" "$work/twins"
+: > "$work/empty/a.txt" && : > "$work/empty/b.txt"
+expect_fail "empty files are refused" "the corpus holds no text: its 2 files are empty" $bin prepare --vocab 300 "$work/empty_data" "$work/empty"
+printf 'hi\n' > "$work/tiny/a.txt" && : > "$work/tiny/b.txt"
+expect_fail "a tokenizer short of the ids asked is refused" "option --vocab: the tokenizer's sample \(3 bytes of training text\) gave only 257 of the 300 ids asked" \
+    $bin prepare --vocab 300 "$work/tiny_data" "$work/tiny"
+printf 'hello there\n' > "$work/tiny/a.txt"
+expect_fail "a split of one token is refused" "the corpus left the validation split with 1 token, and a model needs at least an input and its target" \
+    $bin prepare --vocab 258 "$work/tiny_data" "$work/tiny"
+expect "the refusals write nothing" test ! -e "$work/empty_data" -a ! -e "$work/tiny_data" -a ! -e "$work/empty_data.tmp" -a ! -e "$work/tiny_data.tmp"
+for d in 0 1 2 3 4 5; do
+    for i in $(seq 1 30); do echo "Document $d has line $i of a small corpus."; done > "$work/twins/doc$d.txt"
+done
+cp "$work/twins/doc1.txt" "$work/twins/doc7.txt" && cp "$work/twins/doc5.txt" "$work/twins/doc9.txt"  # doc9 is the validation document
+$bin prepare --vocab 300 "$work/twins_data" "$work/twins" > "$work/twins.log" 2>&1
+expect "duplicates prepare" test $? -eq 0 -a -s "$work/twins_data/val.bin"
+expect "a duplicate document is named" grep -qx "warning: $work/twins/doc7.txt: the same text as an earlier document" "$work/twins.log"
+expect "a twin across the split says so" grep -qx "warning: $work/twins/doc9.txt: the same text as an earlier document of the training split, while this one is in validation" "$work/twins.log"
+expect "and they are counted" grep -q "^warning: 2 documents repeat an earlier one's text (1 across the training and validation splits)" "$work/twins.log"
+expect "no duplicate is warned about in a corpus without" bash -c "! grep -q 'the same text' '$work/json.log'"
+
 # 3. memory stays bounded: a 150 MB corpus prepared in less than 100 MB (peak resident, measured by the kernel)
 mkdir -p "$work/big"
 perl -e 'my @w = split / /, $ARGV[0]; srand(5); for my $d (0..419999) { print "{\"text\": \"", join(" ", map { $w[int(rand(@w))] } 1..60), " $d.\"}\n" }' "$words" > "$work/big/web.jsonl"
