@@ -284,8 +284,9 @@ static size_t train_tokenizer(Tokenizer* tok, const InputList* in, const Prepare
     tokenizer_train(tok, (const char* const*)s.texts, s.lens, kept, opt->vocab_size);
     printf("  tokenizer: %d ids (%d merges) trained in %.1f s\n", tok->vocab_size, tok->n_merges, wall_time() - t0);
     if (tok->vocab_size < opt->vocab_size) {
-        die("option --vocab: the tokenizer's sample (%zu bytes of training text) gave only %d of the %d ids asked, as no pair "
-            "of tokens repeats any more; give more text or a smaller --vocab", bytes, tok->vocab_size, opt->vocab_size);
+        fprintf(stderr, "warning: the tokenizer learned %d of the %d ids asked (--vocab): no pair of tokens repeats in its "
+                "sample (%zu bytes of training text) any more; models trained on this folder have %d ids\n",
+                tok->vocab_size, opt->vocab_size, bytes, tok->vocab_size);
     }
     for (int i = 0; i < kept; i++) free(s.texts[i]);
     free(s.texts);

@@ -469,6 +469,19 @@ if [ "$(uname -m)" = x86_64 ] && [ "${BUILD:-build}" != build/san ] && [ "$best"
     expect "bench records both MFUs" test "$(sqlite3 "$work/choice_reg/registry.sqlite" "SELECT COUNT(*) FROM evaluations WHERE key IN ('mfu', 'mfu_peak')")" = 2
 fi
 
+# Under a small address-space limit OpenBLAS's constructor retried its buffer's mmap forever,
+# before main: now the program refuses at once with the limit it needs (not under the
+# sanitizers, which reserve terabytes of address space)
+if [ "${BUILD:-build}" != build/san ]; then
+    expect_fail "a small ulimit -v is refused at once, with the limit needed (2 threads)" \
+        "address-space limit \(ulimit -v\) is 195 MiB, but OpenBLAS reserves about 352 MiB as it loads with 2 threads .*\(ulimit -v 360448\), or use one thread \(OMP_NUM_THREADS=1 needs about 224 MiB\)" \
+        bash -c "ulimit -v 200000 && OMP_NUM_THREADS=2 timeout 20 '$bin' help"
+    expect_fail "and with one thread" "is 195 MiB, but OpenBLAS reserves about 224 MiB as it loads with 1 thread .*\(ulimit -v 229376\)$" \
+        bash -c "ulimit -v 200000 && OMP_NUM_THREADS=1 timeout 20 '$bin' help"
+    expect "one thread runs within 250 MB, two within 400 MB" \
+        bash -c "(ulimit -v 250000 && OMP_NUM_THREADS=1 timeout 20 '$bin' help > /dev/null) && (ulimit -v 400000 && OMP_NUM_THREADS=2 timeout 20 '$bin' help > /dev/null)"
+fi
+
 # OMP_DYNAMIC on one allowed CPU gives a 1-thread team where OpenBLAS's matmul of a d_model-256
 # layer waits for 2 (a hang before difftx turned dynamic teams off)
 expect "OMP_DYNAMIC=true trains (2 threads on 1 CPU) instead of hanging" \

@@ -33,11 +33,9 @@ mkdir -p "$work/empty" "$work/tiny" "$work/twins"
 : > "$work/empty/a.txt" && : > "$work/empty/b.txt"
 expect_fail "empty files are refused" "the corpus holds no text: its 2 files are empty" $bin prepare --vocab 300 "$work/empty_data" "$work/empty"
 printf 'hi\n' > "$work/tiny/a.txt" && : > "$work/tiny/b.txt"
-expect_fail "a tokenizer short of the ids asked is refused" "option --vocab: the tokenizer's sample \(3 bytes of training text\) gave only 257 of the 300 ids asked" \
-    $bin prepare --vocab 300 "$work/tiny_data" "$work/tiny"
-printf 'hello there\n' > "$work/tiny/a.txt"
-expect_fail "a split of one token is refused" "the corpus left the validation split with 1 token, and a model needs at least an input and its target" \
-    $bin prepare --vocab 258 "$work/tiny_data" "$work/tiny"
+$bin prepare --vocab 300 "$work/tiny_data" "$work/tiny" > "$work/tiny.log" 2>&1
+expect "a tokenizer short of the ids asked is said so" grep -q "^warning: the tokenizer learned 257 of the 300 ids asked (--vocab): no pair of tokens repeats in its sample (3 bytes of training text)" "$work/tiny.log"
+expect "and a split of one token is refused" grep -q "^error: the corpus left the validation split with 1 token, and a model needs at least an input and its target" "$work/tiny.log"
 expect "the refusals write nothing" test ! -e "$work/empty_data" -a ! -e "$work/tiny_data" -a ! -e "$work/empty_data.tmp" -a ! -e "$work/tiny_data.tmp"
 for d in 0 1 2 3 4 5; do
     for i in $(seq 1 30); do echo "Document $d has line $i of a small corpus."; done > "$work/twins/doc$d.txt"
