@@ -56,6 +56,11 @@ else
 B := build
 CFLAGS ?= -O3 $(ARCH)
 endif
+# The build's switches are part of its identity: $(B)/flags.txt is rewritten when they change
+# (PORTABLE=1, NO_MPI=1, CFLAGS, CUDA_ARCH after a build with others), and every object depends
+# on it, so the build is redone rather than reported up to date
+BUILD_SWITCHES := $(CC) $(CFLAGS) $(if $(NO_MPI),NO_MPI=1) $(if $(CUDA),CUDA_ARCH=$(CUDA_ARCH))
+$(shell mkdir -p $(B) && (echo '$(BUILD_SWITCHES)' | cmp -s - $(B)/flags.txt || echo '$(BUILD_SWITCHES)' > $(B)/flags.txt))
 CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"' $(if $(CUDA),-DDIFFTX_CUDA)
 LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 
@@ -76,7 +81,7 @@ TESTS := test_blas_kernel test_backend_ops test_devices test_grad test_reference
 
 .PHONY: browser-deps all help deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
 .SECONDARY:
-all: build/difftx
+all: $(B)/difftx
 
 # $(call ensure,PACKAGES): a package counts as present when dpkg knows it or a command of
 # that name exists; missing ones are installed when run as root, otherwise the exact
@@ -97,13 +102,13 @@ build/deps.stamp:
 	@touch $@
 deps: build/deps.stamp
 
-$(B)/obj/%.o: %.c $(HEADERS) | build/deps.stamp
+$(B)/obj/%.o: %.c $(HEADERS) $(B)/flags.txt | build/deps.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 $(B)/obj/model/cpu/vecmath.o: CFLAGS += -ffast-math
 # sqrtf without the errno check that keeps AdamW's loop scalar (sqrt is exact either way)
 $(B)/obj/model/cpu/optim.o $(B)/obj/model/cpu/layers.o $(B)/obj/model/cpu/attention.o: CFLAGS += -fno-math-errno
-$(B)/obj/%.o: %.cu $(HEADERS) | build/deps.stamp
+$(B)/obj/%.o: %.cu $(HEADERS) $(B)/flags.txt | build/deps.stamp
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
@@ -130,15 +135,15 @@ $(B)/fake_openblas.so: tests/fake_openblas.c | build/deps.stamp
 
 # The corpus depends on its sources, not on the program: a rebuild, or a prepared folder copied
 # in, does not prepare it again (the program need only exist: an order-only prerequisite)
-data/default/train.bin: data/fetch_corpus.sh | build/difftx
+data/default/train.bin: data/fetch_corpus.sh | $(B)/difftx
 	@$(call ensure,$(DATA_PACKAGES))
 	data/fetch_corpus.sh
-	build/difftx prepare --vocab 4096 data/default data/corpus
+	$(B)/difftx prepare --vocab 4096 data/default data/corpus
 data: data/default/train.bin
 
-train: build/difftx data/default/train.bin
-	build/difftx train experiments/default.ini
-	build/difftx sample results/runs/default/checkpoint.h5 --prompt "The ship" --tokens 60
+train: $(B)/difftx data/default/train.bin
+	$(B)/difftx train experiments/default.ini
+	$(B)/difftx sample results/runs/default/checkpoint.h5 --prompt "The ship" --tokens 60
 
 # MPI=K: K data-parallel ranks on this machine; several machines: see the README
 MPIRUN = $(if $(MPI),mpirun -np $(MPI) $(if $(filter 0,$(shell id -u)),--allow-run-as-root) )
@@ -146,21 +151,21 @@ MPIRUN = $(if $(MPI),mpirun -np $(MPI) $(if $(filter 0,$(shell id -u)),--allow-r
 # The paper's Table 6 from models trained here; PRESET=smoke|small|paper, SEEDS=n
 PRESET ?= small
 SEEDS ?= 1
-table6: build/difftx data/default/train.bin
-	$(MPIRUN)build/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
+table6: $(B)/difftx data/default/train.bin
+	$(MPIRUN)$(B)/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
 # attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|short|medium|default, SEEDS=n models
 # per row. The first of them trains the models (per seed, both rows: default about 90 minutes
 # and medium 25 under OpenBLAS's Haswell kernel; short 9 under Cooperlake, 16-17 under Haswell).
 NEEDLE_PRESET ?= default
-table2 fig5 table3 fig8: build/difftx data/default/train.bin
-	$(MPIRUN)build/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS) --task $@
+table2 fig5 table3 fig8: $(B)/difftx data/default/train.bin
+	$(MPIRUN)$(B)/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS) --task $@
 
 # Activation outliers (Table 5) of Table 6's transformer and diff rows (PRESET) and the needle
 # models (NEEDLE_PRESET), each trained first if it is not yet
-table5: build/difftx data/default/train.bin
-	$(MPIRUN)build/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET) --seeds $(SEEDS)
+table5: $(B)/difftx data/default/train.bin
+	$(MPIRUN)$(B)/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET) --seeds $(SEEDS)
 
 # The CUDA build, whenever a toolkit is found, so that a CUDA compile or link error fails the
 # tests; its programs run in tests/test_cuda_build.sh
@@ -184,12 +189,12 @@ test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openb
 gpu-bundle: cuda-build
 	tests/make_gpu_bundle.sh build/gpu-bundle $(addprefix build/cuda/,$(CUDA_PROGRAMS))
 
-bench: build/difftx
-	tests/bench.sh
+bench: $(B)/difftx
+	BUILD=$(B) tests/bench.sh
 
 # the targets and their variables; the presets read from the recipes themselves
 help:
-	@echo "make                 build build/difftx"
+	@echo "make                 build build/difftx (CUDA=1: build/cuda/difftx; SANITIZE=1: build/san/difftx)"
 	@echo "make train           fetch and prepare the default corpus, train the default DIFF model, sample from it"
 	@echo "make test            every test (SANITIZE=1: under AddressSanitizer and UBSan, in build/san)"
 	@echo "make data            the default corpus, tokenizer and token shards only"

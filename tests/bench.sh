@@ -5,14 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+bin=${BUILD:-build}/difftx  # make bench CUDA=1 benches build/cuda/difftx
 echo "== training speed (first step is warm-up, not timed)"
-build/difftx bench experiments/bench_standard.ini --steps 11
-build/difftx bench experiments/bench_diff.ini --steps 11
+"$bin" bench experiments/bench_standard.ini --steps 11
+"$bin" bench experiments/bench_diff.ini --steps 11
 echo "== memory: one training step at context 4096, batch 1 (bound: 2 GiB)"
-build/difftx bench experiments/bench_standard.ini seq_len=4096 batch_size=1 --steps 2
-build/difftx bench experiments/bench_diff.ini seq_len=4096 batch_size=1 --steps 2
+"$bin" bench experiments/bench_standard.ini seq_len=4096 batch_size=1 --steps 2
+"$bin" bench experiments/bench_diff.ini seq_len=4096 batch_size=1 --steps 2
 echo "== memory: one forward pass at context 65536, batch 1 (bound: 8 GiB; takes minutes)"
-build/difftx bench experiments/bench_diff.ini seq_len=65536 batch_size=1 --steps 2 --forward
+"$bin" bench experiments/bench_diff.ini seq_len=65536 batch_size=1 --steps 2 --forward
 if /usr/bin/python3 -c "import torch, h5py" 2>/dev/null; then
     echo "== PyTorch reference model (tests/make_reference.py), same shape and threads"
     /usr/bin/python3 tests/bench_torch.py standard 4

@@ -6,6 +6,10 @@
 # exit, an interrupted one included: a stand-in left behind, newer than its sources, would make
 # `make` plan training on an empty corpus. That is checked too, by stopping a second copy of this
 # script with SIGTERM while its stand-in is in place (TEST_MAKE_HOLD makes it wait there).
+# Then every `make` command the README and docs/ show is run as a user types it in a copy of the
+# tracked files (a clean clone's tree, with this checkout's edits): `make help` for real, the
+# others as `make -n` (they train for minutes to hours), each of which must plan without error;
+# `make CUDA=1` where no nvcc is found must say so.
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
@@ -48,4 +52,45 @@ if [ -n "$made" ]; then
     rc=$?
     expect "a stopped check leaves no stand-in corpus (exit $rc)" test $rc = 143 -a ! -e data/default/train.bin
 fi
+
+# every documented make command, in a clean tree
+documented_make_commands() {
+    {
+        grep -ohE '`make( [^`]*)?`' README.md docs/*.md | tr -d '`'
+        grep -hE '^ *make( |$)' README.md docs/*.md | sed 's/ *#.*//'
+    } | while read -r line; do
+        # `make table2 | fig5 | table3` names three commands
+        local first=${line%% | *} rest=""
+        echo "$first"
+        [[ $line == *" | "* ]] && rest=${line#* | }
+        while [ -n "$rest" ]; do
+            echo "make ${rest%% | *}"
+            [[ $rest == *" | "* ]] && rest=${rest#* | } || rest=""
+        done
+    done | sed 's/  */ /g; s/ $//' | sort -u
+}
+clean=$PWD/build/test_make_clean
+rm -rf "$clean" && mkdir -p "$clean"
+git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$clean"
+n=0
+while read -r command; do
+    n=$((n + 1))
+    read -ra words <<<"${command#make}"  # no shell sees the line: its words are make's arguments
+    if [ "$command" = "make help" ]; then
+        expect "documented: '$command' runs" bash -c "cd '$clean' && make --no-print-directory help > /dev/null"
+    elif [[ " ${words[*]} " == *" CUDA=1 "* ]] && [ ! -x "${CUDA_HOME:-/nonexistent}/bin/nvcc" ] && ! command -v nvcc > /dev/null; then
+        expect "documented: '$command' without nvcc says so" bash -c "cd '$clean' && ! make -n ${words[*]} 2>&1 | grep -q 'no nvcc found'"
+    else
+        out=$(cd "$clean" && make --no-print-directory -n "${words[@]}" 2>&1)
+        for word in "${words[@]}"; do  # a preset it names is one its recipe has
+            case $word in
+                PRESET=*) expect "documented: '$command' names a preset of table6.ini" grep -qx "\[preset ${word#PRESET=}\]" experiments/table6.ini ;;
+                NEEDLE_PRESET=*) expect "documented: '$command' names a preset of needle.ini" grep -qx "\[preset ${word#NEEDLE_PRESET=}\]" experiments/needle.ini ;;
+            esac
+        done
+        expect "documented: '$command' plans without error ($(grep -m1 -E 'No rule|\*\*\*|rror' <<<"$out"))" \
+            bash -c "cd '$clean' && make --no-print-directory -n \"\$@\" > /dev/null 2>&1" _ "${words[@]}"
+    fi
+done < <(documented_make_commands)
+expect "the README and docs show at least 30 make commands (found $n)" test "$n" -ge 30
 summary

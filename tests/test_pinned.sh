@@ -18,23 +18,26 @@ for db in "$t6" "$nd"; do [ -f "$db" ] || { echo "no registry $db: run tests/tes
 facts="threads=${OMP_NUM_THREADS:-2}; $("$BUILD/write_fixture" machine); build=$BUILD"
 
 # key<TAB>value lines, sorted: the evaluations of FINISHED runs (timings left out), each run's
-# final losses (when FINALS is 1) and the needle tasks' episode outcomes per task
+# final losses (when FINALS is 1) and the needle tasks' episode outcomes per task; of a row
+# trained again (test_table6.sh deletes a checkpoint), the last FINISHED attempt
 values() {  # DB RUN-FILTER EVALUATION-FILTER EPISODE-FILTER FINALS
+    local last="r.attempt = (SELECT MAX(q.attempt) FROM runs q WHERE q.experiment_id = r.experiment_id AND q.row = r.row
+                             AND q.seed = r.seed AND q.status = 'FINISHED')"
     sqlite3 -separator $'\t' "$1" "
       SELECT x.name || '/' || x.preset || '/' || r.row || '/' || r.seed || '/' || e.key, printf('%.17g', e.value)
         FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id
-        WHERE r.status = 'FINISHED' AND $2 AND $3 AND e.key NOT IN ('train_seconds', 'tokens_per_second')
+        WHERE r.status = 'FINISHED' AND $last AND $2 AND $3 AND e.key NOT IN ('train_seconds', 'tokens_per_second')
       UNION ALL
       SELECT x.name || '/' || x.preset || '/' || r.row || '/' || r.seed || '/final_' || m.key, printf('%.17g', m.value)
         FROM metrics m JOIN runs r ON r.id = m.run_id JOIN experiments x ON x.id = r.experiment_id
-        WHERE r.status = 'FINISHED' AND $2 AND $5 AND m.key IN ('train_loss', 'val_loss')
+        WHERE r.status = 'FINISHED' AND $last AND $2 AND $5 AND m.key IN ('train_loss', 'val_loss')
           AND m.step = (SELECT MAX(n.step) FROM metrics n WHERE n.run_id = m.run_id AND n.key = m.key)
       UNION ALL
       SELECT x.name || '/' || x.preset || '/' || r.row || '/' || r.seed || '/' || p.task || '_' || k.what,
              printf('%.17g', CASE k.what WHEN 'correct' THEN SUM(p.correct) WHEN 'answer' THEN AVG(p.answer) ELSE AVG(p.noise) END)
         FROM episodes p JOIN runs r ON r.id = p.run_id JOIN experiments x ON x.id = r.experiment_id
           JOIN (SELECT 'correct' AS what UNION SELECT 'answer' UNION SELECT 'noise') k
-        WHERE r.status = 'FINISHED' AND $2 AND $4
+        WHERE r.status = 'FINISHED' AND $last AND $2 AND $4
         GROUP BY r.id, p.task, k.what
       ORDER BY 1"
 }
