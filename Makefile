@@ -42,7 +42,7 @@ ifdef CUDA
 ifeq ($(NVCC),)
 $(error CUDA=1: no nvcc found (set CUDA_HOME to the CUDA toolkit))
 endif
-B := build/cuda
+B := build/cuda$(if $(PORTABLE),-portable)
 CFLAGS ?= -O3 $(ARCH)
 CUDA_SRC := $(wildcard model/cuda/*.cu)
 NVCCFLAGS := -O3 -std=c++17 --generate-code arch=compute_$(CUDA_ARCH),code=[sm_$(CUDA_ARCH),compute_$(CUDA_ARCH)] \
@@ -185,9 +185,13 @@ test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openb
 
 # A folder for a GPU machine that has the driver and CUDA but none of this project's
 # libraries: the CUDA build, its tests, the libraries they load (from ldd; glibc, the
-# driver and CUDA's own left out) and gpu-check.sh, which runs the whole GPU check
-gpu-bundle: cuda-build
-	tests/make_gpu_bundle.sh build/gpu-bundle $(addprefix build/cuda/,$(CUDA_PROGRAMS))
+# driver and CUDA's own left out) and gpu-check.sh, which runs the whole GPU check. Built
+# portable (build/cuda-portable, no -march=native): the GPU host's CPU may lack what this
+# one has (AVX-512, say)
+gpu-bundle:
+	$(if $(NVCC),,$(error make gpu-bundle: no nvcc found (set CUDA_HOME to the CUDA toolkit)))
+	$(MAKE) --no-print-directory CUDA=1 PORTABLE=1 $(addprefix build/cuda-portable/,$(CUDA_PROGRAMS))
+	tests/make_gpu_bundle.sh build/gpu-bundle $(addprefix build/cuda-portable/,$(CUDA_PROGRAMS))
 
 bench: $(B)/difftx
 	BUILD=$(B) tests/bench.sh

@@ -40,6 +40,18 @@ expect "the CUDA build's device test passes ($(tail -1 <<<"$dev"))" grep -qE '^[
 # the bundle: built, under 60 MiB, and self-contained
 make --no-print-directory gpu-bundle >"$work/bundle.log" 2>&1
 expect "make gpu-bundle builds ($(tail -1 "$work/bundle.log"))" test -x build/gpu-bundle/gpu-check.sh
+# portable: the GPU host's CPU may lack this one's vector extensions, so the bundle's programs
+# hold no AVX instruction (a -march=native build here holds thousands) but in the peak-rate
+# probe, which runs its FMA loop only where cpuid reports the registers
+wide_instructions() {
+    objdump -d --no-show-raw-insn "$1" | awk '/^[0-9a-f]+ </ { fn = $2 } /%[yz]mm[0-9]/ && fn !~ /^<cpu_peak_rate/ { n++ } END { print n + 0 }'
+}
+for p in difftx test_backend_ops test_devices; do
+    wide=$(wide_instructions "build/gpu-bundle/bin/$p")
+    expect "the bundle's $p is built portable ($wide instructions on ymm/zmm registers)" test "$wide" = 0
+done
+native_wide=$(wide_instructions build/cuda/difftx)
+expect "while the native CUDA build uses them ($native_wide), so the check can fail" test "$native_wide" -gt 0
 size=$(du -sm build/gpu-bundle | cut -f1)
 expect "the bundle is under 60 MiB ($size MiB)" test "$size" -lt 60
 mkdir -p "$work/unpacked/glibc"

@@ -9,7 +9,7 @@
 # Then every `make` command the README and docs/ show is run as a user types it in a copy of the
 # tracked files (a clean clone's tree, with this checkout's edits): `make help` for real, the
 # others as `make -n` (they train for minutes to hours), each of which must plan without error;
-# `make CUDA=1` where no nvcc is found must say so.
+# `make CUDA=1` and `make gpu-bundle` where no nvcc is found must say so.
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
@@ -78,7 +78,7 @@ while read -r command; do
     read -ra words <<<"${command#make}"  # no shell sees the line: its words are make's arguments
     if [ "$command" = "make help" ]; then
         expect "documented: '$command' runs" bash -c "cd '$clean' && make --no-print-directory help > /dev/null"
-    elif [[ " ${words[*]} " == *" CUDA=1 "* ]] && [ ! -x "${CUDA_HOME:-/nonexistent}/bin/nvcc" ] && ! command -v nvcc > /dev/null; then
+    elif [[ " ${words[*]} " == *" CUDA=1 "* || " ${words[*]} " == *" gpu-bundle "* ]] && [ ! -x "${CUDA_HOME:-/nonexistent}/bin/nvcc" ] && ! command -v nvcc > /dev/null; then
         expect "documented: '$command' without nvcc says so" bash -c "cd '$clean' && ! make -n ${words[*]} 2>&1 | grep -q 'no nvcc found'"
     else
         out=$(cd "$clean" && make --no-print-directory -n "${words[@]}" 2>&1)
