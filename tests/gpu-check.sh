@@ -17,7 +17,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 mkdir -p build
-tar -xJf "$here/lib.tar.xz"  # lib/: the bundle's libraries
+tar -xzf "$here/lib.tar.gz"  # lib/: the bundle's libraries
 
 # CUDA's libraries: the toolkit's, else those of the CUDA wheels a PyTorch install carries
 dirs=""

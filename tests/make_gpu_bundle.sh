@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # make gpu-bundle: OUT holds the CUDA build's programs (bin/); every shared library they load
 # except glibc, the GPU driver and CUDA's own libraries (which a GPU machine has), in
-# lib.tar.xz (OpenBLAS's kernels for every CPU alone take 35 MiB; gpu-check.sh unpacks them
-# into its working folder); the bench recipes and PyTorch script; gpu-check.sh. Written as
-# OUT.tmp and renamed.
+# lib.tar.gz (gzip, which every machine has, unlike xz; OpenBLAS's kernels for every CPU alone
+# take 35 MiB; gpu-check.sh unpacks them into its working folder); the bench recipes and
+# PyTorch script; gpu-check.sh. Written as OUT.tmp and renamed.
 # usage: tests/make_gpu_bundle.sh OUT PROGRAM...
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ for p in "$@"; do
 done | sort -u | while read -r name path; do
     [[ $name =~ $skip ]] || cp -L "$path" "$out.tmp/lib/$name"
 done
-tar -C "$out.tmp" -cJf "$out.tmp/lib.tar.xz" lib
+tar -C "$out.tmp" -czf "$out.tmp/lib.tar.gz" lib
 rm -rf "$out.tmp/lib"
 cp experiments/bench_standard.ini experiments/bench_diff.ini "$out.tmp/experiments/"
 cp tests/bench_torch_gpu.py "$out.tmp/"
@@ -28,5 +28,5 @@ git describe --always --dirty --abbrev=12 >"$out.tmp/COMMIT" 2>/dev/null || echo
 rm -rf "$out"
 mv "$out.tmp" "$out"
 size=$(du -sm "$out" | cut -f1)
-echo "gpu bundle: $out, $size MiB ($(tar -tJf "$out/lib.tar.xz" | grep -c '\.so') libraries); on a GPU machine: $out/gpu-check.sh"
+echo "gpu bundle: $out, $size MiB ($(tar -tzf "$out/lib.tar.gz" | grep -c '\.so') libraries); on a GPU machine: $out/gpu-check.sh"
 [ "$size" -lt 60 ] || { echo "gpu bundle: $size MiB, over the 60 MiB it must stay under" >&2; exit 1; }

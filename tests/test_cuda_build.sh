@@ -55,7 +55,7 @@ expect "while the native CUDA build uses them ($native_wide), so the check can f
 size=$(du -sm build/gpu-bundle | cut -f1)
 expect "the bundle is under 60 MiB ($size MiB)" test "$size" -lt 60
 mkdir -p "$work/unpacked/glibc"
-tar -C "$work/unpacked" -xJf build/gpu-bundle/lib.tar.xz
+tar -C "$work/unpacked" -xzf build/gpu-bundle/lib.tar.gz
 # glibc's own libraries alone, in a folder of their own: with the loader's cache off nothing
 # else of the system is found, so every other library must come from the bundle
 for lib in libc.so.6 libm.so.6 libmvec.so.1 libpthread.so.0 libdl.so.2 librt.so.1 libresolv.so.2; do
