@@ -8,14 +8,10 @@
 
 #include "../model/util.h"
 
-static uint64_t hash_text(const char* s) {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a, then mixed
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return hash64(h);
+// One key in four is held out for evaluation: FNV-1a of the key, then mixed
+NeedleSplit needle_split_of(const char* key) {
+    return hash64(fnv1a(FNV1A_START, key, strlen(key))) % 4 == 0 ? NEEDLE_EVAL : NEEDLE_TRAIN;
 }
-
-// One key in four is held out for evaluation
-NeedleSplit needle_split_of(const char* key) { return hash_text(key) % 4 == 0 ? NEEDLE_EVAL : NEEDLE_TRAIN; }
 
 void needle_source_init(NeedleSource* src, const Tokenizer* tok, const Shard* text, const char* cities_path,
                         NeedleSplit split) {

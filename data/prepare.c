@@ -298,7 +298,7 @@ static size_t train_tokenizer(Tokenizer* tok, const InputList* in, const Prepare
 // ---- duplicate documents ----
 // A document whose text repeats an earlier one's is kept but warned about: a validation document's
 // twin in the training split makes the validation loss a memory test. Compared by a 63-bit FNV-1a
-// hash of the text, streamed over the document's pieces, with the split in the low bit. A slot
+// hash of the text (fnv1a), streamed over the document's pieces, with the split in the low bit. A slot
 // is 8 bytes and the table at most half full; past DUPLICATE_SLOTS_MAX slots it stops checking
 // (saying so), so prepare's memory stays bounded whatever the number of documents.
 #define DUPLICATE_SLOTS_MAX (1u << 22)
@@ -306,8 +306,8 @@ typedef struct {
     uint64_t* slots;  // hash with its low bit replaced by "in validation"; 0 for an empty slot
     size_t cap, used;
     uint64_t current;  // the hash of the document being read so far
-    int current_in_val, reading;
-    size_t current_bytes;
+    int current_in_val;
+    size_t current_bytes;  // 0 when no document is being read
     const char* current_name;
     long current_line;
     long repeats, across;
@@ -322,8 +322,8 @@ static void duplicates_insert(uint64_t* slots, size_t cap, uint64_t key) {
 
 // Ends the current document: remembered, or warned about when its text was seen before
 static void duplicates_end_doc(Duplicates* d) {
-    if (!d->reading || d->current_bytes == 0 || d->stopped) return;
-    d->reading = 0;
+    if (d->current_bytes == 0 || d->stopped) return;
+    d->current_bytes = 0;
     uint64_t key = ((d->current | 2) & ~1ull) | (uint64_t)d->current_in_val;  // bit 1 set: never 0, the empty slot
     if (2 * (d->used + 1) > d->cap) {
         if (2 * d->cap > DUPLICATE_SLOTS_MAX) {
@@ -360,14 +360,12 @@ static void duplicates_end_doc(Duplicates* d) {
 static void duplicates_add(Duplicates* d, const InputList* in, const Unit* u, int in_val) {
     if (u->piece == 0) {
         duplicates_end_doc(d);
-        d->current = 1469598103934665603ull;
+        d->current = FNV1A_START;
         d->current_in_val = in_val;
-        d->reading = 1;
-        d->current_bytes = 0;
         d->current_name = in->paths[u->file];
         d->current_line = u->line;
     }
-    for (size_t i = 0; i < u->len; i++) d->current = (d->current ^ (unsigned char)u->data[i]) * 1099511628211ull;
+    d->current = fnv1a(d->current, u->data, u->len);
     d->current_bytes += u->len;
 }
 

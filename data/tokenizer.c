@@ -48,15 +48,9 @@ typedef struct {
     size_t cap, used;
 } ChunkTable;
 
-static uint64_t hash_bytes(const unsigned char* p, size_t n) {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
 // The slot holding (text, len), or the empty slot where it belongs
 static size_t table_slot(const ChunkTable* t, const unsigned char* text, int len) {
-    size_t j = hash_bytes(text, len) & (t->cap - 1);
+    size_t j = fnv1a(FNV1A_START, text, len) & (t->cap - 1);
     while (t->slots[j].text && (t->slots[j].len != len || memcmp(t->slots[j].text, text, len))) j = (j + 1) & (t->cap - 1);
     return j;
 }
@@ -208,7 +202,7 @@ static void build_tables(Tokenizer* tok, const char* origin) {
         memcpy(tok->bytes[id], tok->bytes[a], tok->length[a]);
         memcpy(tok->bytes[id] + tok->length[a], tok->bytes[b], tok->length[b]);
     }
-    tok->hash = hash_bytes((const unsigned char*)tok->merges, (size_t)tok->n_merges * sizeof(tok->merges[0]));
+    tok->hash = fnv1a(FNV1A_START, tok->merges, (size_t)tok->n_merges * sizeof(tok->merges[0]));
 }
 
 void tokenizer_train(Tokenizer* tok, const char* const* docs, const size_t* lens, int n_docs, int vocab_size) {

@@ -346,6 +346,12 @@ uint64_t hash64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+uint64_t fnv1a(uint64_t h, const void* bytes, size_t n) {
+    const unsigned char* p = bytes;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 uint64_t rng_next(uint64_t* state) {
     uint64_t out = hash64(*state);
     *state += 0x9E3779B97F4A7C15ull;

@@ -86,5 +86,9 @@ uint64_t rng_next(uint64_t* state);
 float rng_uniform(uint64_t* state);  // [0, 1)
 float rng_normal(uint64_t* state);   // N(0, 1), Box-Muller
 uint64_t hash64(uint64_t x);
+// FNV-1a of n bytes, continuing from h (FNV1A_START for a fresh hash), so a text read in
+// pieces hashes as if whole
+#define FNV1A_START 1469598103934665603ull
+uint64_t fnv1a(uint64_t h, const void* bytes, size_t n);
 
 #endif

@@ -13,7 +13,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-
 // A variable of envp: getenv cannot be trusted before the C library has started
 static const char* env_value(char** envp, const char* name) {
     size_t n = strlen(name);
