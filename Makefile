@@ -173,6 +173,52 @@ CUDA_PROGRAMS := difftx test_backend_ops test_devices
 cuda-build:
 	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 $(addprefix build/cuda/,$(CUDA_PROGRAMS)),@echo "no nvcc: the CUDA build is not compiled")
 
+# The CUDA kernels under a CPU emulation of the GPU (tests/cuda_emulation), in every test run:
+# the .cu sources, translated (launch syntax, __shared__) and compiled as C++ unchanged, with
+# the emulator in place of the CUDA runtime and cuBLAS, make a third backend, cuda-emulated,
+# of the backend and device tests. Not under SANITIZE: the sanitizers cannot follow a
+# program that switches between its own thread stacks.
+EMU := $(B)/emu
+EMU_CXXFLAGS = -std=c++17 -O2 $(ARCH) -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas $(PKG_CFLAGS) -UDIFFTX_MPI \
+               -DDIFFTX_CUDA_ARCH=90 -DCUDA_BACKEND_NAME='"cuda-emulated"' -I tests/cuda_emulation -iquote model/cuda
+EMU_HEADERS := $(wildcard tests/cuda_emulation/*.h)
+EMU_OBJS := $(EMU)/obj/emulator.o $(EMU)/obj/backend.o $(patsubst model/cuda/%.cu,$(EMU)/obj/%.o,$(wildcard model/cuda/*.cu))
+EMU_PROGRAMS := $(EMU)/test_backend_ops $(EMU)/test_devices
+$(EMU)/src/%.cc: model/cuda/%.cu tests/cuda_emulation/translate.sh
+	@mkdir -p $(dir $@)
+	tests/cuda_emulation/translate.sh $< $@
+$(EMU)/obj/%.o: $(EMU)/src/%.cc $(EMU_HEADERS) $(HEADERS) $(B)/flags.txt
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+$(EMU)/obj/emulator.o: tests/cuda_emulation/emulator.cc $(EMU_HEADERS) $(B)/flags.txt
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+$(EMU)/obj/backend.o: model/backend.c $(HEADERS) $(B)/flags.txt
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DDIFFTX_CUDA -c -o $@ $<
+EMU_LINKED := $(filter-out $(B)/obj/model/backend.o,$(OBJS))
+$(EMU)/test_%: $(B)/obj/tests/test_%.o $(EMU_OBJS) $(EMU_LINKED)
+	$(CXX) -o $@ $^ $(LDLIBS)
+# the emulator's own test, and the backend test with a defect planted in the attention kernels
+# (tests/cuda_emulation/plant.sh), which the emulation must report
+$(EMU)/src/selftest.cc: tests/cuda_emulation/selftest.cu tests/cuda_emulation/translate.sh
+	@mkdir -p $(dir $@)
+	tests/cuda_emulation/translate.sh $< $@
+$(EMU)/selftest: $(EMU)/obj/selftest.o $(EMU)/obj/emulator.o
+	$(CXX) -o $@ $^ $(LDLIBS)
+$(EMU)/obj/selftest.o: EMU_CXXFLAGS += -iquote tests
+EMU_DEFECTS := missing_barrier short_shared_memory unclamped_index
+$(EMU)/defect/%/attention.cc: model/cuda/attention.cu tests/cuda_emulation/plant.sh tests/cuda_emulation/translate.sh
+	@mkdir -p $(dir $@)
+	tests/cuda_emulation/plant.sh $* $< $(dir $@)attention.cu
+	tests/cuda_emulation/translate.sh $(dir $@)attention.cu $@
+$(EMU)/defect/%/attention.o: $(EMU)/defect/%/attention.cc $(EMU_HEADERS) $(HEADERS) $(B)/flags.txt
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+$(EMU)/defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/defect/%/attention.o \
+                                  $(filter-out $(EMU)/obj/attention.o,$(EMU_OBJS)) $(EMU_LINKED)
+	$(CXX) -o $@ $^ $(LDLIBS)
+EMU_ALL := $(EMU_PROGRAMS) $(EMU)/selftest $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/test_backend_ops)
+
 # The viewer's browser test (tests/test_view.sh) needs Chromium and jq: installed when run as
 # root; otherwise that part of the test is skipped and says how to install them
 BROWSER_PACKAGES := chromium jq
@@ -180,7 +226,8 @@ browser-deps:
 	@if [ "$$(id -u)" = 0 ]; then $(call ensure,$(BROWSER_PACKAGES)); fi
 
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
-test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openblas.so $(if $(SANITIZE),,cuda-build) browser-deps
+test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openblas.so $(if $(SANITIZE),,cuda-build) \
+      $(if $(SANITIZE)$(CUDA),,$(EMU_ALL)) browser-deps
 	BUILD=$(B) tests/run.sh $(TESTS)
 
 # A folder for a GPU machine that has the driver and CUDA but none of this project's

@@ -467,6 +467,7 @@ void model_copy_params(Model* dst, const Model* src) {
 }
 
 void model_get_grads(const Model* m, float* grads) { m->be->download(grads, m->grads_memory, m->n_params * sizeof(float)); }
+void model_set_grads(Model* m, const float* grads) { m->be->upload(m->grads_memory, grads, m->n_params * sizeof(float)); }
 
 size_t model_matmul_params(const Model* m) {
     size_t per_layer = (size_t)m->QKV * m->C + (size_t)m->C * m->H * m->Dv + 3 * (size_t)m->F * m->C;

@@ -161,6 +161,8 @@ void model_attention_maps(Model* model, int l, int h, int first_row, int T, floa
 void model_get_params(const Model* model, float* params);
 void model_set_params(Model* model, const float* params);
 void model_get_grads(const Model* model, float* grads);
+// grads (n_params) become the model's gradients: one optimizer step from the same gradients on two devices
+void model_set_grads(Model* model, const float* grads);
 // dst's parameters become src's (same layout; the backends may differ: a CPU and a CUDA model
 // side by side)
 void model_copy_params(Model* dst, const Model* src);

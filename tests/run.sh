@@ -24,6 +24,12 @@ run() {  # NAME COMMAND...
     echo "   ($((SECONDS - start)) s)"
 }
 for t in "$@"; do run "$t" "$BUILD/$t"; done
+# the CUDA kernels under the CPU emulation (tests/cuda_emulation; not built under the sanitizers)
+if [ -x "$BUILD/emu/test_backend_ops" ]; then
+    run test_backend_ops_emulated "$BUILD/emu/test_backend_ops"
+    run test_devices_emulated "$BUILD/emu/test_devices"
+    run test_cuda_emulation tests/test_cuda_emulation.sh
+fi
 run test_layers tests/test_layers.sh
 run test_cli tests/test_cli.sh
 

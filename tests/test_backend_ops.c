@@ -429,15 +429,36 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
     }
     float lambda = 0.6f;
     float *d_qkv = to_backend(qkv, n_qkv * 4), *d_lambda = to_backend(&lambda, 4);
-    float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc((size_t)B * H * M * T * 4);
+    size_t n_lse = (size_t)B * H * M * T;
+    float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc(n_lse * 4);
     be->attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, NO_HOOK);
     float* dy = q0 == 0 ? random_host(n_y, 1) : NULL;
     AttnRef ref = attention_reference(qkv, lambda, &s, dy);
-    // what a hook is shown is what the softmax gets
+    // each call's outputs are read before the next call runs: the hooked call below writes
+    // buffers of its own, so neither path can pass on the other's results
+    float *got_y = from_backend(d_y, n_y), *got_lse = from_backend(d_lse, n_lse);
+    expect_close("attention_forward y", what, got_y, ref.y, n_y, RTOL, ATOL);
+    if (q0 == 0) {
+        expect_close("attention_forward lse", what, got_lse, ref.lse, n_lse, RTOL, ATOL);
+        float* garbage = random_host(n_qkv, 5);  // every column of dqkv must be written
+        float *d_dqkv = to_backend(garbage, n_qkv * 4), *d_dy = to_backend(dy, n_y * 4), *d_dlambda = be->alloc(4);
+        be->attention_backward(d_dqkv, d_dlambda, d_dy, d_qkv, d_lse, d_lambda, &s, NO_HOOK);  // this backend's own lse
+        float* got_dqkv = from_backend(d_dqkv, n_qkv);
+        expect_close("attention_backward dqkv", what, got_dqkv, ref.dqkv, n_qkv, RTOL, ATOL);
+        if (v->lambda == LAMBDA_PER_LAYER) {
+            float got_dlambda;
+            be->download(&got_dlambda, d_dlambda, 4);
+            expect_close("attention_backward dlambda", what, &got_dlambda, &ref.dlambda, 1, RTOL, ATOL);
+        }
+        free(garbage); free(got_dqkv);
+        be->release(d_dqkv); be->release(d_dy); be->release(d_dlambda);
+    }
+    // the hooked path: what a hook is shown is what the softmax gets, and its outputs are the same
     LogitCapture cap = {B, T, H, M, callocCheck((size_t)B * H * M * T * T, sizeof(float))};
     ActivationHook capture = {capture_logits, &cap};
     HookSite site = {&capture, 0};
-    be->attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, site);
+    float *d_y_hooked = be->alloc(n_y * 4), *d_lse_hooked = be->alloc(n_lse * 4);
+    be->attention_forward(d_y_hooked, d_lse_hooked, d_qkv, d_lambda, &s, site);
     double worst = 0;
     for (int b = 0; b < B; b++) {
         for (int hm = 0; hm < H * M; hm++) {
@@ -451,23 +472,11 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
     }
     CHECK(worst <= 1, "%s attention logits shown to the hook [%s]: worst error %.3g x tolerance", be->name, what, worst);
     free(cap.S);
-    float *got_y = from_backend(d_y, n_y), *got_lse = from_backend(d_lse, (size_t)B * H * M * T);
-    expect_close("attention_forward y", what, got_y, ref.y, n_y, RTOL, ATOL);
-    if (q0 == 0) {
-        expect_close("attention_forward lse", what, got_lse, ref.lse, (size_t)B * H * M * T, RTOL, ATOL);
-        float* garbage = random_host(n_qkv, 5);  // every column of dqkv must be written
-        float *d_dqkv = to_backend(garbage, n_qkv * 4), *d_dy = to_backend(dy, n_y * 4), *d_dlambda = be->alloc(4);
-        be->attention_backward(d_dqkv, d_dlambda, d_dy, d_qkv, d_lse, d_lambda, &s, NO_HOOK);
-        float* got_dqkv = from_backend(d_dqkv, n_qkv);
-        expect_close("attention_backward dqkv", what, got_dqkv, ref.dqkv, n_qkv, RTOL, ATOL);
-        if (v->lambda == LAMBDA_PER_LAYER) {
-            float got_dlambda;
-            be->download(&got_dlambda, d_dlambda, 4);
-            expect_close("attention_backward dlambda", what, &got_dlambda, &ref.dlambda, 1, RTOL, ATOL);
-        }
-        free(garbage); free(got_dqkv);
-        be->release(d_dqkv); be->release(d_dy); be->release(d_dlambda);
-    }
+    float *hooked_y = from_backend(d_y_hooked, n_y), *hooked_lse = from_backend(d_lse_hooked, n_lse);
+    expect_close("attention_forward y, hooked", what, hooked_y, ref.y, n_y, RTOL, ATOL);
+    if (q0 == 0) expect_close("attention_forward lse, hooked", what, hooked_lse, ref.lse, n_lse, RTOL, ATOL);
+    free(hooked_y); free(hooked_lse);
+    be->release(d_y_hooked); be->release(d_lse_hooked);
     if (B == 1) {  // the analysis maps: sequence 0's rows q0..T-1
         float* d_P = be->alloc((size_t)M * rows * T * 4);
         for (int h = 0; h < H; h++) {
@@ -616,6 +625,10 @@ int main(void) {
             test_attention(k, 1, 80, 2, 8, 30, tensor4);
             test_attention(k, 2, 70, 1, 4, 0, row6);
             test_attention(k, 1, 80, 2, 8, 30, row6);
+            // the widths and lengths of real models: head dim 64 at T = 1024, head dim 128
+            // (DIFF's values 256 wide), each where the backend supports it
+            test_attention(k, 1, 1024, 1, 64, 0, none);
+            test_attention(k, 2, 70, 1, 128, 0, none);
         }
         test_lambda(4);
         test_lambda(32);

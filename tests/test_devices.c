@@ -1,18 +1,24 @@
 // One model on two devices: the CPU backend and the other backend this program can use here
-// (CUDA on a machine with a GPU; without one, a second CPU model, which holds the CPU backend
-// to bitwise repeatability). Same weights on both through model_copy_params:
+// (CUDA on a machine with a GPU; in the test build with the CUDA kernels under the CPU emulation,
+// that emulation; otherwise a second CPU model, which holds the CPU backend to bitwise
+// repeatability). Same weights on both through model_copy_params:
 //   1. loss and every gradient tensor of a forward and backward, for every variant
 //      (standard, standard + head norm, DIFF, DIFF without head norm, constant lambda_init,
-//      DIFF V2), and the parameters after one AdamW step;
+//      DIFF V2), and one AdamW step from the same gradients on both;
 //   2. 20 training steps on each device, their losses side by side;
 //   3. the other device's 20 steps again: bitwise the same losses and parameters;
 //   4. a checkpoint written on one device after 10 steps, resumed on the other for 10 more.
+// The emulation runs section 1 only: sections 2-4 take minutes there and test the devices'
+// training loop, which is the CPU's code on both sides.
 // Tolerances, CPU against CUDA (fp32 both, different summation orders): loss within 1e-5
 // relative; each gradient tensor within 1e-4 of its largest |value| elementwise (cancellation
-// makes small entries meaningless relative to themselves) and 1e-3 relative in L2 norm; the
-// parameters after one update within 1e-6 absolute (lr 1e-3 steps are ~1e-3, so this leaves
-// a 1e-3 relative error of the step); losses after 20 steps within 2e-3 relative (rounding
-// grows through training). The same device against itself must agree bitwise.
+// makes small entries meaningless relative to themselves) and 1e-3 relative in L2 norm. The
+// AdamW step gets the CPU's gradients on both devices and must agree bitwise: the optimizer's
+// arithmetic is specified operation by operation (backend.h), and Adam's first step,
+// lr * g / (|g| + eps), turns a gradient's last-digit difference near zero into a step-sized
+// one, so an update from each device's own gradients says nothing about the optimizer.
+// Losses after 20 steps within 2e-3 relative (rounding grows through training). The same
+// device against itself must agree bitwise.
 // The lines starting with '|' are the report's tables (gpu-check.sh).
 #include <math.h>
 #include <string.h>
@@ -27,7 +33,8 @@
 #define STEPS 20
 #define VOCAB 96
 
-static const char* other;  // "cuda" when usable, else "cpu"
+static const char* other;       // what the second device's configs name: "cuda" when usable, else "cpu"
+static const char* other_name;  // its backend: cuda, cuda-emulated or cpu
 
 typedef struct {
     const char* name;
@@ -76,12 +83,26 @@ static void random_batch(int* tokens, int* targets, int n, uint64_t seed) {
     }
 }
 
-// worst elementwise |a - b| / max|a| and the L2 norm of a - b over that of a, per tensor
+// A layer's lambda vectors get their gradients from one scalar, dloss/dlambda, a sum over the
+// batch's B*T*H rows whose terms cancel (the layer's lambda is mixed into every row); the two
+// devices round each term on its own, so their difference grows like a random walk, with the
+// square root of the sum's length: these tensors' tolerances are the others' times sqrt(B*T*H)
+// (measured under the CPU emulation: 8.3e-5 of the tensor's max for "diff, lambda_init 0.8"
+// at B*T*H = 450, against 1e-4 * sqrt(450) = 2.1e-3)
+static double tolerance_factor(const ParamTensor* pt, const Config* cfg) {
+    const char* leaf = strrchr(pt->name, '/');
+    leaf = leaf ? leaf + 1 : pt->name;
+    return strncmp(leaf, "lambda_", 7) == 0 ? sqrt((double)cfg->batch_size * cfg->seq_len * cfg->n_head) : 1.0;
+}
+
+// worst elementwise |a - b| / max|a| and the L2 norm of a - b over that of a, per tensor, each
+// over its tolerance
 static void compare_tensors(const Model* m, const char* what, const float* a, const float* b, double elem_tol, double norm_tol) {
     double worst_elem = 0, worst_norm = 0;
     const char* worst_name = "";
     for (int t = 0; t < m->n_tensors; t++) {
         const ParamTensor* pt = &m->tensors[t];
+        double factor = tolerance_factor(pt, &m->cfg);
         double amax = 0, diff2 = 0, a2 = 0, emax = 0;
         for (size_t i = pt->offset; i < pt->offset + pt->size; i++) {
             amax = fmax(amax, fabs(a[i]));
@@ -90,14 +111,15 @@ static void compare_tensors(const Model* m, const char* what, const float* a, co
             diff2 += d * d;
             a2 += (double)a[i] * a[i];
         }
-        double elem = amax > 0 ? emax / amax : emax, norm = a2 > 0 ? sqrt(diff2 / a2) : sqrt(diff2);
-        if (elem / elem_tol > worst_elem / elem_tol || norm / norm_tol > worst_norm / norm_tol) worst_name = pt->name;
+        double elem = (amax > 0 ? emax / amax : emax) / (elem_tol * factor);
+        double norm = (a2 > 0 ? sqrt(diff2 / a2) : sqrt(diff2)) / (norm_tol * factor);
+        if (fmax(elem, norm) > fmax(worst_elem, worst_norm)) worst_name = pt->name;
         worst_elem = fmax(worst_elem, elem);
         worst_norm = fmax(worst_norm, norm);
     }
-    CHECK(worst_elem <= elem_tol && worst_norm <= norm_tol, "%s: worst tensor %s, elementwise %.2e of its max (tolerance %.0e), "
-          "L2 %.2e (tolerance %.0e)", what, worst_name, worst_elem, elem_tol, worst_norm, norm_tol);
-    printf("| %s | %.2e | %.2e |\n", what, worst_elem, worst_norm);
+    CHECK(worst_elem <= 1 && worst_norm <= 1, "%s: worst tensor %s, elementwise %.2f x its tolerance (%.0e of its max, lambda "
+          "vectors more), L2 %.2f x (%.0e)", what, worst_name, worst_elem, elem_tol, worst_norm, norm_tol);
+    printf("| %s, worst over tolerance (elementwise, L2) | %.3f | %.3f |\n", what, worst_elem, worst_norm);
 }
 
 // Section 1: one forward, backward and update on both devices from the same weights
@@ -121,19 +143,24 @@ static void test_gradients(const Variant* v) {
         loss[k] = model_loss(models[k]);
         model_backward(models[k], 1.0f);
         model_get_grads(models[k], grads[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        model_set_grads(models[k], grads[0]);
         adamw_alloc(&opts[k], models[k]);
         adamw_update(&opts[k], models[k], 1e-3f, 1);
         model_get_params(models[k], params[k]);
     }
     char what[160];
-    CHECK(fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[0]), "%s: loss cpu %.9f, %s %.9f", v->name, loss[0], other, loss[1]);
+    CHECK(fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[0]), "%s: loss cpu %.9f, %s %.9f", v->name, loss[0], other_name, loss[1]);
     printf("| %s: loss | %.9f | %.9f |\n", v->name, loss[0], loss[1]);
     snprintf(what, sizeof(what), "%s: every gradient tensor", v->name);
     compare_tensors(&a, what, grads[0], grads[1], 1e-4, 1e-3);
-    double worst = 0;
-    for (size_t i = 0; i < a.n_params; i++) worst = fmax(worst, fabs((double)params[0][i] - params[1][i]));
-    CHECK(worst <= 1e-6, "%s: parameters after one AdamW step differ by %.2e (tolerance 1e-6)", v->name, worst);
-    printf("| %s: parameters after one AdamW step, max abs diff | %.2e | |\n", v->name, worst);
+    size_t differ = 0;
+    for (size_t i = 0; i < a.n_params; i++) differ += memcmp(&params[0][i], &params[1][i], sizeof(float)) != 0;
+    CHECK(differ == 0, "%s: one AdamW step from the same gradients: %zu of %zu parameters differ (must be bitwise equal)", v->name,
+          differ, a.n_params);
+    printf("| %s: parameters after one AdamW step from the same gradients, bitwise different | %zu of %zu | |\n", v->name, differ,
+           a.n_params);
     for (int k = 0; k < 2; k++) {
         free(grads[k]);
         free(params[k]);
@@ -181,7 +208,7 @@ static void test_training(const Variant* v) {
         if (s % 4 == 3 || s == 0) printf("| | %d | %.6f | %.6f |\n", s + 1, la[s], lb[s]);
     }
     CHECK(worst <= 2e-3, "%s: %d training steps, worst relative loss difference cpu vs %s %.2e (tolerance 2e-3)", v->name, STEPS,
-          other, worst);
+          other_name, worst);
     CHECK(la[STEPS - 1] < la[0] - 0.05, "%s: the loss falls in %d steps (%.4f to %.4f)", v->name, STEPS, la[0], la[STEPS - 1]);
     size_t bytes = b.n_params * sizeof(float);
     float *pb = mallocCheck(bytes), *pb2 = mallocCheck(bytes);
@@ -231,13 +258,17 @@ static void test_training(const Variant* v) {
 }
 
 int main(void) {
+    // the second backend of this program where it can run here, else a second cpu
     const char* why = backend_unusable("cuda");
     other = why ? "cpu" : "cuda";
+    other_name = backend_named(other)->name;
+    int emulated = strcmp(other_name, "cuda-emulated") == 0;
     if (why) printf("cuda: not run (%s); the second device is the cpu, held to bitwise equality\n", why);
-    printf("devices: cpu and %s (%s)\n", other, backend_named(other)->device_name());
-    printf("| one forward, backward and AdamW step | cpu | %s |\n|---|---|---|\n", other);
+    printf("devices: cpu and %s (%s)\n", other_name, backend_named(other)->device_name());
+    printf("| one forward, backward and AdamW step | cpu | %s |\n|---|---|---|\n", other_name);
     for (int i = 0; i < N_VARIANTS; i++) test_gradients(&VARIANTS[i]);
-    for (int i = 0; i < N_VARIANTS; i++) test_training(&VARIANTS[i]);
+    if (emulated) printf("%s: the training sections are left to a real device (minutes under the emulation)\n", other_name);
+    for (int i = 0; i < N_VARIANTS && !emulated; i++) test_training(&VARIANTS[i]);
     remove("build/test_devices.h5");
     return check_summary();
 }

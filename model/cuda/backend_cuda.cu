@@ -197,7 +197,7 @@ static void cuda_sum_across_ranks(float* x, size_t n) {
 static Backend table(void) {
     Backend b;
     memset(&b, 0, sizeof(b));
-    b.name = "cuda";
+    b.name = CUDA_BACKEND_NAME;
     b.host_memory = 0;
     b.init = cuda_init;
     b.device_name = cuda_device_name;

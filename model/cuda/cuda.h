@@ -15,6 +15,12 @@ const Backend* backend_cuda(void);
 #ifdef __cplusplus
 }
 
+// The table's name; the build of these sources under the CPU emulation of a GPU
+// (tests/cuda_emulation) names itself cuda-emulated
+#ifndef CUDA_BACKEND_NAME
+#define CUDA_BACKEND_NAME "cuda"
+#endif
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 

@@ -1,0 +1,25 @@
+// The cuBLAS subset the CUDA backend calls, for its CPU emulation (cuda_runtime.h beside it):
+// cublasSgemm runs on the CPU's BLAS (OpenBLAS) over the emulated device memory, after the
+// checks cuBLAS makes of its arguments. Results agree with cuBLAS to fp32 rounding, not
+// bitwise; the emulation checks the kernels around the matmuls, not cuBLAS.
+#ifndef DIFFTX_CUDA_EMULATION_CUBLAS_H
+#define DIFFTX_CUDA_EMULATION_CUBLAS_H
+
+#include "cuda_runtime.h"
+
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+} cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2 } cublasMath_t;
+typedef struct EmuBlas* cublasHandle_t;
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle);
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+const char* cublasGetStatusString(cublasStatus_t status);
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
+                           const float* A, int lda, const float* B, int ldb, const float* beta, float* C, int ldc);
+
+#endif

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The CPU emulation of a GPU that runs the CUDA backend's kernels in every test run
+# (tests/cuda_emulation; the backend and device tests run them as the backend cuda-emulated):
+#   - its own test: warp operations give each lane the right value, a block's tree sum through
+#     shared memory is right, and launch limits are refused as a GPU refuses them;
+#   - it reports each kind of defect it promises to, naming the kernel, block and thread:
+#     a barrier reached by part of a block, a shuffle reached by part of a warp, a deadlock,
+#     threads at different barriers, arithmetic on shared memory no thread wrote, an
+#     out-of-bounds write, a host pointer passed to a kernel;
+#   - the backend test fails on each defect planted in the real attention kernels
+#     (tests/cuda_emulation/plant.sh): a missing barrier, shared memory 16 bytes short, an
+#     unclamped index. Without the emulation's checks each would pass or fail only by luck.
+set -u
+cd "$(dirname "$0")/.."
+source tests/harness.sh
+emu=${BUILD:-build}/emu
+
+out=$("$emu/selftest" ok 2>&1)
+expect "the emulator's own checks pass ($(tail -1 <<<"$out"))" grep -qE '^[0-9]+ passed, 0 failed$' <<<"$out"
+grep FAIL <<<"$out"
+
+expect_fail "a barrier reached by part of a block" \
+    "kernel barrier_after_exit_kernel .*__syncthreads at tests/cuda_emulation/selftest.cu:[0-9]+ reached by part of the block: 16 threads wait there, 48 have exited" \
+    "$emu/selftest" barrier_after_exit
+expect_fail "a shuffle reached by part of a warp" \
+    "kernel shuffle_after_exit_kernel .*__shfl_sync at tests/cuda_emulation/selftest.cu:[0-9]+ reached by part of warp 0: lane 5 of mask 0xffffffff has exited" \
+    "$emu/selftest" shuffle_after_exit
+expect_fail "a deadlock: half a warp at a barrier, half at a shuffle" \
+    "kernel deadlock_kernel .*deadlock: no thread can go on; threads 0-15 wait at __syncthreads at .*; threads 16-31 wait at __shfl_sync" \
+    "$emu/selftest" deadlock
+expect_fail "threads at different barriers" "threads of one block wait at different barriers: tests/cuda_emulation/selftest.cu:[0-9]+ and" \
+    "$emu/selftest" two_barriers
+expect_fail "arithmetic on shared memory no thread wrote" \
+    "kernel unwritten_shared_kernel .*thread \(0,0,0\): invalid floating-point operation: arithmetic on shared memory that no thread of this block wrote" \
+    "$emu/selftest" unwritten_shared
+expect_fail "an out-of-bounds write" \
+    "kernel out_of_bounds_kernel .*thread \(64,0,0\): out-of-bounds write at byte 256 of a device allocation of 256 bytes" \
+    "$emu/selftest" out_of_bounds
+expect_fail "a host pointer passed to a kernel" "kernel out_of_bounds_kernel \(launched at [^)]*\): argument 1 is the pointer 0x[0-9a-f]+, which is not device memory" \
+    "$emu/selftest" host_pointer
+
+# the defects planted in the real kernels: the emulated backend test must stop at each, with
+# the emulation's report (a numeric mismatch alone would not show the emulation at work)
+declare -A report=(
+    [missing_barrier]="kernel attention_forward_kernel .*arithmetic on shared memory that no thread of this block wrote"
+    [short_shared_memory]="kernel attention_forward_kernel .*out-of-bounds write at byte [0-9]+ of the dynamic shared memory of kernel attention_forward_kernel"
+    [unclamped_index]="kernel attention_backward_dkv_kernel .*out-of-bounds read at byte [0-9]+ of a device allocation"
+)
+for defect in missing_barrier short_shared_memory unclamped_index; do
+    expect_fail "the backend test stops at the planted $defect" "${report[$defect]}" "$emu/defect/$defect/test_backend_ops"
+done
+# and the unplanted kernels pass the same test (run in full as test_backend_ops_emulated)
+expect "the planted sources differ from the real one by one edit each" \
+    test "$(for d in missing_barrier short_shared_memory unclamped_index; do diff model/cuda/attention.cu "$emu/defect/$d/attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "1 2 2 "
+summary
