@@ -1,6 +1,7 @@
 // The backend selection: the one place that lists the backends built into the program.
 #include "backend.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,12 +36,43 @@ static int answers(const Backend* b, const char* device) {
     return strcmp(b->name, device) == 0 || (strcmp(device, "cuda") == 0 && strcmp(b->name, "cuda-emulated") == 0);
 }
 
+// Every operation of the table, by name: a backend without one is refused when first named,
+// not when a run reaches the missing operation. The assertion keeps the list whole.
+#define ENTRY(f) {#f, offsetof(Backend, f)}
+static const struct {
+    const char* name;
+    size_t offset;
+} ENTRIES[] = {
+    ENTRY(init), ENTRY(device_name), ENTRY(memory_bytes), ENTRY(peak_memory_bytes), ENTRY(synchronize), ENTRY(alloc),
+    ENTRY(release), ENTRY(zero), ENTRY(copy), ENTRY(upload), ENTRY(download), ENTRY(matmul_forward), ENTRY(matmul_backward),
+    ENTRY(rmsnorm_forward), ENTRY(rmsnorm_backward), ENTRY(rope_apply), ENTRY(swiglu_forward), ENTRY(swiglu_backward),
+    ENTRY(embedding_forward), ENTRY(embedding_backward), ENTRY(crossentropy_forward), ENTRY(crossentropy_backward),
+    ENTRY(supports), ENTRY(attention_forward), ENTRY(attention_backward), ENTRY(attention_maps), ENTRY(lambda_forward),
+    ENTRY(lambda_backward), ENTRY(token_lambda_forward), ENTRY(token_lambda_backward), ENTRY(sum_squares), ENTRY(scale),
+    ENTRY(sum_across_ranks), ENTRY(adamw_update), ENTRY(matmul_rate), ENTRY(peak_rate),
+};
+#define N_ENTRIES (sizeof(ENTRIES) / sizeof(ENTRIES[0]))
+_Static_assert(offsetof(Backend, init) + N_ENTRIES * sizeof(void (*)(void)) == sizeof(Backend),
+               "ENTRIES must list every operation of the Backend table");
+
+const char* backend_missing_entry(const Backend* b) {
+    for (size_t i = 0; i < N_ENTRIES; i++) {
+        void (*fn)(void);
+        memcpy(&fn, (const char*)b + ENTRIES[i].offset, sizeof(fn));
+        if (!fn) return ENTRIES[i].name;
+    }
+    return NULL;
+}
+
 // Each backend's init runs once; its answer is kept
 static const char* init_once(int i) {
     static int done[N_BUILT];
     static const char* why[N_BUILT];
     if (!done[i]) {
-        why[i] = BUILT[i]()->init();
+        static char msg[N_BUILT][160];
+        const char* missing = backend_missing_entry(BUILT[i]());
+        if (missing) snprintf(msg[i], sizeof(msg[i]), "its operation table has no %s", missing);
+        why[i] = missing ? msg[i] : BUILT[i]()->init();
         done[i] = 1;
     }
     return why[i];

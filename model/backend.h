@@ -120,6 +120,11 @@ typedef struct {
     // probs (N, V) become dlogits = (probs - onehot) * dloss in place
     void (*crossentropy_backward)(float* probs_inout, const int* targets, float dloss, int N, int V);
 
+    // Whether attention of shape s (its B and T included) runs on this backend: 1, or 0 and why
+    // not (static storage) in *why. Asked before anything of that shape is allocated, so a
+    // device's limits (head dim, grid, shared memory) refuse a run at its start (ggml's
+    // supports_op).
+    int (*supports)(const AttnShape* s, const char** why);
     // Attention over qkv (B*T, QKV), memory-linear in T. y (B*(T-q0), H*Dv); lse (B, H, M, T)
     // saved for backward, or NULL. lambda (1): the layer's lambda (LAMBDA_PER_LAYER), else NULL.
     void (*attention_forward)(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
@@ -164,6 +169,10 @@ void backend_select_blas_kernel(char** argv);
 // Where the user's OPENBLAS_CORETYPE names a kernel narrower than this CPU's instructions
 // allow, a sentence saying so (static storage); else NULL
 const char* backend_blas_kernel_note(void);
+
+// The first operation of b's table that is missing (its name), or NULL when the table is whole;
+// backend_named refuses a backend with a missing operation
+const char* backend_missing_entry(const Backend* b);
 
 // The backends this program was built with; the first ("cpu") is the default
 int backend_count(void);

@@ -87,9 +87,21 @@ size_t model_param_count(const Config* cfg, int vocab_size) {
     return n;
 }
 
+// Dies unless the backend runs this model's attention at B sequences of T tokens: before
+// anything of that size is allocated
+static void require_support(const Model* m, int B, int T) {
+    AttnShape s = m->shape;
+    s.B = B;
+    s.T = T;
+    s.q0 = 0;
+    const char* why;
+    if (!m->be->supports(&s, &why)) die("device '%s' cannot run this model (batch %d x context %d): %s", m->be->name, B, T, why);
+}
+
 void model_build(Model* m, const Config* cfg, int vocab_size) {
     model_shape(m, cfg, vocab_size);
     m->be = backend_named(config_device_name(cfg));
+    require_support(m, cfg->batch_size, cfg->seq_len);
     m->lambda_init = mallocCheck(m->L * sizeof(float));
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);
     m->lambda = m->be->alloc(m->L * sizeof(float));
@@ -225,6 +237,7 @@ double model_training_bytes(const Config* cfg, int vocab_size, double* activatio
 }
 
 static void alloc_acts(Model* m, int B, int T, int training) {
+    require_support(m, B, T);
     free_acts(m);
     m->B = B;
     m->T = T;

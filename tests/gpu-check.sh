@@ -1,23 +1,38 @@
 #!/usr/bin/env bash
-# The GPU check, one command on a machine with an NVIDIA GPU, its driver and CUDA 13, and none
-# of this project's libraries (make gpu-bundle packs them). Writes one Markdown report:
-#   1. test_backend_ops: every backend operation on cuda, forward and backward, at shapes
-#      with partial tiles, against the same references as the CPU;
-#   2. test_devices: the whole model on cuda against cpu in one process, same weights: loss
-#      and every gradient for six variants and one AdamW step;
-#   3. (test_devices) 20 training steps of each on both devices, a bitwise repeat of the cuda
-#      run, a resume across devices;
-#   4. bench: tokens/s, MFU and peak GPU memory at the bench shape and a 124M shape for
-#      standard, diff and diff2, beside PyTorch on the same GPU (fp32, SDPA, torch.compile).
-# usage: gpu-check.sh [REPORT.md]   (default: gpu-check-report.md beside this script)
+# The GPU check, on a machine with an NVIDIA GPU, its driver and CUDA 13, and none of this
+# project's libraries (make gpu-bundle packs them). Two parts, each well inside ten minutes on
+# one H100:
+#   gpu-check.sh tests OUT            test_backend_ops and test_devices on cuda against the CPU;
+#                                     test_backend_ops --small under compute-sanitizer memcheck,
+#                                     racecheck and synccheck; a 2-rank NCCL run (two GPUs; with
+#                                     one it is reported as skipped, not passed)
+#   gpu-check.sh bench OUT [VARIANT]  difftx bench device=cuda beside the same model in PyTorch
+#                                     on the same GPU, at the bench shape and a 124M shape, for
+#                                     standard, diff and diff2 (or VARIANT alone)
+# OUT is a folder (created): report.md is written section by section as the check goes, so a
+# hang or a kill loses only the section that was running, and each section's full output is
+# kept in its own log beside it. Every section runs under `timeout`; progress goes to stdout.
+# The bundle's libraries are given to this project's programs only, never to PyTorch. Exit 0
+# when every section that ran passed, 1 when one failed, 2 on a usage error.
 set -u
+usage() {
+    echo "usage: gpu-check.sh tests OUT | gpu-check.sh bench OUT [standard|diff|diff2]" >&2
+    exit 2
+}
+[ $# -ge 2 ] || usage
+part=$1 out=$2 only=${3:-}
+case $part in
+    tests) [ $# -eq 2 ] || usage ;;
+    bench) [ $# -le 3 ] && [[ $only =~ ^(|standard|diff|diff2)$ ]] || usage ;;
+    *) usage ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
-report=$(realpath -m "${1:-$here/gpu-check-report.md}")
+mkdir -p "$out" || usage
+out=$(cd "$out" && pwd)
+report=$out/report.md
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cd "$work"
-mkdir -p build
-tar -xzf "$here/lib.tar.gz"  # lib/: the bundle's libraries
+tar -C "$work" -xzf "$here/lib.tar.gz"  # lib/: the bundle's libraries
 
 # CUDA's libraries: the toolkit's, else those of the CUDA wheels a PyTorch install carries
 dirs=""
@@ -25,79 +40,125 @@ for d in ${CUDA_HOME:+$CUDA_HOME/lib64} /usr/local/cuda/lib64 /usr/local/cuda/ta
     [ -d "$d" ] && dirs="$dirs:$d"
 done
 wheels=$(python3 -c 'import nvidia, os; print(":".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in sorted(os.listdir(p))))' 2>/dev/null)
-export LD_LIBRARY_PATH="$work/lib$dirs${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+libpath="$work/lib$dirs${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+project() { LD_LIBRARY_PATH="$libpath" "$@"; }  # this project's programs, and a sanitizer running one
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+if command -v timeout >/dev/null; then limited() { timeout --kill-after=10 "$@"; }; else limited() { shift; "$@"; }; fi
 
-failed=0
+passed=0 failed=0 skipped=0 n=0
+say() { echo "[gpu-check $part] $*"; }
 {
-    echo "# GPU check of difftx $(cat "$here/COMMIT")"
+    echo "# GPU check ($part) of difftx $(cat "$here/COMMIT")"
     echo
     echo "- date: $(date -u +%Y-%m-%dT%H:%MZ), host $(hostname), $(nproc) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS"
-    echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+    echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -3 | tr '\n' ';')"
+    command -v timeout >/dev/null || echo "- no \`timeout\` on this machine: sections run without their time limits"
     echo
 } >"$report"
 
-section() {  # TITLE COMMAND...: runs it, its output in the report; fails the check unless it ends "N passed, 0 failed"
-    local title=$1 start=$SECONDS
-    shift
-    local out
-    out=$("$@" 2>&1)
-    local rc=$?
+# section TITLE LIMIT_S PASS COMMAND...: runs COMMAND under the limit, its output in a log of its
+# own; PASS is grep -E patterns, one per line, the output must all hold (besides exit 0). The report gets a
+# "running" line first, so a check killed here shows where it stopped.
+section() {
+    local title=$1 limit=$2 pass=$3 start=$SECONDS rc verdict
+    shift 3
+    n=$((n + 1))
+    local log="$out/$(printf '%02d' $n)-$(tr -c 'a-zA-Z0-9\n' '-' <<<"${title%%(*}" | tr -s '-' | sed 's/-$//').log"
+    say "$title: running (limit $limit s)"
+    printf '## %s\n\nrunning since %s (limit %s s) ...\n' "$title" "$(date -u +%H:%M:%SZ)" "$limit" >>"$report"
+    limited "$limit" "$@" >"$log" 2>&1
+    rc=$?
+    local held=1 p
+    while IFS= read -r p; do grep -qE -- "$p" "$log" || held=0; done <<<"$pass"
+    if [ $rc -eq 0 ] && [ $held -eq 1 ]; then
+        verdict=passed
+        passed=$((passed + 1))
+    else
+        verdict=FAILED
+        [ $rc -eq 124 ] || [ $rc -eq 137 ] && verdict="FAILED (over its $limit s limit)"
+        failed=$((failed + 1))
+    fi
     {
-        echo "## $title"
         echo
         echo '```'
-        echo "$out" | grep -v '^|'
+        grep -v '^|' "$log" | tail -40
         echo '```'
         echo
-        echo "$out" | grep '^|'
+        grep '^|' "$log"
         echo
-        echo "exit $rc, $((SECONDS - start)) s"
+        echo "**$verdict**: exit $rc, $((SECONDS - start)) s (full output: $(basename "$log"))"
         echo
     } >>"$report"
-    if [ $rc -ne 0 ] || ! grep -qE '^[0-9]+ passed, 0 failed$' <<<"$out"; then failed=1; fi
-    if grep -q "not run" <<<"$out"; then
-        echo "FAILED: $title did not run on the GPU" >>"$report"
-        failed=1
-    fi
+    say "$title: $verdict ($((SECONDS - start)) s)"
 }
 
-if ! "$here/bin/difftx" keys >/dev/null 2>&1; then
-    echo "difftx does not start: $("$here/bin/difftx" keys 2>&1 | head -3)" | tee -a "$report"
+skip() {  # TITLE REASON
+    skipped=$((skipped + 1))
+    printf '## %s\n\n**skipped**: %s\n\n' "$1" "$2" >>"$report"
+    say "$1: skipped: $2"
+}
+
+finish() {
+    printf '%d passed, %d failed, %d skipped\n' $passed $failed $skipped >>"$report"
+    say "$passed passed, $failed failed, $skipped skipped; report: $report"
+    [ $failed -eq 0 ]
+    exit $?
+}
+
+if ! project "$here/bin/difftx" keys >/dev/null 2>&1; then
+    echo "difftx does not start: $(project "$here/bin/difftx" keys 2>&1 | head -3)" | tee -a "$report"
     exit 1
 fi
-why=$("$here/bin/difftx" bench "$here/experiments/bench_standard.ini" device=cuda --steps 2 --results "$work/results" 2>&1 >/dev/null | grep -o "device 'cuda' cannot run here: .*")
+why=$(project "$here/bin/difftx" bench "$here/experiments/bench_standard.ini" device=cuda --steps 2 --results "$work/results" 2>&1 >/dev/null |
+    grep -o "device 'cuda' cannot run here: .*")
 if [ -n "$why" ]; then
     echo "no CUDA device: $why" | tee -a "$report"
     exit 1
 fi
 
-section "1. every backend operation on cuda (test_backend_ops)" "$here/bin/test_backend_ops"
-section "2-3. the model on cuda against cpu, training, repeat, resume (test_devices)" "$here/bin/test_devices"
+if [ "$part" = tests ]; then
+    ok='^[0-9]+ passed, 0 failed$'
+    section "every backend operation on cuda (test_backend_ops --backend cuda)" 120 "$ok" \
+        project "$here/bin/test_backend_ops" --backend cuda
+    section "the model on cuda against cpu: gradients, AdamW, training, repeat, resume (test_devices)" 180 "$ok
+^devices: cpu and cuda \(" project "$here/bin/test_devices"
+    sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" 2>/dev/null)
+    for tool in memcheck racecheck synccheck; do
+        if [ -z "$sanitizer" ]; then
+            skip "compute-sanitizer $tool" "compute-sanitizer not found (PATH, CUDA_HOME/bin, /usr/local/cuda/bin)"
+            continue
+        fi
+        section "compute-sanitizer $tool on test_backend_ops --backend cuda --small" 150 "ERROR SUMMARY: 0 errors
+$ok" \
+            project "$sanitizer" --tool $tool --error-exitcode 3 "$here/bin/test_backend_ops" --backend cuda --small
+    done
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    if [ "$gpus" -lt 2 ]; then
+        skip "two ranks summing gradients through NCCL" "it needs two GPUs; this machine has $gpus"
+    elif ! command -v mpirun >/dev/null; then
+        skip "two ranks summing gradients through NCCL" "it needs mpirun (Open MPI) on this machine"
+    else
+        section "two ranks summing gradients through NCCL (mpirun -np 2 difftx bench device=cuda)" 180 "tokens/s" \
+            project mpirun -np 2 -x LD_LIBRARY_PATH "$here/bin/difftx" bench "$here/experiments/bench_standard.ini" device=cuda \
+            --steps 4 --results "$work/nccl"
+    fi
+    finish
+fi
 
-{
-    echo "## 4. bench (difftx bench device=cuda; PyTorch on the same GPU)"
-    echo
-    echo '```'
-} >>"$report"
-bench() {  # LABEL VARIANT L C H D T B V
+# bench LABEL VARIANT L C H D T B V: difftx, then PyTorch on the same model and GPU
+bench() {
     local label=$1 variant=$2 L=$3 C=$4 H=$5 D=$6 T=$7 B=$8 V=$9 recipe=bench_standard.ini norm=false
+    [ -z "$only" ] || [ "$only" = "$variant" ] || return 0
     [ "$variant" = diff ] && recipe=bench_diff.ini norm=true
-    echo "-- $label $variant"
-    "$here/bin/difftx" bench "$here/experiments/$recipe" device=cuda attention="$variant" head_norm=$norm n_layer="$L" d_model="$C" \
-        n_head="$H" head_dim="$D" seq_len="$T" batch_size="$B" --vocab "$V" --steps 11 --results "$work/results" 2>&1
-    python3 "$here/bench_torch_gpu.py" "$variant" "$L" "$C" "$H" "$D" "$T" "$B" "$V" 11 2>&1 | grep -E "^pytorch|Error"
+    section "$label, $variant: difftx" 150 "tokens/s" project "$here/bin/difftx" bench "$here/experiments/$recipe" device=cuda \
+        attention="$variant" head_norm=$norm n_layer="$L" d_model="$C" n_head="$H" head_dim="$D" seq_len="$T" batch_size="$B" \
+        --vocab "$V" --steps 11 --results "$work/results"
+    section "$label, $variant: PyTorch" 150 "^pytorch" python3 "$here/bench_torch_gpu.py" "$variant" "$L" "$C" "$H" "$D" "$T" "$B" "$V" 11
 }
-{
-    bench "bench shape" standard 6 256 8 32 256 16 4096
-    bench "bench shape" diff 6 256 4 32 256 16 4096
-    bench "bench shape" diff2 6 256 8 32 256 16 4096
-    bench "124M shape" standard 12 768 12 64 1024 8 50304
-    bench "124M shape" diff 12 768 6 64 1024 8 50304
-    bench "124M shape" diff2 12 768 12 64 1024 8 50304
-} >>"$report" 2>&1
-echo '```' >>"$report"
-echo >>"$report"
-if [ $failed -eq 0 ]; then echo "**GPU check passed.**" >>"$report"; else echo "**GPU check FAILED.**" >>"$report"; fi
-cat "$report"
-exit $failed
+bench "bench shape" standard 6 256 8 32 256 16 4096
+bench "bench shape" diff 6 256 4 32 256 16 4096
+bench "bench shape" diff2 6 256 8 32 256 16 4096
+bench "124M shape" standard 12 768 12 64 1024 8 50304
+bench "124M shape" diff 12 768 6 64 1024 8 50304
+bench "124M shape" diff2 12 768 12 64 1024 8 50304
+finish

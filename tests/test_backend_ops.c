@@ -586,8 +586,46 @@ static void test_optimizer(size_t n) {
     be->release(d_x); be->release(d_g); be->release(d_m); be->release(d_v);
 }
 
-int main(void) {
+// The table is whole, a missing operation is named, and supports() answers before a run:
+// the CPU takes every shape, the CUDA kernels (on a GPU or emulated) refuse what their
+// registers and grid cannot hold
+static void test_table(void) {
+    CHECK(backend_missing_entry(be) == NULL, "%s: every operation of the table is there", be->name);
+    Backend broken = *be;
+    broken.attention_maps = NULL;
+    const char* missing = backend_missing_entry(&broken);
+    CHECK(missing && strcmp(missing, "attention_maps") == 0, "%s without attention_maps: the missing entry is named (%s)", be->name,
+          missing ? missing : "none");
+    AttnShape s = attention_shape(&ATTN_VARIANTS[ATTN_DIFF], 2, 128);
+    s.B = 4;
+    s.T = 2048;
+    const char* why = NULL;
+    CHECK(be->supports(&s, &why), "%s supports DIFF at head dim 128, T 2048 (%s)", be->name, why ? why : "");
+    s.D = 256;
+    why = NULL;
+    int wide = be->supports(&s, &why);
+    if (strncmp(be->name, "cuda", 4) == 0) {
+        CHECK(!wide && why && strstr(why, "head_dim up to 128, not 256"), "%s refuses head dim 256 saying why (%s)", be->name,
+              why ? why : "no reason");
+    } else {
+        CHECK(wide, "%s supports head dim 256", be->name);
+    }
+}
+
+// usage: test_backend_ops [--backend NAME] [--small]. --backend runs that backend alone and
+// fails when it cannot run here; --small leaves out the widest and longest attention shapes
+// (for compute-sanitizer, whose racecheck is slow)
+int main(int argc, char** argv) {
+    const char* only = NULL;
+    int small = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) only = argv[++i];
+        else if (strcmp(argv[i], "--small") == 0) small = 1;
+        else die("test_backend_ops: unknown argument '%s' (usage: test_backend_ops [--backend NAME] [--small])", argv[i]);
+    }
+    if (only) backend_named(only);  // dies saying why when it cannot run here
     for (int b = 0; b < backend_count(); b++) {
+        if (only && strcmp(backend_at(b)->name, only) != 0) continue;
         const char* why = backend_unusable(backend_at(b)->name);
         if (why) {  // a CUDA build on a machine without a GPU: said, so a GPU check can refuse it
             printf("backend %s: not run: %s\n", backend_at(b)->name, why);
@@ -595,6 +633,7 @@ int main(void) {
         }
         be = backend_named(backend_at(b)->name);
         int before = checks_passed + checks_failed;
+        test_table();
         test_buffers();
         test_matmul(1, 1, 1);
         test_matmul(7, 13, 5);
@@ -627,6 +666,7 @@ int main(void) {
             test_attention(k, 1, 80, 2, 8, 30, row6);
             // the widths and lengths of real models: head dim 64 at T = 1024, head dim 128
             // (DIFF's values 256 wide), each where the backend supports it
+            if (small) continue;
             test_attention(k, 1, 1024, 1, 64, 0, none);
             test_attention(k, 2, 70, 1, 128, 0, none);
         }

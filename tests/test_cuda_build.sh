@@ -72,9 +72,22 @@ expect "the bundle's difftx starts with the system's libraries hidden" hidden bu
 if [ $gpu -eq 0 ]; then
     expect_fail "the bundle's difftx says no CUDA device, libraries hidden" "device 'cuda' cannot run here: no CUDA device" \
         hidden build/gpu-bundle/bin/difftx bench build/gpu-bundle/experiments/bench_standard.ini device=cuda --steps 2 --results "$work/r"
-    out=$(build/gpu-bundle/gpu-check.sh "$work/report.md" 2>&1)
-    rc=$?
-    expect "gpu-check.sh without a GPU exits 1 saying no CUDA device (exit $rc)" test $rc -eq 1 -a -n "$(grep 'no CUDA device' <<<"$out")"
-    expect "gpu-check.sh writes its report even then" grep -q "no CUDA device" "$work/report.md"
+    for part in tests bench; do
+        out=$(build/gpu-bundle/gpu-check.sh $part "$work/check-$part" 2>&1)
+        rc=$?
+        expect "gpu-check.sh $part without a GPU exits 1 saying no CUDA device (exit $rc)" test $rc -eq 1 -a -n "$(grep 'no CUDA device' <<<"$out")"
+        expect "gpu-check.sh $part writes its report in the folder it is given even then" grep -q "no CUDA device" "$work/check-$part/report.md"
+    done
+fi
+for args in "" "tests" "all $work/x" "tests $work/x extra" "bench $work/x tpu"; do
+    expect_fail "gpu-check.sh ${args:-with no arguments} is a usage error" "usage: gpu-check.sh tests OUT" build/gpu-bundle/gpu-check.sh $args
+done
+expect "gpu-check.sh gives the bundle's libraries to the project's programs only, never to PyTorch" \
+    test "$(grep -c 'LD_LIBRARY_PATH=' build/gpu-bundle/gpu-check.sh)" = 1 -a -z "$(grep -n '^export LD_LIBRARY_PATH' build/gpu-bundle/gpu-check.sh)"
+expect "every gpu-check.sh section runs under its time limit" grep -q 'limited "$limit" "$@"' build/gpu-bundle/gpu-check.sh
+ops_args=$(build/cuda/test_backend_ops --backend cuda 2>&1)
+rc=$?
+if [ $gpu -eq 0 ]; then
+    expect "test_backend_ops --backend cuda fails without a GPU, saying why (exit $rc)" test $rc -ne 0 -a -n "$(grep "no CUDA device" <<<"$ops_args")"
 fi
 summary

@@ -44,6 +44,13 @@ static double cpu_matmul_rate(void) {
     return 2.0 * n * n * (double)n / best / 1e9;
 }
 
+// every shape: the CPU kernels have no head-dim or grid limits, and memory is checked by the caller
+static int cpu_supports(const AttnShape* s, const char** why) {
+    (void)s;
+    (void)why;
+    return 1;
+}
+
 static double cpu_peak(char* how, size_t n) { return cpu_peak_rate(omp_get_max_threads(), how, n); }
 
 static const Backend CPU = {
@@ -71,6 +78,7 @@ static const Backend CPU = {
     .embedding_backward = cpu_embedding_backward,
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = cpu_crossentropy_backward,
+    .supports = cpu_supports,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .attention_maps = cpu_attention_maps,

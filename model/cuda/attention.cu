@@ -14,16 +14,18 @@
 // accumulate P V with lanes over output columns. Head widths up to ATT_MAX_D (Dv up to
 // 2 ATT_MAX_D) fit the registers.
 //
-// With a hook the call runs staged through the host on the CPU backend's kernel, so the hook
+// With a hook the call runs staged through the host on the CPU backend's table entry, so the hook
 // sees host memory, one block at a time (backend.h); attention maps are materialized on the
 // GPU (cuBLAS for Q K^T, row kernels for quantization and softmax).
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+#include <algorithm>
 
 #include "cuda.h"
 
 extern "C" {
-#include "../cpu/cpu.h"
 #include "../util.h"
 }
 
@@ -47,7 +49,7 @@ struct Geo {
     float scale;     // 1 / sqrt(D)
 };
 
-static Geo geo_of(const AttnShape* s) {
+static Geo geo_fields(const AttnShape* s) {
     Geo g;
     g.B = s->B; g.T = s->T; g.H = s->H; g.D = s->D; g.M = s->M; g.q0 = s->q0;
     g.Dv = attention_value_width(s);
@@ -57,13 +59,19 @@ static Geo geo_of(const AttnShape* s) {
     g.shared_kv = s->shared_kv;
     g.quant_levels = logit_quant_levels(s->quant.bits);
     g.scale = 1.0f / sqrtf((float)s->D);
-    if (g.D > ATT_MAX_D) die("the CUDA attention kernel takes head_dim up to %d, not %d", ATT_MAX_D, g.D);
-    // the grids' y dimension counts (sequence, head, map) triples
-    if ((long)g.B * g.H * g.M > 65535) {
-        die("the CUDA attention kernels take up to 65535 sequences x heads x maps per call, not %ld: lower batch_size",
-            (long)g.B * g.H * g.M);
-    }
     return g;
+}
+
+static size_t forward_smem(const Geo& g);
+static size_t dq_smem(const Geo& g);
+static size_t dkv_smem(const Geo& g);
+
+// The geometry of a shape this backend supports (cuda_attention_supports, asked when a model is
+// built); any other reaching a kernel is a caller's error
+static Geo geo_of(const AttnShape* s) {
+    const char* why;
+    if (!cuda_attention_supports(s, &why)) die("%s", why);
+    return geo_fields(s);
 }
 
 // the qkv column offsets of attention.h, on the device
@@ -290,7 +298,7 @@ static void staged_forward(float* y, float* lse, const float* qkv, const float* 
     HostAttention h = {host_copy(qkv, n_qkv), (float*)mallocCheck(n_y * sizeof(float) + 1),
                        lse ? (float*)mallocCheck(n_lse * sizeof(float)) : NULL, NULL, NULL, 0.0f, 0.0f};
     if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
-    cpu_attention_forward(h.y, h.lse, h.qkv, &h.lambda, s, hook);
+    backend_named("cpu")->attention_forward(h.y, h.lse, h.qkv, &h.lambda, s, hook);
     cuda_upload(y, h.y, n_y * sizeof(float));
     if (lse) cuda_upload(lse, h.lse, n_lse * sizeof(float));
     free(h.qkv);
@@ -305,7 +313,7 @@ static void staged_backward(float* dqkv, float* dlambda, const float* dy, const 
     HostAttention h = {host_copy(qkv, n_qkv), NULL, host_copy(lse, n_lse), host_copy(dy, n_y),
                        (float*)mallocCheck(n_qkv * sizeof(float)), 0.0f, 0.0f};
     if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
-    cpu_attention_backward(h.dqkv, dlambda ? &h.dlambda : NULL, h.dy, h.qkv, h.lse, &h.lambda, s, hook);
+    backend_named("cpu")->attention_backward(h.dqkv, dlambda ? &h.dlambda : NULL, h.dy, h.qkv, h.lse, &h.lambda, s, hook);
     cuda_upload(dqkv, h.dqkv, n_qkv * sizeof(float));
     if (dlambda) cuda_upload(dlambda, &h.dlambda, sizeof(float));
     free(h.qkv);
@@ -567,6 +575,27 @@ static size_t dq_smem(const Geo& g) {
 static size_t dkv_smem(const Geo& g) {
     return sizeof(float) * ((size_t)ATT_BKB * g.M * g.D + (size_t)ATT_BKB * g.Dv + (size_t)g.M * 32 * (g.D + 1) +
                             (size_t)32 * (g.Dv + 1) + (size_t)(3 * g.M + 1) * 32);
+}
+
+// The kernels' limits: head widths up to ATT_MAX_D (registers), sequences x heads x maps up to
+// the grid's 65535 in y, and the shared memory of the largest kernel within the device's
+int cuda_attention_supports(const AttnShape* s, const char** why) {
+    static char msg[256];
+    Geo g = geo_fields(s);
+    size_t smem = std::max(forward_smem(g), std::max(dq_smem(g), dkv_smem(g)));
+    if (g.D > ATT_MAX_D) {
+        snprintf(msg, sizeof(msg), "the CUDA attention kernels take head_dim up to %d, not %d", ATT_MAX_D, g.D);
+    } else if ((long)g.B * g.H * g.M > 65535) {
+        snprintf(msg, sizeof(msg), "the CUDA attention kernels take up to 65535 sequences x heads x maps per call, not %ld: "
+                 "lower batch_size", (long)g.B * g.H * g.M);
+    } else if (smem > cuda_shared_memory_limit()) {
+        snprintf(msg, sizeof(msg), "the CUDA attention kernels need %zu bytes of shared memory per block at head_dim %d, the "
+                 "device has %zu", smem, g.D, cuda_shared_memory_limit());
+    } else {
+        return 1;
+    }
+    *why = msg;
+    return 0;
 }
 
 void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse, const float* lambda,

@@ -19,6 +19,7 @@ static int device = -1;
 static cublasHandle_t cublas;
 static char description[160] = "cuda";
 static double device_bytes;
+static size_t shared_limit;
 static cudaMemPool_t pool;
 
 void cuda_check_at(cudaError_t err, const char* what, const char* src, int line) {
@@ -30,6 +31,7 @@ void cublas_check_at(cublasStatus_t status, const char* what, const char* src, i
 }
 
 cublasHandle_t cuda_cublas(void) { return cublas; }
+size_t cuda_shared_memory_limit(void) { return shared_limit; }
 
 // One device per rank on a machine (rank k of a machine takes GPU k mod count); the pool keeps
 // freed memory for reuse instead of handing it back, as a training step frees and allocates the
@@ -55,6 +57,9 @@ static const char* cuda_init(void) {
     }
     snprintf(description, sizeof(description), "cuda %.100s (sm_%d%d)", prop.name, prop.major, prop.minor);
     device_bytes = (double)prop.totalGlobalMem;
+    int optin = 0;
+    cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    shared_limit = (size_t)optin;
     cudaCheck(cudaDeviceGetDefaultMemPool(&pool, device));
     uint64_t keep = UINT64_MAX;
     cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
@@ -221,6 +226,7 @@ static Backend table(void) {
     b.embedding_backward = cuda_embedding_backward;
     b.crossentropy_forward = cuda_crossentropy_forward;
     b.crossentropy_backward = cuda_crossentropy_backward;
+    b.supports = cuda_attention_supports;
     b.attention_forward = cuda_attention_forward;
     b.attention_backward = cuda_attention_backward;
     b.attention_maps = cuda_attention_maps;

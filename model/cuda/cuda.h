@@ -32,6 +32,8 @@ void cublas_check_at(cublasStatus_t status, const char* what, const char* src, i
 // after a kernel launch: a bad launch configuration is reported where it happened
 #define cudaCheckLaunch() cuda_check_at(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 cublasHandle_t cuda_cublas(void);
+// the most shared memory one block of a kernel may use on this device (with the opt-in)
+size_t cuda_shared_memory_limit(void);
 // Device scratch of at least `bytes`, valid until the next cuda_scratch call with the same slot;
 // every operation runs on one stream in order, so reuse across operations is safe
 enum { SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_SLOTS };
@@ -62,6 +64,7 @@ void cuda_scale(float* x, size_t n, float factor);
 void cuda_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
 
 // ---- attention.cu ----
+int cuda_attention_supports(const AttnShape* s, const char** why);
 void cuda_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
 void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse,
                              const float* lambda, const AttnShape* s, HookSite hook);

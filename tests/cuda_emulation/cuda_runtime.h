@@ -48,6 +48,7 @@ typedef enum {
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
 } cudaDeviceAttr;
 
 typedef struct EmuStream* cudaStream_t;

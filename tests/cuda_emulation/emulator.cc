@@ -596,6 +596,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
         case cudaDevAttrMultiProcessorCount: *value = 1; break;
         case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
         case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = SHARED_OPT_IN_MAX; break;
         default: return cudaErrorInvalidValue;
     }
     return cudaSuccess;
