@@ -11,7 +11,7 @@
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
-PACKAGES := gcc make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev zlib1g-dev \
+PACKAGES := gcc g++ make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev zlib1g-dev \
             gnuplot-nox hdf5-tools sqlite3 strace time perl $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
@@ -145,7 +145,7 @@ train: $(B)/difftx data/default/train.bin
 	$(B)/difftx train experiments/default.ini
 	$(B)/difftx sample results/runs/default/checkpoint.h5 --prompt "The ship" --tokens 60
 
-# MPI=K: K data-parallel ranks on this machine; several machines: see the README
+# MPI=K: K data-parallel ranks on this machine; several machines: see docs/distributed.md
 MPIRUN = $(if $(MPI),mpirun -np $(MPI) $(if $(filter 0,$(shell id -u)),--allow-run-as-root) )
 
 # The paper's Table 6 from models trained here; PRESET=smoke|small|paper, SEEDS=n

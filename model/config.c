@@ -18,7 +18,7 @@ typedef struct {
     KeyType type;
     size_t offset;
     const char* choices[4];  // KEY_CHOICE: value i is stored as int i
-    const char* meaning;     // what `difftx keys` and the README say
+    const char* meaning;     // what `difftx keys` and docs/recipes.md say
     int run_setting;         // how a run is computed, not what it is: left out of config_to_text
 } Key;
 

@@ -1,5 +1,5 @@
 // Every row of the shipped recipes resolves, through the runners' own functions, to the model
-// the README's tables describe (attention, per-head norm, lambda_init, heads, width), in every
+// docs/table6.md's and docs/retrieval.md's tables describe (attention, per-head norm, lambda_init, heads, width), in every
 // preset; the head_norm default follows the variant (the paper's Transformer has none).
 #include <string.h>
 
@@ -17,7 +17,7 @@ typedef struct {
     const char* width;        // "d" or "2d" of the preset's d
 } RowSpec;
 
-// README "Table 6": the paper's seven rows and DIFF V2
+// docs/table6.md: the paper's seven rows and DIFF V2
 static const RowSpec TABLE6[] = {
     {"transformer", "standard", 0, NULL, "h", "d"},
     {"transformer_half", "standard", 0, NULL, "h/2", "2d"},
@@ -29,7 +29,7 @@ static const RowSpec TABLE6[] = {
     {"diff2", "diff2", 0, NULL, "h", "d"},
 };
 
-// README "Retrieval": standard h heads x d without per-head norm; diff h/2 heads, two d-wide maps
+// docs/retrieval.md: standard h heads x d without per-head norm; diff h/2 heads, two d-wide maps
 static const RowSpec NEEDLE[] = {
     {"standard", "standard", 0, NULL, "h", "d"},
     {"diff", "diff", 1, "schedule", "h/2", "d"},
@@ -42,7 +42,7 @@ static void check_row(const char* path, const Section* preset, const Config* cfg
     int lambda_ok = !spec->lambda_init || strcmp(cfg->lambda_init, spec->lambda_init) == 0;
     CHECK(strcmp(config_attention_name(cfg), spec->attention) == 0 && config_head_norm(cfg) == spec->head_norm && lambda_ok &&
               cfg->n_head == heads && config_head_dim(cfg) == width,
-          "%s preset %s [row %s]: %s, head_norm %d, lambda_init %s, %d heads x %d; README: %s, head_norm %d, lambda_init %s, %d x %d",
+          "%s preset %s [row %s]: %s, head_norm %d, lambda_init %s, %d heads x %d; docs: %s, head_norm %d, lambda_init %s, %d x %d",
           path, preset->name,
           spec->row, config_attention_name(cfg), config_head_norm(cfg), cfg->lambda_init, cfg->n_head, config_head_dim(cfg),
           spec->attention, spec->head_norm, lambda, heads, width);
@@ -74,7 +74,7 @@ static void test_needle(void) {
             check_row(path, &r->presets[p], &cfg, &NEEDLE[i]);
         }
     }
-    // README "Retrieval": d_model 256 with 8 x 32 and 4 x 32 heads in the default preset, 128 in short
+    // docs/retrieval.md: d_model 256 with 8 x 32 and 4 x 32 heads in the default preset, 128 in short
     static const struct { const char* preset; int d_model, heads[2], width; } WIDTHS[] = {{"default", 256, {8, 4}, 32},
                                                                                           {"short", 128, {8, 4}, 16}};
     for (size_t w = 0; w < sizeof(WIDTHS) / sizeof(WIDTHS[0]); w++) {
@@ -82,7 +82,7 @@ static void test_needle(void) {
         for (int i = 0; i < r->n_rows && i < 2; i++) {
             Config cfg = needle_row_config(r, preset, &r->rows[i], 0, path, "build/test_recipes");
             CHECK(cfg.d_model == WIDTHS[w].d_model && cfg.n_head == WIDTHS[w].heads[i] && config_head_dim(&cfg) == WIDTHS[w].width,
-                  "%s preset %s [row %s]: d_model %d, %d heads x %d (README: %d, %d x %d)", path, WIDTHS[w].preset, r->rows[i].name,
+                  "%s preset %s [row %s]: d_model %d, %d heads x %d (docs: %d, %d x %d)", path, WIDTHS[w].preset, r->rows[i].name,
                   cfg.d_model, cfg.n_head, config_head_dim(&cfg), WIDTHS[w].d_model, WIDTHS[w].heads[i], WIDTHS[w].width);
         }
     }
