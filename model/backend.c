@@ -29,13 +29,6 @@ const Backend* backend_at(int i) {
     return BUILT[i]();
 }
 
-// A backend answers its own name; the test programs built with the CUDA kernels under the CPU
-// emulation (tests/cuda_emulation) answer `cuda` with that emulation, so a config naming the
-// GPU runs its kernels there
-static int answers(const Backend* b, const char* device) {
-    return strcmp(b->name, device) == 0 || (strcmp(device, "cuda") == 0 && strcmp(b->name, "cuda-emulated") == 0);
-}
-
 // Every operation of the table, by name: a backend without one is refused when first named,
 // not when a run reaches the missing operation. The assertion keeps the list whole.
 #define ENTRY(f) {#f, offsetof(Backend, f)}
@@ -81,7 +74,7 @@ static const char* init_once(int i) {
 const char* backend_unusable(const char* device) {
     static char msg[512];
     for (int i = 0; i < N_BUILT; i++) {
-        if (!answers(BUILT[i](), device)) continue;
+        if (strcmp(BUILT[i]()->device, device) != 0) continue;
         const char* why = init_once(i);
         if (!why) return NULL;
         snprintf(msg, sizeof(msg), "device '%.40s' cannot run here: %s", device, why);
@@ -99,7 +92,7 @@ const Backend* backend_named(const char* device) {
     const char* why = backend_unusable(device);
     if (why) die("%s", why);
     for (int i = 0; i < N_BUILT; i++) {
-        if (answers(BUILT[i](), device)) return BUILT[i]();
+        if (strcmp(BUILT[i]()->device, device) == 0) return BUILT[i]();
     }
     die("device '%s': no such backend", device);
 }

@@ -64,7 +64,8 @@ typedef struct {
 } AdamWStep;
 
 typedef struct {
-    const char* name;  // what the `device` key names: "cpu", "cuda"
+    const char* name;    // the implementation: "cpu", "cuda", "cuda-emulated" (the CUDA kernels under tests/cuda_emulation)
+    const char* device;  // what the `device` key names to get it: "cpu", "cuda"
     int host_memory;   // buffers are host memory: the hook sees them without a copy
 
     // Makes the backend usable (a device context, library handles) and returns NULL, or says

@@ -95,7 +95,7 @@ static void require_support(const Model* m, int B, int T) {
     s.T = T;
     s.q0 = 0;
     const char* why;
-    if (!m->be->supports(&s, &why)) die("device '%s' cannot run this model (batch %d x context %d): %s", m->be->name, B, T, why);
+    if (!m->be->supports(&s, &why)) die("device '%s' cannot run this model (batch %d x context %d): %s", m->be->device, B, T, why);
 }
 
 void model_build(Model* m, const Config* cfg, int vocab_size) {

@@ -4,8 +4,9 @@
 # one H100:
 #   gpu-check.sh tests OUT            test_backend_ops and test_devices on cuda against the CPU;
 #                                     test_backend_ops --small under compute-sanitizer memcheck,
-#                                     racecheck and synccheck; a 2-rank NCCL run (two GPUs; with
-#                                     one it is reported as skipped, not passed)
+#                                     racecheck and synccheck; 1 and 2 ranks training the same
+#                                     model, gradients summed by NCCL (two GPUs; with one it is
+#                                     reported as skipped, not passed)
 #   gpu-check.sh bench OUT [VARIANT]  difftx bench device=cuda beside the same model in PyTorch
 #                                     on the same GPU, at the bench shape and a 124M shape, for
 #                                     standard, diff and diff2 (or VARIANT alone)
@@ -138,9 +139,8 @@ $ok" \
     elif ! command -v mpirun >/dev/null; then
         skip "two ranks summing gradients through NCCL" "it needs mpirun (Open MPI) on this machine"
     else
-        section "two ranks summing gradients through NCCL (mpirun -np 2 difftx bench device=cuda)" 180 "tokens/s" \
-            project mpirun -np 2 -x LD_LIBRARY_PATH "$here/bin/difftx" bench "$here/experiments/bench_standard.ini" device=cuda \
-            --steps 4 --results "$work/nccl"
+        section "two ranks summing gradients through NCCL (ranks_check.sh: 1 and 2 ranks, same losses)" 180 "1 and 2 ranks agree" \
+            env DIFFTX_LIBS="$libpath" "$here/ranks_check.sh" "$here/bin/difftx" cuda "$work/nccl"
     fi
     finish
 fi

@@ -21,7 +21,8 @@ done | sort -u | while read -r name path; do
 done
 tar -C "$out.tmp" -czf "$out.tmp/lib.tar.gz" lib
 rm -rf "$out.tmp/lib"
-cp experiments/bench_standard.ini experiments/bench_diff.ini "$out.tmp/experiments/"
+cp experiments/bench_standard.ini experiments/bench_diff.ini experiments/default.ini "$out.tmp/experiments/"
+cp tests/ranks_check.sh "$out.tmp/"
 cp tests/bench_torch_gpu.py "$out.tmp/"
 cp tests/gpu-check.sh "$out.tmp/gpu-check.sh"
 git describe --always --dirty --abbrev=12 >"$out.tmp/COMMIT" 2>/dev/null || echo unknown >"$out.tmp/COMMIT"

@@ -604,7 +604,7 @@ static void test_table(void) {
     s.D = 256;
     why = NULL;
     int wide = be->supports(&s, &why);
-    if (strncmp(be->name, "cuda", 4) == 0) {
+    if (strcmp(be->device, "cuda") == 0) {
         CHECK(!wide && why && strstr(why, "head_dim up to 128, not 256"), "%s refuses head dim 256 saying why (%s)", be->name,
               why ? why : "no reason");
     } else {
@@ -612,7 +612,7 @@ static void test_table(void) {
     }
 }
 
-// usage: test_backend_ops [--backend NAME] [--small]. --backend runs that backend alone and
+// usage: test_backend_ops [--backend DEVICE] [--small]. --backend runs the backend a device names (cpu, cuda) alone and
 // fails when it cannot run here; --small leaves out the widest and longest attention shapes
 // (for compute-sanitizer, whose racecheck is slow)
 int main(int argc, char** argv) {
@@ -621,17 +621,17 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--small") == 0) small = 1;
-        else die("test_backend_ops: unknown argument '%s' (usage: test_backend_ops [--backend NAME] [--small])", argv[i]);
+        else die("test_backend_ops: unknown argument '%s' (usage: test_backend_ops [--backend DEVICE] [--small])", argv[i]);
     }
     if (only) backend_named(only);  // dies saying why when it cannot run here
     for (int b = 0; b < backend_count(); b++) {
-        if (only && strcmp(backend_at(b)->name, only) != 0) continue;
-        const char* why = backend_unusable(backend_at(b)->name);
+        if (only && strcmp(backend_at(b)->device, only) != 0) continue;
+        const char* why = backend_unusable(backend_at(b)->device);
         if (why) {  // a CUDA build on a machine without a GPU: said, so a GPU check can refuse it
             printf("backend %s: not run: %s\n", backend_at(b)->name, why);
             continue;
         }
-        be = backend_named(backend_at(b)->name);
+        be = backend_named(backend_at(b)->device);
         int before = checks_passed + checks_failed;
         test_table();
         test_buffers();

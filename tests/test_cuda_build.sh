@@ -85,6 +85,12 @@ done
 expect "gpu-check.sh gives the bundle's libraries to the project's programs only, never to PyTorch" \
     test "$(grep -c 'LD_LIBRARY_PATH=' build/gpu-bundle/gpu-check.sh)" = 1 -a -z "$(grep -n '^export LD_LIBRARY_PATH' build/gpu-bundle/gpu-check.sh)"
 expect "every gpu-check.sh section runs under its time limit" grep -q 'limited "$limit" "$@"' build/gpu-bundle/gpu-check.sh
+# the GPU check's NCCL section is the bundle's ranks_check.sh on cuda; here it runs on the CPU
+# (MPI sums the gradients), so the script is held to its word without two GPUs
+if command -v mpirun >/dev/null; then
+    rc_out=$(OMP_NUM_THREADS=1 build/gpu-bundle/ranks_check.sh build/difftx cpu "$work/ranks" 2>&1)
+    expect "the bundle's ranks_check.sh: 1 and 2 ranks on the cpu agree ($(grep relative <<<"$rc_out"))" grep -q "1 and 2 ranks agree" <<<"$rc_out"
+fi
 ops_args=$(build/cuda/test_backend_ops --backend cuda 2>&1)
 rc=$?
 if [ $gpu -eq 0 ]; then

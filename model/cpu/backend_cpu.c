@@ -55,6 +55,7 @@ static double cpu_peak(char* how, size_t n) { return cpu_peak_rate(omp_get_max_t
 
 static const Backend CPU = {
     .name = "cpu",
+    .device = "cpu",
     .host_memory = 1,
     .init = cpu_init,
     .device_name = cpu_device_name,

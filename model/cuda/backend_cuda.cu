@@ -203,6 +203,7 @@ static Backend table(void) {
     Backend b;
     memset(&b, 0, sizeof(b));
     b.name = CUDA_BACKEND_NAME;
+    b.device = "cuda";
     b.host_memory = 0;
     b.init = cuda_init;
     b.device_name = cuda_device_name;

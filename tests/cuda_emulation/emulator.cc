@@ -480,7 +480,7 @@ void emu_run_grid(const EmuLaunchConfig& cfg, const std::function<void()>& kerne
         dynamic_shared.region = guarded_alloc(cfg.dynamic_shared, what, false);
     }
     int n = (int)(cfg.block.x * cfg.block.y * cfg.block.z);
-    fibers.assign(n, Fiber());
+    fibers.resize(n);  // each block starts them afresh
     feclearexcept(FE_ALL_EXCEPT);
     feenableexcept(FE_INVALID);
     blocks_running = true;
@@ -541,28 +541,26 @@ void emu_run_grid(const EmuLaunchConfig& cfg, const std::function<void()>& kerne
 }
 
 // ---- the runtime API ----
-static const char* ERROR_NAMES[][2] = {
-    {"cudaSuccess", "no error"},
-    {"cudaErrorInvalidValue", "invalid argument"},
-    {"cudaErrorMemoryAllocation", "out of memory"},
-    {"cudaErrorInvalidConfiguration", "invalid configuration argument"},
-    {"cudaErrorInvalidDevicePointer", "invalid device pointer"},
-    {"cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
-    {"cudaErrorNoDevice", "no CUDA-capable device is detected"},
+static const struct {
+    cudaError_t code;
+    const char *name, *text;
+} ERRORS[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
 };
-static int error_index(cudaError_t err) {
-    switch (err) {
-        case cudaSuccess: return 0;
-        case cudaErrorInvalidValue: return 1;
-        case cudaErrorMemoryAllocation: return 2;
-        case cudaErrorInvalidConfiguration: return 3;
-        case cudaErrorInvalidDevicePointer: return 4;
-        case cudaErrorInvalidMemcpyDirection: return 5;
-        default: return 6;
+static size_t error_index(cudaError_t err) {
+    for (size_t i = 0; i < sizeof(ERRORS) / sizeof(ERRORS[0]); i++) {
+        if (ERRORS[i].code == err) return i;
     }
+    return 1;
 }
-const char* cudaGetErrorString(cudaError_t err) { return ERROR_NAMES[error_index(err)][1]; }
-const char* cudaGetErrorName(cudaError_t err) { return ERROR_NAMES[error_index(err)][0]; }
+const char* cudaGetErrorString(cudaError_t err) { return ERRORS[error_index(err)].text; }
+const char* cudaGetErrorName(cudaError_t err) { return ERRORS[error_index(err)].name; }
 cudaError_t cudaGetLastError(void) {
     cudaError_t err = last_error;
     last_error = cudaSuccess;
