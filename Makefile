@@ -6,7 +6,8 @@
 #   make table6 | table2 | fig5 | table3 | table5 | fig8   the paper's tables and figures from models trained here
 # MPI=K runs the table and figure targets as K data-parallel ranks (mpirun -np K); NO_MPI=1
 # builds a program without MPI, which then always runs as one process.
-# CUDA=1 builds build/cuda/difftx with the CUDA backend beside the CPU one (docs/gpu.md);
+# CUDA=1 builds build/cuda/difftx with the CUDA backend beside the CPU one (docs/gpu.md), and
+# the training and table targets then run on the GPU (DEVICE=cpu keeps them on the CPU);
 # make gpu-bundle packs it with its tests and libraries for a GPU machine without them.
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
@@ -141,9 +142,11 @@ data/default/train.bin: data/fetch_corpus.sh | $(B)/difftx
 	$(B)/difftx prepare --vocab 4096 data/default data/corpus
 data: data/default/train.bin
 
+# where the targets below compute: the GPU in the CUDA build, else the CPU
+DEVICE ?= $(if $(CUDA),cuda,cpu)
 train: $(B)/difftx data/default/train.bin
-	$(B)/difftx train experiments/default.ini
-	$(B)/difftx sample results/runs/default/checkpoint.h5 --prompt "The ship" --tokens 60
+	$(B)/difftx train experiments/default.ini device=$(DEVICE)
+	$(B)/difftx sample results/runs/default/checkpoint.h5 --prompt "The ship" --tokens 60 --device $(DEVICE)
 
 # MPI=K: K data-parallel ranks on this machine; several machines: see docs/distributed.md
 MPIRUN = $(if $(MPI),mpirun -np $(MPI) $(if $(filter 0,$(shell id -u)),--allow-run-as-root) )
@@ -152,7 +155,7 @@ MPIRUN = $(if $(MPI),mpirun -np $(MPI) $(if $(filter 0,$(shell id -u)),--allow-r
 PRESET ?= small
 SEEDS ?= 1
 table6: $(B)/difftx data/default/train.bin
-	$(MPIRUN)$(B)/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS)
+	$(MPIRUN)$(B)/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS) device=$(DEVICE)
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
 # attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|short|medium|default, SEEDS=n models
@@ -160,12 +163,12 @@ table6: $(B)/difftx data/default/train.bin
 # and medium 25 under OpenBLAS's Haswell kernel; short 9 under Cooperlake, 16-17 under Haswell).
 NEEDLE_PRESET ?= default
 table2 fig5 table3 fig8: $(B)/difftx data/default/train.bin
-	$(MPIRUN)$(B)/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS) --task $@
+	$(MPIRUN)$(B)/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS) --task $@ device=$(DEVICE)
 
 # Activation outliers (Table 5) of Table 6's transformer and diff rows (PRESET) and the needle
 # models (NEEDLE_PRESET), each trained first if it is not yet
 table5: $(B)/difftx data/default/train.bin
-	$(MPIRUN)$(B)/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET) --seeds $(SEEDS)
+	$(MPIRUN)$(B)/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET) --seeds $(SEEDS) device=$(DEVICE)
 
 # The CUDA build, whenever a toolkit is found, so that a CUDA compile or link error fails the
 # tests; its programs run in tests/test_cuda_build.sh
