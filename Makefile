@@ -57,12 +57,17 @@ else
 B := build
 CFLAGS ?= -O3 $(ARCH)
 endif
+# Each object's header dependencies are the compiler's own list (-MMD, a .d file beside the
+# object), so a header change rebuilds what includes it and nothing else; -MP keeps a removed
+# header from stopping the build (the lists are included at the end of this file). Part of
+# the build's switches, so objects built before the lists were are rebuilt once.
+DEPFLAGS = -MMD -MP
 # The build's switches are part of its identity: $(B)/flags.txt is rewritten when they change
 # (PORTABLE=1, NO_MPI=1, CFLAGS, CUDA_ARCH after a build with others), and every object depends
 # on it, so the build is redone rather than reported up to date
-BUILD_SWITCHES := $(CC) $(CFLAGS) $(if $(NO_MPI),NO_MPI=1) $(if $(CUDA),CUDA_ARCH=$(CUDA_ARCH))
+BUILD_SWITCHES := $(CC) $(CFLAGS) $(DEPFLAGS) $(if $(NO_MPI),NO_MPI=1) $(if $(CUDA),CUDA_ARCH=$(CUDA_ARCH))
 $(shell mkdir -p $(B) && (echo '$(BUILD_SWITCHES)' | cmp -s - $(B)/flags.txt || echo '$(BUILD_SWITCHES)' > $(B)/flags.txt))
-CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"' $(if $(CUDA),-DDIFFTX_CUDA)
+CFLAGS += $(DEPFLAGS) -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"' $(if $(CUDA),-DDIFFTX_CUDA)
 LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
@@ -77,7 +82,6 @@ EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c e
                experiments/runs.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
-HEADERS := $(wildcard model/*.h model/cpu/*.h model/cuda/*.h data/*.h eval/*.h experiments/*.h tests/*.h)
 TESTS := test_blas_kernel test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
 .PHONY: browser-deps all help deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
@@ -103,15 +107,15 @@ build/deps.stamp:
 	@touch $@
 deps: build/deps.stamp
 
-$(B)/obj/%.o: %.c $(HEADERS) $(B)/flags.txt | build/deps.stamp
+$(B)/obj/%.o: %.c $(B)/flags.txt | build/deps.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 $(B)/obj/model/cpu/vecmath.o: CFLAGS += -ffast-math
 # sqrtf without the errno check that keeps AdamW's loop scalar (sqrt is exact either way)
 $(B)/obj/model/cpu/optim.o $(B)/obj/model/cpu/layers.o $(B)/obj/model/cpu/attention.o: CFLAGS += -fno-math-errno
-$(B)/obj/%.o: %.cu $(HEADERS) $(B)/flags.txt | build/deps.stamp
+$(B)/obj/%.o: %.cu $(B)/flags.txt | build/deps.stamp
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(DEPFLAGS) -MF $(@:.o=.d) -c -o $@ $<
 
 # these files record the commit: build/commit.txt is rewritten, while make reads this file, only
 # when `git describe` changes, so they are rebuilt then and a build that is up to date plans
@@ -182,21 +186,20 @@ cuda-build:
 # of the backend and device tests. Not under SANITIZE: the sanitizers cannot follow a
 # program that switches between its own thread stacks.
 EMU := $(B)/emu
-EMU_CXXFLAGS = -std=c++17 -O2 $(ARCH) -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas $(PKG_CFLAGS) -UDIFFTX_MPI \
+EMU_CXXFLAGS = $(DEPFLAGS) -std=c++17 -O2 $(ARCH) -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas $(PKG_CFLAGS) -UDIFFTX_MPI \
                -DDIFFTX_CUDA_ARCH=90 -DCUDA_BACKEND_NAME='"cuda-emulated"' -I tests/cuda_emulation -iquote model/cuda
-EMU_HEADERS := $(wildcard tests/cuda_emulation/*.h)
 EMU_OBJS := $(EMU)/obj/emulator.o $(EMU)/obj/backend.o $(patsubst model/cuda/%.cu,$(EMU)/obj/%.o,$(wildcard model/cuda/*.cu))
 EMU_PROGRAMS := $(EMU)/test_backend_ops $(EMU)/test_devices
 $(EMU)/src/%.cc: model/cuda/%.cu tests/cuda_emulation/translate.sh
 	@mkdir -p $(dir $@)
 	tests/cuda_emulation/translate.sh $< $@
-$(EMU)/obj/%.o: $(EMU)/src/%.cc $(EMU_HEADERS) $(HEADERS) $(B)/flags.txt
+$(EMU)/obj/%.o: $(EMU)/src/%.cc $(B)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
-$(EMU)/obj/emulator.o: tests/cuda_emulation/emulator.cc $(EMU_HEADERS) $(B)/flags.txt
+$(EMU)/obj/emulator.o: tests/cuda_emulation/emulator.cc $(B)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
-$(EMU)/obj/backend.o: model/backend.c $(HEADERS) $(B)/flags.txt
+$(EMU)/obj/backend.o: model/backend.c $(B)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DDIFFTX_CUDA -c -o $@ $<
 EMU_LINKED := $(filter-out $(B)/obj/model/backend.o,$(OBJS))
@@ -215,7 +218,7 @@ $(EMU)/defect/%/attention.cc: model/cuda/attention.cu tests/cuda_emulation/plant
 	@mkdir -p $(dir $@)
 	tests/cuda_emulation/plant.sh $* $< $(dir $@)attention.cu
 	tests/cuda_emulation/translate.sh $(dir $@)attention.cu $@
-$(EMU)/defect/%/attention.o: $(EMU)/defect/%/attention.cc $(EMU_HEADERS) $(HEADERS) $(B)/flags.txt
+$(EMU)/defect/%/attention.o: $(EMU)/defect/%/attention.cc $(B)/flags.txt
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
 $(EMU)/defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/defect/%/attention.o \
                                   $(filter-out $(EMU)/obj/attention.o,$(EMU_OBJS)) $(EMU_LINKED)
@@ -262,3 +265,9 @@ help:
 
 clean:
 	rm -rf build
+
+# the header dependencies the compiler wrote (DEPFLAGS), one list per object; last, so that no
+# rule of theirs becomes the default goal
+DEP_FILES := $(patsubst %.o,%.d,$(OBJS) $(B)/obj/difftx.o $(patsubst %,$(B)/obj/tests/%.o,$(TESTS) write_fixture) \
+               $(EMU_OBJS) $(EMU)/obj/selftest.o $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/attention.o))
+-include $(wildcard $(DEP_FILES))

@@ -9,7 +9,8 @@
 # Then every `make` command the README and docs/ show is run as a user types it in a copy of the
 # tracked files (a clean clone's tree, with this checkout's edits): `make help` for real, the
 # others as `make -n` (they train for minutes to hours), each of which must plan without error;
-# `make CUDA=1` and `make gpu-bundle` where no nvcc is found must say so.
+# `make CUDA=1` and `make gpu-bundle` where no nvcc is found must say so. A changed header
+# rebuilds the objects that include it and no others (the compiler's -MMD lists).
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
@@ -41,6 +42,11 @@ expect "make -n table6 after a build plans the table only (plan: $(tr '\n' ';' <
 plan=$(make --no-print-directory -n -W build/difftx data/default/train.bin 2>&1)
 expect "a newer program does not prepare the corpus again ($(tr '\n' ';' <<<"$plan"))" grep -qE "is up to date|Nothing to be done" <<<"$plan"
 expect "make -q says the program is up to date" make -q build/difftx
+plan=$(make --no-print-directory -n -W data/tokenizer.h build/difftx 2>&1)
+expect "a changed header rebuilds the objects that include it (data/tokenizer.h: tokenizer.o)" \
+    grep -q -- "-o build/obj/data/tokenizer.o " <<<"$plan"
+expect "and no other (data/tokenizer.h: nothing of model/ rebuilt; plan: $(grep -o -- '-o build/obj/[^ ]*' <<<"$plan" | tr '\n' ' '))" \
+    test -z "$(grep -- "-o build/obj/model/" <<<"$plan")"
 if [ -n "$made" ]; then
     remove_stand_in
     TEST_MAKE_HOLD=1 bash tests/test_make.sh > /dev/null 2>&1 &
