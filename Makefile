@@ -73,8 +73,9 @@ LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
 # experiments/, and the command line difftx.c.
 BACKENDS := model/cpu/backend_cpu.c model/cpu/blas_kernel.c model/cpu/blas_memory.c model/cpu/peak.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
-MODEL := model/util.c model/h5.c model/recipe_format.c model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
-         model/checkpoint.c model/safetensors.c model/dist.c $(BACKENDS)
+BASE := model/base/util.c model/base/h5.c model/base/recipe_format.c model/base/dist.c
+MODEL := $(BASE) model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
+         model/checkpoint.c model/safetensors.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \

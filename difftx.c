@@ -25,11 +25,11 @@
 #include "experiments/train.h"
 #include "model/backend.h"
 #include "model/checkpoint.h"
-#include "model/dist.h"
+#include "model/base/dist.h"
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/safetensors.h"
-#include "model/util.h"
+#include "model/base/util.h"
 
 // The usage a mistake prints: while a subcommand runs, its own (run_command sets it)
 static char USAGE[8192];
@@ -55,20 +55,15 @@ static void bad_option(char** argv, const struct option* opts) {
     die("unknown option '%s'\n%s", word, USAGE);
 }
 
-// Stops before anything is written when the device cannot run here
-static void require_device(const char* device) {
-    const char* why = backend_unusable(device);
-    if (why) die("%s", why);
-}
-
-// Recipe file, then key=value overrides, then validation
-static void load_config(Config* cfg, int argc, char** argv, int first) {
+// Recipe file, then key=value overrides, then validation; returns the backend of the device key,
+// resolved here so that a device that cannot run stops the command before anything is written
+static const Backend* load_config(Config* cfg, int argc, char** argv, int first) {
     if (first >= argc) die("missing RECIPE argument\n%s", USAGE);
     config_defaults(cfg);
     config_load_file(cfg, argv[first]);
     for (int i = first + 1; i < argc; i++) config_apply_override(cfg, argv[i]);
     config_validate(cfg);
-    require_device(config_device_name(cfg));
+    return backend_of_device(cfg->device);
 }
 
 static int parse_int_arg(const char* flag, const char* value) {
@@ -171,8 +166,7 @@ static int cmd_sample(int argc, char** argv) {
     if (optind + 1 < argc) die("sample: '%s': sample takes one CHECKPOINT and options\n%s", argv[optind + 1], USAGE);
     Model model;
     CheckpointInfo info;
-    require_device(device);
-    checkpoint_load(argv[optind], device, &model, NULL, &info);
+    checkpoint_load(argv[optind], backend_named(device), &model, NULL, &info);
     Tokenizer found;
     checkpoint_tokenizer(&found, argv[optind], &model, &info);
     const Tokenizer* tok = &found;
@@ -242,12 +236,12 @@ static int cmd_bench(int argc, char** argv) {
         else bad_option(argv, opts);
     }
     Config cfg;
-    load_config(&cfg, argc, argv, optind);
+    const Backend* be = load_config(&cfg, argc, argv, optind);
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
     if (vocab < 2 || vocab > 65536) die("option --vocab: must lie in 2..65536, got %d", vocab);
-    train_check_memory(&cfg, vocab);
+    train_check_memory(&cfg, be, vocab);
     Model model;
-    model_build(&model, &cfg, vocab);
+    model_build(&model, &cfg, be, vocab);
     model_init_params(&model, (uint64_t)cfg.seed);
     AdamW opt;
     if (!forward_only) adamw_alloc(&opt, &model);
@@ -304,11 +298,11 @@ static int cmd_bench(int argc, char** argv) {
         } else {
             printf("  (no MFU against the device's peak: %s)\n", how);
         }
-        const char* note = cfg.device == DEVICE_CPU ? backend_blas_kernel_note() : NULL;
+        const char* note = model.be->host_memory ? backend_blas_kernel_note() : NULL;  // OpenBLAS's, on the CPU
         if (note) printf("  note: %s\n", note);
         adamw_free(&opt);
     }
-    runs_record_bench(results, argv[optind], &cfg, forward_only, tok_s, mfu, mfu_peak, peak);
+    runs_record_bench(results, argv[optind], &cfg, model.be, forward_only, tok_s, mfu, mfu_peak, peak);
     free(inputs);
     free(targets);
     model_free(&model);
@@ -405,7 +399,7 @@ static int cmd_maps(int argc, char** argv) {
     refuse_replacing_non_file("output", out);
     Model model;
     CheckpointInfo info;
-    checkpoint_load(ckpt, "cpu", &model, NULL, &info);
+    checkpoint_load(ckpt, backend_named("cpu"), &model, NULL, &info);
     Tokenizer tok;
     checkpoint_tokenizer(&tok, ckpt, &model, &info);
     int layers[ATTNMAP_MAX_INDEX], heads[ATTNMAP_MAX_INDEX];
@@ -548,8 +542,7 @@ static int cmd_eval(int argc, char** argv) {
     const char* path = argv[optind];
     Model model;
     CheckpointInfo info;
-    require_device(device);
-    checkpoint_load(path, device, &model, NULL, &info);
+    checkpoint_load(path, backend_named(device), &model, NULL, &info);
     const char* data_dir = model.cfg.data;
     for (int i = optind + 1; i < argc; i++) {
         if (strncmp(argv[i], "data=", 5) != 0) die("eval: '%s': expected data=DIR\n%s", argv[i], USAGE);
@@ -636,7 +629,7 @@ static int cmd_export(int argc, char** argv) {
     refuse_replacing_non_file("output", argv[2]);
     Model model;
     CheckpointInfo info;
-    checkpoint_load(argv[1], "cpu", &model, NULL, &info);  // weights only: no computation
+    checkpoint_load(argv[1], backend_named("cpu"), &model, NULL, &info);  // weights only: no computation
     char* config = config_to_text(&model.cfg);
     char step[32], vocab[32], eps[32], hash[32];
     snprintf(step, sizeof(step), "%d", info.step);

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../model/util.h"
+#include "../model/base/util.h"
 
 #define TOKENIZER_MAGIC "DTXTOK01"
 

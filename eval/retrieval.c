@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/util.h"
+#include "../model/base/util.h"
 
 int episode_cache_need(const Episode* e) {
     int longest = 0;

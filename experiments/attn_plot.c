@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "../eval/attnmap.h"
-#include "../model/h5.h"
-#include "../model/util.h"
+#include "../model/base/h5.h"
+#include "../model/base/util.h"
 #include "report.h"
 
 // A token's text as a tic label: up to 40 bytes, printable ASCII, a newline shown as \n, other

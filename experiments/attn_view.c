@@ -11,8 +11,8 @@
 #include <zlib.h>
 
 #include "../eval/attnmap.h"
-#include "../model/h5.h"
-#include "../model/util.h"
+#include "../model/base/h5.h"
+#include "../model/base/util.h"
 
 #define DATA_MARK "/*DIFFTX_DATA*/"
 

@@ -13,7 +13,7 @@
 #include "../eval/nexttoken.h"
 #include "../eval/retrieval.h"
 #include "../model/checkpoint.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "recipe.h"
 #include "registry.h"
 #include "report.h"
@@ -941,7 +941,7 @@ int needle_main(const NeedleOptions* opt) {
         Row* row = &rows[i];
         train_row(row, &reg, experiment);
         CheckpointInfo info;
-        checkpoint_load(row->checkpoint, config_device_name(&row->cfg), &row->model, NULL, &info);
+        checkpoint_load(row->checkpoint, backend_of_device(row->cfg.device), &row->model, NULL, &info);
         if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);
         row->copy = copy_score(&row->model, val, COPY_HALF, 4, (uint64_t)row->cfg.seed);
         registry_evaluation(&reg, row->run, "copy_score", row->copy.second);

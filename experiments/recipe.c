@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/util.h"
+#include "../model/base/util.h"
 
 // A key the runner reads rather than the config: `plumbing` (preset_note) in every recipe's
 // presets, and the runner's own

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "../model/backend.h"
-#include "../model/dist.h"
-#include "../model/util.h"
+#include "../model/base/dist.h"
+#include "../model/base/util.h"
 
 static const char* SCHEMA =
     "CREATE TABLE IF NOT EXISTS experiments ("
@@ -367,7 +367,7 @@ int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row
 }
 
 int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
-                           const char* data_id) {
+                           const char* device, const char* data_id) {
     char data_dir[PATH_MAX] = "";
     if (data_id && !realpath(cfg->data, data_dir)) die("key 'data': cannot resolve '%s': %s", cfg->data, strerror(errno));
     char now[32], machine[600], host[256] = "";
@@ -396,7 +396,7 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     sqlite3_bind_text(st, 12, now, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 13, process_start((int)getpid()));
     sqlite3_bind_int(st, 14, dist_ranks());
-    sqlite3_bind_text(st, 15, backend_named(config_device_name(cfg))->device_name(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 15, device, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 16, data_dir, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 17, data_id ? data_id : "", -1, SQLITE_TRANSIENT);
     step_done(reg, st, "insert run");

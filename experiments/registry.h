@@ -42,7 +42,7 @@ int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row
 // Starts a new RUNNING attempt with full provenance, the data folder (cfg's, from the root) and
 // data_id among it; returns its id.
 int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
-                           const char* data_id);
+                           const char* device, const char* data_id);
 void registry_end_run(Registry* reg, int64_t run, RunStatus status);
 // Ends the RUNNING attempts of process pid on this host with status (a worker that failed).
 void registry_end_pid(Registry* reg, int pid, RunStatus status);

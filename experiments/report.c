@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../model/util.h"
+#include "../model/base/util.h"
 
 void preset_path(char* out, size_t n, const char* dir, const char* name, const char* preset, const char* suffix) {
     path_printf(out, n, "%s/%s_%s%s", dir, name, preset, suffix);

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "../model/backend.h"
 #include "../model/config.h"
 
 // Filters are NULL for any: experiment (train, table6, needle), preset, status
@@ -31,7 +32,7 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
 // on (a Table 6 row's `eval_tokens`), from results/registry.sqlite read-only; 0 when none is
 // recorded there
 int runs_recorded_windows(const char* results, const char* run_dir, int seq_len);
-void runs_record_bench(const char* results, const char* recipe_path, const Config* cfg, int forward_only,
-                       double tokens_per_second, double mfu, double mfu_peak, double peak_mib);
+void runs_record_bench(const char* results, const char* recipe_path, const Config* cfg, const Backend* be,
+                       int forward_only, double tokens_per_second, double mfu, double mfu_peak, double peak_mib);
 
 #endif

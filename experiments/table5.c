@@ -7,7 +7,7 @@
 #include "../data/dataset.h"
 #include "../eval/outliers.h"
 #include "../model/checkpoint.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "needle_tasks.h"
 #include "recipe.h"
 #include "registry.h"
@@ -53,7 +53,7 @@ static void add_model(Studied* s, const char* source, const char* preset, const 
 static void study(Studied* s, Registry* reg, const char* results) {
     Model model;
     CheckpointInfo info;
-    checkpoint_load(s->row.checkpoint, config_device_name(&s->row.cfg), &model, NULL, &info);
+    checkpoint_load(s->row.checkpoint, backend_of_device(s->row.cfg.device), &model, NULL, &info);
     if (!info.finished) die("'%s' is not a finished run's checkpoint", s->row.checkpoint);
     DataDir data;
     data_open(&data, s->row.cfg.data, DATA_VAL);

@@ -11,8 +11,8 @@
 #include "../eval/arhit.h"
 #include "../model/checkpoint.h"
 #include "../model/config.h"
-#include "../model/dist.h"
-#include "../model/util.h"
+#include "../model/base/dist.h"
+#include "../model/base/util.h"
 #include "recipe.h"
 #include "registry.h"
 #include "report.h"
@@ -80,7 +80,7 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
     Model model;
     CheckpointInfo info;
     config_checkpoint_path(cfg, path, sizeof(path));
-    checkpoint_load(path, config_device_name(cfg), &model, NULL, &info);
+    checkpoint_load(path, backend_of_device(cfg->device), &model, NULL, &info);
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     BigramTable table;

@@ -11,10 +11,10 @@
 
 #include "../data/dataset.h"
 #include "../model/checkpoint.h"
-#include "../model/dist.h"
+#include "../model/base/dist.h"
 #include "../model/model.h"
 #include "../model/optim.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "recipe.h"
 
 // Dies naming the first key whose value differs; `out` may differ, so run folders can move, and
@@ -129,7 +129,7 @@ static void truncate_log(const char* path, int step, long tokens_per_step) {
 static void init_from_checkpoint(Model* model, const char* path, uint64_t tokenizer_hash) {
     Model src;
     CheckpointInfo info;
-    checkpoint_load(path, "cpu", &src, NULL, &info);  // read only, then copied across
+    checkpoint_load(path, backend_named("cpu"), &src, NULL, &info);  // read only, then copied across
     if (!info.finished) die("key 'init_from': '%s' is not a finished run's checkpoint (step %d of %d)", path, info.step, src.cfg.steps);
     if (info.tokenizer_hash != tokenizer_hash) die("key 'init_from': '%s' was trained with another tokenizer than this run's data", path);
     if (src.n_tensors != model->n_tensors) die("key 'init_from': '%s' has another architecture than this config", path);
@@ -163,9 +163,8 @@ static void diverged(int step, double loss, float norm, const char* ckpt, FILE* 
         loss, norm, ckpt, access(ckpt, F_OK) == 0 ? "" : " (none was written yet)");
 }
 
-void train_check_memory(const Config* cfg, int vocab_size) {
+void train_check_memory(const Config* cfg, const Backend* be, int vocab_size) {
     double activations, need = model_training_bytes(cfg, vocab_size, &activations);
-    const Backend* be = backend_named(config_device_name(cfg));
     double have = be->memory_bytes();
     double gib = 1024.0 * 1024 * 1024;
     if (need > have) {
@@ -227,7 +226,8 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
             "more text or lower 'seq_len'", cfg->data, data.val.n_tokens, T + 1);
     }
 
-    train_check_memory(cfg, tok->vocab_size);
+    const Backend* be = backend_of_device(cfg->device);  // the one place a run resolves its device
+    train_check_memory(cfg, be, tok->vocab_size);
     int lock = -1;
     if (root) {
         mkdir_p(cfg->out);
@@ -241,7 +241,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     CheckpointInfo info = {0};
     int threads = omp_get_max_threads();
     if (access(ckpt, F_OK) == 0) {
-        checkpoint_load(ckpt, config_device_name(cfg), &model, &opt, &info);
+        checkpoint_load(ckpt, be, &model, &opt, &info);
         require_same_config(&model.cfg, cfg, ckpt);
         if (cfg->steps < info.step) die("key 'steps': %d is below the %d steps '%s' has trained; a run only grows", cfg->steps, info.step, ckpt);
         if (cfg->steps != model.cfg.steps) {
@@ -266,7 +266,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         if (root) truncate_log(log_path, info.step, (long)tokens_per_step);
         if (!info.finished) printf("resuming %s from step %d\n", ckpt, info.step);
     } else {
-        model_build(&model, cfg, tok->vocab_size);
+        model_build(&model, cfg, be, tok->vocab_size);
         if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok->hash);
         else model_init_params(&model, (uint64_t)cfg->seed);
         adamw_alloc(&opt, &model);
@@ -295,7 +295,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     int* inputs = mallocCheck(buffer_tokens * sizeof(int));   // (micros, micro_rows, T)
     int* targets = mallocCheck(buffer_tokens * sizeof(int));  // (micros, micro_rows, T)
     if (!root) observer = NULL;
-    if (observer) observer->resume(observer->ctx, info.step);
+    if (observer) observer->resume(observer->ctx, info.step, model.be->device_name());
     FILE* log = NULL;
     if (root) {
         log = fopenCheck(log_path, "a");
@@ -377,7 +377,7 @@ typedef struct {
     Registry* reg;
     int64_t run;  // 0 until begin has registered it
     // registers the run once training starts (after every check), so a refused run writes nothing
-    int64_t (*begin)(void* ctx, Registry** reg);
+    int64_t (*begin)(void* ctx, Registry** reg, const char* device);
     void* begin_ctx;
     int n, cap;
     int steps_trained;  // by this process: its throughput
@@ -416,9 +416,9 @@ static void flush_metrics(void* ctx) {
     b->n = 0;
 }
 
-static void resume_metrics(void* ctx, int step) {
+static void resume_metrics(void* ctx, int step, const char* device) {
     MetricBuffer* b = ctx;
-    if (!b->run) b->run = b->begin(b->begin_ctx, &b->reg);
+    if (!b->run) b->run = b->begin(b->begin_ctx, &b->reg, device);
     registry_forget_metrics_after(b->reg, b->run, step);
 }
 
@@ -455,10 +455,10 @@ typedef struct {
     const Config* cfg;
 } RowStart;
 
-static int64_t begin_row_run(void* ctx, Registry** reg) {
+static int64_t begin_row_run(void* ctx, Registry** reg, const char* device) {
     RowStart* s = ctx;
     *reg = s->reg;
-    return registry_begin_run(s->reg, s->experiment, s->row, s->cfg->seed, s->cfg, data_identity(s->cfg->data));
+    return registry_begin_run(s->reg, s->experiment, s->row, s->cfg->seed, s->cfg, device, data_identity(s->cfg->data));
 }
 
 int64_t train_registry_row(Registry* reg, int64_t experiment, const char* row, const Config* cfg, int end) {
@@ -480,10 +480,10 @@ typedef struct {
     Registry reg;
 } TrainRegistry;
 
-static int64_t begin_train_run(void* ctx, Registry** reg) {
+static int64_t begin_train_run(void* ctx, Registry** reg, const char* device) {
     TrainRegistry* t = ctx;
     int64_t experiment = recipe_file_experiment(&t->reg, t->results, "train", t->recipe_path);
-    int64_t run = registry_begin_run(&t->reg, experiment, t->cfg->out, t->cfg->seed, t->cfg, data_identity(t->cfg->data));
+    int64_t run = registry_begin_run(&t->reg, experiment, t->cfg->out, t->cfg->seed, t->cfg, device, data_identity(t->cfg->data));
     printf("run %lld in %s\n", (long long)run, t->reg.path);
     *reg = &t->reg;
     return run;

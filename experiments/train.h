@@ -18,7 +18,8 @@
 typedef struct {
     void (*metric)(void* ctx, const char* key, int step, long tokens, double value);
     void (*flush)(void* ctx);
-    void (*resume)(void* ctx, int step);
+    // device: the backend's device_name, the run's provenance
+    void (*resume)(void* ctx, int step, const char* device);
     void* ctx;
 } TrainObserver;
 
@@ -36,7 +37,7 @@ void train_follow(void);
 
 // Dies, naming the keys, when training cfg needs more memory than the machine has (before
 // anything is allocated)
-void train_check_memory(const Config* cfg, int vocab_size);
+void train_check_memory(const Config* cfg, const Backend* be, int vocab_size);
 
 // `difftx train`: trains cfg (from recipe_path) up to `until` as a run of experiment "train",
 // preset the recipe's file name, row its out folder, in results/registry.sqlite; FINISHED at

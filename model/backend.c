@@ -9,7 +9,7 @@
 #ifdef DIFFTX_CUDA
 #include "cuda/cuda.h"
 #endif
-#include "util.h"
+#include "base/util.h"
 
 static const Backend* (*const BUILT[])(void) = {
     backend_cpu,
@@ -18,6 +18,8 @@ static const Backend* (*const BUILT[])(void) = {
 #endif
 };
 #define N_BUILT ((int)(sizeof(BUILT) / sizeof(BUILT[0])))
+
+const char* const BACKEND_DEVICES[BACKEND_DEVICE_COUNT] = {"cpu", "cuda"};
 
 void backend_select_blas_kernel(char** argv) { cpu_select_blas_kernel(argv); }
 const char* backend_blas_kernel_note(void) { return cpu_blas_kernel_note(); }
@@ -71,19 +73,32 @@ static const char* init_once(int i) {
     return why[i];
 }
 
+// the built backend of a device, -1 when this program has none
+static int built_index(const char* device) {
+    for (int i = 0; i < N_BUILT; i++) {
+        if (strcmp(BUILT[i]()->device, device) == 0) return i;
+    }
+    return -1;
+}
+
 const char* backend_unusable(const char* device) {
     static char msg[512];
-    for (int i = 0; i < N_BUILT; i++) {
-        if (strcmp(BUILT[i]()->device, device) != 0) continue;
+    int i = built_index(device);
+    if (i >= 0) {
         const char* why = init_once(i);
         if (!why) return NULL;
         snprintf(msg, sizeof(msg), "device '%.40s' cannot run here: %s", device, why);
         return msg;
     }
-    if (strcmp(device, "cuda") == 0) {
-        snprintf(msg, sizeof(msg), "device 'cuda': this program was built without CUDA (build it with `make CUDA=1`, see docs/gpu.md)");
+    int known = 0;
+    for (int d = 0; d < BACKEND_DEVICE_COUNT; d++) known |= strcmp(BACKEND_DEVICES[d], device) == 0;
+    if (known) {
+        // the one backend a build can leave out
+        snprintf(msg, sizeof(msg), "device '%.40s': this program was built without CUDA (build it with `make CUDA=1`, see docs/gpu.md)", device);
     } else {
-        snprintf(msg, sizeof(msg), "device '%.40s' is not a backend of this program (cpu%s)", device, N_BUILT > 1 ? ", cuda" : "");
+        int n = snprintf(msg, sizeof(msg), "device '%.40s' is not a backend of this program (", device);
+        for (int b = 0; b < N_BUILT; b++) n += snprintf(msg + n, sizeof(msg) - n, "%s%s", b ? ", " : "", BUILT[b]()->device);
+        snprintf(msg + n, sizeof(msg) - n, ")");
     }
     return msg;
 }
@@ -91,8 +106,10 @@ const char* backend_unusable(const char* device) {
 const Backend* backend_named(const char* device) {
     const char* why = backend_unusable(device);
     if (why) die("%s", why);
-    for (int i = 0; i < N_BUILT; i++) {
-        if (strcmp(BUILT[i]()->device, device) == 0) return BUILT[i]();
-    }
-    die("device '%s': no such backend", device);
+    return BUILT[built_index(device)]();
+}
+
+const Backend* backend_of_device(int i) {
+    if (i < 0 || i >= BACKEND_DEVICE_COUNT) die("device %d: there are devices 0..%d", i, BACKEND_DEVICE_COUNT - 1);
+    return backend_named(BACKEND_DEVICES[i]);
 }

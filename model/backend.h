@@ -178,6 +178,12 @@ const char* backend_missing_entry(const Backend* b);
 // The backends this program was built with; the first ("cpu") is the default
 int backend_count(void);
 const Backend* backend_at(int i);
+// Every device this project has a backend for, built into this program or not: the `device`
+// key's choices (Config.device is an index into it); each built backend's table names one
+#define BACKEND_DEVICE_COUNT 2
+extern const char* const BACKEND_DEVICES[BACKEND_DEVICE_COUNT];
+// The backend of device BACKEND_DEVICES[i] (a Config's device), as backend_named
+const Backend* backend_of_device(int i);
 // The backend `device` names, initialised on first use; dies saying why when this program was
 // built without it or this machine cannot run it
 const Backend* backend_named(const char* device);

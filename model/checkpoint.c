@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "h5.h"
-#include "util.h"
+#include "base/h5.h"
+#include "base/util.h"
 
 #define CHECKPOINT_FORMAT "difftx-checkpoint"
 #define CHECKPOINT_VERSION 1
@@ -100,7 +100,7 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     renameCheck(tmp, path);
 }
 
-void checkpoint_load(const char* path, const char* device, Model* model, AdamW* opt, CheckpointInfo* info) {
+void checkpoint_load(const char* path, const Backend* be, Model* model, AdamW* opt, CheckpointInfo* info) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (H5Fis_hdf5(path) <= 0) die("cannot read checkpoint '%s': missing, unreadable or not an HDF5 file", path);
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -165,9 +165,9 @@ void checkpoint_load(const char* path, const char* device, Model* model, AdamW* 
     int data_seed = cfg.seed;  // it repeats the config's seed; files written by other tools may leave it out
     if (H5Aexists(file, "data_seed") > 0) h5_read_attr(file, "data_seed", H5T_NATIVE_INT, &data_seed, label);
     if (data_seed != cfg.seed) die("%s: attribute 'data_seed' is %d but the config's seed is %d", label, data_seed, cfg.seed);
-    const char* why = config_set(&cfg, "device", device);
+    const char* why = config_set(&cfg, "device", be->device);
     if (why) die("%s: %s", label, why);
-    model_build(model, &cfg, vocab);
+    model_build(model, &cfg, be, vocab);
     size_t bytes = model->n_params * sizeof(float);
     float* host = mallocCheck(bytes);
     read_tensors(file, "params", model, host, label);

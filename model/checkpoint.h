@@ -22,9 +22,9 @@ typedef struct {
 
 // Writes "<path>.tmp" and renames it to path. opt may be NULL (weights only).
 void checkpoint_save(const char* path, const Model* model, const AdamW* opt, const CheckpointInfo* info);
-// Builds the model from the stored config on device ("cpu", "cuda": the file is the same
-// whichever device wrote it) and fills parameters (and moments when opt is not NULL: they are
-// allocated here). Dies naming the file on any problem, checksum errors included.
-void checkpoint_load(const char* path, const char* device, Model* model, AdamW* opt, CheckpointInfo* info);
+// Builds the model from the stored config on backend be (the file is the same whichever device
+// wrote it) and fills parameters (and moments when opt is not NULL: they are allocated here).
+// Dies naming the file on any problem, checksum errors included.
+void checkpoint_load(const char* path, const Backend* be, Model* model, AdamW* opt, CheckpointInfo* info);
 
 #endif

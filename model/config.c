@@ -9,9 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "util.h"
+#include "backend.h"
+#include "base/util.h"
 
-typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_CHOICE, KEY_ATTENTION } KeyType;
+typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_CHOICE, KEY_ATTENTION, KEY_DEVICE } KeyType;
 
 typedef struct {
     const char* name;
@@ -62,7 +63,7 @@ static const Key KEYS[] = {
     K(eval_batches, KEY_INT, "validation over the first eval_batches x batch_size windows of the validation shard"),
     K(checkpoint_every, KEY_INT, "checkpoint every N updates (0: at the end only)"),
     K(log_every, KEY_INT, "progress line every N updates"),
-    {"device", KEY_CHOICE, offsetof(Config, device), {"cpu", "cuda", 0},
+    {"device", KEY_DEVICE, offsetof(Config, device), {0},
      "`cpu` or `cuda` (a build with `make CUDA=1` on a machine with an NVIDIA GPU): where the run computes. Not part "
      "of the config's identity: a run may resume on the other device; checkpoints and the registry record it (on the "
      "CPU with the OpenBLAS kernel that ran, e.g. `cpu (OpenBLAS Cooperlake)`)", 1},
@@ -103,6 +104,7 @@ void config_defaults(Config* cfg) {
 // Choice i of a choice key (the attention variants for `attention`), NULL past the last
 static const char* choice_name(const Key* key, int i) {
     if (key->type == KEY_ATTENTION) return i < ATTN_VARIANT_COUNT ? ATTN_VARIANTS[i].name : NULL;
+    if (key->type == KEY_DEVICE) return i < BACKEND_DEVICE_COUNT ? BACKEND_DEVICES[i] : NULL;
     return i < 4 ? key->choices[i] : NULL;
 }
 
@@ -174,6 +176,7 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
     }
     case KEY_CHOICE:
     case KEY_ATTENTION:
+    case KEY_DEVICE:
         for (int i = 0; choice_name(key, i); i++) {
             if (strcmp(choice_name(key, i), value) == 0) { *(int*)field = i; return NULL; }
         }
@@ -236,7 +239,6 @@ const AttnVariant* config_variant(const Config* cfg) { return &ATTN_VARIANTS[cfg
 
 const char* config_attention_name(const Config* cfg) { return config_variant(cfg)->name; }
 
-const char* config_device_name(const Config* cfg) { return cfg->device == DEVICE_CUDA ? "cuda" : "cpu"; }
 
 int config_head_norm(const Config* cfg) { return cfg->head_norm < 0 ? config_variant(cfg)->head_norm : cfg->head_norm; }
 
@@ -332,7 +334,8 @@ static void format_value(char* value, size_t n, const Key* k, const Config* cfg)
     case KEY_BOOL: snprintf(value, n, "%s", *(const int*)field ? "true" : "false"); break;
     case KEY_STRING: snprintf(value, n, "%s", field); break;
     case KEY_CHOICE:
-    case KEY_ATTENTION: snprintf(value, n, "%s", choice_name(k, *(const int*)field)); break;
+    case KEY_ATTENTION:
+    case KEY_DEVICE: snprintf(value, n, "%s", choice_name(k, *(const int*)field)); break;
     }
 }
 

@@ -7,12 +7,11 @@
 #include <stdio.h>
 
 #include "attention.h"
-#include "recipe_format.h"
+#include "base/recipe_format.h"
 
 #define CONFIG_STR 4096  // PATH_MAX: string values, paths among them
 
 typedef enum { SCHEDULE_LINEAR = 0, SCHEDULE_COSINE = 1 } ScheduleKind;
-typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } DeviceKind;
 
 typedef struct {
     // model
@@ -44,7 +43,8 @@ typedef struct {
     float beta1, beta2, adam_eps, weight_decay, grad_clip;
     int seed;
     int eval_every, eval_batches, checkpoint_every, log_every;
-    // where the run computes (DeviceKind): a run setting, not part of the config text
+    // where the run computes, an index into BACKEND_DEVICES (backend_of_device): a run
+    // setting, not part of the config text
     int device;
 } Config;
 
@@ -70,7 +70,6 @@ void config_load_string(Config* cfg, const char* text, const char* origin);
 
 const AttnVariant* config_variant(const Config* cfg);
 const char* config_attention_name(const Config* cfg);  // "standard", "diff", "diff2"
-const char* config_device_name(const Config* cfg);     // "cpu", "cuda": a backend's name
 int config_head_norm(const Config* cfg);     // head_norm after resolving the variant's default
 int config_head_dim(const Config* cfg);      // D after resolving 0
 int config_ffn_hidden(const Config* cfg);    // F after resolving 0

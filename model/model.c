@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 // Appends one tensor to the layout; returns its place in base (NULL while only counting)
 static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1, int decay) {
@@ -98,9 +98,9 @@ static void require_support(const Model* m, int B, int T) {
     if (!m->be->supports(&s, &why)) die("device '%s' cannot run this model (batch %d x context %d): %s", m->be->device, B, T, why);
 }
 
-void model_build(Model* m, const Config* cfg, int vocab_size) {
+void model_build(Model* m, const Config* cfg, const Backend* be, int vocab_size) {
     model_shape(m, cfg, vocab_size);
-    m->be = backend_named(config_device_name(cfg));
+    m->be = be;
     require_support(m, cfg->batch_size, cfg->seq_len);
     m->lambda_init = mallocCheck(m->L * sizeof(float));
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);

@@ -105,10 +105,10 @@ typedef struct {
     float* hook_staging;  // (N, C) host copy of a layer output for a backend without host memory
 } Model;
 
-// Shapes and parameter layout from a validated config, on the backend its `device` key names
-// (dying with the reason when that device cannot run here); parameters allocated, not
-// initialised.
-void model_build(Model* model, const Config* cfg, int vocab_size);
+// Shapes and parameter layout from a validated config, on backend be (dying with the reason
+// when be cannot run this shape); parameters allocated, not initialised. cfg's `device` key
+// is not read: a caller resolves it once (backend_of_device) and passes the backend.
+void model_build(Model* model, const Config* cfg, const Backend* be, int vocab_size);
 void model_init_params(Model* model, uint64_t seed);
 // Parameter count of a config without allocating anything
 size_t model_param_count(const Config* cfg, int vocab_size);

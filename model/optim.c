@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "util.h"
+#include "base/util.h"
 
 void adamw_alloc(AdamW* opt, const Model* model) {
     opt->be = model->be;

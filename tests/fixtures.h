@@ -7,7 +7,7 @@
 
 #include "../data/prepare.h"
 #include "../model/config.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 
 // `difftx prepare --vocab vocab_size` with the other options at their defaults
 static inline void prepare_corpus(const char* out_dir, const char* const* inputs, int n_inputs, int vocab_size) {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "../model/backend.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 
 #define RTOL 1e-4

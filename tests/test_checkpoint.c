@@ -14,7 +14,7 @@
 
 #include "../model/checkpoint.h"
 #include "../model/safetensors.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 
 #define PATH "build/test_checkpoint.h5"
@@ -99,7 +99,7 @@ static int load_outcome(void) {
         Model m;
         AdamW opt;
         CheckpointInfo info;
-        checkpoint_load(FLIPPED, "cpu", &m, &opt, &info);  // dies (exit 1) on anything it refuses
+        checkpoint_load(FLIPPED, backend_named("cpu"), &m, &opt, &info);  // dies (exit 1) on anything it refuses
         _exit(same_as_saved(&m, &opt, &info) ? 0 : 3);
     }
     int status;
@@ -151,7 +151,7 @@ static void expect_refused(const CheckpointInfo* info, const char* attribute) {
         dup2(pipefd[1], 2);
         Model m;
         CheckpointInfo got;
-        checkpoint_load(FLIPPED, "cpu", &m, NULL, &got);
+        checkpoint_load(FLIPPED, backend_named("cpu"), &m, NULL, &got);
         _exit(0);
     }
     close(pipefd[1]);
@@ -235,7 +235,7 @@ static void test_safetensors(void) {
 int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     Config cfg = small_config();
-    model_build(&saved, &cfg, 40);
+    model_build(&saved, &cfg, backend_of_device(cfg.device), 40);
     model_init_params(&saved, 3);
     adamw_alloc(&saved_opt, &saved);
     float *m = mallocCheck(saved.n_params * sizeof(float)), *v = mallocCheck(saved.n_params * sizeof(float));

@@ -27,7 +27,7 @@
 #include "../model/checkpoint.h"
 #include "../model/model.h"
 #include "../model/optim.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 
 #define STEPS 20
@@ -126,8 +126,8 @@ static void compare_tensors(const Model* m, const char* what, const float* a, co
 static void test_gradients(const Variant* v) {
     Config ca = variant_config(v, "cpu"), cb = variant_config(v, other);
     Model a, b;
-    model_build(&a, &ca, VOCAB);
-    model_build(&b, &cb, VOCAB);
+    model_build(&a, &ca, backend_of_device(ca.device), VOCAB);
+    model_build(&b, &cb, backend_of_device(cb.device), VOCAB);
     model_init_params(&a, 11);
     model_copy_params(&b, &a);
     int n = ca.batch_size * ca.seq_len, *tokens = mallocCheck(n * sizeof(int)), *targets = mallocCheck(n * sizeof(int));
@@ -184,7 +184,7 @@ static void train_steps(Model* m, AdamW* opt, const Config* cfg, int from, int t
 }
 
 static void fresh_run(Model* m, AdamW* opt, const Config* cfg) {
-    model_build(m, cfg, VOCAB);
+    model_build(m, cfg, backend_of_device(cfg->device), VOCAB);
     model_init_params(m, 21);
     adamw_alloc(opt, m);
 }
@@ -231,7 +231,7 @@ static void test_training(const Variant* v) {
         CheckpointInfo info = {.step = STEPS / 2, .rows_seen = (uint64_t)STEPS / 2 * cw.batch_size, .threads = 1, .ranks = 1};
         checkpoint_save("build/test_devices.h5", &w, &ow, &info);
         CheckpointInfo got;
-        checkpoint_load("build/test_devices.h5", devices[1 - k], &r, &orr, &got);
+        checkpoint_load("build/test_devices.h5", backend_named(devices[1 - k]), &r, &orr, &got);
         Config cr = variant_config(v, devices[1 - k]);
         train_steps(&r, &orr, &cr, STEPS / 2, STEPS, lr);
         double* want = nonstop[1 - k];

@@ -8,7 +8,7 @@
 
 #include "../eval/arhit.h"
 #include "../experiments/registry.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 
 static void test_arhit(void) {
@@ -62,7 +62,7 @@ static void test_registry(void) {
             registry_open(&own, path);
             char row[16];
             snprintf(row, sizeof(row), "row%d", k);
-            int64_t run = registry_begin_run(&own, exp, row, 1, &cfg, NULL);
+            int64_t run = registry_begin_run(&own, exp, row, 1, &cfg, "cpu", NULL);
             for (int i = 0; i < 300; i++) {
                 const char* key = "train_loss";
                 int64_t tokens = i;
@@ -108,7 +108,7 @@ static void test_registry(void) {
     if (victim == 0) {
         Registry own;
         registry_open(&own, path);
-        registry_begin_run(&own, exp, "victim", 1, &cfg, NULL);
+        registry_begin_run(&own, exp, "victim", 1, &cfg, "cpu", NULL);
         for (;;) pause();
     }
     int64_t running = 0;
@@ -127,7 +127,7 @@ static void test_registry(void) {
     sqlite3_step(st);
     CHECK(strcmp((const char*)sqlite3_column_text(st, 0), "KILLED") == 0 && sqlite3_column_int(st, 1), "the killed run is marked KILLED");
     sqlite3_finalize(st);
-    int64_t second = registry_begin_run(&reg, exp, "victim", 1, &cfg, NULL);
+    int64_t second = registry_begin_run(&reg, exp, "victim", 1, &cfg, "cpu", NULL);
     sqlite3_prepare_v2(reg.db, "SELECT attempt FROM runs WHERE id = ?", -1, &st, NULL);
     sqlite3_bind_int64(st, 1, second);
     sqlite3_step(st);

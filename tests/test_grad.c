@@ -10,7 +10,7 @@
 
 #include "../model/cpu/cpu.h"
 #include "../model/model.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 
 static uint64_t rng_state = 42;
@@ -208,7 +208,7 @@ static void test_model(int attention, int head_norm, const char* lambda_init) {
     cfg.init_std = 0.3f;  // large enough that attention is far from uniform
     config_validate(&cfg);
     Model model;
-    model_build(&model, &cfg, 32);
+    model_build(&model, &cfg, backend_of_device(cfg.device), 32);
     model_init_params(&model, 7);
     int B = 2, T = 70;  // two query blocks
     int tokens[2 * 70], targets[2 * 70];

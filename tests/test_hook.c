@@ -8,7 +8,7 @@
 
 #include "../model/model.h"
 #include "../model/optim.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 #include "fixtures.h"
 
@@ -52,8 +52,8 @@ static void test_noop_hook(AttentionKind kind) {
     int V = 64, B = cfg.batch_size, T = cfg.seq_len, steps = 3;
     Model a, b;
     AdamW oa, ob;
-    model_build(&a, &cfg, V);
-    model_build(&b, &cfg, V);
+    model_build(&a, &cfg, backend_of_device(cfg.device), V);
+    model_build(&b, &cfg, backend_of_device(cfg.device), V);
     model_init_params(&a, 5);
     model_init_params(&b, 5);
     adamw_alloc(&oa, &a);
@@ -107,8 +107,8 @@ static void test_replacing_hook(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     int V = 64, B = cfg.batch_size, T = cfg.seq_len;
     Model hooked, scaled;
-    model_build(&hooked, &cfg, V);
-    model_build(&scaled, &cfg, V);
+    model_build(&hooked, &cfg, backend_of_device(cfg.device), V);
+    model_build(&scaled, &cfg, backend_of_device(cfg.device), V);
     model_init_params(&hooked, 9);
     float* params = mallocCheck(hooked.n_params * sizeof(float));
     model_get_params(&hooked, params);
@@ -164,7 +164,7 @@ static void test_layer_output(void) {
     Config cfg = tiny_model_config(ATTN_DIFF);
     int V = 64, T = 20;
     Model m;
-    model_build(&m, &cfg, V);
+    model_build(&m, &cfg, backend_of_device(cfg.device), V);
     model_init_params(&m, 3);
     Probe p = {0, 0, 0, 0, 1.0f, cfg.n_layer - 1, -1};
     ActivationHook hook = {probe, &p};

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The layers: every #include of the sources runs downward, difftx.c > experiments/ > eval/ >
-# data/ > model/ (model/cpu/ and model/cuda/, its backends, are part of the model layer), and the file-level include graph has
-# no loop. Prints the include graph by folder.
+# data/ > model/ > model/base/ (model/cpu/ and model/cuda/, its backends, are part of the model
+# layer; model/base/, the helpers every layer uses, includes only itself), no backend includes
+# another backend's files (each is reached through its table alone), and the file-level include
+# graph has no loop. Prints the include graph by folder.
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
-rank() {  # layer of a path: 0 model, 1 data, 2 eval, 3 experiments, 4 the command line
+rank() {  # layer of a path: 0 base, 1 model, 2 data, 3 eval, 4 experiments, 5 the command line
     case $1 in
-        model/*) echo 0 ;; data/*) echo 1 ;; eval/*) echo 2 ;; experiments/*) echo 3 ;; difftx.c) echo 4 ;; *) echo 9 ;;
+        model/base/*) echo 0 ;; model/*) echo 1 ;; data/*) echo 2 ;; eval/*) echo 3 ;; experiments/*) echo 4 ;; difftx.c) echo 5 ;; *) echo 9 ;;
     esac
 }
 edges=$(for f in $(git ls-files 'difftx.c' 'model/*.[ch]' 'model/*.cu' 'data/*.[ch]' 'eval/*.[ch]' 'experiments/*.[ch]'); do
@@ -20,6 +22,12 @@ upward=$(while read -r from to; do
     [ "$(rank "$to")" -le "$(rank "$from")" ] || echo "$from -> $to"
 done <<<"$edges")
 expect "every include runs downward${upward:+ (not: $upward)}" test -z "$upward"
+backend() { case $1 in model/cpu/*) echo cpu ;; model/cuda/*) echo cuda ;; esac; }
+crossing=$(while read -r from to; do
+    b=$(backend "$from") c=$(backend "$to")
+    [ -n "$b" ] && [ -n "$c" ] && [ "$b" != "$c" ] && echo "$from -> $to"
+done <<<"$edges")
+expect "no backend includes another backend's files${crossing:+ (not: $crossing)}" test -z "$crossing"
 loops=$(tsort <<<"$edges" 2>&1 >/dev/null)
 expect "no include loop${loops:+ ($loops)}" test -z "$loops"
 echo "include graph by folder (number of includes):"

@@ -9,7 +9,7 @@
 #include "../data/needle.h"
 #include "../eval/retrieval.h"
 #include "../model/cpu/cpu.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 #include "fixtures.h"
 
@@ -157,7 +157,7 @@ static Config tiny(int attention) {
 static void test_cache(int attention) {
     Config cfg = tiny(attention);
     Model m;
-    model_build(&m, &cfg, 300);
+    model_build(&m, &cfg, backend_of_device(cfg.device), 300);
     model_init_params(&m, 11);
     float* params = mallocCheck(m.n_params * sizeof(float));
     model_get_params(&m, params);
@@ -268,7 +268,7 @@ static float* tensor_at(const Model* m, float* params, const char* name) {
 static void test_copy_score(void) {
     Config cfg = tiny(ATTN_STANDARD);
     Model m;
-    model_build(&m, &cfg, 258);
+    model_build(&m, &cfg, backend_of_device(cfg.device), 258);
     float* params = callocCheck(m.n_params, sizeof(float));
     float *embedding = tensor_at(&m, params, "tok_embedding"), *lm_head = tensor_at(&m, params, "lm_head");
     for (int i = 0; i < 258 * m.C; i++) embedding[i] = 1.0f;

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "../eval/outliers.h"
-#include "../model/h5.h"
+#include "../model/base/h5.h"
 #include "../model/model.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 #include "fixtures.h"
 
@@ -155,7 +155,7 @@ static void keep_everything(void* ctx, const Activation* a) {
 static void test_collector(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     Model m;
-    model_build(&m, &cfg, 50);
+    model_build(&m, &cfg, backend_of_device(cfg.device), 50);
     model_init_params(&m, 3);
     int T = cfg.seq_len, windows = 5, stride = 31;  // overlapping windows, batches of 2 and a last 1
     Shard text = {0};
@@ -240,7 +240,7 @@ static void test_windows(void) {
 static void test_model_quantization(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     Model m;
-    model_build(&m, &cfg, 50);
+    model_build(&m, &cfg, backend_of_device(cfg.device), 50);
     model_init_params(&m, 5);
     int B = 2, T = cfg.seq_len, N = B * T;
     int *tokens = mallocCheck(N * sizeof(int)), *targets = mallocCheck(N * sizeof(int));

@@ -13,7 +13,7 @@
 
 #include "../model/checkpoint.h"
 #include "../model/optim.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 
 static void read_dataset(hid_t file, const char* name, hid_t type, void* out, const char* path) {
@@ -39,7 +39,7 @@ static void test_case(const char* name) {
     snprintf(path, sizeof(path), "tests/ref/%s.h5", name);
     Model model;
     CheckpointInfo info;
-    checkpoint_load(path, "cpu", &model, NULL, &info);
+    checkpoint_load(path, backend_named("cpu"), &model, NULL, &info);
     int B = model.cfg.batch_size, T = model.cfg.seq_len, V = model.V, steps = model.cfg.steps;
     size_t N = (size_t)B * T;
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);

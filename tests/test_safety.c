@@ -12,8 +12,8 @@
 #include "../eval/attnmap.h"
 #include "../experiments/attn_plot.h"
 #include "../experiments/report.h"
-#include "../model/h5.h"
-#include "../model/util.h"
+#include "../model/base/h5.h"
+#include "../model/base/util.h"
 #include "check.h"
 
 #define DIR "build/safety_fixture"

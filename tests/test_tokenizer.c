@@ -7,7 +7,7 @@
 
 #include "../data/dataset.h"
 #include "../data/tokenizer.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 #include "fixtures.h"
 

@@ -9,7 +9,7 @@
 #include "../experiments/registry.h"
 #include "../experiments/train.h"
 #include "../model/checkpoint.h"
-#include "../model/util.h"
+#include "../model/base/util.h"
 #include "check.h"
 #include "fixtures.h"
 
@@ -90,7 +90,7 @@ static void test_variant(int attention) {
     CheckpointInfo info;
     char ckpt[256];
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", c_dir);
-    checkpoint_load(ckpt, "cpu", &mc, NULL, &info);
+    checkpoint_load(ckpt, backend_named("cpu"), &mc, NULL, &info);
     CHECK(info.step == 5 && !info.finished, "%s: stopped run is resumable, not finished (step %d)", name, info.step);
     model_free(&mc);
     double loss_c = train_run(&c, 0, NULL);
@@ -102,9 +102,9 @@ static void test_variant(int attention) {
     AdamW oa, oc;
     CheckpointInfo ia, ic;
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", a_dir);
-    checkpoint_load(ckpt, "cpu", &ma, &oa, &ia);
+    checkpoint_load(ckpt, backend_named("cpu"), &ma, &oa, &ia);
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", c_dir);
-    checkpoint_load(ckpt, "cpu", &mc2, &oc, &ic);
+    checkpoint_load(ckpt, backend_named("cpu"), &mc2, &oc, &ic);
     CHECK(ia.finished && ic.finished && ia.step == 8, "%s: finished runs say so", name);
     CHECK(same_state(&ma, &oa, &mc2, &oc), "%s: resumed parameters and moments equal the non-stop run's bitwise", name);
 
@@ -113,7 +113,7 @@ static void test_variant(int attention) {
     Model mr;
     AdamW orr;
     CheckpointInfo ir;
-    checkpoint_load("build/test_resave.h5", "cpu", &mr, &orr, &ir);
+    checkpoint_load("build/test_resave.h5", backend_named("cpu"), &mr, &orr, &ir);
     CHECK(same_state(&ma, &oa, &mr, &orr) && ir.step == ia.step && ir.rows_seen == ia.rows_seen && ir.tokenizer_hash == ia.tokenizer_hash &&
           ir.train_loss == ia.train_loss, "%s: checkpoint save/load round-trips", name);
     char *text_a = config_to_text(&ma.cfg), *text_r = config_to_text(&mr.cfg);
@@ -148,7 +148,7 @@ static int checkpoint_step_on_disk(const char* out) {
     if (access(path, F_OK) != 0) return 0;
     Model m;
     CheckpointInfo info;
-    checkpoint_load(path, "cpu", &m, NULL, &info);
+    checkpoint_load(path, backend_named("cpu"), &m, NULL, &info);
     model_free(&m);
     return info.step;
 }
@@ -170,7 +170,10 @@ static void probe_flush(void* ctx) {
     p->flushed_after_checkpoint += checkpoint_step_on_disk(p->out) >= p->last_metric_step;
 }
 
-static void probe_resume(void* ctx, int step) { ((OrderProbe*)ctx)->resumed_at = step; }
+static void probe_resume(void* ctx, int step, const char* device) {
+    (void)device;
+    ((OrderProbe*)ctx)->resumed_at = step;
+}
 
 // Metrics reach the observer before the checkpoint that covers them is renamed into place, and
 // a resumed run says where it resumes
@@ -209,7 +212,7 @@ static void test_metrics_reconciled(void) {
     Registry reg;
     registry_open(&reg, db);
     int64_t exp = registry_experiment(&reg, "test", "tiny", "none", "none");
-    int64_t first = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg, NULL);
+    int64_t first = registry_begin_run(&reg, exp, "row", cfg.seed, &cfg, "cpu", NULL);
     for (int step = 1; step <= 6; step++) {
         const char* key = "train_loss";
         int64_t tokens = step;

@@ -15,8 +15,8 @@
 
 #include "../eval/attnmap.h"
 #include "../eval/outliers.h"
-#include "../model/h5.h"
-#include "../model/util.h"
+#include "../model/base/h5.h"
+#include "../model/base/util.h"
 #include "fixtures.h"
 
 // The widest vectors and FMA of the build (-march=native follows the CPU) and of the CPU at run
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     if (strcmp(argv[1], "maps") == 0) {
         Config cfg = tiny_model_config(ATTN_DIFF);
         Model m;
-        model_build(&m, &cfg, 40);
+        model_build(&m, &cfg, backend_of_device(cfg.device), 40);
         MapsFile f;
         maps_file_create(&f, path, &m, "fixture.h5");
         maps_file_close(&f);

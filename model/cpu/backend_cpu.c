@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dist.h"
-#include "../util.h"
+#include "../base/dist.h"
+#include "../base/util.h"
 #include "cpu.h"
 
 static void* cpu_alloc(size_t bytes) { return callocCheck(1, bytes); }

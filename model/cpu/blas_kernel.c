@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../util.h"
+#include "../base/util.h"
 #include "cpu.h"
 
 // Set only in the restarted program: the kernel OpenBLAS chose itself, to fall back to

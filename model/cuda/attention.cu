@@ -26,7 +26,7 @@
 #include "cuda.h"
 
 extern "C" {
-#include "../util.h"
+#include "../base/util.h"
 }
 
 #define ATT_WARPS 4
