@@ -24,6 +24,7 @@ void maps_file_create(MapsFile* f, const char* path, const Model* m, const char*
     h5_write_string_attr(f->file, "machine", machine, f->label);
     h5_write_attr(f->file, "n_layer", H5T_NATIVE_INT, &m->L, f->label);
     h5_write_attr(f->file, "n_head", H5T_NATIVE_INT, &m->H, f->label);
+    h5_write_attr(f->file, "maps_per_head", H5T_NATIVE_INT, &m->M, f->label);
 }
 
 static void close_sample(MapsFile* f) {
@@ -140,6 +141,20 @@ hid_t maps_file_open(const char* path, char* label, size_t label_n) {
     if (strcmp(format, ATTNMAP_FORMAT) != 0) die("'%s' is not an attention-maps file (format '%s')", path, format);
     free(format);
     return file;
+}
+
+int maps_file_maps_per_head(hid_t file, const char* label) {
+    int maps;
+    if (H5Aexists(file, "maps_per_head") > 0) {
+        h5_read_attr(file, "maps_per_head", H5T_NATIVE_INT, &maps, label);
+        if (maps != 1 && maps != 2) die("%s: attribute 'maps_per_head' is %d, not 1 or 2", label, maps);
+        return maps;
+    }
+    // files written before the attribute: only standard attention had one map
+    char* attention = h5_read_string_attr(file, "attention", label);
+    maps = strcmp(attention, "standard") == 0 ? 1 : 2;
+    free(attention);
+    return maps;
 }
 
 hid_t maps_file_open_sample(hid_t file, int sample, const char* path, const char* label) {

@@ -1,6 +1,7 @@
 // Attention maps of selected episodes in one HDF5 file (drawn without the model by
 // `difftx attn`, experiments/attn_plot.c). Layout (docs/attention_maps.md):
-//   /                        attrs format, attention, checkpoint, git_commit, machine, n_layer, n_head
+//   /                        attrs format, attention, checkpoint, git_commit, machine, n_layer, n_head,
+//                            maps_per_head (M: 1, or 2 for the differential variants)
 //   /sample_SSS              attrs n_context, n_needles, length; a needle episode's also depth, seed
 //   /sample_SSS/tokens       int32 (T)      prompt ids: BOS, haystack with needles, question 0 (or
 //                                           BOS and a text, from `difftx maps`)
@@ -8,10 +9,10 @@
 //   /sample_SSS/needles      int32 (N, 2)   start and length of each needle; row 0 the answer (N = 0
 //                                           for a text)
 //   /sample_SSS/rows         int32 (R)      positions of the saved query rows
-//   /sample_SSS/layer_LL/head_HH/map     float32 (R, T)  standard: the softmax map; DIFF: the
-//                                                         combined A1 - lambda A2 the forward uses
-//   /sample_SSS/layer_LL/head_HH/A1, A2  float32 (R, T)  DIFF only, each a softmax map
-//   /sample_SSS/layer_LL/head_HH/lambda  float32 (R)     DIFF only, lambda of each row
+//   /sample_SSS/layer_LL/head_HH/map     float32 (R, T)  one map per head: the softmax map; two:
+//                                                         the combined A1 - lambda A2 the forward uses
+//   /sample_SSS/layer_LL/head_HH/A1, A2  float32 (R, T)  two maps per head only, each a softmax map
+//   /sample_SSS/layer_LL/head_HH/lambda  float32 (R)     two maps per head only, lambda of each row
 // Row r of a map is query position rows[r]; entries beyond it are zero.
 #ifndef ATTNMAP_H
 #define ATTNMAP_H
@@ -52,5 +53,7 @@ void maps_file_close(MapsFile* f);
 // for messages), and its group of sample `sample`; both die naming the file
 hid_t maps_file_open(const char* path, char* label, size_t label_n);
 hid_t maps_file_open_sample(hid_t file, int sample, const char* path, const char* label);
+// M, the softmax maps per head (attribute maps_per_head; older files: 1 for standard, else 2)
+int maps_file_maps_per_head(hid_t file, const char* label);
 
 #endif

@@ -63,6 +63,7 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     char label[4200];
     hid_t file = maps_file_open(path, label, sizeof(label));
     char* attention = h5_read_string_attr(file, "attention", label);
+    int diff = maps_file_maps_per_head(file, label) == 2;
     int n_layer, n_head;
     h5_read_attr(file, "n_layer", H5T_NATIVE_INT, &n_layer, label);
     h5_read_attr(file, "n_head", H5T_NATIVE_INT, &n_head, label);
@@ -91,7 +92,7 @@ void attn_render(const char* path, int sample, int layer, int head, const char* 
     h5_read_dataset(g, "text", str, T, text, label);  // an unwritten string reads as NULL: an empty label
     H5Tclose(str);
 
-    int diff = strcmp(attention, "standard") != 0, panels = diff ? 3 : 1;
+    int panels = diff ? 3 : 1;
     static const char* names[3] = {"A1", "A2", "map"};
     int matrix = R == T;  // every row saved: a heatmap; otherwise the profile of the question rows
     float* A = mallocCheck((size_t)panels * R * T * sizeof(float));  // (panels, R, T)

@@ -66,7 +66,7 @@ void attn_view_write(const char* path, int sample, const char* html) {
     hid_t file = maps_file_open(path, label, sizeof(label));
     char* attention = h5_read_string_attr(file, "attention", label);
     char* checkpoint = h5_read_string_attr(file, "checkpoint", label);
-    int n_layer, n_head, diff = strcmp(attention, "standard") != 0, maps = diff ? 2 : 1;
+    int n_layer, n_head, maps = maps_file_maps_per_head(file, label), diff = maps == 2;
     h5_read_attr(file, "n_layer", H5T_NATIVE_INT, &n_layer, label);
     h5_read_attr(file, "n_head", H5T_NATIVE_INT, &n_head, label);
     if (n_layer < 1 || n_layer > ATTNMAP_MAX_INDEX || n_head < 1 || n_head > ATTNMAP_MAX_INDEX) {
@@ -161,8 +161,8 @@ void attn_view_write(const char* path, int sample, const char* html) {
     json_t *row_list = json_array(), *needle_list = json_array();
     for (int r = 0; r < R; r++) append(row_list, json_integer(rows[r]), label);
     for (int i = 0; i < N; i++) append(needle_list, json_pack("[i, i]", needles[2 * i], needles[2 * i + 1]), label);
-    json_t* data = json_pack("{s:o, s:s, s:o, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:s}", "file", byte_string(path), "attention",
-                             attention, "checkpoint", byte_string(checkpoint), "sample", sample, "T", T, "tokens", tokens,
+    json_t* data = json_pack("{s:o, s:s, s:i, s:o, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:s}", "file", byte_string(path), "attention",
+                             attention, "maps_per_head", maps, "checkpoint", byte_string(checkpoint), "sample", sample, "T", T, "tokens", tokens,
                              "text_bytes", texts, "rows", row_list, "needles", needle_list, "heads", heads, "maps", encoded);
     if (!data) die("cannot hold the page data of '%s' as JSON", path);
     char* json = json_dumps(data, JSON_COMPACT | JSON_ESCAPE_SLASH);

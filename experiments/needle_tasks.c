@@ -249,14 +249,14 @@ static void open_task_report(Report* rep, const char* task, int to_stdout, const
 // index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
 static int paper_row(const Row* row) { return config_variant(&row->cfg)->maps == 1 ? 0 : 1; }
 
-// att<i>: each row's attention type (the figures' colour), paper<i>: the paper's row it meets
+// att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets
 static void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds) {
     for (int g = 0; g < n_rows; g++) {
         char name[16];
         snprintf(name, sizeof(name), "att%d", g + 1);
-        gnuplot_number(vars, name, rows[g * seeds].cfg.attention);
+        gnuplot_number(vars, name, config_variant(&rows[g * seeds].cfg)->colour);
         snprintf(name, sizeof(name), "paper%d", g + 1);
-        gnuplot_number(vars, name, paper_row(&rows[g * seeds]));
+        gnuplot_number(vars, name, ATTN_VARIANTS[paper_row(&rows[g * seeds]) ? ATTN_DIFF : ATTN_STANDARD].colour);
     }
 }
 

@@ -145,12 +145,11 @@ static void folder_of(char* out, size_t n, const char* path) {
 }
 
 void gnuplot(const char* script, GnuplotVars* v) {
-    char path[4200], strings_script[4200], colours_script[4200];
+    char path[4200], strings_script[4200];
     char relative[64];
     snprintf(relative, sizeof(relative), "plots/%s", script);
     source_file_path(path, sizeof(path), relative);
     source_file_path(strings_script, sizeof(strings_script), "plots/strings.gp");
-    source_file_path(colours_script, sizeof(colours_script), "plots/colours.gp");
     if (v->n_outputs == 0) die("gnuplot %s: no output file", script);
     // the folder beside the outputs, so that renaming them into place stays on one file system
     char dir[4096];
@@ -172,7 +171,6 @@ void gnuplot(const char* script, GnuplotVars* v) {
     for (int i = 0; i < v->n_strings; i++) fprintf(f, "%s\t%s\n", v->string_name[i], v->string_value[i]);
     fcloseCheck(f, file);
     link_into(work_dir, "strings.gp", strings_script);
-    link_into(work_dir, "colours.gp", colours_script);
     for (int i = 0; i < v->n_inputs; i++) link_into(work_dir, v->input_name[i], v->input_path[i]);
     char vars[4200];
     snprintf(vars, sizeof(vars), "%s%sSTRINGS=%d", v->numbers, v->n ? "; " : "", v->n_strings);

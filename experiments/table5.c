@@ -233,7 +233,7 @@ int table5_main(const Table5Options* opt) {
     for (int r = 0; r < n_rows; r++) {  // colour by attention type, point by source
         char name[32];
         snprintf(name, sizeof(name), "att%d", r + 1);
-        gnuplot_number(&vars, name, models[r * seeds].row.cfg.attention);
+        gnuplot_number(&vars, name, config_variant(&models[r * seeds].row.cfg)->colour);
         snprintf(name, sizeof(name), "src%d", r + 1);
         gnuplot_number(&vars, name, strcmp(models[r * seeds].source, "needle") == 0);
     }
@@ -245,6 +245,9 @@ int table5_main(const Table5Options* opt) {
             snprintf(name, sizeof(name), "paper_median_%d_%d", p, k);
             gnuplot_number(&vars, name, PAPER[p][k][N_TOPS]);
         }
+        char name[32];
+        snprintf(name, sizeof(name), "paper_colour_%d", p);
+        gnuplot_number(&vars, name, ATTN_VARIANTS[p ? ATTN_DIFF : ATTN_STANDARD].colour);
     }
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table5", presets, ".png");

@@ -359,7 +359,7 @@ int table6_main(const Table6Options* opt) {
         double pv[3];
         paper_values(&r->rows[i], pv, opt->recipe);
         fprintf(f, "%d \"%s %dx%d%s\" %d", i, section_get(&r->rows[i], "label"), cfg.n_head, config_head_dim(&cfg),
-                config_head_norm(&cfg) ? " GN" : "", (int)cfg.attention);
+                config_head_norm(&cfg) ? " GN" : "", config_variant(&cfg)->colour);
         for (int k = 0; k < 3; k++) fprintf(f, " %.6f %.6f %.4f", res[i].mean[k] - res[0].mean[k], res[i].std[k], pv[k] - base_paper[k]);
         fprintf(f, "\n");
     }
@@ -390,7 +390,16 @@ int table6_main(const Table6Options* opt) {
     for (int i = 0; i < r->n_rows; i++) {
         char name[16];
         snprintf(name, sizeof(name), "att%d", i + 1);
-        gnuplot_number(&vars, name, row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results).attention);
+        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
+        gnuplot_number(&vars, name, config_variant(&cfg)->colour);
+    }
+    gnuplot_number(&vars, "variants", ATTN_VARIANT_COUNT);  // the legend: every variant's colour and label
+    for (int v = 0; v < ATTN_VARIANT_COUNT; v++) {
+        char name[16];
+        snprintf(name, sizeof(name), "vcolour%d", v + 1);
+        gnuplot_number(&vars, name, ATTN_VARIANTS[v].colour);
+        snprintf(name, sizeof(name), "vlabel%d", v + 1);
+        gnuplot_string(&vars, name, ATTN_VARIANTS[v].label);
     }
     for (int k = 0; k < 3; k++) {
         int ours = 0, paper = 0;

@@ -30,6 +30,8 @@ typedef struct {
     LambdaKind lambda;
     int head_norm;          // default of the `head_norm` key: the paper's GroupNorm
     int head_norm_scaled;   // the head norm's output is multiplied by (1 - lambda_init)
+    const char* label;      // in the figures' legends
+    int colour;             // 0xRRGGBB in every figure; none of them yellow, told apart in greyscale too
 } AttnVariant;
 
 extern const AttnVariant ATTN_VARIANTS[ATTN_VARIANT_COUNT];
@@ -67,17 +69,30 @@ typedef struct {
 
 // The shape of a variant's attention for H heads of width D (B, T, q0 zero)
 AttnShape attention_shape(const AttnVariant* v, int H, int D);
-int attention_value_width(const AttnShape* s);  // Dv
-int attention_key_heads(const AttnShape* s);    // KH
-int attention_qkv_width(const AttnShape* s);    // columns of one qkv row
-// Column offsets in a qkv row, for every backend: query sub-head of map m of head h, its key
-// sub-head (head h's shared one with shared_kv), head h's value columns
-int attention_q_col(const AttnShape* s, int h, int m);
-int attention_k_col(const AttnShape* s, int h, int m);
-int attention_v_col(const AttnShape* s, int h);
-// Offset of the per-token lambda columns in a qkv row, -1 without them
-int attention_lambda_offset(const AttnShape* s);
+
+// The qkv layout, compiled into every backend's code, the GPU's kernels included, so that it
+// is stated once
+#ifdef __CUDACC__
+#define ATTN_LAYOUT __host__ __device__ static inline
+#else
+#define ATTN_LAYOUT static inline
+#endif
+ATTN_LAYOUT int attention_value_width(const AttnShape* s) { return s->shared_kv ? s->D : s->M * s->D; }  // Dv
+ATTN_LAYOUT int attention_key_heads(const AttnShape* s) { return s->shared_kv ? s->H : s->M * s->H; }    // KH
 // Sub-heads RoPE rotates: the queries and the keys, from column 0 on
-int attention_rope_heads(const AttnShape* s);
+ATTN_LAYOUT int attention_rope_heads(const AttnShape* s) { return s->M * s->H + attention_key_heads(s); }
+// Column offsets in a qkv row: query sub-head of map m of head h, its key sub-head (head h's
+// shared one with shared_kv), head h's value columns
+ATTN_LAYOUT int attention_q_col(const AttnShape* s, int h, int m) { return (h * s->M + m) * s->D; }
+ATTN_LAYOUT int attention_k_col(const AttnShape* s, int h, int m) {
+    return (s->M * s->H + (s->shared_kv ? h : h * s->M + m)) * s->D;
+}
+ATTN_LAYOUT int attention_v_col(const AttnShape* s, int h) {
+    return attention_rope_heads(s) * s->D + h * attention_value_width(s);
+}
+// Offset of the per-token lambda columns in a qkv row, -1 without them
+ATTN_LAYOUT int attention_lambda_offset(const AttnShape* s) { return s->token_lambda ? attention_v_col(s, s->H) : -1; }
+// columns of one qkv row
+ATTN_LAYOUT int attention_qkv_width(const AttnShape* s) { return attention_v_col(s, s->H) + (s->token_lambda ? s->H : 0); }
 
 #endif

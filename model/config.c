@@ -27,7 +27,7 @@ typedef struct {
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 static const Key KEYS[] = {
-    {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}, "`standard`, `diff` or `diff2` (DIFF V2)", 0},
+    {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}, "the attention variant:", 0},
     K(n_layer, KEY_INT, "L, the number of layers"),
     K(d_model, KEY_INT, "C, the model width"),
     K(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps)"),
@@ -349,7 +349,12 @@ void config_print_keys(FILE* f) {
         format_value(value, sizeof(value), k, &defaults);
         // unset head_norm defers to the attention variant
         if (k->type == KEY_BOOL && *(const int*)((const char*)&defaults + k->offset) < 0) snprintf(value, sizeof(value), "(the variant's)");
-        fprintf(f, "| `%s` | %s | %s |\n", k->name, value[0] ? value : "(empty)", k->meaning);
+        fprintf(f, "| `%s` | %s | %s", k->name, value[0] ? value : "(empty)", k->meaning);
+        // the variants as the variant table has them
+        for (int v = 0; k->type == KEY_ATTENTION && v < ATTN_VARIANT_COUNT; v++) {
+            fprintf(f, "%s `%s` (%s)", v == 0 ? "" : v + 1 < ATTN_VARIANT_COUNT ? "," : " or", ATTN_VARIANTS[v].name, ATTN_VARIANTS[v].label);
+        }
+        fprintf(f, " |\n");
     }
 }
 

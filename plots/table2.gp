@@ -1,14 +1,13 @@
 # Table 2 figure. difftx needle --task table2 writes the data and runs this script on
-# the file `data` to `out`, with the numbers att1 .. att<n> (each model's attention type: 0
-# standard, 1 diff, 2 diff2) and paper1 .. paper<n> (the paper's row it is compared with: 0
-# Transformer, 1 DIFF) and the strings names ('standard diff'), title_text and error_text (the
+# the file `data` to `out`, with the numbers att1 .. att<n> (each model's colour, its
+# variant's, 0xRRGGBB) and paper1 .. paper<n> (the colour of the paper's row it is compared
+# with) and the strings names ('standard diff'), title_text and error_text (the
 # y label, saying what the error bars are: the seed std, or with one seed the standard error).
 # data: one line per (N, R) setting: "label" then per row: accuracy (mean over seeds), error bar, paper value
 
 set terminal pngcairo size 900,560 font "sans,11" noenhanced
 set output out
 load 'strings.gp'
-load 'colours.gp'
 names = str('names')
 set title str('title_text')
 n = words(names)
@@ -23,10 +22,10 @@ width = 1.0 / (n + 1.5)
 # bar i of a setting is centred at x = setting - 0.5 + (i + 0.25) width; every bar carries its
 # value, so an accuracy of 0 reads as 0, not as a missing bar
 x(i) = $0 - 0.5 + (i + 0.25) * width
-plot for [i = 1:n] data using (column(3 * i - 1)):(column(3 * i)):xtic(1) lc rgb attention_colour(value(sprintf("att%d", i))) \
+plot for [i = 1:n] data using (column(3 * i - 1)):(column(3 * i)):xtic(1) lc rgb value(sprintf("att%d", i)) \
          title word(names, i), \
      for [i = 1:n] data using (x(i)):(column(3 * i - 1) + 0.02):(sprintf("%.2f", column(3 * i - 1))) with labels \
          font ",9" offset 0, 0.5 notitle, \
      for [i = 1:n] data using (x(i) + 0.08):(column(3 * i + 1)) with points pt 12 ps 1.6 lw 2 \
-         lc rgb attention_colour(value(sprintf("paper%d", i))) \
+         lc rgb value(sprintf("paper%d", i)) \
          title sprintf("paper, 3B model at 4K context (%s)", value(sprintf("paper%d", i)) == 0 ? "Transformer" : "DIFF")

@@ -1,7 +1,7 @@
 # Table 3 and Figure 1. difftx needle --task table3 writes the files `data` and `fig1` and runs
 # this script to `out` and `out_fig1`, with the strings names ('standard diff'), papers
-# ('Transformer DIFF'), title_text and fig1_title, and the numbers att<i> and paper<i> (each
-# row's attention type and the paper's row it meets: the colours) and seeds.
+# ('Transformer DIFF'), title_text and fig1_title, and the numbers att<i> and paper<i> (the
+# colours, 0xRRGGBB, of each row's variant and of the paper's row it meets) and seeds.
 # data: one line per depth: "label" then per row: answer, noise (means over the seeds), the
 # paper's answer and noise, the seed std of answer and noise (drawn as error bars with seeds > 1)
 # fig1: one line per model: "name" answer noise question bos
@@ -13,9 +13,8 @@ names = str('names')
 papers = str('papers')
 set multiplot layout 1, 2 title str('title_text')
 n = words(names)
-load 'colours.gp'
-ours_colour(i) = attention_colour(value(sprintf("att%d", i)))
-paper_colour(i) = attention_colour(value(sprintf("paper%d", i)))
+ours_colour(i) = value(sprintf("att%d", i))
+paper_colour(i) = value(sprintf("paper%d", i))
 set grid ytics
 set xlabel "answer needle depth"
 set ylabel "share of the question's attention (rows sum to 1)"

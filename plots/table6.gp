@@ -1,16 +1,16 @@
 # Table 6 figures. difftx table6 writes the files `bars` and `curves` and runs this script to
 # `out_bars` and `out_curves`, with the numbers rows, seeds, arhit_tokens and eval_tokens, att1 ..
-# att<rows> (each row's attention type: 0 standard, 1 diff, 2 diff2), ours1..ours3 and
+# att<rows> (each row's colour, its variant's), variants with vcolour<v> and the strings vlabel<v>
+# (the legend: every variant's colour and label), ours1..ours3 and
 # paper1..paper3 (0 when no row has a value of ours, or of the paper's, for Valid, AR-Hit,
 # Others: an empty panel gets a fixed range and a note instead of stopping gnuplot) and the
 # strings title_text and curves_title.
-# bars:   row label attention, then per metric k (Valid, AR-Hit, Others) in columns 4 + 3k ..:
+# bars:   row label colour, then per metric k (Valid, AR-Hit, Others) in columns 4 + 3k ..:
 #         ours minus the first row's, seed std, the paper's minus its first row's (NaN: none)
 # curves: one block per row (first line its quoted title), lines "tokens val_loss"
 
 set terminal pngcairo size 1500,560 font "sans,11" noenhanced
 load 'strings.gp'
-load 'colours.gp'
 set datafile missing "NaN"
 
 # Dot plots of differences from the Transformer row, ours (filled, coloured by attention type,
@@ -35,14 +35,13 @@ do for [k = 1:3] {
     if (k == 2) { set ytics format "" }
     if (k == 3) { set key at screen 0.57, 0.045 center center horizontal samplen 1 font ",9" }
     if (k == 1) {
-        plot bars using (column(4)):1:(column(5)):(attention_colour($3)):ytic(2) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
+        plot bars using (column(4)):1:(column(5)):3:ytic(2) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
              bars using (column(6)):1 with points pt 12 ps 1.6 lc rgb "#444444" notitle
     } else {
-        plot bars using (column(1 + 3 * k)):1:(column(2 + 3 * k)):(attention_colour($3)) with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
+        plot bars using (column(1 + 3 * k)):1:(column(2 + 3 * k)):3 with xerrorbars pt 7 ps 1.3 lc rgb variable notitle, \
              bars using (column(3 + 3 * k)):1 with points pt 12 ps 1.6 lc rgb "#444444" notitle, \
-             NaN with points pt 7 lc rgb attention_colour(0) title (k == 3 ? "Transformer" : ""), \
-             NaN with points pt 7 lc rgb attention_colour(1) title (k == 3 ? "DIFF" : ""), \
-             NaN with points pt 7 lc rgb attention_colour(2) title (k == 3 ? "DIFF V2" : ""), \
+             for [v = 1:variants] NaN with points pt 7 lc rgb value(sprintf("vcolour%d", v)) \
+                 title (k == 3 ? value(sprintf("vlabel%d", v)) : ""), \
              NaN with points pt 12 lc rgb "#444444" title (k == 3 ? "paper (3B)" : "")
     }
 }
@@ -69,4 +68,4 @@ set grid ytics
 set key top right
 # colour by attention type (as in every figure), point type by row
 plot for [i=0:rows-1] curves index i using 1:2 with linespoints pt (5 + 2 * (i % 4)) ps 0.8 lw 1.5 \
-    lc rgb attention_colour(value(sprintf("att%d", i + 1))) title columnheader(1)
+    lc rgb value(sprintf("att%d", i + 1)) title columnheader(1)

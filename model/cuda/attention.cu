@@ -42,6 +42,7 @@ extern "C" {
 
 // One call's geometry, passed to the kernels by value
 struct Geo {
+    AttnShape s;     // for the qkv layout of attention.h
     int B, T, H, D, M, q0, Dv, QKV, HDv;
     int lam;         // per-token lambda columns, -1 without
     int shared_kv;
@@ -51,6 +52,7 @@ struct Geo {
 
 static Geo geo_fields(const AttnShape* s) {
     Geo g;
+    g.s = *s;
     g.B = s->B; g.T = s->T; g.H = s->H; g.D = s->D; g.M = s->M; g.q0 = s->q0;
     g.Dv = attention_value_width(s);
     g.QKV = attention_qkv_width(s);
@@ -74,12 +76,10 @@ static Geo geo_of(const AttnShape* s) {
     return geo_fields(s);
 }
 
-// the qkv column offsets of attention.h, on the device
-__device__ __forceinline__ int q_col(const Geo& g, int h, int m) { return (h * g.M + m) * g.D; }
-__device__ __forceinline__ int k_col(const Geo& g, int h, int m) { return (g.M * g.H + (g.shared_kv ? h : h * g.M + m)) * g.D; }
-__device__ __forceinline__ int v_col(const Geo& g, int h) {
-    return (g.M * g.H + (g.shared_kv ? g.H : g.M * g.H)) * g.D + h * g.Dv;
-}
+// the qkv column offsets of attention.h
+__device__ __forceinline__ int q_col(const Geo& g, int h, int m) { return attention_q_col(&g.s, h, m); }
+__device__ __forceinline__ int k_col(const Geo& g, int h, int m) { return attention_k_col(&g.s, h, m); }
+__device__ __forceinline__ int v_col(const Geo& g, int h) { return attention_v_col(&g.s, h); }
 
 __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(FULL, x, o);
