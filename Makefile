@@ -79,7 +79,7 @@ MODEL := $(BASE) model/config.c model/attention.c model/backend.c model/model.c 
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
-               experiments/table6.c experiments/table5.c experiments/needle_tasks.c experiments/attn_plot.c experiments/attn_view.c \
+               experiments/table6.c experiments/table5.c experiments/needle/runner.c experiments/needle/common.c experiments/needle/table2.c experiments/needle/fig5.c experiments/needle/table3.c experiments/needle/fig8.c experiments/attn_plot.c experiments/attn_view.c \
                experiments/runs.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))

@@ -17,7 +17,7 @@
 #include "eval/outliers.h"
 #include "experiments/attn_plot.h"
 #include "experiments/attn_view.h"
-#include "experiments/needle_tasks.h"
+#include "experiments/needle/needle_tasks.h"
 #include "experiments/recipe.h"
 #include "experiments/runs.h"
 #include "experiments/table5.h"

@@ -8,7 +8,7 @@
 #include "../eval/outliers.h"
 #include "../model/checkpoint.h"
 #include "../model/base/util.h"
-#include "needle_tasks.h"
+#include "needle/needle_tasks.h"
 #include "recipe.h"
 #include "registry.h"
 #include "report.h"

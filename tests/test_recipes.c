@@ -3,7 +3,7 @@
 // preset; the head_norm default follows the variant (the paper's Transformer has none).
 #include <string.h>
 
-#include "../experiments/needle_tasks.h"
+#include "../experiments/needle/needle_tasks.h"
 #include "../experiments/table6.h"
 #include "../model/config.h"
 #include "check.h"

@@ -10,8 +10,8 @@
 #ifndef NEEDLE_TASKS_H
 #define NEEDLE_TASKS_H
 
-#include "../model/config.h"
-#include "recipe.h"
+#include "../../model/config.h"
+#include "../recipe.h"
 
 typedef struct {
     const char* recipe;   // experiments/needle.ini

@@ -1,0 +1,172 @@
+// What the needle tasks share: the paper's numbers, retrieval over cells of episodes, the
+// reports' provenance and the seeds' verdicts (task.h)
+#define _GNU_SOURCE
+#include "task.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../model/base/util.h"
+
+const double DEPTHS[N_DEPTHS] = {0.0, 0.25, 0.5, 0.75, 1.0};
+
+// Table 2's settings (N, R) and the paper's accuracies (3B models, 4K context)
+const int SETTING_N[N_SETTINGS] = {1, 2, 4, 6}, SETTING_R[N_SETTINGS] = {1, 2, 2, 2};
+const double PAPER_TABLE2[2][N_SETTINGS] = {{1.00, 0.85, 0.62, 0.55}, {1.00, 0.92, 0.84, 0.85}};
+// Table 3: attention to the answer and noise per depth, Transformer then DIFF
+const double PAPER_ANSWER[2][N_DEPTHS] = {{0.03, 0.03, 0.03, 0.07, 0.09}, {0.27, 0.30, 0.31, 0.32, 0.40}};
+const double PAPER_NOISE[2][N_DEPTHS] = {{0.51, 0.54, 0.52, 0.49, 0.49}, {0.01, 0.02, 0.02, 0.02, 0.01}};
+
+uint64_t episode_seed(int eval_seed, int length, int n_needles, int n_queries, int depth, int sample) {
+    uint64_t h = hash64((uint64_t)eval_seed);
+    h = hash64(h ^ (uint64_t)length);
+    h = hash64(h ^ ((uint64_t)n_needles << 8 | (uint64_t)n_queries));
+    h = hash64(h ^ (uint64_t)depth);
+    return hash64(h ^ (uint64_t)sample);
+}
+
+void ensure_cache(Model* m, const Episode* e) {
+    int need = episode_cache_need(e);
+    if (model_cache_size(m) < need) model_cache_init(m, need);
+}
+
+
+
+EpisodeRecord* add_record(Records* r) {
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 1024;
+        r->rec = realloc(r->rec, r->cap * sizeof(EpisodeRecord));
+        r->output = realloc(r->output, r->cap * sizeof(*r->output));
+        if (!r->rec || !r->output) die("out of memory holding episode records");
+    }
+    memset(&r->rec[r->n], 0, sizeof(EpisodeRecord));
+    return &r->rec[r->n++];
+}
+
+void store_records(Registry* reg, int64_t run, const char* task, Records* r) {
+    for (int i = 0; i < r->n; i++) r->rec[i].output = r->output[i];  // realloc may have moved them
+    registry_episodes(reg, run, task, r->n, r->rec);
+    free(r->rec);
+    free(r->output);
+    memset(r, 0, sizeof(*r));
+}
+
+void run_cells(Row* row, const NeedleSource* src, const Tokenizer* tok, Cell* cells, int n_cells, int samples,
+                      int eval_seed, Records* records) {
+    double t0 = wall_time();
+    for (int c = 0; c < n_cells; c++) {
+        Cell* cell = &cells[c];
+        cell->queries = cell->correct = cell->all_correct = 0;
+        cell->samples = samples;
+        for (int s = 0; s < samples; s++) {
+            uint64_t seed = episode_seed(eval_seed, cell->length, cell->n_needles, cell->n_queries, cell->depth, s);
+            Episode e;
+            episode_make(&e, src, cell->length, cell->n_needles, cell->n_queries, DEPTHS[cell->depth], 0, seed);
+            ensure_cache(&row->model, &e);
+            char text[NEEDLE_MAX][ANSWER_TEXT];
+            int correct[NEEDLE_MAX];
+            int right = episode_answer(&row->model, tok, &e, text, correct);
+            cell->queries += e.n_queries;
+            cell->correct += right;
+            cell->all_correct += right == e.n_queries;
+            for (int q = 0; q < e.n_queries; q++) {
+                EpisodeRecord* r = add_record(records);
+                r->length = cell->length;
+                r->n_needles = cell->n_needles;
+                r->n_queries = cell->n_queries;
+                r->depth = DEPTHS[cell->depth];
+                r->sample = s;
+                r->seed = seed;
+                r->query = q;
+                r->city = src->cities[e.city[e.query[q]]];
+                r->number = e.number[e.query[q]];
+                r->correct = correct[q];
+                snprintf(records->output[records->n - 1], ANSWER_TEXT, "%s", text[q]);
+            }
+            episode_free(&e);
+        }
+        printf("  %-10s length %5d  N=%d R=%d  depth %3.0f%%: %.2f of %d queries, all %d asked right in %.2f of %d samples (%.0f s)\n",
+               row->name, cell->length, cell->n_needles, cell->n_queries, 100 * DEPTHS[cell->depth],
+               (double)cell->correct / cell->queries, cell->queries, cell->n_queries, (double)cell->all_correct / samples, samples,
+               wall_time() - t0);
+        fflush(stdout);
+    }
+}
+
+void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptions* opt, int samples) {
+    report_printf(f, "Recipe %s, preset %s, git %s; %d episodes per cell, answer depths 0/25/50/75/100%%.\n", opt->recipe,
+            opt->preset, GIT_COMMIT, samples);
+    for (int i = 0; i < n_rows; i++) {
+        report_printf(f, "- %s, seed %d: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained %d steps at "
+                "context %d on copy practice, then %d steps at context %d on the needle mix (%s, registry run %lld); "
+                "copying check %.2f (first copy %.2f)\n",
+                rows[i].name, rows[i].cfg.seed, config_attention_name(&rows[i].cfg), rows[i].cfg.n_layer, rows[i].cfg.d_model, rows[i].cfg.n_head,
+                config_head_dim(&rows[i].cfg), rows[i].model.n_params, rows[i].copy_cfg.steps, rows[i].copy_cfg.seq_len,
+                rows[i].cfg.steps, rows[i].cfg.seq_len,
+                rows[i].checkpoint, (long long)rows[i].run, rows[i].copy.second, rows[i].copy.first);
+    }
+    report_printf(f, "\nCopying check: greedy accuracy on the second copy of a %d-token span of validation text repeated (an "
+               "induction head, the least retrieval needs); the first copy's accuracy is what the language model guesses "
+               "alone.\n\n", COPY_HALF);
+}
+
+// A task's report: results/<task>_<preset>.md (and stdout when to_stdout), its heading (a
+// printf format), the preset's note and the provenance every task states
+void open_task_report(Report* rep, const char* task, int to_stdout, const Section* preset, const Row* rows, int n_rows,
+                             const NeedleOptions* opt, int samples, const char* heading, ...) {
+    char path[4200], text[1024];
+    preset_path(path, sizeof(path), opt->results, task, opt->preset, ".md");
+    report_open(rep, path, to_stdout);
+    va_list ap;
+    va_start(ap, heading);
+    vsnprintf(text, sizeof(text), heading, ap);
+    va_end(ap);
+    report_printf(rep, "%s%s\n\n", to_stdout ? "\n" : "", text);
+    report_printf(rep, "%s", preset_note(preset, opt->recipe));
+    provenance(rep, rows, n_rows, opt, samples);
+}
+
+// index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
+int paper_row(const Row* row) { return config_variant(&row->cfg)->maps == 1 ? 0 : 1; }
+
+// att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets
+void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds) {
+    for (int g = 0; g < n_rows; g++) {
+        char name[16];
+        snprintf(name, sizeof(name), "att%d", g + 1);
+        gnuplot_number(vars, name, config_variant(&rows[g * seeds].cfg)->colour);
+        snprintf(name, sizeof(name), "paper%d", g + 1);
+        gnuplot_number(vars, name, ATTN_VARIANTS[paper_row(&rows[g * seeds]) ? ATTN_DIFF : ATTN_STANDARD].colour);
+    }
+}
+
+// ---- seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] (spread_of, report.h) ----
+
+// What a table's ± means, for its caption
+void seeds_caption(Report* f, int seeds) {
+    if (seeds > 1) report_printf(f, "Each value: mean ± sample standard deviation over %d seeds (one model per seed).\n\n", seeds);
+    else report_printf(f, "One seed per row (one model): no seed spread is measured, so no verdict below rests on it; "
+                          "`--seeds N` (make SEEDS=N) trains N.\n\n");
+}
+
+// The verdict on one of our gaps (DIFF minus Transformer) against the paper's: from the seed
+// spread (the noise is 2 x the larger of the two rows' seed std, as Table 6's verdicts take it),
+// never from one seed, nor from two rows that measured nothing (models that retrieve nothing
+// agree exactly, which says nothing about the paper's gap)
+const char* gap_verdict(double gap, double noise, double paper_gap, int seeds, int measured) {
+    if (seeds < 2) return "n/a (1 seed)";
+    if (!measured) return "n/a (neither retrieves)";
+    if (fabs(gap) <= noise) return "within seed noise";
+    if (paper_gap == 0) return "the paper has no gap";
+    return (gap > 0) == (paper_gap > 0) ? "same direction" : "opposite";
+}
+
+// The first row (group) standing beside the paper's Transformer (p = 0) or DIFF (p = 1), or -1
+int paper_group(const Row* rows, int n_rows, int seeds, int p) {
+    for (int g = 0; g < n_rows; g++) {
+        if (paper_row(&rows[g * seeds]) == p) return g;
+    }
+    return -1;
+}

@@ -1,0 +1,181 @@
+// Table 3 and Figure 1: attention allocation of the question to the answer needle and to the noise, and maps saved
+#define _GNU_SOURCE
+#include "task.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../eval/attnmap.h"
+#include "../../model/base/util.h"
+
+void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+                        const Section* preset, const NeedleOptions* opt) {
+    int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
+    int eval_seed = section_int(preset, "eval_seed", opt->recipe), n_models = n_rows * seeds;
+    Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];
+    for (int i = 0; i < n_models; i++) {
+        Row* row = &rows[i];
+        // the maps of each row's first seed: the other seeds' would repeat them for another model
+        int keep_maps = row->seed_index == 0 ? section_int(preset, "maps", opt->recipe) : 0;
+        char maps_path[4200];
+        path_printf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
+        MapsFile maps;
+        if (keep_maps) maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
+        Records rec = {0};
+        double t0 = wall_time();
+        for (int d = 0; d < N_DEPTHS; d++) {
+            Allocation sum = {0, 0, 0, 0};
+            for (int s = 0; s < N_SETTINGS; s++) {
+                for (int k = 0; k < samples; k++) {
+                    uint64_t seed = episode_seed(eval_seed, context, SETTING_N[s], SETTING_R[s], d, k);
+                    Episode e;
+                    episode_make(&e, src, context, SETTING_N[s], SETTING_R[s], DEPTHS[d], 0, seed);
+                    ensure_cache(&row->model, &e);
+                    // maps of the first samples of the most distracting setting go to HDF5
+                    int save = s == N_SETTINGS - 1 && k < keep_maps;
+                    int all_rows = save ? maps_file_sample(&maps, &e, tok, context, seed) : 0;
+                    Allocation a = episode_allocation(&row->model, &e, all_rows, save ? maps_file_head : NULL, &maps);
+                    sum.answer += a.answer; sum.noise += a.noise; sum.question += a.question; sum.bos += a.bos;
+                    EpisodeRecord* r = add_record(&rec);
+                    r->length = context;
+                    r->n_needles = SETTING_N[s];
+                    r->n_queries = SETTING_R[s];
+                    r->depth = DEPTHS[d];
+                    r->sample = k;
+                    r->seed = seed;
+                    r->city = src->cities[e.city[0]];
+                    r->number = e.number[0];
+                    r->correct = -1;
+                    rec.output[rec.n - 1][0] = 0;
+                    r->answer = a.answer; r->noise = a.noise; r->question = a.question; r->bos = a.bos;
+                    episode_free(&e);
+                }
+            }
+            double n = N_SETTINGS * samples;
+            Allocation mean = {sum.answer / n, sum.noise / n, sum.question / n, sum.bos / n};
+            by_depth[i][d] = mean;
+            printf("  %-10s depth %3.0f%%: answer %.3f  noise %.3f  question %.3f  BOS %.3f (%.0f s)\n", row->name, 100 * DEPTHS[d],
+                   mean.answer, mean.noise, mean.question, mean.bos, wall_time() - t0);
+            fflush(stdout);
+        }
+        store_records(reg, row->run, "table3", &rec);
+        if (keep_maps) {
+            maps_file_close(&maps);
+            registry_artifact(reg, row->run, "attention_maps", maps_path);
+            printf("  attention maps of %d episodes in %s\n", maps.n_samples, maps_path);
+        }
+    }
+    // per row: the spread over its seeds of each depth's shares and of Figure 1's means over depths
+    Spread answer[RECIPE_SECTIONS][N_DEPTHS], noise[RECIPE_SECTIONS][N_DEPTHS], overall[RECIPE_SECTIONS][4];
+    for (int g = 0; g < n_rows; g++) {
+        double parts[RECIPE_SECTIONS][4] = {{0}};
+        for (int s = 0; s < seeds; s++) {
+            for (int d = 0; d < N_DEPTHS; d++) {
+                const Allocation* a = &by_depth[g * seeds + s][d];
+                parts[s][0] += a->answer / N_DEPTHS;
+                parts[s][1] += a->noise / N_DEPTHS;
+                parts[s][2] += a->question / N_DEPTHS;
+                parts[s][3] += a->bos / N_DEPTHS;
+            }
+        }
+        for (int k = 0; k < 4; k++) overall[g][k] = spread_of(&parts[0][k], seeds, 4);
+        int stride = (int)(sizeof(by_depth[0]) / (sizeof(double)));  // one model's allocations, in doubles
+        for (int d = 0; d < N_DEPTHS; d++) {
+            answer[g][d] = spread_of(&by_depth[g * seeds][d].answer, seeds, stride);
+            noise[g][d] = spread_of(&by_depth[g * seeds][d].noise, seeds, stride);
+        }
+    }
+    char dat[4200], fig1[4200], cell[48];
+    preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
+    preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
+    Report rep, *f = &rep;
+    open_task_report(f, "table3", 1, preset, rows, n_models, opt, samples * N_SETTINGS,
+                     "## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d",
+                     opt->preset, context);
+    report_printf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
+               "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
+               "are, DIFF rows A1 - lambda A2 divided by 1 - lambda. Answer = the answer needle's tokens; noise = every "
+               "other context token after BOS, distractor needles included; the rest goes to BOS and the question itself.\n\n");
+    seeds_caption(f, seeds);
+    report_printf(f, "| Model | answer 0%% | 25%% | 50%% | 75%% | 100%% | noise 0%% | 25%% | 50%% | 75%% | 100%% |\n");
+    report_printf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int g = 0; g < n_rows; g++) {
+        report_printf(f, "| %s |", rows[g * seeds].name);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), answer[g][d], seeds, 3));
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), noise[g][d], seeds, 3));
+        report_printf(f, "\n");
+    }
+    for (int p = 0; p < 2; p++) {
+        report_printf(f, "| paper %s |", p ? "DIFF" : "Transformer");
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_ANSWER[p][d]);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_NOISE[p][d]);
+        report_printf(f, "\n");
+    }
+    report_printf(f, "\nFigure 1 breakdown (mean over depths):\n\n| Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
+    for (int g = 0; g < n_rows; g++) {
+        report_printf(f, "| %s |", rows[g * seeds].name);
+        for (int k = 0; k < 4; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), overall[g][k], seeds, 3));
+        report_printf(f, "\n");
+    }
+    int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
+    if (base >= 0 && diff >= 0) {
+        report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
+                      "seed spread | paper gap | verdict |\n|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
+        for (int k = 0; k < 2; k++) {
+            const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
+            const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
+            double paper_gap = 0;
+            for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
+            double gap = overall[diff][k].mean - overall[base][k].mean, spread = fmax(overall[diff][k].std, overall[base][k].std);
+            char spread_cell[32] = "n/a (1 seed)";
+            if (seeds > 1) snprintf(spread_cell, sizeof(spread_cell), "%.3f", spread);
+            report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", gap, spread_cell, paper_gap,
+                          gap_verdict(gap, 2 * spread, paper_gap, seeds, 1));
+        }
+    }
+    report_close(&rep);
+    FILE* t3 = fopenCheck(dat, "w");
+    FILE* g1 = fopenCheck(fig1, "w");
+    for (int d = 0; d < N_DEPTHS; d++) {
+        fprintf(t3, "\"%.0f%%\"", 100 * DEPTHS[d]);
+        for (int g = 0; g < n_rows; g++) {
+            int p = paper_row(&rows[g * seeds]);
+            fprintf(t3, " %.4f %.4f %.2f %.2f %.4f %.4f", answer[g][d].mean, noise[g][d].mean, PAPER_ANSWER[p][d], PAPER_NOISE[p][d],
+                    answer[g][d].std, noise[g][d].std);
+        }
+        fprintf(t3, "\n");
+    }
+    for (int g = 0; g < n_rows; g++) {
+        fprintf(g1, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[g * seeds].name, overall[g][0].mean, overall[g][1].mean, overall[g][2].mean,
+                overall[g][3].mean);
+    }
+    fcloseCheck(t3, dat);
+    fcloseCheck(g1, fig1);
+    char text[4400], names[512] = "", papers[512] = "";
+    for (int g = 0; g < n_rows; g++) {
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
+        snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", g ? " " : "", paper_row(&rows[g * seeds]) ? "DIFF" : "Transformer");
+    }
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "data", dat);
+    gnuplot_input(&vars, "fig1", fig1);
+    attention_numbers(&vars, rows, n_rows, seeds);
+    gnuplot_number(&vars, "seeds", seeds);
+    gnuplot_string(&vars, "names", names);
+    gnuplot_string(&vars, "papers", papers);
+    char png[4400], fig1_png[4400];
+    preset_path(png, sizeof(png), opt->plots, "table3", opt->preset, ".png");
+    gnuplot_output(&vars, "out", png);
+    preset_path(fig1_png, sizeof(fig1_png), opt->plots, "fig1", opt->preset, ".png");
+    gnuplot_output(&vars, "out_fig1", fig1_png);
+    snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d, %d seed%s%s", opt->preset, context,
+             seeds, seeds > 1 ? "s" : "", seeds > 1 ? " (error bars: seed std)" : "");
+    gnuplot_string(&vars, "title_text", text);
+    snprintf(text, sizeof(text), "Figure 1, preset %s, context %d: where the question's attention goes (mean over depths%s, rows "
+             "normalised to 1)", opt->preset, context, seeds > 1 ? " and seeds" : "");
+    gnuplot_string(&vars, "fig1_title", text);
+    gnuplot("table3.gp", &vars);
+    printf("\nwrote %s, %s, %s\n", rep.path, png, fig1_png);
+}

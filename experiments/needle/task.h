@@ -1,0 +1,80 @@
+// The needle tasks' shared part (private to experiments/needle/): a row's models, the
+// retrieval cells and their records, the report's provenance, the seeds' verdicts, and each
+// task (table2.c, fig5.c, table3.c, fig8.c), which runner.c calls.
+#ifndef NEEDLE_TASK_H
+#define NEEDLE_TASK_H
+
+#include "../../data/needle.h"
+#include "../../eval/retrieval.h"
+#include "../registry.h"
+#include "../report.h"
+#include "needle_tasks.h"
+
+#define N_DEPTHS 5
+#define MAX_LENGTHS 16
+#define COPY_HALF 100
+extern const double DEPTHS[N_DEPTHS];
+// Table 2's settings (N, R) and the paper's accuracies (3B models, 4K context)
+#define N_SETTINGS 4
+extern const int SETTING_N[N_SETTINGS], SETTING_R[N_SETTINGS];
+extern const double PAPER_TABLE2[2][N_SETTINGS];
+// Table 3: attention to the answer and noise per depth, Transformer then DIFF
+extern const double PAPER_ANSWER[2][N_DEPTHS], PAPER_NOISE[2][N_DEPTHS];
+
+typedef struct {
+    char name[64];    // the recipe's row
+    int seed_index;   // of NeedleOptions.seeds: the row's seed_index-th model
+    Config copy_cfg;  // the copy stage, whose checkpoint starts cfg (init_from)
+    Config cfg;
+    Model model;
+    int64_t run;
+    char checkpoint[4200];
+    CopyScore copy;  // the least retrieval needs
+} Row;
+
+
+// ---- retrieval: one cell is (length, N, R, depth), `samples` episodes ----
+typedef struct {
+    int length, n_needles, n_queries, depth;
+    int queries, correct, samples, all_correct;
+} Cell;
+
+typedef struct {
+    EpisodeRecord* rec;
+    char (*output)[ANSWER_TEXT];
+    int n, cap;
+} Records;
+
+uint64_t episode_seed(int eval_seed, int length, int n_needles, int n_queries, int depth, int sample);
+void ensure_cache(Model* m, const Episode* e);
+EpisodeRecord* add_record(Records* r);
+void store_records(Registry* reg, int64_t run, const char* task, Records* r);
+void run_cells(Row* row, const NeedleSource* src, const Tokenizer* tok, Cell* cells, int n_cells, int samples,
+               int eval_seed, Records* records);
+// A task's report: results/<task>_<preset>.md (and stdout when to_stdout), its heading (a
+// printf format), the preset's note and the provenance every task states
+void open_task_report(Report* rep, const char* task, int to_stdout, const Section* preset, const Row* rows, int n_rows,
+                      const NeedleOptions* opt, int samples, const char* heading, ...) __attribute__((format(printf, 9, 10)));
+// index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
+int paper_row(const Row* row);
+// att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets
+void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds);
+// seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] (spread_of, report.h)
+// What a table's ± means, for its caption
+void seeds_caption(Report* f, int seeds);
+// The verdict on one of our gaps (DIFF minus Transformer) against the paper's (common.c says how)
+const char* gap_verdict(double gap, double noise, double paper_gap, int seeds, int measured);
+// The first row (group) standing beside the paper's Transformer (p = 0) or DIFF (p = 1), or -1
+int paper_group(const Row* rows, int n_rows, int seeds, int p);
+
+// The tasks, on rows[n_rows * seeds] trained and loaded
+void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+                 const Section* preset, const NeedleOptions* opt);
+void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+               const Section* preset, const NeedleOptions* opt);
+void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+                 const Section* preset, const NeedleOptions* opt);
+void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, const Shard* val,
+               Registry* reg, const Section* preset, const NeedleOptions* opt);
+
+#endif
