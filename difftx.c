@@ -15,8 +15,10 @@
 #include "eval/attnmap.h"
 #include "eval/arhit.h"
 #include "eval/outliers.h"
+#include "eval/sample.h"
 #include "experiments/attn_plot.h"
 #include "experiments/attn_view.h"
+#include "experiments/bench.h"
 #include "experiments/needle/needle_tasks.h"
 #include "experiments/recipe.h"
 #include "experiments/runs.h"
@@ -169,53 +171,7 @@ static int cmd_sample(int argc, char** argv) {
     checkpoint_load(argv[optind], backend_named(device), &model, NULL, &info);
     Tokenizer found;
     checkpoint_tokenizer(&found, argv[optind], &model, &info);
-    const Tokenizer* tok = &found;
-    int T = model.cfg.seq_len;
-    size_t plen = strlen(prompt);
-    int* prompt_ids = mallocCheck((plen + 1) * sizeof(int));
-    prompt_ids[0] = tok->eot;  // documents start with <|endoftext|> in training
-    int n = 1 + (plen ? (int)tokenizer_encode(tok, prompt, plen, prompt_ids + 1) : 0);
-    int* history = mallocCheck(((size_t)n + n_tokens) * sizeof(int));
-    memcpy(history, prompt_ids, n * sizeof(int));
-    uint64_t rng = hash64((uint64_t)seed);
-    int longest = 0;
-    for (int v = 0; v < tok->vocab_size; v++) longest = tok->length[v] > longest ? tok->length[v] : longest;
-    char* text = mallocCheck((size_t)longest + 1);
-    float* logits = mallocCheck((size_t)model.V * sizeof(float));
-    fwrite(prompt, 1, plen, stdout);
-    model_cache_init(&model, T);
-    for (int i = 0; i < n_tokens; i++) {
-        // the window is the last T tokens; once it slides, every cached position moves, so the
-        // whole window is run again
-        int start = n > T ? n - T : 0, len = n - start;
-        if (i == 0 || start > 0) model_forward_cached(&model, history + start, len, 0);
-        else model_forward_cached(&model, history + n - 1, 1, n - 1);
-        model_logits(&model, (i == 0 || start > 0 ? len : 1) - 1, logits);
-        int next = 0;
-        if (temperature == 0.0f) {
-            for (int v = 1; v < model.V; v++) next = logits[v] > logits[next] ? v : next;
-        } else {
-            float maxv = logits[0];  // float: gcc 12 for arm64 crashes vectorising a double fmax over floats
-            double sum = 0.0;
-            for (int v = 1; v < model.V; v++) maxv = fmaxf(maxv, logits[v]);
-            for (int v = 0; v < model.V; v++) sum += exp((logits[v] - maxv) / temperature);
-            double u = rng_uniform(&rng) * sum, acc = 0.0;
-            for (next = 0; next < model.V - 1; next++) {
-                acc += exp((logits[next] - maxv) / temperature);
-                if (acc > u) break;
-            }
-        }
-        if (next == tok->eot) break;
-        history[n++] = next;
-        size_t bytes = tokenizer_decode(tok, &next, 1, text);
-        fwrite(text, 1, bytes, stdout);
-        fflush(stdout);
-    }
-    printf("\n");
-    free(text);
-    free(logits);
-    free(history);
-    free(prompt_ids);
+    sample_text(&model, &found, prompt, n_tokens, temperature, (uint64_t)seed, stdout);
     tokenizer_free(&found);
     model_free(&model);
     return 0;
@@ -239,73 +195,7 @@ static int cmd_bench(int argc, char** argv) {
     const Backend* be = load_config(&cfg, argc, argv, optind);
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
     if (vocab < 2 || vocab > 65536) die("option --vocab: must lie in 2..65536, got %d", vocab);
-    train_check_memory(&cfg, be, vocab);
-    Model model;
-    model_build(&model, &cfg, be, vocab);
-    model_init_params(&model, (uint64_t)cfg.seed);
-    AdamW opt;
-    if (!forward_only) adamw_alloc(&opt, &model);
-    BatchShare share = batch_share(&cfg, 0, 1);  // one process: a benchmark's ranks would share the cores
-    int B = cfg.batch_size, T = cfg.seq_len;
-    size_t N = (size_t)B * T * cfg.grad_accum;  // tokens per step
-    int* inputs = mallocCheck(N * sizeof(int));
-    int* targets = mallocCheck(N * sizeof(int));
-    uint64_t rng = hash64((uint64_t)cfg.seed);
-    for (size_t i = 0; i < N; i++) {
-        inputs[i] = (int)(rng_next(&rng) % vocab);
-        targets[i] = (int)(rng_next(&rng) % vocab);
-    }
-    double timed = 0.0;
-    for (int s = 0; s < steps; s++) {
-        double t0 = wall_time();
-        if (forward_only) {
-            for (int micro = 0; micro < cfg.grad_accum; micro++) {
-                model_forward(&model, inputs + micro * (size_t)B * T, targets + micro * (size_t)B * T, B, T, 0);
-            }
-        } else {
-            train_step(&model, &opt, &cfg, &share, s, inputs, targets);
-        }
-        model.be->synchronize();  // the step's work is done, not only issued
-        if (s > 0) timed += wall_time() - t0;
-    }
-    double step_s = timed / (steps - 1), tok_s = N / step_s;
-    double peak = model.be->peak_memory_bytes() / (1024.0 * 1024.0);
-    const char* peak_what = model.be->host_memory ? "RSS" : "device memory";
-    printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d device=%s\n",
-           forward_only ? "forward" : "train", config_attention_name(&cfg), model.L, model.C,
-           model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads(), model.be->device_name());
-    double mfu = 0, mfu_peak = 0;
-    if (forward_only) {
-        printf("  %.3f s per forward pass, %.0f tokens/s, peak %s %.0f MiB\n", step_s, tok_s, peak_what, peak);
-    } else {
-        double flops = model_flops_per_token(&model, T), sgemm = model.be->matmul_rate();
-        char how[256];
-        double device_peak = model.be->peak_rate(how, sizeof(how));
-        double achieved = flops * tok_s / 1e9;
-        mfu = 100.0 * achieved / sgemm;
-        printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s, peak %s %.0f MiB\n", tok_s, step_s,
-               flops / 1e6, achieved, peak_what, peak);
-        printf("  MFU %.0f%% of the measured matmul rate %.1f GFLOP/s\n", mfu, sgemm);
-        if (device_peak > 0) {
-            mfu_peak = 100.0 * achieved / device_peak;
-            printf("  MFU %.0f%% of the device's peak %.1f GFLOP/s = %s; the matmul rate is %.0f%% of it\n", mfu_peak,
-                   device_peak, how, 100.0 * sgemm / device_peak);
-            // a good sgemm kernel reaches 80-95% of the peak
-            if (sgemm < 0.6 * device_peak) {
-                fprintf(stderr, "warning: the measured matmul rate is %.0f%% of the peak: the matmul kernel (%s) leaves "
-                        "this device's speed unused\n", 100.0 * sgemm / device_peak, model.be->device_name());
-            }
-        } else {
-            printf("  (no MFU against the device's peak: %s)\n", how);
-        }
-        const char* note = model.be->host_memory ? backend_blas_kernel_note() : NULL;  // OpenBLAS's, on the CPU
-        if (note) printf("  note: %s\n", note);
-        adamw_free(&opt);
-    }
-    runs_record_bench(results, argv[optind], &cfg, model.be, forward_only, tok_s, mfu, mfu_peak, peak);
-    free(inputs);
-    free(targets);
-    model_free(&model);
+    bench_run(&cfg, be, vocab, steps, forward_only, results, argv[optind]);
     return 0;
 }
 

@@ -1,0 +1,84 @@
+// `difftx bench`: training (or forward) tokens/s of a recipe's model on random tokens, MFU
+// against the backend's measured matmul rate and its peak, peak memory; recorded in the
+// registry (bench.h)
+#include "bench.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../model/base/util.h"
+#include "../model/optim.h"
+#include "runs.h"
+#include "train.h"
+
+void bench_run(const Config* cfg, const Backend* be, int vocab, int steps, int forward_only, const char* results,
+               const char* recipe_path) {
+    train_check_memory(cfg, be, vocab);
+    Model model;
+    model_build(&model, cfg, be, vocab);
+    model_init_params(&model, (uint64_t)cfg->seed);
+    AdamW opt;
+    if (!forward_only) adamw_alloc(&opt, &model);
+    BatchShare share = batch_share(cfg, 0, 1);  // one process: a benchmark's ranks would share the cores
+    int B = cfg->batch_size, T = cfg->seq_len;
+    size_t N = (size_t)B * T * cfg->grad_accum;  // tokens per step
+    int* inputs = mallocCheck(N * sizeof(int));
+    int* targets = mallocCheck(N * sizeof(int));
+    uint64_t rng = hash64((uint64_t)cfg->seed);
+    for (size_t i = 0; i < N; i++) {
+        inputs[i] = (int)(rng_next(&rng) % vocab);
+        targets[i] = (int)(rng_next(&rng) % vocab);
+    }
+    double timed = 0.0;
+    for (int s = 0; s < steps; s++) {
+        double t0 = wall_time();
+        if (forward_only) {
+            for (int micro = 0; micro < cfg->grad_accum; micro++) {
+                model_forward(&model, inputs + micro * (size_t)B * T, targets + micro * (size_t)B * T, B, T, 0);
+            }
+        } else {
+            train_step(&model, &opt, cfg, &share, s, inputs, targets);
+        }
+        model.be->synchronize();  // the step's work is done, not only issued
+        if (s > 0) timed += wall_time() - t0;
+    }
+    double step_s = timed / (steps - 1), tok_s = N / step_s;
+    double peak = model.be->peak_memory_bytes() / (1024.0 * 1024.0);
+    const char* peak_what = model.be->host_memory ? "RSS" : "device memory";
+    printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d device=%s\n",
+           forward_only ? "forward" : "train", config_attention_name(cfg), model.L, model.C,
+           model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads(), model.be->device_name());
+    double mfu = 0, mfu_peak = 0;
+    if (forward_only) {
+        printf("  %.3f s per forward pass, %.0f tokens/s, peak %s %.0f MiB\n", step_s, tok_s, peak_what, peak);
+    } else {
+        double flops = model_flops_per_token(&model, T), sgemm = model.be->matmul_rate();
+        char how[256];
+        double device_peak = model.be->peak_rate(how, sizeof(how));
+        double achieved = flops * tok_s / 1e9;
+        mfu = 100.0 * achieved / sgemm;
+        printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s, peak %s %.0f MiB\n", tok_s, step_s,
+               flops / 1e6, achieved, peak_what, peak);
+        printf("  MFU %.0f%% of the measured matmul rate %.1f GFLOP/s\n", mfu, sgemm);
+        if (device_peak > 0) {
+            mfu_peak = 100.0 * achieved / device_peak;
+            printf("  MFU %.0f%% of the device's peak %.1f GFLOP/s = %s; the matmul rate is %.0f%% of it\n", mfu_peak,
+                   device_peak, how, 100.0 * sgemm / device_peak);
+            // a good sgemm kernel reaches 80-95% of the peak
+            if (sgemm < 0.6 * device_peak) {
+                fprintf(stderr, "warning: the measured matmul rate is %.0f%% of the peak: the matmul kernel (%s) leaves "
+                        "this device's speed unused\n", 100.0 * sgemm / device_peak, model.be->device_name());
+            }
+        } else {
+            printf("  (no MFU against the device's peak: %s)\n", how);
+        }
+        const char* note = model.be->host_memory ? backend_blas_kernel_note() : NULL;  // OpenBLAS's, on the CPU
+        if (note) printf("  note: %s\n", note);
+        adamw_free(&opt);
+    }
+    runs_record_bench(results, recipe_path, cfg, model.be, forward_only, tok_s, mfu, mfu_peak, peak);
+    free(inputs);
+    free(targets);
+    model_free(&model);
+}
