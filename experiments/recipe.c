@@ -176,7 +176,7 @@ int recipe_shape_key(int is_row, const char* k) {
     return is_row ? !strcmp(k, "heads") || !strcmp(k, "width") : !strcmp(k, "h") || !strcmp(k, "d");
 }
 
-void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path) {
+static void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path) {
     const char* switches[6] = {"attention", "head_norm", "heads", "width"};
     int n = 4;
     if (config_variant(cfg)->lambda == LAMBDA_PER_LAYER) switches[n++] = "lambda_init";
@@ -203,6 +203,21 @@ void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* preset, con
     cfg->n_head = strcmp(heads, "h") == 0 ? h : h / 2;
     cfg->head_dim = strcmp(width, "d") == 0 ? d : 2 * d;
     cfg->d_model = h * d;
+}
+
+Config recipe_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* path,
+                         const char* results, const char* study, ExtraKey extra_key) {
+    Config cfg;
+    config_defaults(&cfg);
+    section_apply(&cfg, &r->common, extra_key);
+    section_apply(&cfg, preset, extra_key);
+    section_apply(&cfg, row, extra_key);
+    section_apply(&cfg, &r->overrides, extra_key);
+    recipe_resolve_row(&cfg, r, preset, row, path);
+    cfg.seed += seed_index;
+    path_printf(cfg.out, sizeof(cfg.out), "%s/%s/%s/%s/seed%d", results, study, preset->name, row->name, cfg.seed);
+    config_validate(&cfg);
+    return cfg;
 }
 
 int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path,

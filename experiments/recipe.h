@@ -52,7 +52,10 @@ const char* section_get(const Section* s, const char* key);
 int section_int(const Section* s, const char* key, const char* path);
 // Applies the section's training keys to cfg
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
-// Resolves a row's switches and shape, after section_apply has set cfg from the row's sections.
+// The full config of a row for a preset and its seed_index-th seed, resolved in one place for
+// every runner: the defaults, then the recipe's common keys, the preset, the row and the
+// command line's overrides (section_apply with extra_key), then the row's switches and shape;
+// the seed is the recipe's + seed_index and the run folder <results>/<study>/<preset>/<row>/seed<N>.
 // A row must state every switch that defines it, so no default decides what a table row is:
 // `attention`, `head_norm`, `lambda_init` where the variant has a per-layer lambda, and its
 // shape. Rows of different attention compare at one width: the preset's `h` and `d` are the
@@ -61,7 +64,8 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
 // recipe and row, or the section that sets n_head, head_dim or d_model itself (it would be
 // overwritten). recipe_shape_key says whether k is a shape key (`heads`, `width` on a row;
 // `h`, `d` on a preset).
-void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path);
+Config recipe_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* path,
+                         const char* results, const char* study, ExtraKey extra_key);
 int recipe_shape_key(int is_row, const char* k);
 
 // A trained row of a recipe, as another study (Table 5, Figure 8) takes it

@@ -31,16 +31,7 @@ static const char* const TABLE6_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model
 
 static Config row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index,
                          const char* recipe, const char* results) {
-    Config cfg;
-    config_defaults(&cfg);
-    section_apply(&cfg, &r->common, table6_extra_key);
-    section_apply(&cfg, preset, table6_extra_key);
-    section_apply(&cfg, row, table6_extra_key);
-    section_apply(&cfg, &r->overrides, table6_extra_key);
-    recipe_resolve_row(&cfg, r, preset, row, recipe);
-    cfg.seed += seed_index;
-    path_printf(cfg.out, sizeof(cfg.out), "%s/table6/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
-    config_validate(&cfg);
+    Config cfg = recipe_row_config(r, preset, row, seed_index, recipe, results, "table6", table6_extra_key);
     const char* match = section_get(row, "match_params");
     if (match && strcmp(match, "true") == 0 && row != &r->rows[0]) {
         // one unit of ffn_hidden is 3 x d_model parameters per layer; the vocabulary cancels
@@ -112,11 +103,8 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
 // there takes the job down.
 static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
                          int eval_windows) {
-    int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
-    if (run) {
-        printf("%s, seed %d: already finished (run %lld)\n", row, cfg->seed, (long long)run);
-        return run;
-    }
+    int64_t run = train_finished_row(reg, experiment, row, cfg);
+    if (run) return run;
     printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
     fflush(stdout);
     if (dist_ranks() > 1) {

@@ -461,6 +461,12 @@ static int64_t begin_row_run(void* ctx, Registry** reg, const char* device) {
     return registry_begin_run(s->reg, s->experiment, s->row, s->cfg->seed, s->cfg, device, data_identity(s->cfg->data));
 }
 
+int64_t train_finished_row(Registry* reg, int64_t experiment, const char* row, const Config* cfg) {
+    int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
+    if (run) printf("%s, seed %d: already finished (run %lld)\n", row, cfg->seed, (long long)run);
+    return run;
+}
+
 int64_t train_registry_row(Registry* reg, int64_t experiment, const char* row, const Config* cfg, int end) {
     RowStart start = {reg, experiment, row, cfg};
     MetricBuffer buffer = {.begin = begin_row_run, .begin_ctx = &start};

@@ -75,5 +75,7 @@ TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, const BatchSha
 // `training_data` and the checkpoint as `checkpoint`; the run ended FINISHED when `end` is
 // set (else the caller ends it, after evaluations of its own). Returns the run.
 int64_t train_registry_row(Registry* reg, int64_t experiment, const char* row, const Config* cfg, int end);
+// The registry's FINISHED run of (row, cfg) on cfg's data, saying so; 0 when there is none
+int64_t train_finished_row(Registry* reg, int64_t experiment, const char* row, const Config* cfg);
 
 #endif

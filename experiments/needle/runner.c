@@ -29,17 +29,7 @@ static const char* const NEEDLE_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model
 
 Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
                          const char* results) {
-    Config cfg;
-    config_defaults(&cfg);
-    section_apply(&cfg, &r->common, needle_extra_key);
-    section_apply(&cfg, preset, needle_extra_key);
-    section_apply(&cfg, row, needle_extra_key);
-    section_apply(&cfg, &r->overrides, needle_extra_key);
-    recipe_resolve_row(&cfg, r, preset, row, recipe);
-    cfg.seed += seed_index;
-    path_printf(cfg.out, sizeof(cfg.out), "%s/needle/%s/%s/seed%d", results, preset->name, row->name, cfg.seed);
-    config_validate(&cfg);
-    return cfg;
+    return recipe_row_config(r, preset, row, seed_index, recipe, results, "needle", needle_extra_key);
 }
 
 // The copy stage: the row's model on copy practice in NEEDLE_COPY_SEQ_LEN windows at the
@@ -63,11 +53,8 @@ static Config copy_stage_config(const Config* cfg, const Section* preset, const 
 // The registry's FINISHED run of (row, cfg), trained now if there is none; a killed attempt
 // resumes from its checkpoint
 static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, const Config* cfg) {
-    int64_t run = registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
-    if (run) {
-        printf("%s, seed %d: already finished (run %lld)\n", row, cfg->seed, (long long)run);
-        return run;
-    }
+    int64_t run = train_finished_row(reg, experiment, row, cfg);
+    if (run) return run;
     printf("== training %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
     fflush(stdout);
     return train_registry_row(reg, experiment, row, cfg, 1);

@@ -42,10 +42,9 @@ extern "C" {
 
 // One call's geometry, passed to the kernels by value
 struct Geo {
-    AttnShape s;     // for the qkv layout of attention.h
-    int B, T, H, D, M, q0, Dv, QKV, HDv;
+    AttnShape s;     // B, T, H, D, M, q0, shared_kv and the qkv layout of attention.h
+    int Dv, QKV, HDv;
     int lam;         // per-token lambda columns, -1 without
-    int shared_kv;
     int quant_levels;  // Q, 0: unquantized
     float scale;     // 1 / sqrt(D)
 };
@@ -53,12 +52,10 @@ struct Geo {
 static Geo geo_fields(const AttnShape* s) {
     Geo g;
     g.s = *s;
-    g.B = s->B; g.T = s->T; g.H = s->H; g.D = s->D; g.M = s->M; g.q0 = s->q0;
     g.Dv = attention_value_width(s);
     g.QKV = attention_qkv_width(s);
     g.HDv = s->H * g.Dv;
     g.lam = attention_lambda_offset(s);
-    g.shared_kv = s->shared_kv;
     g.quant_levels = logit_quant_levels(s->quant.bits);
     g.scale = 1.0f / sqrtf((float)s->D);
     return g;
@@ -119,15 +116,15 @@ __device__ __forceinline__ float row_lambda(const Geo& g, const float* base, con
 // amax (B, H, M, T): the largest causal |logit| of each row, one warp per row
 __global__ void row_absmax_kernel(float* amax, const float* qkv, Geo g) {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, bhm = blockIdx.y;
-    int m = bhm % g.M, h = bhm / g.M % g.H, b = bhm / (g.M * g.H);
-    int i = g.q0 + blockIdx.x * ATT_WARPS + warp;
-    if (i >= g.T) return;
-    const float* base = qkv + (size_t)b * g.T * g.QKV;
+    int m = bhm % g.s.M, h = bhm / g.s.M % g.s.H, b = bhm / (g.s.M * g.s.H);
+    int i = g.s.q0 + blockIdx.x * ATT_WARPS + warp;
+    if (i >= g.s.T) return;
+    const float* base = qkv + (size_t)b * g.s.T * g.QKV;
     const float* q = base + (size_t)i * g.QKV + q_col(g, h, m);
     float mx = 0.0f;
-    for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, fabsf(logit(q, base + (size_t)j * g.QKV + k_col(g, h, m), g.D, g.scale)));
+    for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, fabsf(logit(q, base + (size_t)j * g.QKV + k_col(g, h, m), g.s.D, g.scale)));
     mx = warp_max(mx);
-    if (lane == 0) amax[(size_t)bhm * g.T + i] = mx;
+    if (lane == 0) amax[(size_t)bhm * g.s.T + i] = mx;
 }
 
 // rows first..first+count-1 of block b's row set (stride floats apart): the step of each row,
@@ -154,37 +151,37 @@ __global__ void quant_steps_kernel(float* step, const float* amax, int first, in
 // The steps (B, H, M, T) of a quantized call, or NULL when the logits are not quantized
 static const float* quant_steps(const float* qkv, const Geo& g, const AttnShape* s) {
     if (!g.quant_levels) return NULL;
-    size_t n = (size_t)g.B * g.H * g.M * g.T;
+    size_t n = (size_t)g.s.B * g.s.H * g.s.M * g.s.T;
     float* amax = (float*)cuda_scratch(SCRATCH_B, 2 * n * sizeof(float));
     float* step = amax + n;
-    int rows = g.T - g.q0;
-    dim3 grid(cuda_blocks(rows, ATT_WARPS), g.B * g.H * g.M);
+    int rows = g.s.T - g.s.q0;
+    dim3 grid(cuda_blocks(rows, ATT_WARPS), g.s.B * g.s.H * g.s.M);
     row_absmax_kernel<<<grid, 32 * ATT_WARPS>>>(amax, qkv, g);
     cudaCheckLaunch();
-    quant_steps_kernel<<<g.B * g.H * g.M, CUDA_THREADS>>>(step, amax, g.q0, rows, g.T, s->quant.scope == QUANT_PER_ROW, g.quant_levels);
+    quant_steps_kernel<<<g.s.B * g.s.H * g.s.M, CUDA_THREADS>>>(step, amax, g.s.q0, rows, g.s.T, s->quant.scope == QUANT_PER_ROW, g.quant_levels);
     cudaCheckLaunch();
     return step;
 }
 
 // Qs (BQ, M, D): the block's query rows i0.. of head h, zero past T
 __device__ void load_query_rows(float* Qs, const float* base, const Geo& g, int h, int i0) {
-    for (int idx = threadIdx.x; idx < ATT_BQ * g.M * g.D; idx += blockDim.x) {
-        int d = idx % g.D, m = idx / g.D % g.M, i = i0 + idx / (g.D * g.M);
-        Qs[idx] = i < g.T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
+    for (int idx = threadIdx.x; idx < ATT_BQ * g.s.M * g.s.D; idx += blockDim.x) {
+        int d = idx % g.s.D, m = idx / g.s.D % g.s.M, i = i0 + idx / (g.s.D * g.s.M);
+        Qs[idx] = i < g.s.T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
     }
 }
 
 // Ks (M, BK, D + 1) and Vs (BK, Dv + 1): head h's keys and values j0 .. j0 + BK - 1, zero past T;
 // rows padded by one float so that a warp reading a column hits 32 banks
 __device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo& g, int h, int j0) {
-    const int D = g.D, Dv = g.Dv;
-    for (int idx = threadIdx.x; idx < g.M * ATT_BK * D; idx += blockDim.x) {
+    const int D = g.s.D, Dv = g.Dv;
+    for (int idx = threadIdx.x; idx < g.s.M * ATT_BK * D; idx += blockDim.x) {
         int d = idx % D, jj = idx / D % ATT_BK, m = idx / (D * ATT_BK), j = j0 + jj;
-        Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < g.T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
+        Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < g.s.T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
     }
     for (int idx = threadIdx.x; idx < ATT_BK * Dv; idx += blockDim.x) {
         int c = idx % Dv, jj = idx / Dv, j = j0 + jj;
-        Vs[jj * (Dv + 1) + c] = j < g.T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
+        Vs[jj * (Dv + 1) + c] = j < g.s.T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
     }
 }
 
@@ -192,9 +189,9 @@ __device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float* y, float* lse, const float* qkv, const float* lambda,
                                                                            const float* qstep, Geo g) {
     extern __shared__ float smem[];
-    const int D = g.D, Dv = g.Dv, M = g.M, T = g.T;
-    const int bh = blockIdx.y, b = bh / g.H, h = bh % g.H;
-    const int i0 = g.q0 + blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T;
+    const int bh = blockIdx.y, b = bh / g.s.H, h = bh % g.s.H;
+    const int i0 = g.s.q0 + blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* Qs = smem;                          // (BQ, M, D)
     float* Ks = Qs + ATT_BQ * M * D;           // (M, BK, D + 1)
     float* Vs = Ks + M * ATT_BK * (D + 1);     // (BK, Dv + 1)
@@ -247,13 +244,13 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
             }
         }
     }
-    int rows = T - g.q0;
+    int rows = T - g.s.q0;
 #pragma unroll
     for (int k = 0; k < ATT_RPW; k++) {
         int i = i0 + warp * ATT_RPW + k;
         if (i >= T) continue;
         float lam = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
-        float* out = y + ((size_t)b * rows + i - g.q0) * g.HDv + (size_t)h * Dv;
+        float* out = y + ((size_t)b * rows + i - g.s.q0) * g.HDv + (size_t)h * Dv;
 #pragma unroll
         for (int t = 0; t < DV_SLOTS; t++) {
             int c = lane + 32 * t;
@@ -272,7 +269,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
 }
 
 static size_t forward_smem(const Geo& g) {
-    return sizeof(float) * ((size_t)ATT_BQ * g.M * g.D + (size_t)g.M * ATT_BK * (g.D + 1) + (size_t)ATT_BK * (g.Dv + 1));
+    return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)g.s.M * ATT_BK * (g.s.D + 1) + (size_t)ATT_BK * (g.Dv + 1));
 }
 
 // Kernels whose shared memory may pass the default 48 KiB say so once
@@ -294,7 +291,7 @@ static float* host_copy(const float* d, size_t n) {
 
 static void staged_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
     Geo g = geo_of(s);
-    size_t n_qkv = (size_t)g.B * g.T * g.QKV, n_y = (size_t)g.B * (g.T - g.q0) * g.HDv, n_lse = (size_t)g.B * g.H * g.M * g.T;
+    size_t n_qkv = (size_t)g.s.B * g.s.T * g.QKV, n_y = (size_t)g.s.B * (g.s.T - g.s.q0) * g.HDv, n_lse = (size_t)g.s.B * g.s.H * g.s.M * g.s.T;
     HostAttention h = {host_copy(qkv, n_qkv), (float*)mallocCheck(n_y * sizeof(float) + 1),
                        lse ? (float*)mallocCheck(n_lse * sizeof(float)) : NULL, NULL, NULL, 0.0f, 0.0f};
     if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
@@ -309,7 +306,7 @@ static void staged_forward(float* y, float* lse, const float* qkv, const float* 
 static void staged_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse, const float* lambda,
                             const AttnShape* s, HookSite hook) {
     Geo g = geo_of(s);
-    size_t n_qkv = (size_t)g.B * g.T * g.QKV, n_y = (size_t)g.B * g.T * g.HDv, n_lse = (size_t)g.B * g.H * g.M * g.T;
+    size_t n_qkv = (size_t)g.s.B * g.s.T * g.QKV, n_y = (size_t)g.s.B * g.s.T * g.HDv, n_lse = (size_t)g.s.B * g.s.H * g.s.M * g.s.T;
     HostAttention h = {host_copy(qkv, n_qkv), NULL, host_copy(lse, n_lse), host_copy(dy, n_y),
                        (float*)mallocCheck(n_qkv * sizeof(float)), 0.0f, 0.0f};
     if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
@@ -335,7 +332,7 @@ void cuda_attention_forward(float* y, float* lse, const float* qkv, const float*
         allow_smem(attention_forward_kernel, smem);
         allowed = smem;
     }
-    dim3 grid(cuda_blocks(g.T - g.q0, ATT_BQ), g.B * g.H);
+    dim3 grid(cuda_blocks(g.s.T - g.s.q0, ATT_BQ), g.s.B * g.s.H);
     attention_forward_kernel<<<grid, 32 * ATT_WARPS, smem>>>(y, lse, qkv, lambda, qstep, g);
     cudaCheckLaunch();
 }
@@ -347,8 +344,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
                                                                                const float* lse, const float* lambda, const float* qstep,
                                                                                Geo g) {
     extern __shared__ float smem[];
-    const int D = g.D, Dv = g.Dv, M = g.M, T = g.T;
-    const int bh = blockIdx.y, b = bh / g.H, h = bh % g.H;
+    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T;
+    const int bh = blockIdx.y, b = bh / g.s.H, h = bh % g.s.H;
     const int i0 = blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* Qs = smem;                          // (BQ, M, D)
     float* DYs = Qs + ATT_BQ * M * D;          // (BQ, Dv)
@@ -443,8 +440,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
                                                                                 const float* qkv, const float* lse, const float* lambda,
                                                                                 const float* qstep, Geo g) {
     extern __shared__ float smem[];
-    const int D = g.D, Dv = g.Dv, M = g.M, T = g.T;
-    const int bh = blockIdx.y, b = bh / g.H, h = bh % g.H;
+    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T;
+    const int bh = blockIdx.y, b = bh / g.s.H, h = bh % g.s.H;
     const int j0 = blockIdx.x * ATT_BKB, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* Kb = smem;                            // (BKB, M, D)
     float* Vb = Kb + ATT_BKB * M * D;            // (BKB, Dv)
@@ -546,7 +543,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
         for (int t = 0; t < D_SLOTS; t++) {
             int d = lane + 32 * t;
             if (d >= D) continue;
-            if (g.shared_kv) {  // both maps' gradients meet in the one key head
+            if (g.s.shared_kv) {  // both maps' gradients meet in the one key head
                 row[k_col(g, h, 0) + d] = g.scale * (M == 2 ? dk[kk][0][t] + dk[kk][1][t] : dk[kk][0][t]);
             } else {
                 row[k_col(g, h, 0) + d] = g.scale * dk[kk][0][t];
@@ -569,12 +566,12 @@ __global__ void layer_dlambda_kernel(float* dlambda, const float* Drow, int BH, 
 }
 
 static size_t dq_smem(const Geo& g) {
-    return sizeof(float) * ((size_t)ATT_BQ * g.M * g.D + (size_t)ATT_BQ * g.Dv + (size_t)g.M * ATT_BK * (g.D + 1) +
+    return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)ATT_BQ * g.Dv + (size_t)g.s.M * ATT_BK * (g.s.D + 1) +
                             (size_t)ATT_BK * (g.Dv + 1));
 }
 static size_t dkv_smem(const Geo& g) {
-    return sizeof(float) * ((size_t)ATT_BKB * g.M * g.D + (size_t)ATT_BKB * g.Dv + (size_t)g.M * 32 * (g.D + 1) +
-                            (size_t)32 * (g.Dv + 1) + (size_t)(3 * g.M + 1) * 32);
+    return sizeof(float) * ((size_t)ATT_BKB * g.s.M * g.s.D + (size_t)ATT_BKB * g.Dv + (size_t)g.s.M * 32 * (g.s.D + 1) +
+                            (size_t)32 * (g.Dv + 1) + (size_t)(3 * g.s.M + 1) * 32);
 }
 
 // The kernels' limits: head widths up to ATT_MAX_D (registers), sequences x heads x maps up to
@@ -583,14 +580,14 @@ int cuda_attention_supports(const AttnShape* s, const char** why) {
     static char msg[256];
     Geo g = geo_fields(s);
     size_t smem = std::max(forward_smem(g), std::max(dq_smem(g), dkv_smem(g)));
-    if (g.D > ATT_MAX_D) {
-        snprintf(msg, sizeof(msg), "the CUDA attention kernels take head_dim up to %d, not %d", ATT_MAX_D, g.D);
-    } else if ((long)g.B * g.H * g.M > 65535) {
+    if (g.s.D > ATT_MAX_D) {
+        snprintf(msg, sizeof(msg), "the CUDA attention kernels take head_dim up to %d, not %d", ATT_MAX_D, g.s.D);
+    } else if ((long)g.s.B * g.s.H * g.s.M > 65535) {
         snprintf(msg, sizeof(msg), "the CUDA attention kernels take up to 65535 sequences x heads x maps per call, not %ld: "
-                 "lower batch_size", (long)g.B * g.H * g.M);
+                 "lower batch_size", (long)g.s.B * g.s.H * g.s.M);
     } else if (smem > cuda_shared_memory_limit()) {
         snprintf(msg, sizeof(msg), "the CUDA attention kernels need %zu bytes of shared memory per block at head_dim %d, the "
-                 "device has %zu", smem, g.D, cuda_shared_memory_limit());
+                 "device has %zu", smem, g.s.D, cuda_shared_memory_limit());
     } else {
         return 1;
     }
@@ -607,7 +604,7 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
     }
     Geo g = geo_of(s);
     const float* qstep = quant_steps(qkv, g, s);
-    float* Drow = (float*)cuda_scratch(SCRATCH_C, (size_t)g.B * g.H * g.M * g.T * sizeof(float));
+    float* Drow = (float*)cuda_scratch(SCRATCH_C, (size_t)g.s.B * g.s.H * g.s.M * g.s.T * sizeof(float));
     // columns no kernel writes (DIFF V2's lambda columns get theirs from the dQ kernel)
     static size_t allowed_dq, allowed_dkv;
     size_t smem = dq_smem(g);
@@ -615,7 +612,7 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
         allow_smem(attention_backward_dq_kernel, smem);
         allowed_dq = smem;
     }
-    dim3 grid_q(cuda_blocks(g.T, ATT_BQ), g.B * g.H);
+    dim3 grid_q(cuda_blocks(g.s.T, ATT_BQ), g.s.B * g.s.H);
     attention_backward_dq_kernel<<<grid_q, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, qkv, lse, lambda, qstep, g);
     cudaCheckLaunch();
     smem = dkv_smem(g);
@@ -623,11 +620,11 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
         allow_smem(attention_backward_dkv_kernel, smem);
         allowed_dkv = smem;
     }
-    dim3 grid_k(cuda_blocks(g.T, ATT_BKB), g.B * g.H);
+    dim3 grid_k(cuda_blocks(g.s.T, ATT_BKB), g.s.B * g.s.H);
     attention_backward_dkv_kernel<<<grid_k, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, qkv, lse, lambda, qstep, g);
     cudaCheckLaunch();
-    if (dlambda && g.M == 2 && g.lam < 0) {
-        layer_dlambda_kernel<<<1, 1>>>(dlambda, Drow, g.B * g.H, g.T);
+    if (dlambda && g.s.M == 2 && g.lam < 0) {
+        layer_dlambda_kernel<<<1, 1>>>(dlambda, Drow, g.s.B * g.s.H, g.s.T);
         cudaCheckLaunch();
     }
 }
@@ -668,30 +665,30 @@ __global__ void causal_softmax_kernel(float* S, int rows, int T, int q0) {
 
 void cuda_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
     Geo g = geo_of(s);
-    int T = g.T, rows = T - g.q0;
+    int T = g.s.T, rows = T - g.s.q0;
     float* host = hook.hook ? (float*)mallocCheck((size_t)rows * T * sizeof(float)) : NULL;
-    for (int m = 0; m < g.M; m++) {
+    for (int m = 0; m < g.s.M; m++) {
         float* S = P + (size_t)m * rows * T;
-        const float* q = qkv + (size_t)g.q0 * g.QKV + attention_q_col(s, h, m);
+        const float* q = qkv + (size_t)g.s.q0 * g.QKV + attention_q_col(s, h, m);
         const float* k = qkv + attention_k_col(s, h, m);
         // column-major S^T (T, rows) = K Q^T: row r, key j at S[r * T + j]
-        cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, T, rows, g.D, g.scale, k, g.QKV, q, g.QKV, 0.0f, S, T);
+        cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, T, rows, g.s.D, g.scale, k, g.QKV, q, g.QKV, 0.0f, S, T);
         if (g.quant_levels) {
             float* amax = (float*)cuda_scratch(SCRATCH_B, 2 * (size_t)rows * sizeof(float));
-            rows_absmax_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(amax, S, rows, T, g.q0);
+            rows_absmax_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(amax, S, rows, T, g.s.q0);
             cudaCheckLaunch();
             quant_steps_kernel<<<1, CUDA_THREADS>>>(amax + rows, amax, 0, rows, rows, s->quant.scope == QUANT_PER_ROW, g.quant_levels);
             cudaCheckLaunch();
-            quantize_rows_kernel<<<cuda_blocks((size_t)rows * T, CUDA_THREADS), CUDA_THREADS>>>(S, amax + rows, rows, T, g.q0, g.quant_levels);
+            quantize_rows_kernel<<<cuda_blocks((size_t)rows * T, CUDA_THREADS), CUDA_THREADS>>>(S, amax + rows, rows, T, g.s.q0, g.quant_levels);
             cudaCheckLaunch();
         }
         if (host) {  // the hook sees a host copy, which goes back since it may write
             cuda_download(host, S, (size_t)rows * T * sizeof(float));
-            Activation act = {ACT_ATTN_LOGITS, hook.layer, 0, h, m, g.q0, rows, T, T, 1, host};
+            Activation act = {ACT_ATTN_LOGITS, hook.layer, 0, h, m, g.s.q0, rows, T, T, 1, host};
             hook.hook->fn(hook.hook->ctx, &act);
             cuda_upload(S, host, (size_t)rows * T * sizeof(float));
         }
-        causal_softmax_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(S, rows, T, g.q0);
+        causal_softmax_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(S, rows, T, g.s.q0);
         cudaCheckLaunch();
     }
     free(host);
