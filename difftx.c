@@ -468,9 +468,7 @@ static int cmd_eval(int argc, char** argv) {
         windows = available;
     }
     model_set_logit_quant(&model, quant);  // Figure 8's quantizer, on any checkpoint
-    BigramTable table;
-    bigrams_count(&table, &data.train);
-    SliceLoss s = evaluate_slices(&model, &data.val, &table, windows, model.cfg.batch_size);
+    SliceLoss s = evaluate_on_data(&model, &data, windows, NULL);
     printf("%s: %s attention, step %d of %d%s\n", path, config_attention_name(&model.cfg), info.step, model.cfg.steps,
            info.finished ? "" : " (unfinished)");
     printf("validation: the first %d windows (%s) of %d tokens of '%s' (%ld tokens)", windows, source, T, data_dir, s.tokens);
@@ -488,6 +486,11 @@ static int cmd_eval(int argc, char** argv) {
     }
     printf(" | Others ");
     printf(f, s.others);
+    printf("\nby position (%d bins of %d tokens):", POSITION_BINS, T / POSITION_BINS);
+    for (int b = 0; b < POSITION_BINS; b++) {
+        printf(" ");
+        printf(f, s.position[b]);
+    }
     printf("\n");
     if (outliers) {  // Table 5's statistics over the same windows
         OutlierStats st;
@@ -506,7 +509,6 @@ static int cmd_eval(int argc, char** argv) {
         }
         outlier_stats_free(&st);
     }
-    bigrams_free(&table);
     data_close(&data);
     model_free(&model);
     return 0;

@@ -37,7 +37,29 @@ void arhit_classify(const BigramTable* table, const int* w, int T, unsigned char
     free(seen);
 }
 
-SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* table, int n_windows, int batch) {
+const char* window_slice_name(int k) {
+    static const char* names[WINDOW_SLICES] = {"valid", "arhit", "pos1", "pos2", "pos3", "pos4", "pos5", "pos6", "pos7", "pos8"};
+    return names[k];
+}
+
+void window_loss_add(WindowLoss* w, const float* loss, const unsigned char* hit, int T) {
+    for (int t = 0; t < T; t++) {
+        int bin = SLICE_POSITION + (int)((long)t * POSITION_BINS / T);
+        w->sum[SLICE_ALL] += loss[t];
+        w->count[SLICE_ALL]++;
+        w->sum[bin] += loss[t];
+        w->count[bin]++;
+        if (hit[t]) {
+            w->sum[SLICE_ARHIT] += loss[t];
+            w->count[SLICE_ARHIT]++;
+        }
+    }
+}
+
+static double mean_or_nan(double sum, long count) { return count ? sum / count : NAN; }
+
+SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* table, int n_windows, int batch,
+                          WindowLoss* per_window) {
     int T = model->cfg.seq_len;
     size_t N = (size_t)batch * T;
     int* inputs = mallocCheck(N * sizeof(int));
@@ -45,8 +67,7 @@ SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* tab
     int* window = mallocCheck(((size_t)T + 1) * sizeof(int));
     unsigned char* hit = mallocCheck(T);
     float* row_loss = mallocCheck(N * sizeof(float));
-    double sum_all = 0, sum_hit = 0;
-    long n_all = 0, n_hit = 0;
+    WindowLoss total = {{0}, {0}};
     for (int first = 0; first < n_windows; first += batch) {
         int rows = n_windows - first < batch ? n_windows - first : batch;
         loader_eval_rows(val, T, first, rows, inputs, targets);
@@ -56,11 +77,11 @@ SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* tab
             window[0] = inputs[(size_t)b * T];
             memcpy(window + 1, targets + (size_t)b * T, T * sizeof(int));
             arhit_classify(table, window, T, hit);
-            for (int t = 0; t < T; t++) {
-                double l = row_loss[(size_t)b * T + t];
-                sum_all += l;
-                n_all++;
-                if (hit[t]) { sum_hit += l; n_hit++; }
+            // the totals add token by token (not window sums), as they always have: the same bits
+            window_loss_add(&total, row_loss + (size_t)b * T, hit, T);
+            if (per_window) {
+                per_window[first + b] = (WindowLoss){{0}, {0}};
+                window_loss_add(&per_window[first + b], row_loss + (size_t)b * T, hit, T);
             }
         }
     }
@@ -69,7 +90,20 @@ SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* tab
     free(window);
     free(hit);
     free(row_loss);
-    SliceLoss s = {sum_all / n_all, n_hit ? sum_hit / n_hit : NAN, n_all > n_hit ? (sum_all - sum_hit) / (n_all - n_hit) : NAN,
-                   (double)n_hit / n_all, n_all};
+    long n_all = total.count[SLICE_ALL], n_hit = total.count[SLICE_ARHIT];
+    SliceLoss s = {total.sum[SLICE_ALL] / n_all, mean_or_nan(total.sum[SLICE_ARHIT], n_hit),
+                   mean_or_nan(total.sum[SLICE_ALL] - total.sum[SLICE_ARHIT], n_all - n_hit), (double)n_hit / n_all, n_all,
+                   {0}, table->threshold};
+    for (int b = 0; b < POSITION_BINS; b++) {
+        s.position[b] = mean_or_nan(total.sum[SLICE_POSITION + b], total.count[SLICE_POSITION + b]);
+    }
+    return s;
+}
+
+SliceLoss evaluate_on_data(Model* model, const DataDir* data, int n_windows, WindowLoss* per_window) {
+    BigramTable table;
+    bigrams_count(&table, &data->train);
+    SliceLoss s = evaluate_slices(model, &data->val, &table, n_windows, model->cfg.batch_size, per_window);
+    bigrams_free(&table);
     return s;
 }

@@ -28,14 +28,37 @@ void bigrams_free(BigramTable* table);
 // window (T+1) tokens; hit (T) gets 1 where the token window[t+1] is an AR hit
 void arhit_classify(const BigramTable* table, const int* window, int T, unsigned char* hit);
 
+// Loss by position: bin b holds positions [b T / POSITION_BINS, (b + 1) T / POSITION_BINS) of
+// every window, so a claim about long context is read at the positions it is about
+#define POSITION_BINS 8
+// One window's loss sums and token counts per slice: every token, the AR hits, then each
+// position bin (Others = every token minus the AR hits). The units a bootstrap resamples.
+enum { SLICE_ALL = 0, SLICE_ARHIT = 1, SLICE_POSITION = 2, WINDOW_SLICES = 2 + POSITION_BINS };
+typedef struct {
+    double sum[WINDOW_SLICES];
+    long count[WINDOW_SLICES];
+} WindowLoss;
+// "valid", "arhit", "pos1" .. "pos8": slice k's name in the registry
+const char* window_slice_name(int k);
+// Adds one window's per-token losses loss (T) with its AR-hit marks hit (T) to w
+void window_loss_add(WindowLoss* w, const float* loss, const unsigned char* hit, int T);
+
 typedef struct {
     double valid, arhit, others;  // mean cross-entropy of all, AR-hit and other tokens
     double arhit_fraction;
     long tokens;
+    double position[POSITION_BINS];  // mean cross-entropy of each position bin
+    double threshold;                // the AR-Hit bigram count threshold used
 } SliceLoss;
 
 // Validation loss on windows 0 .. n_windows-1 of the validation shard (the same windows for
-// every model), split into AR-Hit and Others.
-SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* table, int n_windows, int batch);
+// every model), split into AR-Hit and Others and into position bins; per_window (n_windows)
+// receives each window's sums when not NULL.
+SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* table, int n_windows, int batch,
+                          WindowLoss* per_window);
+// The evaluation of a trained model on a data folder, as `difftx eval` and Table 6 both take it:
+// the training shards' bigram counts (AR-Hit's reference), then evaluate_slices over the first
+// n_windows validation windows in batches of the model's batch_size
+SliceLoss evaluate_on_data(Model* model, const DataDir* data, int n_windows, WindowLoss* per_window);
 
 #endif

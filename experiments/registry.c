@@ -40,6 +40,8 @@ static const char* SCHEMA =
     " sample INTEGER NOT NULL, seed INTEGER NOT NULL, query INTEGER NOT NULL, city TEXT NOT NULL, number INTEGER NOT NULL,"
     " output TEXT, correct INTEGER, answer REAL, noise REAL, question REAL, bos REAL);"
     "CREATE INDEX IF NOT EXISTS episodes_run ON episodes (run_id, task);"
+    "CREATE TABLE IF NOT EXISTS window_losses (run_id INTEGER NOT NULL REFERENCES runs(id), window INTEGER NOT NULL,"
+    "  slice TEXT NOT NULL, loss_sum REAL NOT NULL, tokens INTEGER NOT NULL, PRIMARY KEY (run_id, window, slice));"
     "CREATE TABLE IF NOT EXISTS artifacts (run_id INTEGER NOT NULL REFERENCES runs(id), kind TEXT NOT NULL,"
     "  path TEXT NOT NULL, sha256 TEXT NOT NULL);";
 
@@ -210,6 +212,7 @@ void registry_open(Registry* reg, const char* path) {
         add_column(reg, "runs", "data_dir", "TEXT NOT NULL DEFAULT ''");
         add_column(reg, "runs", "data_id", "TEXT NOT NULL DEFAULT ''");
     }
+    // version 6 adds window_losses, which the schema above creates
     if (existing && version < REGISTRY_SCHEMA) {
         fprintf(stderr, "registry '%s': migrated from schema version %d to %d\n", path, version, REGISTRY_SCHEMA);
     }
@@ -486,6 +489,49 @@ double registry_evaluation_value(Registry* reg, int64_t run, const char* key) {
     double v = rc == SQLITE_ROW ? sqlite3_column_double(st, 0) : NAN;
     sqlite3_finalize(st);
     return v;
+}
+
+void registry_window_losses(Registry* reg, int64_t run, int n, const WindowLoss* w) {
+    exec(reg, "BEGIN IMMEDIATE;");
+    sqlite3_stmt* del = prepare(reg, "DELETE FROM window_losses WHERE run_id = ?");
+    sqlite3_bind_int64(del, 1, run);
+    step_done(reg, del, "delete window losses");
+    sqlite3_stmt* st = prepare(reg, "INSERT INTO window_losses (run_id, window, slice, loss_sum, tokens) VALUES (?, ?, ?, ?, ?)");
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < WINDOW_SLICES; k++) {
+            sqlite3_bind_int64(st, 1, run);
+            sqlite3_bind_int(st, 2, i);
+            sqlite3_bind_text(st, 3, window_slice_name(k), -1, SQLITE_STATIC);
+            sqlite3_bind_double(st, 4, w[i].sum[k]);
+            sqlite3_bind_int64(st, 5, w[i].count[k]);
+            sql_check(reg, sqlite3_step(st), "insert window loss");
+            sqlite3_reset(st);
+        }
+    }
+    sqlite3_finalize(st);
+    exec(reg, "COMMIT;");
+}
+
+int registry_window_losses_read(Registry* reg, int64_t run, int n, WindowLoss* w) {
+    memset(w, 0, (size_t)n * sizeof(*w));
+    sqlite3_stmt* st = prepare(reg, "SELECT window, slice, loss_sum, tokens FROM window_losses WHERE run_id = ? AND window < ?");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_int(st, 2, n);
+    int found = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int i = sqlite3_column_int(st, 0);
+        const char* slice = (const char*)sqlite3_column_text(st, 1);
+        for (int k = 0; k < WINDOW_SLICES; k++) {
+            if (strcmp(slice, window_slice_name(k)) == 0) {
+                w[i].sum[k] = sqlite3_column_double(st, 2);
+                w[i].count[k] = sqlite3_column_int64(st, 3);
+            }
+        }
+        if (i + 1 > found) found = i + 1;
+    }
+    sql_check(reg, rc, "select window losses");
+    sqlite3_finalize(st);
+    return found;
 }
 
 // The (tokens, value) rows of a prepared curve query, which it finalizes; returns their count

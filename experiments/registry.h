@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
+#include "../eval/arhit.h"
 #include "../model/config.h"
 
 typedef struct {
@@ -19,7 +20,7 @@ typedef enum { RUN_RUNNING, RUN_FINISHED, RUN_FAILED, RUN_KILLED } RunStatus;
 
 // The schema's version (PRAGMA user_version): older registries are migrated on opening, newer
 // ones refused
-#define REGISTRY_SCHEMA 5
+#define REGISTRY_SCHEMA 6
 
 void registry_open(Registry* reg, const char* path);
 // For readers (difftx runs, compare) where the registry or its folder cannot be written: opens
@@ -55,6 +56,11 @@ void registry_metrics(Registry* reg, int64_t run, int n, const char* const* keys
 void registry_forget_metrics_after(Registry* reg, int64_t run, int step);
 void registry_evaluation(Registry* reg, int64_t run, const char* key, double value);
 // The run's evaluation `key`, NaN when it has none
+// Table 6's per-window loss sums of a run's evaluation (the units its intervals resample),
+// replacing any it had
+void registry_window_losses(Registry* reg, int64_t run, int n, const WindowLoss* w);
+// Windows 0..n-1 of them into w; returns how many windows the run has recorded (0: none)
+int registry_window_losses_read(Registry* reg, int64_t run, int n, WindowLoss* w);
 double registry_evaluation_value(Registry* reg, int64_t run, const char* key);
 // Metric `key` of the given finished runs against training tokens, averaged over the runs at
 // each step; every attempt of each run's (row, seed, config) contributes the steps it

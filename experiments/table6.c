@@ -17,6 +17,7 @@
 #include "registry.h"
 #include "report.h"
 #include "train.h"
+#include "verdict.h"
 
 static int is_row_key(const char* k) {
     return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "match_params");
@@ -29,82 +30,174 @@ int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) 
 // computed per row from the preset's h and d, the row's heads and width, and match_params
 static const char* const TABLE6_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model", "ffn_hidden", "out", NULL};
 
-static Config row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index,
-                         const char* recipe, const char* results) {
+// The row's config; `match_params` widens its feed-forward to the parameter count of
+// `reference` (the first row's config of the same seed), which the first row itself ignores
+static Config resolve_row(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
+                          const char* results, const Config* reference) {
     Config cfg = recipe_row_config(r, preset, row, seed_index, recipe, results, "table6", table6_extra_key);
     const char* match = section_get(row, "match_params");
-    if (match && strcmp(match, "true") == 0 && row != &r->rows[0]) {
+    if (reference && match && strcmp(match, "true") == 0) {
         // one unit of ffn_hidden is 3 x d_model parameters per layer; the vocabulary cancels
-        Config reference = row_config(r, preset, &r->rows[0], seed_index, recipe, results);
-        double missing = (double)model_param_count(&reference, 1) - (double)model_param_count(&cfg, 1);
+        double missing = (double)model_param_count(reference, 1) - (double)model_param_count(&cfg, 1);
         cfg.ffn_hidden = config_ffn_hidden(&cfg) + (int)lround(missing / (3.0 * cfg.d_model * cfg.n_layer));
         config_validate(&cfg);
     }
     return cfg;
 }
 
-// The paper's Valid, AR-Hit and Others of a row (returns 1), or NaN where it has no `paper` key
-static int paper_values(const Section* row, double v[3], const char* recipe) {
+Config table6_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe,
+                         const char* results) {
+    Config reference = resolve_row(r, preset, &r->rows[0], seed_index, recipe, results, NULL);
+    return row ? resolve_row(r, preset, &r->rows[row], seed_index, recipe, results, &reference) : reference;
+}
+
+// The paper's Valid, AR-Hit and Others of a row, or NaN where it has no `paper` key
+static void paper_values(const Section* row, double v[3], const char* recipe) {
     v[0] = v[1] = v[2] = NAN;
     const char* text = section_get(row, "paper");
-    if (!text) return 0;
+    if (!text) return;
     char extra;
     if (sscanf(text, "%lf %lf %lf %c", &v[0], &v[1], &v[2], &extra) != 3) {
         die("%s: [row %s] key 'paper': '%s' is not three numbers (Valid, AR-Hit, Others)", recipe, row->name, text);
     }
-    return 1;
 }
 
-Config table6_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe,
-                         const char* results) {
-    return row_config(r, preset, &r->rows[row], seed_index, recipe, results);
+// ---- the rows, resolved once ----
+enum { VALID, ARHIT, OTHERS, METRICS };
+static const char* const METRIC_KEYS[METRICS] = {"valid", "arhit", "others"};
+
+typedef struct {
+    const Section* section;
+    const char* name;
+    Config* cfg;            // (seeds) the row's config of each seed
+    char title[256];        // "label HxD GN": the figures' name of the row
+    double paper[METRICS];  // NaN where the row has no `paper` key
+    size_t params;
+    // aggregated from the registry: the seeds whose run finished with the row's current config
+    int n;
+    int64_t* runs;          // (seeds) their FINISHED runs; 0 for a seed that did not finish
+    double mean[METRICS], std[METRICS];
+    double position[POSITION_BINS];  // mean over seeds of each position bin's loss
+    double arhit_fraction, threshold;
+    WindowLoss* windows;    // (seeds, eval_windows) each seed's per-window sums
+} Row;
+
+typedef struct {
+    const Table6Options* opt;
+    Recipe* recipe;
+    const Section* preset;
+    int eval_windows, seeds;
+    Row* rows;
+    int n_rows;
+} Table;
+
+static void table_open(Table* t, const Table6Options* opt) {
+    if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);
+    t->opt = opt;
+    t->seeds = opt->seeds;
+    t->recipe = recipe_load(opt->recipe, table6_extra_key);
+    recipe_override(t->recipe, opt->overrides, opt->n_overrides, TABLE6_DERIVED_KEYS, opt->recipe);
+    t->preset = recipe_preset(t->recipe, opt->preset, opt->recipe);
+    t->eval_windows = section_int(t->preset, "eval_windows", opt->recipe);
+    t->n_rows = t->recipe->n_rows;
+    if (t->n_rows < 1) die("%s: no [row NAME] section", opt->recipe);
+    t->rows = callocCheck(t->n_rows, sizeof(Row));
+    for (int i = 0; i < t->n_rows; i++) {
+        Row* row = &t->rows[i];
+        row->section = &t->recipe->rows[i];
+        row->name = row->section->name;
+        row->cfg = callocCheck(t->seeds, sizeof(Config));
+        row->runs = callocCheck(t->seeds, sizeof(int64_t));
+        for (int s = 0; s < t->seeds; s++) {
+            row->cfg[s] = resolve_row(t->recipe, t->preset, row->section, s, opt->recipe, opt->results, i ? &t->rows[0].cfg[s] : NULL);
+        }
+        const Config* cfg = &row->cfg[0];
+        snprintf(row->title, sizeof(row->title), "%s %dx%d%s", section_get(row->section, "label"), cfg->n_head,
+                 config_head_dim(cfg), config_head_norm(cfg) ? " GN" : "");
+        paper_values(row->section, row->paper, opt->recipe);
+    }
 }
 
-// One (row, seed): train (resuming), evaluate, record
+static void table_close(Table* t) {
+    for (int i = 0; i < t->n_rows; i++) {
+        free(t->rows[i].cfg);
+        free(t->rows[i].runs);
+        free(t->rows[i].windows);
+    }
+    free(t->rows);
+    free(t->recipe);
+}
+
+static const Row* row_named(const Table* t, const char* name) {
+    for (int i = 0; i < t->n_rows; i++) {
+        if (strcmp(t->rows[i].name, name) == 0) return &t->rows[i];
+    }
+    return NULL;
+}
+
+// ---- compute: train (resuming) and evaluate each (row, seed) the registry lacks ----
+
+// A run's Table 6 evaluation on its checkpoint, recorded with the per-window sums the
+// intervals resample
+static void evaluate_run(Registry* reg, int64_t run, const char* row, const Config* cfg, int eval_windows) {
+    Model model;
+    CheckpointInfo info;
+    char path[4200];
+    config_checkpoint_path(cfg, path, sizeof(path));
+    checkpoint_load(path, backend_of_device(cfg->device), &model, NULL, &info);
+    DataDir data;
+    data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
+    WindowLoss* windows = mallocCheck((size_t)eval_windows * sizeof(WindowLoss));
+    SliceLoss s = evaluate_on_data(&model, &data, eval_windows, windows);
+    // a slice without tokens has no loss: its evaluation is absent, and the table says why
+    registry_evaluation(reg, run, "valid", s.valid);
+    if (isfinite(s.arhit)) registry_evaluation(reg, run, "arhit", s.arhit);
+    if (isfinite(s.others)) registry_evaluation(reg, run, "others", s.others);
+    for (int b = 0; b < POSITION_BINS; b++) {
+        char key[32];
+        snprintf(key, sizeof(key), "valid_%s", window_slice_name(SLICE_POSITION + b));
+        registry_evaluation(reg, run, key, s.position[b]);
+    }
+    registry_evaluation(reg, run, "arhit_fraction", s.arhit_fraction);
+    registry_evaluation(reg, run, "arhit_threshold", s.threshold);
+    registry_evaluation(reg, run, "eval_tokens", (double)s.tokens);
+    registry_evaluation(reg, run, "params", (double)model.n_params);
+    registry_evaluation(reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->seq_len * cfg->grad_accum);
+    registry_window_losses(reg, run, eval_windows, windows);
+    char arhit[64];
+    if (isfinite(s.arhit)) snprintf(arhit, sizeof(arhit), "%.4f (%.2f%% of tokens)", s.arhit, 100 * s.arhit_fraction);
+    else snprintf(arhit, sizeof(arhit), "none (no AR-Hit tokens)");
+    printf("%s seed %d: valid %.4f, AR-Hit %s, Others %.4f\n", row, cfg->seed, s.valid, arhit, s.others);
+    free(windows);
+    data_close(&data);
+    model_free(&model);
+}
+
+// One (row, seed) in a worker: train (resuming), evaluate, record
 static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows) {
     Registry reg;
     char path[4096];
     path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     registry_open(&reg, path);
     int64_t run = train_registry_row(&reg, experiment, row, cfg, 0);  // ended after its evaluation
-
-    Model model;
-    CheckpointInfo info;
-    config_checkpoint_path(cfg, path, sizeof(path));
-    checkpoint_load(path, backend_of_device(cfg->device), &model, NULL, &info);
-    DataDir data;
-    data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
-    BigramTable table;
-    bigrams_count(&table, &data.train);
-    SliceLoss s = evaluate_slices(&model, &data.val, &table, eval_windows, cfg->batch_size);
-    // a slice without tokens has no loss: its evaluation is absent, and the table says why
-    registry_evaluation(&reg, run, "valid", s.valid);
-    if (isfinite(s.arhit)) registry_evaluation(&reg, run, "arhit", s.arhit);
-    if (isfinite(s.others)) registry_evaluation(&reg, run, "others", s.others);
-    registry_evaluation(&reg, run, "arhit_fraction", s.arhit_fraction);
-    registry_evaluation(&reg, run, "arhit_threshold", table.threshold);
-    registry_evaluation(&reg, run, "eval_tokens", (double)s.tokens);
-    registry_evaluation(&reg, run, "params", (double)model.n_params);
-    registry_evaluation(&reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->seq_len * cfg->grad_accum);
+    evaluate_run(&reg, run, row, cfg, eval_windows);
     registry_end_run(&reg, run, RUN_FINISHED);
-    char arhit[64];
-    if (isfinite(s.arhit)) snprintf(arhit, sizeof(arhit), "%.4f (%.2f%% of tokens)", s.arhit, 100 * s.arhit_fraction);
-    else snprintf(arhit, sizeof(arhit), "none (no AR-Hit tokens)");
-    printf("%s seed %d: valid %.4f, AR-Hit %s, Others %.4f\n", row, cfg->seed, s.valid, arhit, s.others);
-    bigrams_free(&table);
-    data_close(&data);
-    model_free(&model);
     registry_close(&reg);
 }
 
 // The FINISHED run of (row, cfg): trained now in a worker process when there is none.
 // Returns 0 when the worker failed or was killed (the registry says which). A data-parallel
 // job trains in this process, since a forked child cannot take part in MPI; a row that fails
-// there takes the job down.
+// there takes the job down. A run finished before its evaluation recorded window sums is
+// evaluated again (the same numbers, and the windows the intervals need).
 static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
                          int eval_windows) {
     int64_t run = train_finished_row(reg, experiment, row, cfg);
-    if (run) return run;
+    if (run) {
+        WindowLoss probe;
+        if (registry_window_losses_read(reg, run, 1, &probe) == 0) evaluate_run(reg, run, row, cfg, eval_windows);
+        return run;
+    }
     printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
     fflush(stdout);
     if (dist_ranks() > 1) {
@@ -129,257 +222,329 @@ static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experi
 }
 
 void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, TrainedRow* out) {
-    Recipe* r = recipe_load(opt->recipe, table6_extra_key);
-    recipe_override(r, opt->overrides, opt->n_overrides, TABLE6_DERIVED_KEYS, opt->recipe);
-    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
-    int eval_windows = section_int(preset, "eval_windows", opt->recipe);
+    Table t;
+    table_open(&t, opt);
     Registry reg;
     int lock;
     int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe, &lock);
-    for (int m = 0; m < n * opt->seeds; m++) {
-        int k = m / opt->seeds, i = 0;
-        while (i < r->n_rows && strcmp(r->rows[i].name, names[k])) i++;
-        if (i == r->n_rows) die("%s: no [row %s]", opt->recipe, names[k]);
-        TrainedRow* t = &out[m];
-        snprintf(t->name, sizeof(t->name), "%s", names[k]);
-        t->cfg = row_config(r, preset, &r->rows[i], m % opt->seeds, opt->recipe, opt->results);
-        t->run = train_row(opt, &reg, experiment, names[k], &t->cfg, eval_windows);
-        if (!t->run) die("%s: row %s (preset %s) did not train", opt->recipe, names[k], opt->preset);
-        config_checkpoint_path(&t->cfg, t->checkpoint, sizeof(t->checkpoint));
+    for (int k = 0; k < n; k++) {
+        const Row* row = row_named(&t, names[k]);
+        if (!row) die("%s: no [row %s]", opt->recipe, names[k]);
+        for (int s = 0; s < t.seeds; s++) {
+            TrainedRow* trained = &out[k * t.seeds + s];
+            snprintf(trained->name, sizeof(trained->name), "%s", row->name);
+            trained->cfg = row->cfg[s];
+            trained->run = train_row(opt, &reg, experiment, row->name, &trained->cfg, t.eval_windows);
+            if (!trained->run) die("%s: row %s (preset %s) did not train", opt->recipe, row->name, opt->preset);
+            config_checkpoint_path(&trained->cfg, trained->checkpoint, sizeof(trained->checkpoint));
+        }
     }
     registry_close(&reg);
     unlock_folder(lock);
-    free(r);
+    table_close(&t);
 }
 
-// ---- aggregation ----
-typedef struct {
-    double mean[3], std[3];  // valid, arhit, others
-    double arhit_fraction, threshold;
-    int n;
-    int64_t runs[256];       // the FINISHED run of each seed with the current config
-} RowResult;
-
-// Mean and sample std over the seeds whose run finished with the row's current config
-static RowResult row_result(Registry* reg, int64_t experiment, const Recipe* r, const Section* preset, int row,
-                            const Table6Options* opt) {
-    static const char* keys[3] = {"valid", "arhit", "others"};
-    RowResult res = {{0}, {0}, 0, 0, 0, {0}};
-    double values[3][256];
-    for (int s = 0; s < opt->seeds; s++) {
-        Config cfg = row_config(r, preset, &r->rows[row], s, opt->recipe, opt->results);
-        int64_t run = registry_finished_run(reg, experiment, r->rows[row].name, cfg.seed, &cfg, data_identity(cfg.data));
-        if (!run) continue;
-        for (int k = 0; k < 3; k++) values[k][res.n] = registry_evaluation_value(reg, run, keys[k]);
-        res.arhit_fraction += registry_evaluation_value(reg, run, "arhit_fraction");
-        res.threshold = registry_evaluation_value(reg, run, "arhit_threshold");
-        res.runs[res.n++] = run;
-    }
-    if (res.n) res.arhit_fraction /= res.n;
-    for (int k = 0; k < 3; k++) {
-        Spread s = res.n ? spread_of(values[k], res.n, 1) : (Spread){NAN, 0};
-        res.mean[k] = s.mean;
-        res.std[k] = s.std;
-    }
-    return res;
-}
-
-static void format_cell(char* buf, size_t n, const RowResult* r, int k) {
-    if (r->n == 0) snprintf(buf, n, "-");
-    else if (isnan(r->mean[k])) snprintf(buf, n, "%s", k == 1 ? "no AR-Hit tokens" : "no tokens");
-    else if (r->n == 1) snprintf(buf, n, "%.3f", r->mean[k]);
-    else snprintf(buf, n, "%.3f ± %.3f", r->mean[k], r->std[k]);
-}
-
-// A claim compares row a with row b on metric k (gap = a - b): LOWER claims a < b; NOT_LOWER
-// claims a is not lower than b beyond the noise; NEGLIGIBLE claims |gap| is within the noise.
-// The noise is 2 x the larger seed std, or 0.01 nats with one seed.
-typedef enum { LOWER, NOT_LOWER, NEGLIGIBLE } ClaimKind;
-
-typedef struct {
-    const char* text;
-    int a, b, metric;
-    ClaimKind kind;
-} Claim;
-
-static const Claim CLAIMS[] = {
-    {"DIFF beats Transformer overall (Valid)", 3, 0, 0, LOWER},
-    {"DIFF beats Transformer on AR-Hit", 3, 0, 1, LOWER},
-    {"removing the per-head norm hurts DIFF (Valid; gap = DIFF - without)", 3, 4, 0, LOWER},
-    {"adding GroupNorm does not help Transformer (Valid; gap = with - without, h/2 x 2d)", 2, 1, 0, NOT_LOWER},
-    {"lambda_init = 0.8 barely matters (Valid vs DIFF)", 5, 3, 0, NEGLIGIBLE},
-    {"lambda_init = 0.5 barely matters (Valid vs DIFF)", 6, 3, 0, NEGLIGIBLE},
-    {"halving heads barely matters for Transformer (Valid; h/2 x 2d vs h x d)", 1, 0, 0, NEGLIGIBLE},
-};
-
-static const char* verdict(ClaimKind kind, double gap, double noise) {
-    if (isnan(gap)) return "no data";
-    switch (kind) {
-    case LOWER: return gap < -noise ? "yes" : gap < 0 ? "direction only (within noise)" : "no";
-    case NOT_LOWER: return gap >= -noise ? "yes" : "no";
-    case NEGLIGIBLE: return fabs(gap) <= noise ? "yes" : "no";
-    }
-    return "?";
-}
-
-int table6_main(const Table6Options* opt) {
-    Recipe* r = recipe_load(opt->recipe, table6_extra_key);
-    recipe_override(r, opt->overrides, opt->n_overrides, TABLE6_DERIVED_KEYS, opt->recipe);
-    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
-    if (r->n_rows < 7) die("%s: expected the 7 rows of Table 6 first, found %d rows", opt->recipe, r->n_rows);
-    if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);
-    int eval_windows = section_int(preset, "eval_windows", opt->recipe);
-
-    // parameter counts, checked before anything trains
-    Config first = row_config(r, preset, &r->rows[0], 0, opt->recipe, opt->results);
-    char path[4096];
+// Parameter counts and the validation shard's size, checked before anything trains
+static void check_rows(Table* t) {
+    const Table6Options* opt = t->opt;
+    const Config* first = &t->rows[0].cfg[0];
     DataDir data;
-    data_open(&data, first.data, DATA_VAL);
-    size_t params[RECIPE_SECTIONS];
-    printf("Table 6, preset %s, %d seed(s): parameters per row\n", opt->preset, opt->seeds);
-    for (int i = 0; i < r->n_rows; i++) {
-        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-        params[i] = model_param_count(&cfg, data.tok.vocab_size);
-        double paper[3];
-        paper_values(&r->rows[i], paper, opt->recipe);
-        printf("  %-18s %-9s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", r->rows[i].name, config_attention_name(&cfg),
-               cfg.n_head, config_head_dim(&cfg), config_head_norm(&cfg) ? "yes" : "no", config_ffn_hidden(&cfg), params[i]);
-        if (fabs((double)params[i] - (double)params[0]) > 0.01 * params[0]) {
-            die("%s: row '%s' has %zu parameters, more than 1%% from row '%s' (%zu)", opt->recipe, r->rows[i].name,
-                params[i], r->rows[0].name, params[0]);
+    data_open(&data, first->data, DATA_VAL);
+    printf("Table 6, preset %s, %d seed(s): parameters per row\n", opt->preset, t->seeds);
+    for (int i = 0; i < t->n_rows; i++) {
+        Row* row = &t->rows[i];
+        const Config* cfg = &row->cfg[0];
+        row->params = model_param_count(cfg, data.tok.vocab_size);
+        printf("  %-18s %-9s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", row->name, config_attention_name(cfg), cfg->n_head,
+               config_head_dim(cfg), config_head_norm(cfg) ? "yes" : "no", config_ffn_hidden(cfg), row->params);
+        size_t base = t->rows[0].params;
+        if (fabs((double)row->params - (double)base) > 0.01 * base) {
+            die("%s: row '%s' has %zu parameters, more than 1%% from row '%s' (%zu)", opt->recipe, row->name, row->params,
+                t->rows[0].name, base);
         }
     }
-    if ((data.val.n_tokens - 1) / first.seq_len < (size_t)eval_windows) {
+    if ((data.val.n_tokens - 1) / first->seq_len < (size_t)t->eval_windows) {
         die("%s: [preset %s] eval_windows = %d needs %zu validation tokens at seq_len %d; '%s/val.bin' has %zu", opt->recipe,
-            opt->preset, eval_windows, (size_t)eval_windows * first.seq_len + 1, first.seq_len, first.data, data.val.n_tokens);
+            opt->preset, t->eval_windows, (size_t)t->eval_windows * first->seq_len + 1, first->seq_len, first->data,
+            data.val.n_tokens);
     }
     data_close(&data);
+}
 
-    mkdir_p(opt->plots);
-    Registry reg;
-    int lock;
-    int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe, &lock);
-
+static void train_rows(Table* t, Registry* reg, int64_t experiment) {
     double t_start = wall_time();
-    for (int s = 0; s < opt->seeds; s++) {
-        for (int i = 0; i < r->n_rows; i++) {
-            Config cfg = row_config(r, preset, &r->rows[i], s, opt->recipe, opt->results);
-            if (!train_row(opt, &reg, experiment, r->rows[i].name, &cfg, eval_windows)) {
-                fprintf(stderr, "row %s seed %d: the table goes on without it\n", r->rows[i].name, cfg.seed);
+    for (int s = 0; s < t->seeds; s++) {
+        for (int i = 0; i < t->n_rows; i++) {
+            const Config* cfg = &t->rows[i].cfg[s];
+            if (!train_row(t->opt, reg, experiment, t->rows[i].name, cfg, t->eval_windows)) {
+                fprintf(stderr, "row %s seed %d: the table goes on without it\n", t->rows[i].name, cfg->seed);
             }
         }
     }
     printf("training and evaluation: %.1f minutes\n", (wall_time() - t_start) / 60);
+}
 
-    // ---- the table ----
-    RowResult res[RECIPE_SECTIONS];
-    for (int i = 0; i < r->n_rows; i++) res[i] = row_result(&reg, experiment, r, preset, i, opt);
-    preset_path(path, sizeof(path), opt->results, "table6", opt->preset, ".md");
-    Report rep;
-    report_open(&rep, path, 1);
-    int h = section_int(preset, "h", opt->recipe), d = section_int(preset, "d", opt->recipe);
-    double threshold = res[0].threshold;
-    report_printf(&rep, "\n## Table 6 (preset %s): validation loss, %d seed(s) per row, mean ± sample std\n\n", opt->preset, opt->seeds);
-    report_printf(&rep, "%s", preset_note(preset, opt->recipe));
-    report_printf(&rep, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
-            section_get(preset, "n_layer"), h * d, h, d, (long long)first.steps * first.batch_size * first.seq_len * first.grad_accum,
-            eval_windows, first.seq_len);
-    long eval_tokens = (long)eval_windows * first.seq_len;
-    report_printf(&rep, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
-            "rescaled to the training shard); %.2f%% of evaluated tokens (%ld of %ld).\n\n", threshold,
-            100 * res[0].arhit_fraction, lround(res[0].arhit_fraction * eval_tokens), eval_tokens);
-    report_printf(&rep, "| Model | #Heads | d | GN | n | Valid | AR-Hit | Others | params | paper Valid | paper AR-Hit | paper Others |\n");
-    report_printf(&rep, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < r->n_rows; i++) {
-        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-        char cells[3][64];
-        for (int k = 0; k < 3; k++) format_cell(cells[k], sizeof(cells[k]), &res[i], k);
-        double pv[3];
+// ---- aggregate: each row over the seeds whose run finished with its current config ----
+static void aggregate(Table* t, Registry* reg, int64_t experiment) {
+    for (int i = 0; i < t->n_rows; i++) {
+        Row* row = &t->rows[i];
+        double values[METRICS][256];
+        row->windows = callocCheck((size_t)t->seeds * t->eval_windows, sizeof(WindowLoss));
+        for (int s = 0; s < t->seeds; s++) {
+            const Config* cfg = &row->cfg[s];
+            int64_t run = registry_finished_run(reg, experiment, row->name, cfg->seed, cfg, data_identity(cfg->data));
+            row->runs[s] = run;
+            if (!run) continue;
+            for (int k = 0; k < METRICS; k++) values[k][row->n] = registry_evaluation_value(reg, run, METRIC_KEYS[k]);
+            for (int b = 0; b < POSITION_BINS; b++) {
+                char key[32];
+                snprintf(key, sizeof(key), "valid_%s", window_slice_name(SLICE_POSITION + b));
+                row->position[b] += registry_evaluation_value(reg, run, key);
+            }
+            row->arhit_fraction += registry_evaluation_value(reg, run, "arhit_fraction");
+            row->threshold = registry_evaluation_value(reg, run, "arhit_threshold");
+            registry_window_losses_read(reg, run, t->eval_windows, &row->windows[(size_t)s * t->eval_windows]);
+            row->n++;
+        }
+        if (row->n) {
+            row->arhit_fraction /= row->n;
+            for (int b = 0; b < POSITION_BINS; b++) row->position[b] /= row->n;
+        }
+        for (int k = 0; k < METRICS; k++) {
+            Spread sp = row->n ? spread_of(values[k], row->n, 1) : (Spread){NAN, 0};
+            row->mean[k] = sp.mean;
+            row->std[k] = sp.std;
+        }
+    }
+}
+
+// The window sums of a row as a bootstrap's (num, den) over (seeds, windows), for `which`:
+// VALID, ARHIT, OTHERS (every token minus the AR hits) or METRICS + b, position bin b. A seed
+// that did not finish holds nothing.
+static void slice_units(const Table* t, const Row* row, int which, double* num, double* den) {
+    int k = which == ARHIT ? SLICE_ARHIT : which >= METRICS ? SLICE_POSITION + which - METRICS : SLICE_ALL;
+    int minus_hits = which == OTHERS;
+    for (size_t u = 0; u < (size_t)t->seeds * t->eval_windows; u++) {
+        const WindowLoss* w = &row->windows[u];
+        num[u] = w->sum[k] - (minus_hits ? w->sum[SLICE_ARHIT] : 0);
+        den[u] = (double)(w->count[k] - (minus_hits ? w->count[SLICE_ARHIT] : 0));
+    }
+}
+
+// Row a minus row b on `which` (slice_units), paired by seed and window; a seed either row
+// lacks is left out of both
+static GapInterval row_gap(const Table* t, const Row* a, const Row* b, int which) {
+    size_t n = (size_t)t->seeds * t->eval_windows;
+    double* units = mallocCheck(4 * n * sizeof(double));
+    slice_units(t, a, which, units, units + n);
+    slice_units(t, b, which, units + 2 * n, units + 3 * n);
+    int kept = 0;  // seeds both rows finished, moved to the front
+    for (int s = 0; s < t->seeds; s++) {
+        if (!a->runs[s] || !b->runs[s]) continue;
+        for (int part = 0; part < 4; part++) {
+            memmove(units + part * n + (size_t)kept * t->eval_windows, units + part * n + (size_t)s * t->eval_windows,
+                    t->eval_windows * sizeof(double));
+        }
+        kept++;
+    }
+    GapInterval g = {NAN, NAN, NAN};
+    if (kept) {
+        Paired p = {kept, t->eval_windows, units, units + n, units + 2 * n, units + 3 * n};
+        g = paired_gap(&p);
+    }
+    free(units);
+    return g;
+}
+
+// ---- the table ----
+static void format_cell(char* buf, size_t n, const Row* r, int k) {
+    if (r->n == 0) snprintf(buf, n, "-");
+    else if (isnan(r->mean[k])) snprintf(buf, n, "%s", k == ARHIT ? "no AR-Hit tokens" : "no tokens");
+    else if (r->n == 1) snprintf(buf, n, "%.3f", r->mean[k]);
+    else snprintf(buf, n, "%.3f ± %.3f", r->mean[k], r->std[k]);
+}
+
+// The paper's claims: row a against row b on a metric, gap = a - b, by the rows' names
+typedef struct {
+    const char* text;
+    const char *a, *b;
+    int metric;
+} Claim;
+
+static const Claim CLAIMS[] = {
+    {"DIFF beats Transformer overall (Valid)", "diff", "transformer", VALID},
+    {"DIFF beats Transformer on AR-Hit", "diff", "transformer", ARHIT},
+    {"removing the per-head norm hurts DIFF (Valid; gap = DIFF - without)", "diff", "diff_no_gn", VALID},
+    {"adding GroupNorm does not help Transformer (Valid; gap = with - without, h/2 x 2d)", "transformer_gn", "transformer_half", VALID},
+    {"lambda_init = 0.8 barely matters (Valid vs DIFF)", "diff_lambda08", "diff", VALID},
+    {"lambda_init = 0.5 barely matters (Valid vs DIFF)", "diff_lambda05", "diff", VALID},
+    {"halving heads barely matters for Transformer (Valid; h/2 x 2d vs h x d)", "transformer_half", "transformer", VALID},
+};
+
+static void write_rows(const Table* t, Report* rep) {
+    const Table6Options* opt = t->opt;
+    const Config* first = &t->rows[0].cfg[0];
+    int h = section_int(t->preset, "h", opt->recipe), d = section_int(t->preset, "d", opt->recipe);
+    report_printf(rep, "\n## Table 6 (preset %s): validation loss, %d seed(s) per row, mean ± sample std\n\n", opt->preset, t->seeds);
+    report_printf(rep, "%s", preset_note(t->preset, opt->recipe));
+    report_printf(rep, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
+                  section_get(t->preset, "n_layer"), h * d, h, d,
+                  (long long)first->steps * first->batch_size * first->seq_len * first->grad_accum, t->eval_windows, first->seq_len);
+    long eval_tokens = (long)t->eval_windows * first->seq_len;
+    report_printf(rep, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
+                  "rescaled to the training shard); %.2f%% of evaluated tokens (%ld of %ld).\n\n", t->rows[0].threshold,
+                  100 * t->rows[0].arhit_fraction, lround(t->rows[0].arhit_fraction * eval_tokens), eval_tokens);
+    report_printf(rep, "| Model | #Heads | d | GN | n | Valid | AR-Hit | Others | params | paper Valid | paper AR-Hit | paper Others |\n");
+    report_printf(rep, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < t->n_rows; i++) {
+        const Row* row = &t->rows[i];
+        const Config* cfg = &row->cfg[0];
+        char cells[METRICS][64];
+        for (int k = 0; k < METRICS; k++) format_cell(cells[k], sizeof(cells[k]), row, k);
         char paper_cells[64] = "not in the paper | | ";
-        if (paper_values(&r->rows[i], pv, opt->recipe)) {
-            snprintf(paper_cells, sizeof(paper_cells), "%.3f | %.3f | %.3f", pv[0], pv[1], pv[2]);
+        if (!isnan(row->paper[VALID])) {
+            snprintf(paper_cells, sizeof(paper_cells), "%.3f | %.3f | %.3f", row->paper[0], row->paper[1], row->paper[2]);
         }
         char label[2 * CONFIG_STR];
-        markdown_cell(label, sizeof(label), section_get(&r->rows[i], "label"));
-        report_printf(&rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", label, cfg.n_head,
-                config_head_dim(&cfg), config_head_norm(&cfg) ? "✓" : "✗", res[i].n, cells[0], cells[1], cells[2], params[i],
-                paper_cells);
+        markdown_cell(label, sizeof(label), section_get(row->section, "label"));
+        report_printf(rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", label, cfg->n_head, config_head_dim(cfg),
+                      config_head_norm(cfg) ? "✓" : "✗", row->n, cells[0], cells[1], cells[2], row->params, paper_cells);
     }
-    report_printf(&rep, "\n### The paper's claims against these runs\n\n");
-    report_printf(&rep, "| claim | gap (ours) | seed spread | paper gap | agrees |\n|---|---|---|---|---|\n");
+}
+
+static void write_claims(const Table* t, Report* rep) {
+    report_printf(rep, "\n### The paper's claims against these runs\n\n");
+    report_printf(rep, "| claim | gap (ours) | 95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n");
     for (size_t c = 0; c < sizeof(CLAIMS) / sizeof(CLAIMS[0]); c++) {
         const Claim* cl = &CLAIMS[c];
-        const RowResult *a = &res[cl->a], *b = &res[cl->b];
-        double gap = a->mean[cl->metric] - b->mean[cl->metric];
-        double spread = fmax(a->std[cl->metric], b->std[cl->metric]);
-        double pa[3], pb[3];
-        paper_values(&r->rows[cl->a], pa, opt->recipe);
-        paper_values(&r->rows[cl->b], pb, opt->recipe);
-        char paper_gap[32] = "n/a (not in the paper)";
-        if (!isnan(pa[cl->metric] - pb[cl->metric])) snprintf(paper_gap, sizeof(paper_gap), "%+.3f", pa[cl->metric] - pb[cl->metric]);
-        double noise = opt->seeds > 1 ? 2 * spread : 0.01;
-        char spread_text[32];
-        if (opt->seeds > 1) snprintf(spread_text, sizeof(spread_text), "%.4f", spread);
-        else snprintf(spread_text, sizeof(spread_text), "n/a (1 seed)");
-        char gap_text[32] = "n/a (no tokens)";
-        if (!isnan(gap)) snprintf(gap_text, sizeof(gap_text), "%+.4f", gap);
-        report_printf(&rep, "| %s | %s | %s | %s | %s |\n", cl->text, gap_text, spread_text, paper_gap, verdict(cl->kind, gap, noise));
+        const Row *a = row_named(t, cl->a), *b = row_named(t, cl->b);
+        if (!a || !b) {
+            report_printf(rep, "| %s | n/a (no row %s) | | | |\n", cl->text, a ? cl->b : cl->a);
+            continue;
+        }
+        GapInterval g = row_gap(t, a, b, cl->metric);
+        double paper_gap = a->paper[cl->metric] - b->paper[cl->metric];
+        char paper_text[32] = "n/a (not in the paper)", gap_text[32] = "n/a (no tokens)", interval[64];
+        if (!isnan(paper_gap)) snprintf(paper_text, sizeof(paper_text), "%+.3f", paper_gap);
+        if (!isnan(g.gap)) snprintf(gap_text, sizeof(gap_text), "%+.4f", g.gap);
+        report_printf(rep, "| %s | %s | %s | %s | %s |\n", cl->text, gap_text, interval_text(interval, sizeof(interval), g, 4),
+                      paper_text, gap_verdict(g, paper_gap));
     }
-    report_printf(&rep, "\nGaps are the first row named minus the second (negative = lower loss). The noise level is %s: "
-            "\"beats\" claims agree when the gap is below minus the noise, \"does not help\" when it is above it, "
-            "\"barely matters\" when |gap| is within it.\n",
-            opt->seeds > 1 ? "2 x the larger seed std" : "0.01 nats (one seed: no spread measured)");
-    report_close(&rep);
+    report_printf(rep, "\nGaps are the first row named minus the second (negative = lower loss). %s\n",
+                  interval_note(t->seeds, "windows"));
+}
 
-    // ---- figures: data files then gnuplot ----
-    char bars[4096], curves[4096];
+// Loss by position in the context: each row's mean over seeds per bin, then each row minus the
+// first row per bin with its interval, so a claim about long context is read where it lives
+static void write_positions(const Table* t, Report* rep) {
+    int T = t->rows[0].cfg[0].seq_len;
+    report_printf(rep, "\n### Validation loss by position in the context (%d bins of %d tokens)\n\n| Model |", POSITION_BINS,
+                  T / POSITION_BINS);
+    for (int b = 0; b < POSITION_BINS; b++) {
+        report_printf(rep, " %ld-%ld |", (long)b * T / POSITION_BINS + 1, (long)(b + 1) * T / POSITION_BINS);
+    }
+    report_printf(rep, "\n|---|");
+    for (int b = 0; b < POSITION_BINS; b++) report_printf(rep, "---|");
+    report_printf(rep, "\n");
+    for (int i = 0; i < t->n_rows; i++) {
+        char label[2 * CONFIG_STR];
+        markdown_cell(label, sizeof(label), t->rows[i].title);
+        report_printf(rep, "| %s |", label);
+        for (int b = 0; b < POSITION_BINS; b++) {
+            if (t->rows[i].n) report_printf(rep, " %.3f |", t->rows[i].position[b]);
+            else report_printf(rep, " - |");
+        }
+        report_printf(rep, "\n");
+    }
+    char base[2 * CONFIG_STR];
+    markdown_cell(base, sizeof(base), t->rows[0].title);
+    report_printf(rep, "\nEach row minus %s, per bin: gap [95%% interval] (paired as the claims above)\n\n| Model |", base);
+    for (int b = 0; b < POSITION_BINS; b++) report_printf(rep, " bin %d |", b + 1);
+    report_printf(rep, "\n|---|");
+    for (int b = 0; b < POSITION_BINS; b++) report_printf(rep, "---|");
+    report_printf(rep, "\n");
+    for (int i = 1; i < t->n_rows; i++) {
+        char label[2 * CONFIG_STR];
+        markdown_cell(label, sizeof(label), t->rows[i].title);
+        report_printf(rep, "| %s |", label);
+        for (int b = 0; b < POSITION_BINS; b++) {
+            GapInterval g = row_gap(t, &t->rows[i], &t->rows[0], METRICS + b);
+            char interval[64];
+            if (isnan(g.gap)) report_printf(rep, " - |");
+            else report_printf(rep, " %+.3f %s |", g.gap, interval_text(interval, sizeof(interval), g, 3));
+        }
+        report_printf(rep, "\n");
+    }
+}
+
+// ---- figures: data files, then gnuplot ----
+static void write_figures(const Table* t, Registry* reg, char* png, char* curves_png, char* positions_png, size_t n) {
+    const Table6Options* opt = t->opt;
+    const Config* first = &t->rows[0].cfg[0];
+    char bars[4096], curves[4096], positions[4096];
     preset_path(bars, sizeof(bars), opt->results, "table6", opt->preset, "_bars.dat");
     preset_path(curves, sizeof(curves), opt->results, "table6", opt->preset, "_curves.dat");
+    preset_path(positions, sizeof(positions), opt->results, "table6", opt->preset, "_positions.dat");
     FILE* f = fopenCheck(bars, "w");
     // each row against the first (the Transformer), ours and the paper's on one axis: the paper's
     // claims are differences, and its 3B models' absolute losses are not on our scale
-    fprintf(f, "# row label attention, then per metric (Valid, AR-Hit, Others): ours - ours of row 0, seed std, "
-               "paper - paper of row 0\n");
-    double base_paper[3];
-    paper_values(&r->rows[0], base_paper, opt->recipe);
-    for (int i = 0; i < r->n_rows; i++) {
-        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-        double pv[3];
-        paper_values(&r->rows[i], pv, opt->recipe);
-        fprintf(f, "%d \"%s %dx%d%s\" %d", i, section_get(&r->rows[i], "label"), cfg.n_head, config_head_dim(&cfg),
-                config_head_norm(&cfg) ? " GN" : "", config_variant(&cfg)->colour);
-        for (int k = 0; k < 3; k++) fprintf(f, " %.6f %.6f %.4f", res[i].mean[k] - res[0].mean[k], res[i].std[k], pv[k] - base_paper[k]);
+    fprintf(f, "# row title colour, then per metric (Valid, AR-Hit, Others): ours - ours of row 0, its 95%% interval "
+               "(low, high), paper - paper of row 0\n");
+    for (int i = 0; i < t->n_rows; i++) {
+        const Row* row = &t->rows[i];
+        fprintf(f, "%d \"%s\" %d", i, row->title, config_variant(&row->cfg[0])->colour);
+        for (int k = 0; k < METRICS; k++) {
+            GapInterval g = i ? row_gap(t, row, &t->rows[0], k) : (GapInterval){0, 0, 0};
+            if (isnan(g.lo)) g.lo = g.hi = g.gap;  // no interval: a dot without a bar
+            fprintf(f, " %.6f %.6f %.6f %.4f", g.gap, g.lo, g.hi, row->paper[k] - t->rows[0].paper[k]);
+        }
         fprintf(f, "\n");
     }
     fcloseCheck(f, bars);
     f = fopenCheck(curves, "w");
-    for (int i = 0; i < r->n_rows; i++) {
-        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-        fprintf(f, "\"%s %dx%d%s\"\n", section_get(&r->rows[i], "label"), cfg.n_head, config_head_dim(&cfg),
-                config_head_norm(&cfg) ? " GN" : "");
+    for (int i = 0; i < t->n_rows; i++) {
+        const Row* row = &t->rows[i];
+        fprintf(f, "\"%s\"\n", row->title);
+        int64_t runs[256];
+        int n_runs = 0;
+        for (int s = 0; s < t->seeds; s++) {
+            if (row->runs[s]) runs[n_runs++] = row->runs[s];
+        }
         int64_t* tokens;
         double* values;
-        int n = registry_mean_curve(&reg, res[i].runs, res[i].n, "val_loss", &tokens, &values);
-        for (int k = 0; k < n; k++) fprintf(f, "%lld %.6f\n", (long long)tokens[k], values[k]);
+        int points = registry_mean_curve(reg, runs, n_runs, "val_loss", &tokens, &values);
+        for (int k = 0; k < points; k++) fprintf(f, "%lld %.6f\n", (long long)tokens[k], values[k]);
         fprintf(f, "\n\n");
         free(tokens);
         free(values);
     }
     fcloseCheck(f, curves);
+    f = fopenCheck(positions, "w");
+    for (int i = 0; i < t->n_rows; i++) {
+        fprintf(f, "\"%s\"\n", t->rows[i].title);
+        for (int b = 0; t->rows[i].n && b < POSITION_BINS; b++) {
+            fprintf(f, "%.1f %.6f\n", (b + 0.5) * first->seq_len / POSITION_BINS, t->rows[i].position[b]);
+        }
+        fprintf(f, "\n\n");
+    }
+    fcloseCheck(f, positions);
+
     GnuplotVars vars;
     gnuplot_init(&vars);
     char text[4400];
+    long eval_tokens = (long)t->eval_windows * first->seq_len;
     gnuplot_input(&vars, "bars", bars);
     gnuplot_input(&vars, "curves", curves);
-    gnuplot_number(&vars, "rows", r->n_rows);
-    gnuplot_number(&vars, "seeds", opt->seeds);
-    gnuplot_number(&vars, "arhit_tokens", lround(res[0].arhit_fraction * eval_tokens));
+    gnuplot_input(&vars, "positions", positions);
+    gnuplot_number(&vars, "rows", t->n_rows);
+    gnuplot_number(&vars, "seeds", t->seeds);
+    gnuplot_number(&vars, "seq_len", first->seq_len);
+    gnuplot_number(&vars, "arhit_tokens", lround(t->rows[0].arhit_fraction * eval_tokens));
     gnuplot_number(&vars, "eval_tokens", eval_tokens);
-    for (int i = 0; i < r->n_rows; i++) {
+    for (int i = 0; i < t->n_rows; i++) {
         char name[16];
         snprintf(name, sizeof(name), "att%d", i + 1);
-        Config cfg = row_config(r, preset, &r->rows[i], 0, opt->recipe, opt->results);
-        gnuplot_number(&vars, name, config_variant(&cfg)->colour);
+        gnuplot_number(&vars, name, config_variant(&t->rows[i].cfg[0])->colour);
     }
     gnuplot_number(&vars, "variants", ATTN_VARIANT_COUNT);  // the legend: every variant's colour and label
     for (int v = 0; v < ATTN_VARIANT_COUNT; v++) {
@@ -389,13 +554,11 @@ int table6_main(const Table6Options* opt) {
         snprintf(name, sizeof(name), "vlabel%d", v + 1);
         gnuplot_string(&vars, name, ATTN_VARIANTS[v].label);
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < METRICS; k++) {
         int ours = 0, paper = 0;
-        for (int i = 0; i < r->n_rows; i++) {
-            double pv[3];
-            paper_values(&r->rows[i], pv, opt->recipe);
-            ours |= isfinite(res[i].mean[k]);
-            paper |= isfinite(pv[k]);
+        for (int i = 0; i < t->n_rows; i++) {
+            ours |= isfinite(t->rows[i].mean[k]);
+            paper |= isfinite(t->rows[i].paper[k]);
         }
         char name[16];
         snprintf(name, sizeof(name), "ours%d", k + 1);
@@ -403,31 +566,56 @@ int table6_main(const Table6Options* opt) {
         snprintf(name, sizeof(name), "paper%d", k + 1);
         gnuplot_number(&vars, name, paper);
     }
-    char png[4400], curves_png[4400];
-    preset_path(png, sizeof(png), opt->plots, "table6", opt->preset, ".png");
+    preset_path(png, n, opt->plots, "table6", opt->preset, ".png");
     gnuplot_output(&vars, "out_bars", png);
-    preset_path(curves_png, sizeof(curves_png), opt->plots, "table6", opt->preset, "_curves.png");
+    preset_path(curves_png, n, opt->plots, "table6", opt->preset, "_curves.png");
     gnuplot_output(&vars, "out_curves", curves_png);
-    char spread[64] = "1 seed: no error bars";
-    if (opt->seeds > 1) snprintf(spread, sizeof(spread), "error bars: std over %d seeds", opt->seeds);
-    snprintf(text, sizeof(text), "Table 6, preset %s: each row's loss minus the Transformer row's, ours (dots; %s) and the "
-             "paper's 3B models (diamonds), on the first %d validation windows of %d tokens", opt->preset, spread, eval_windows,
-             first.seq_len);
+    preset_path(positions_png, n, opt->plots, "table6", opt->preset, "_positions.png");
+    gnuplot_output(&vars, "out_positions", positions_png);
+    snprintf(text, sizeof(text), "Table 6, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
+             "paired interval over %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
+             opt->preset, t->seeds > 1 ? "seeds and windows" : "windows, 1 seed", t->eval_windows, first->seq_len);
     gnuplot_string(&vars, "title_text", text);
     snprintf(text, sizeof(text), "Table 6, preset %s: validation loss during training, on eval_batches x batch_size = %d "
-             "windows (the table: %d)", opt->preset, first.eval_batches * first.batch_size, eval_windows);
+             "windows (the table: %d)", opt->preset, first->eval_batches * first->batch_size, t->eval_windows);
     gnuplot_string(&vars, "curves_title", text);
+    snprintf(text, sizeof(text), "Table 6, preset %s: validation loss by position in the context (%d bins; mean over %d "
+             "seed(s), %d windows)", opt->preset, POSITION_BINS, t->seeds, t->eval_windows);
+    gnuplot_string(&vars, "positions_title", text);
     gnuplot("table6.gp", &vars);
-    printf("\nwrote %s, %s, %s; runs in %s/registry.sqlite\n", path, png, curves_png, opt->results);
+}
+
+int table6_main(const Table6Options* opt) {
+    Table t;
+    table_open(&t, opt);
+    check_rows(&t);
+    mkdir_p(opt->plots);
+    Registry reg;
+    int lock;
+    int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe, &lock);
+    train_rows(&t, &reg, experiment);
+    aggregate(&t, &reg, experiment);
+
+    char path[4096];
+    preset_path(path, sizeof(path), opt->results, "table6", opt->preset, ".md");
+    Report rep;
+    report_open(&rep, path, 1);
+    write_rows(&t, &rep);
+    write_claims(&t, &rep);
+    write_positions(&t, &rep);
+    report_close(&rep);
+    char png[4400], curves_png[4400], positions_png[4400];
+    write_figures(&t, &reg, png, curves_png, positions_png, sizeof(png));
+    printf("\nwrote %s, %s, %s, %s; runs in %s/registry.sqlite\n", path, png, curves_png, positions_png, opt->results);
     registry_close(&reg);
     unlock_folder(lock);
     int missing = 0;
-    for (int i = 0; i < r->n_rows; i++) {
-        if (res[i].n < opt->seeds) {
-            fprintf(stderr, "row %s: %d of %d seeds finished\n", r->rows[i].name, res[i].n, opt->seeds);
+    for (int i = 0; i < t.n_rows; i++) {
+        if (t.rows[i].n < t.seeds) {
+            fprintf(stderr, "row %s: %d of %d seeds finished\n", t.rows[i].name, t.rows[i].n, t.seeds);
             missing = 1;
         }
     }
-    free(r);
+    table_close(&t);
     return missing;
 }

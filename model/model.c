@@ -7,7 +7,7 @@
 #include "base/util.h"
 
 // Appends one tensor to the layout; returns its place in base (NULL while only counting)
-static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1, int decay) {
+static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1, ParamInit init) {
     ParamTensor* t = &m->tensors[m->n_tensors++];
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->ndim = d1 ? 2 : 1;
@@ -15,7 +15,7 @@ static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1
     t->shape[1] = d1;
     t->size = (size_t)d0 * (d1 ? d1 : 1);
     t->offset = m->n_params;
-    t->decay = decay;
+    t->init = init;
     m->n_params += t->size;
     return base ? base + t->offset : NULL;
 }
@@ -26,33 +26,33 @@ static void layout(Model* m, float* base, Params* p) {
     int L = m->L, C = m->C, HDv = m->H * m->Dv, QK = m->M * m->H * m->D, KW = m->KH * m->D;
     m->n_tensors = 0;
     m->n_params = 0;
-    p->tok_embedding = add_tensor(m, base, "tok_embedding", m->V, C, 1);
+    p->tok_embedding = add_tensor(m, base, "tok_embedding", m->V, C, INIT_MATRIX);
     char name[64];
     for (int l = 0; l < L; l++) {
         LayerParams* lp = &p->layers[l];
         memset(lp, 0, sizeof(*lp));
 #define NAME(s) (snprintf(name, sizeof(name), "layer_%02d/%s", l, s), name)
-        lp->attn_norm = add_tensor(m, base, NAME("attn_norm"), C, 0, 0);
-        lp->wqkv = add_tensor(m, base, NAME("wq"), QK, C, 1);
-        add_tensor(m, base, NAME("wk"), KW, C, 1);
-        add_tensor(m, base, NAME("wv"), HDv, C, 1);
-        if (m->variant->lambda == LAMBDA_PER_TOKEN) add_tensor(m, base, NAME("w_lambda"), m->H, C, 1);
-        lp->wo = add_tensor(m, base, NAME("wo"), C, HDv, 1);
+        lp->attn_norm = add_tensor(m, base, NAME("attn_norm"), C, 0, INIT_GAIN);
+        lp->wqkv = add_tensor(m, base, NAME("wq"), QK, C, INIT_MATRIX);
+        add_tensor(m, base, NAME("wk"), KW, C, INIT_MATRIX);
+        add_tensor(m, base, NAME("wv"), HDv, C, INIT_MATRIX);
+        if (m->variant->lambda == LAMBDA_PER_TOKEN) add_tensor(m, base, NAME("w_lambda"), m->H, C, INIT_MATRIX);
+        lp->wo = add_tensor(m, base, NAME("wo"), C, HDv, INIT_MATRIX);
         if (m->variant->lambda == LAMBDA_PER_LAYER) {
-            lp->lambda = add_tensor(m, base, NAME("lambda_q1"), m->D, 0, 0);
-            add_tensor(m, base, NAME("lambda_k1"), m->D, 0, 0);
-            add_tensor(m, base, NAME("lambda_q2"), m->D, 0, 0);
-            add_tensor(m, base, NAME("lambda_k2"), m->D, 0, 0);
+            lp->lambda = add_tensor(m, base, NAME("lambda_q1"), m->D, 0, INIT_LAMBDA);
+            add_tensor(m, base, NAME("lambda_k1"), m->D, 0, INIT_LAMBDA);
+            add_tensor(m, base, NAME("lambda_q2"), m->D, 0, INIT_LAMBDA);
+            add_tensor(m, base, NAME("lambda_k2"), m->D, 0, INIT_LAMBDA);
         }
-        if (m->head_norm) lp->head_norm = add_tensor(m, base, NAME("head_norm"), m->Dv, 0, 0);
-        lp->ffn_norm = add_tensor(m, base, NAME("ffn_norm"), C, 0, 0);
-        lp->w_gate_up = add_tensor(m, base, NAME("w_gate"), m->F, C, 1);
-        add_tensor(m, base, NAME("w_up"), m->F, C, 1);
-        lp->w_down = add_tensor(m, base, NAME("w_down"), C, m->F, 1);
+        if (m->head_norm) lp->head_norm = add_tensor(m, base, NAME("head_norm"), m->Dv, 0, INIT_GAIN);
+        lp->ffn_norm = add_tensor(m, base, NAME("ffn_norm"), C, 0, INIT_GAIN);
+        lp->w_gate_up = add_tensor(m, base, NAME("w_gate"), m->F, C, INIT_MATRIX);
+        add_tensor(m, base, NAME("w_up"), m->F, C, INIT_MATRIX);
+        lp->w_down = add_tensor(m, base, NAME("w_down"), C, m->F, INIT_MATRIX);
 #undef NAME
     }
-    p->final_norm = add_tensor(m, base, "final_norm", C, 0, 0);
-    p->lm_head = add_tensor(m, base, "lm_head", m->V, C, 1);
+    p->final_norm = add_tensor(m, base, "final_norm", C, 0, INIT_GAIN);
+    p->lm_head = add_tensor(m, base, "lm_head", m->V, C, INIT_MATRIX);
 }
 
 // Shapes from the config; no parameter memory yet
@@ -113,16 +113,13 @@ void model_build(Model* m, const Config* cfg, const Backend* be, int vocab_size)
 }
 
 void model_init_params(Model* m, uint64_t seed) {
-    uint64_t rng = hash64(seed);
     float* host = mallocCheck(m->n_params * sizeof(float));
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor* t = &m->tensors[i];
         float* w = host + t->offset;
-        const char* leaf = strrchr(t->name, '/');
-        leaf = leaf ? leaf + 1 : t->name;
-        int is_gain = strstr(leaf, "norm") != NULL;
-        float std = strncmp(leaf, "lambda_", 7) == 0 ? 0.1f : m->cfg.init_std;
-        for (size_t j = 0; j < t->size; j++) w[j] = is_gain ? 1.0f : std * rng_normal(&rng);
+        uint64_t rng = hash64(fnv1a(hash64(seed), t->name, strlen(t->name)));
+        float std = t->init == INIT_LAMBDA ? 0.1f : m->cfg.init_std;
+        for (size_t j = 0; j < t->size; j++) w[j] = t->init == INIT_GAIN ? 1.0f : std * rng_normal(&rng);
     }
     model_set_params(m, host);
     free(host);

@@ -14,12 +14,16 @@
 
 // One named parameter tensor inside the contiguous parameter block; the names are the HDF5
 // dataset paths of docs/checkpoint.md.
+// How a tensor starts: weight matrices from N(0, init_std) (and only they get AdamW's weight
+// decay), gains at 1, DIFF's lambda vectors from N(0, 0.1)
+typedef enum { INIT_MATRIX, INIT_GAIN, INIT_LAMBDA } ParamInit;
+
 typedef struct {
     char name[64];
     int ndim;
     int shape[2];
     size_t offset, size;
-    int decay;  // weight matrices get AdamW weight decay, gains and lambda vectors do not
+    ParamInit init;
 } ParamTensor;
 
 // Pointers of one layer into the parameter (or gradient) block. wq, wk, wv (and DIFF V2's
@@ -109,6 +113,9 @@ typedef struct {
 // when be cannot run this shape); parameters allocated, not initialised. cfg's `device` key
 // is not read: a caller resolves it once (backend_of_device) and passes the backend.
 void model_build(Model* model, const Config* cfg, const Backend* be, int vocab_size);
+// Each tensor draws from its own stream, a function of (seed, tensor name): two models of one
+// seed start from the same numbers wherever their tensors coincide (the embedding, the LM head,
+// the norms, a feed-forward of one width), so the rows of a table are paired at initialisation.
 void model_init_params(Model* model, uint64_t seed);
 // Parameter count of a config without allocating anything
 size_t model_param_count(const Config* cfg, int vocab_size);

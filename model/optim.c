@@ -48,7 +48,7 @@ void adamw_update(AdamW* opt, Model* model, float lr, int t) {
                       sqrtf(1.0f - powf(cfg->beta2, (float)t)), cfg->adam_eps};
     for (int k = 0; k < model->n_tensors; k++) {
         const ParamTensor* tensor = &model->tensors[k];
-        step.decay = tensor->decay ? 1.0f - lr * cfg->weight_decay : 1.0f;
+        step.decay = tensor->init == INIT_MATRIX ? 1.0f - lr * cfg->weight_decay : 1.0f;
         size_t at = tensor->offset;
         model->be->adamw_update(model->params_memory + at, model->grads_memory + at, opt->m + at, opt->v + at, tensor->size, &step);
     }

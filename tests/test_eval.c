@@ -1,5 +1,6 @@
-// AR-Hit classification on hand-made windows; the registry under concurrent writers and
-// interrupted runs.
+// AR-Hit classification and loss by position on hand-made windows; the verdict policy's paired
+// bootstrap on cases whose answer is known; the registry under concurrent writers and
+// interrupted runs, and its per-window loss records.
 #define _DEFAULT_SOURCE
 #include <signal.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "../eval/arhit.h"
 #include "../experiments/registry.h"
+#include "../experiments/verdict.h"
 #include "../model/base/util.h"
 #include "check.h"
 
@@ -30,6 +32,73 @@ static void test_arhit(void) {
     CHECK(fabs(arhit_threshold(10000000000ull) - 1250.0) < 1e-9 && fabs(arhit_threshold(4808481) - 0.601060125) < 1e-6,
           "threshold rescales 1250 per 10B tokens");
     bigrams_free(&table);
+}
+
+// Position bins and slices of one window, summed by hand
+static void test_window_loss(void) {
+    float loss[16];
+    unsigned char hit[16] = {0};
+    for (int t = 0; t < 16; t++) loss[t] = (float)(t + 1);
+    hit[3] = hit[12] = 1;
+    WindowLoss w = {{0}, {0}};
+    window_loss_add(&w, loss, hit, 16);
+    CHECK(w.sum[SLICE_ALL] == 136 && w.count[SLICE_ALL] == 16, "every token: 136 over 16, got %g over %ld", w.sum[SLICE_ALL],
+          w.count[SLICE_ALL]);
+    CHECK(w.sum[SLICE_ARHIT] == 4 + 13 && w.count[SLICE_ARHIT] == 2, "AR hits: 17 over 2, got %g over %ld", w.sum[SLICE_ARHIT],
+          w.count[SLICE_ARHIT]);
+    int ok = 1;  // 16 tokens in 8 bins: bin b holds positions 2b and 2b+1, losses 2b+1 and 2b+2
+    for (int b = 0; b < POSITION_BINS; b++) ok &= w.sum[SLICE_POSITION + b] == 4 * b + 3 && w.count[SLICE_POSITION + b] == 2;
+    CHECK(ok, "each of the 8 position bins holds its two tokens");
+    // T not a multiple of the bins: 12 tokens, bin b holds [12b/8, 12(b+1)/8): 1,2,1,2,1,2,1,2 tokens
+    WindowLoss v = {{0}, {0}};
+    window_loss_add(&v, loss, hit, 12);
+    static const long counts[POSITION_BINS] = {2, 1, 2, 1, 2, 1, 2, 1};
+    ok = 1;
+    for (int b = 0; b < POSITION_BINS; b++) ok &= v.count[SLICE_POSITION + b] == counts[b];
+    CHECK(ok && v.sum[SLICE_POSITION + 1] == 3, "12 tokens fill the bins 2,1,2,1,...; bin 2 holds position 2 (loss 3)");
+    CHECK(strcmp(window_slice_name(SLICE_POSITION + 7), "pos8") == 0 && strcmp(window_slice_name(SLICE_ARHIT), "arhit") == 0,
+          "slice names");
+}
+
+// The paired bootstrap on cases whose answer is known
+static void test_verdict(void) {
+    enum { U = 100 };
+    double a[U], b[U], one[U], zero[U];
+    for (int u = 0; u < U; u++) {
+        b[u] = u % 7;
+        a[u] = b[u] + 0.5;  // every pair differs by exactly 0.5
+        one[u] = 1;
+        zero[u] = 0;
+    }
+    Paired shift = {1, U, a, one, b, one};
+    GapInterval g = paired_gap(&shift);
+    CHECK(fabs(g.gap - 0.5) < 1e-12 && fabs(g.lo - 0.5) < 1e-12 && fabs(g.hi - 0.5) < 1e-12,
+          "a constant paired difference of 0.5: gap and interval 0.5, got %g [%g, %g]", g.gap, g.lo, g.hi);
+    CHECK(strcmp(gap_verdict(g, 0.3), "same direction") == 0 && strcmp(gap_verdict(g, -0.3), "opposite") == 0 &&
+          strcmp(gap_verdict(g, NAN), "higher") == 0, "its verdicts against a paper gap of +0.3, -0.3 and none");
+    // differences of +1 and -1 alternating: mean 0, standard error 0.1, so the 95% interval is
+    // about [-0.2, +0.2] and holds 0
+    for (int u = 0; u < U; u++) a[u] = b[u] + (u % 2 ? 1 : -1);
+    g = paired_gap(&shift);
+    CHECK(fabs(g.gap) < 1e-12 && g.lo > -0.25 && g.lo < -0.15 && g.hi > 0.15 && g.hi < 0.25,
+          "differences of +-1: gap 0, interval about [-0.2, +0.2], got %g [%g, %g]", g.gap, g.lo, g.hi);
+    CHECK(strcmp(gap_verdict(g, 0.3), "within noise") == 0, "within noise when the interval holds 0");
+    // seeds only (one unit each): gaps 1, 2, 3, 4 have mean 2.5 and an interval inside [1, 4]
+    double sa[4] = {1, 2, 3, 4}, sb[4] = {0, 0, 0, 0};
+    Paired seeds = {4, 1, sa, one, sb, one};
+    g = paired_gap(&seeds);
+    CHECK(g.gap == 2.5 && g.lo >= 1 && g.lo < 2.5 && g.hi > 2.5 && g.hi <= 4, "seed gaps 1..4: 2.5 in [%g, %g]", g.lo, g.hi);
+    // a seed's value pools its units: a = (2 + 0) / (1 + 3) = 0.5, b = (1 + 1) / (1 + 1) = 1
+    double an[2] = {2, 0}, ad[2] = {1, 3}, bn[2] = {1, 1}, bd[2] = {1, 1};
+    Paired pooled = {1, 2, an, ad, bn, bd};
+    CHECK(paired_gap(&pooled).gap == -0.5, "units pool as sum(num) / sum(den): gap -0.5");
+    Paired single = {1, 1, a, one, b, one};
+    g = paired_gap(&single);
+    CHECK(!isnan(g.gap) && isnan(g.lo) && strcmp(gap_verdict(g, 1), "n/a (no interval)") == 0, "one seed of one unit: no interval");
+    Paired empty = {1, U, a, zero, b, one};
+    CHECK(strcmp(gap_verdict(paired_gap(&empty), 1), "n/a (no data)") == 0, "a row without tokens: no data");
+    GapInterval again = paired_gap(&shift);
+    CHECK(again.lo == paired_gap(&shift).lo, "the bootstrap is reproducible");
 }
 
 static void write_text(const char* path, const char* text) {
@@ -133,12 +202,29 @@ static void test_registry(void) {
     sqlite3_step(st);
     CHECK(sqlite3_column_int(st, 0) == 2, "a rerun is attempt 2");
     sqlite3_finalize(st);
+    // per-window loss sums come back as written, and a second write replaces the first
+    WindowLoss w[3] = {{{0}, {0}}}, back[3];
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < WINDOW_SLICES; k++) {
+            w[i].sum[k] = 0.1 * i + k + 1.0 / 3;
+            w[i].count[k] = 10 * i + k;
+        }
+    }
+    CHECK(registry_window_losses_read(&reg, second, 3, back) == 0, "a run without window losses has none");
+    registry_window_losses(&reg, second, 3, w);
+    w[1].sum[SLICE_ARHIT] = 42;
+    registry_window_losses(&reg, second, 3, w);
+    CHECK(registry_window_losses_read(&reg, second, 3, back) == 3 && memcmp(back, w, sizeof(w)) == 0,
+          "window losses round-trip bitwise; the second write replaced the first");
+    CHECK(registry_window_losses_read(&reg, second, 2, back) == 2 && back[1].sum[SLICE_ARHIT] == 42, "reading the first 2 windows");
     registry_close(&reg);
     unlink(path);
 }
 
 int main(void) {
     test_arhit();
+    test_window_loss();
+    test_verdict();
     test_registry();
     return check_summary();
 }

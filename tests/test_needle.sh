@@ -105,8 +105,9 @@ expect "table5 again trains nothing" bash -c "! grep -q '^== ' '$work/table5_aga
 
 # seeds: --seeds 2 trains seed 2025 of every row beside 2024; the tables give mean ± sample std
 # over the seeds, each seed's numbers, and verdicts from the spread (none from one seed)
-expect "one seed: Table 2's verdicts say n/a" bash -c "grep -q 'One seed per row' '$work/results/table2_smoke.md' &&
-    test \"\$(grep -c '| n/a (1 seed) | [-+0-9.]* | n/a (1 seed) |' '$work/results/table2_smoke.md')\" = 4"
+expect "one seed: Table 2's intervals cover the episodes only" bash -c "grep -q 'One seed per row' '$work/results/table2_smoke.md' &&
+    grep -q 'covers the evaluation.s sampling only' '$work/results/table2_smoke.md' &&
+    test \"\$(grep -cE '\| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+ \| (n/a \(neither retrieves\)|within noise|same direction|opposite) \|$' '$work/results/table2_smoke.md')\" = 4"
 seeds() { $bin needle "$work/needle.ini" --preset smoke --seeds 2 --task "$1" --results "$work/seeds" --plots "$work/seeds_plots"; }
 seeds table2 > "$work/seeds_table2.log" 2>&1 && seeds table3 > "$work/seeds_table3.log" 2>&1
 expect "--seeds 2: table2 and table3 exit 0" test $? -eq 0
@@ -121,7 +122,7 @@ expect "table2 states its seeds and lists each seed's accuracy" bash -c "grep -q
 expect "table2 makes no verdict where neither row retrieves" bash -c "
     test \"\$(grep -c '^| standard |.* 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] |$' '$work/seeds/table2_smoke.md')\" = 1 &&
     test \"\$(grep -cE '\| n/a \(neither retrieves\) \|$' '$work/seeds/table2_smoke.md')\" = 4"
-expect "table3's verdicts come from the spread" test "$(grep -cE '\| (answer|noise) \| [-+0-9.]+ \| [0-9.]+ \| [-+0-9.]+ \| (within seed noise|same direction|opposite) \|$' "$work/seeds/table3_smoke.md")" = 2
+expect "table3's verdicts come from the paired interval" test "$(grep -cE '\| (answer|noise) \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+ \| (within noise|same direction|opposite) \|$' "$work/seeds/table3_smoke.md")" = 2
 # Figure 1's answer share of the diff row, from the registry's episodes: per seed the mean over
 # Table 3's episodes, then mean and sample std over the two seeds
 want=$(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'diff' GROUP BY r.seed" |

@@ -1,7 +1,10 @@
 // Every row of the shipped recipes resolves, through the runners' own functions, to the model
 // docs/table6.md's and docs/retrieval.md's tables describe (attention, per-head norm, lambda_init, heads, width), in every
-// preset; the head_norm default follows the variant (the paper's Transformer has none).
+// preset; the head_norm default follows the variant (the paper's Transformer has none). Rows
+// of one seed start from the same weights wherever their tensors coincide (paired rows).
 #include <string.h>
+
+#include "../model/model.h"
 
 #include "../experiments/needle/needle_tasks.h"
 #include "../experiments/table6.h"
@@ -63,6 +66,46 @@ static void test_table6(void) {
     free(r);
 }
 
+// The Transformer and DIFF rows of the small preset, built and initialised with one seed
+static void test_paired_init(void) {
+    const char* path = "experiments/table6.ini";
+    Recipe* r = recipe_load(path, table6_extra_key);
+    const Section* preset = recipe_preset(r, "smoke", path);
+    Model m[3];
+    const Backend* cpu = backend_named("cpu");
+    for (int k = 0; k < 3; k++) {
+        Config cfg = table6_row_config(r, preset, k == 0 ? 0 : 3, 0, path, "build/test_recipes");  // transformer, diff, diff
+        model_build(&m[k], &cfg, cpu, 64);
+        model_init_params(&m[k], k < 2 ? 1000 : 1001);
+    }
+    // tensors of one name and shape: the same numbers for the same seed, others for another
+    int same = 0, shared = 0, differs = 1;
+    for (int i = 0; i < m[0].n_tensors; i++) {
+        const ParamTensor* a = &m[0].tensors[i];
+        for (int j = 0; j < m[1].n_tensors; j++) {
+            const ParamTensor* b = &m[1].tensors[j];
+            if (strcmp(a->name, b->name) || a->size != b->size || a->init == INIT_GAIN) continue;
+            shared++;
+            same += memcmp(m[0].params_memory + a->offset, m[1].params_memory + b->offset, a->size * sizeof(float)) == 0;
+            differs &= memcmp(m[1].params_memory + b->offset, m[2].params_memory + b->offset, b->size * sizeof(float)) != 0;
+        }
+    }
+    // the embedding, the LM head, and per layer wk, wv, wo (one width: h x d) at least
+    CHECK(shared >= 2 + 3 * m[0].L && same == shared, "Transformer and DIFF share %d of %d coinciding weight tensors (at least %d)",
+          same, shared, 2 + 3 * m[0].L);
+    CHECK(differs, "another seed draws other numbers for each of them");
+    // a tensor of one name but another shape shares its leading rows: wq is (H*D, C) in both
+    // but DIFF's holds two maps per head
+    const ParamTensor* wq0 = NULL, *wq1 = NULL;
+    for (int i = 0; i < m[0].n_tensors; i++) if (!strcmp(m[0].tensors[i].name, "layer_00/wq")) wq0 = &m[0].tensors[i];
+    for (int i = 0; i < m[1].n_tensors; i++) if (!strcmp(m[1].tensors[i].name, "layer_00/wq")) wq1 = &m[1].tensors[i];
+    size_t lead = wq0->size < wq1->size ? wq0->size : wq1->size;
+    CHECK(memcmp(m[0].params_memory + wq0->offset, m[1].params_memory + wq1->offset, lead * sizeof(float)) == 0,
+          "wq of both rows starts with the same %zu numbers", lead);
+    for (int k = 0; k < 3; k++) model_free(&m[k]);
+    free(r);
+}
+
 static void test_needle(void) {
     const char* path = "experiments/needle.ini";
     Recipe* r = recipe_load(path, needle_extra_key);
@@ -108,6 +151,7 @@ static void test_defaults(void) {
 
 int main(void) {
     test_table6();
+    test_paired_init();
     test_needle();
     test_defaults();
     return check_summary();

@@ -48,6 +48,12 @@ expect "provenance recorded" test "$(sql "SELECT COUNT(*) FROM runs WHERE git_co
 expect "DIFF V2 row trained" bash -c "grep -qE '^\\| DIFF V2 \\(not in paper\\) \\| 4 \\| 16 \\| ✗ \\| 1 \\| [0-9.]+ .*not in the paper' '$work/results/table6_smoke.md'"
 expect "table written" grep -q "| DIFF | 2 | 16 | ✓ | 1 |" "$work/results/table6_smoke.md"
 expect "claims written" grep -q "DIFF beats Transformer overall" "$work/results/table6_smoke.md"
+expect "one seed: the claims' intervals say they cover the windows only" grep -q "covers the evaluation's sampling only" "$work/results/table6_smoke.md"
+expect "loss by position: 8 bins of 8 tokens for each of the 8 rows" bash -c "grep -q '^| Model | 1-8 | 9-16 | 17-24 | 25-32 | 33-40 | 41-48 | 49-56 | 57-64 |$' '$work/results/table6_smoke.md' &&
+    test \"\$(grep -cE '^\| [^|]+ \|( [0-9]\.[0-9]{3} \|){8}$' '$work/results/table6_smoke.md')\" = 8"
+expect "and each row against the first per bin, with intervals" test "$(grep -cE '^\| [^|]+ \|( [-+][0-9.]+ \[[-+0-9.]+, [-+0-9.]+\] \|){8}$' "$work/results/table6_smoke.md")" = 7
+expect "the position figure is drawn" test -s "$work/plots/table6_smoke_positions.png"
+expect "each run's window losses are in the registry (64 windows x 10 slices)" test "$(sqlite3 "$work/results/registry.sqlite" "SELECT COUNT(*) FROM window_losses w JOIN runs r ON r.id = w.run_id WHERE r.row = 'diff'")" = 640
 expect "bar figure" test -s "$work/plots/table6_smoke.png"
 expect "curve figure" test -s "$work/plots/table6_smoke_curves.png"
 is_png() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = "211PNG" ]; }
@@ -77,7 +83,7 @@ expect "a row without 'paper' is tabled as not in the paper" grep -qE '^\| DIFF 
 expect "a label's '|' is escaped in its Markdown cell" grep -qE '^\| Transformer \\\| baseline \| 4 \| 16 \| ✗ \| 1 \| ' "$work/results_abs/table6_smoke.md"
 expect "every row of the Markdown table has the header's columns" \
     test "$(sed -n '/^| Model | #Heads/,/^$/p' "$work/results_abs/table6_smoke.md" | sed 's/\\|//g' | awk -F'|' 'NF { print NF }' | sort -u)" = 14
-expect "claims against it have no paper gap" grep -q "DIFF beats Transformer overall (Valid) | [-+0-9.]* | n/a (1 seed) | n/a (not in the paper)" "$work/results_abs/table6_smoke.md"
+expect "claims against it have no paper gap, and a verdict from the windows' interval" grep -qE "DIFF beats Transformer overall \(Valid\) \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| n/a \(not in the paper\) \| (within noise|lower|higher) \|$" "$work/results_abs/table6_smoke.md"
 sed 's/^paper = 3.062 0.880 3.247$/paper = 3.062 high/' "$work/table6.ini" > "$work/bad_paper.ini"
 expect_fail "a malformed paper value" "bad_paper.ini: \[row diff\] key 'paper': '3.062 high' is not three numbers" \
     $bin table6 "$work/bad_paper.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"

@@ -147,20 +147,8 @@ void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds
 // What a table's ± means, for its caption
 void seeds_caption(Report* f, int seeds) {
     if (seeds > 1) report_printf(f, "Each value: mean ± sample standard deviation over %d seeds (one model per seed).\n\n", seeds);
-    else report_printf(f, "One seed per row (one model): no seed spread is measured, so no verdict below rests on it; "
-                          "`--seeds N` (make SEEDS=N) trains N.\n\n");
-}
-
-// The verdict on one of our gaps (DIFF minus Transformer) against the paper's: from the seed
-// spread (the noise is 2 x the larger of the two rows' seed std, as Table 6's verdicts take it),
-// never from one seed, nor from two rows that measured nothing (models that retrieve nothing
-// agree exactly, which says nothing about the paper's gap)
-const char* gap_verdict(double gap, double noise, double paper_gap, int seeds, int measured) {
-    if (seeds < 2) return "n/a (1 seed)";
-    if (!measured) return "n/a (neither retrieves)";
-    if (fabs(gap) <= noise) return "within seed noise";
-    if (paper_gap == 0) return "the paper has no gap";
-    return (gap > 0) == (paper_gap > 0) ? "same direction" : "opposite";
+    else report_printf(f, "One seed per row (one model): no seed spread is measured, so the verdicts below cover the "
+                          "evaluation's episodes only; `--seeds N` (make SEEDS=N) trains N.\n\n");
 }
 
 // The first row (group) standing beside the paper's Transformer (p = 0) or DIFF (p = 1), or -1

@@ -7,12 +7,17 @@
 #include <string.h>
 
 #include "../../model/base/util.h"
+#include "../verdict.h"
 
 void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
     int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
     int eval_seed = section_int(preset, "eval_seed", opt->recipe), n_models = n_rows * seeds;
     Cell cells[RECIPE_SECTIONS][N_SETTINGS * N_DEPTHS];
+    // the verdicts' units: each episode's queries right and asked, (setting, model, depth x samples)
+    int units = N_DEPTHS * samples;
+    double* right = mallocCheck((size_t)N_SETTINGS * n_models * units * sizeof(double));
+    double* asked = mallocCheck((size_t)N_SETTINGS * n_models * units * sizeof(double));
     for (int m = 0; m < n_models; m++) {
         for (int k = 0; k < N_SETTINGS * N_DEPTHS; k++) {
             Cell c = {context, SETTING_N[k / N_DEPTHS], SETTING_R[k / N_DEPTHS], k % N_DEPTHS, 0, 0, 0, 0};
@@ -20,6 +25,17 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
         }
         Records rec = {0};
         run_cells(&rows[m], src, tok, cells[m], N_SETTINGS * N_DEPTHS, samples, eval_seed, &rec);
+        int i = 0;  // run_cells records cell by cell, episode by episode, query by query
+        for (int k = 0; k < N_SETTINGS * N_DEPTHS; k++) {
+            for (int e = 0; e < samples; e++) {
+                size_t u = ((size_t)(k / N_DEPTHS) * n_models + m) * units + (size_t)(k % N_DEPTHS) * samples + e;
+                right[u] = asked[u] = 0;
+                for (int q = 0; q < cells[m][k].n_queries; q++, i++) {
+                    right[u] += rec.rec[i].correct;
+                    asked[u] += 1;
+                }
+            }
+        }
         store_records(reg, rows[m].run, "table2", &rec);
     }
     // per model: each setting's accuracy, fraction of samples all right and queries, summed over
@@ -80,21 +96,21 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     }
     int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
     if (base >= 0 && diff >= 0) {
-        report_printf(f, "\nDIFF (%s) minus Transformer (%s), against the paper's gap:\n\n| setting | gap (ours) | seed spread | "
+        report_printf(f, "\nDIFF (%s) minus Transformer (%s), against the paper's gap:\n\n| setting | gap (ours) | 95%% interval | "
                       "paper gap | verdict |\n|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
         for (int st = 0; st < N_SETTINGS; st++) {
-            double gap = acc_s[diff][st].mean - acc_s[base][st].mean;
-            double spread = fmax(acc_s[diff][st].std, acc_s[base][st].std);
+            size_t at_diff = ((size_t)st * n_models + diff * seeds) * units, at_base = ((size_t)st * n_models + base * seeds) * units;
+            Paired p = {seeds, units, right + at_diff, asked + at_diff, right + at_base, asked + at_base};
+            GapInterval g = paired_gap(&p);
             double paper_gap = PAPER_TABLE2[1][st] - PAPER_TABLE2[0][st];
-            char spread_cell[32] = "n/a (1 seed)";
-            if (seeds > 1) snprintf(spread_cell, sizeof(spread_cell), "%.2f", spread);
             int retrieves = acc_s[diff][st].mean > 0 || acc_s[base][st].mean > 0;
-            report_printf(f, "| N=%d, R=%d | %+.2f | %s | %+.2f | %s |\n", SETTING_N[st], SETTING_R[st], gap, spread_cell, paper_gap,
-                          gap_verdict(gap, 2 * spread, paper_gap, seeds, retrieves));
+            char interval[64];
+            report_printf(f, "| N=%d, R=%d | %+.2f | %s | %+.2f | %s |\n", SETTING_N[st], SETTING_R[st], g.gap,
+                          interval_text(interval, sizeof(interval), g, 2), paper_gap,
+                          retrieves ? gap_verdict(g, paper_gap) : "n/a (neither retrieves)");
         }
-        report_printf(f, "\nA gap within 2 x the larger seed std of the two rows is within seed noise; otherwise it goes in the "
-                      "paper's direction or the opposite one. Where no model of either row answers a query right there is no "
-                      "verdict.\n");
+        report_printf(f, "\n%s Where no model of either row answers a query right there is no verdict (models that retrieve "
+                      "nothing agree exactly, which says nothing about the paper's gap).\n", interval_note(seeds, "episodes"));
     }
     report_printf(f, "\nPer depth (accuracy of the queried numbers%s):\n\n| Model | N, R |", seeds > 1 ? ", mean over the seeds" : "");
     for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.0f%% |", 100 * DEPTHS[d]);
@@ -143,4 +159,6 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     gnuplot_string(&vars, "error_text", text);
     gnuplot("table2.gp", &vars);
     printf("\nwrote %s, %s; every query in table 'episodes' of %s/registry.sqlite\n", rep.path, png, opt->results);
+    free(right);
+    free(asked);
 }

@@ -8,12 +8,18 @@
 
 #include "../../eval/attnmap.h"
 #include "../../model/base/util.h"
+#include "../verdict.h"
 
 void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
     int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
     int eval_seed = section_int(preset, "eval_seed", opt->recipe), n_models = n_rows * seeds;
     Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];
+    // the verdicts' units: each episode's answer and noise shares, (share, model, episode)
+    int units = N_DEPTHS * N_SETTINGS * samples;
+    double* shares = mallocCheck((size_t)2 * n_models * units * sizeof(double));
+    double* ones = mallocCheck((size_t)n_models * units * sizeof(double));
+    for (size_t u = 0; u < (size_t)n_models * units; u++) ones[u] = 1;
     for (int i = 0; i < n_models; i++) {
         Row* row = &rows[i];
         // the maps of each row's first seed: the other seeds' would repeat them for another model
@@ -37,6 +43,9 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
                     int all_rows = save ? maps_file_sample(&maps, &e, tok, context, seed) : 0;
                     Allocation a = episode_allocation(&row->model, &e, all_rows, save ? maps_file_head : NULL, &maps);
                     sum.answer += a.answer; sum.noise += a.noise; sum.question += a.question; sum.bos += a.bos;
+                    size_t u = (size_t)i * units + ((size_t)d * N_SETTINGS + s) * samples + k;
+                    shares[u] = a.answer;
+                    shares[(size_t)n_models * units + u] = a.noise;
                     EpisodeRecord* r = add_record(&rec);
                     r->length = context;
                     r->n_needles = SETTING_N[s];
@@ -121,18 +130,20 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
     if (base >= 0 && diff >= 0) {
         report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
-                      "seed spread | paper gap | verdict |\n|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
+                      "95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
         for (int k = 0; k < 2; k++) {
             const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
             const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
             double paper_gap = 0;
             for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
-            double gap = overall[diff][k].mean - overall[base][k].mean, spread = fmax(overall[diff][k].std, overall[base][k].std);
-            char spread_cell[32] = "n/a (1 seed)";
-            if (seeds > 1) snprintf(spread_cell, sizeof(spread_cell), "%.3f", spread);
-            report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", gap, spread_cell, paper_gap,
-                          gap_verdict(gap, 2 * spread, paper_gap, seeds, 1));
+            const double* share = shares + (size_t)k * n_models * units;
+            Paired p = {seeds, units, share + (size_t)diff * seeds * units, ones, share + (size_t)base * seeds * units, ones};
+            GapInterval g = paired_gap(&p);
+            char interval[64];
+            report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", g.gap,
+                          interval_text(interval, sizeof(interval), g, 3), paper_gap, gap_verdict(g, paper_gap));
         }
+        report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
     }
     report_close(&rep);
     FILE* t3 = fopenCheck(dat, "w");
@@ -178,4 +189,6 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     gnuplot_string(&vars, "fig1_title", text);
     gnuplot("table3.gp", &vars);
     printf("\nwrote %s, %s, %s\n", rep.path, png, fig1_png);
+    free(shares);
+    free(ones);
 }

@@ -62,8 +62,6 @@ void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds
 // seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] (spread_of, report.h)
 // What a table's ± means, for its caption
 void seeds_caption(Report* f, int seeds);
-// The verdict on one of our gaps (DIFF minus Transformer) against the paper's (common.c says how)
-const char* gap_verdict(double gap, double noise, double paper_gap, int seeds, int measured);
 // The first row (group) standing beside the paper's Transformer (p = 0) or DIFF (p = 1), or -1
 int paper_group(const Row* rows, int n_rows, int seeds, int p);
 
