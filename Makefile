@@ -80,7 +80,7 @@ DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c eval/sample.c
 EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
                experiments/table6.c experiments/table5.c experiments/needle/runner.c experiments/needle/common.c experiments/needle/table2.c experiments/needle/fig5.c experiments/needle/table3.c experiments/needle/fig8.c experiments/attn_plot.c experiments/attn_view.c \
-               experiments/runs.c experiments/bench.c experiments/verdict.c
+               experiments/runs.c experiments/bench.c experiments/verdict.c experiments/spikes.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 TESTS := test_blas_kernel test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora

@@ -43,7 +43,8 @@ static sqlite3_stmt* query(Registry* reg, const char* sql) {
     " (SELECT value FROM params p WHERE p.run_id = r.id AND p.key = 'steps'),"                                       \
     " (SELECT m.value" ATTEMPTS_SO_FAR "'train_loss' ORDER BY m.step DESC LIMIT 1),"                                 \
     " (SELECT m.value" ATTEMPTS_SO_FAR "'val_loss' ORDER BY m.step DESC LIMIT 1),"                                   \
-    " (SELECT value FROM evaluations e WHERE e.run_id = r.id AND e.key = 'tokens_per_second'), r.started"           \
+    " (SELECT value FROM evaluations e WHERE e.run_id = r.id AND e.key = 'tokens_per_second'), r.started,"          \
+    " (SELECT COUNT(*)" ATTEMPTS_SO_FAR "'spike_loss') + (SELECT COUNT(*)" ATTEMPTS_SO_FAR "'spike_grad_norm')"      \
     " FROM runs r JOIN experiments x ON x.id = r.experiment_id "
 
 static void number(char* out, size_t n, sqlite3_stmt* st, int col, const char* format) {
@@ -88,8 +89,8 @@ void runs_list(const RunFilter* f) {
     for (int i = 0; i < 3; i++) {
         if (values[i]) sqlite3_bind_text(st, i + 1, values[i], -1, SQLITE_STATIC);
     }
-    printf("%5s  %-10s %-10s %-28s %6s %-9s %11s %8s %8s %9s  %s\n", "id", "experiment", "preset", "row", "seed", "status",
-           "steps", "train", "val", "tok/s", "started");
+    printf("%5s  %-10s %-10s %-28s %6s %-9s %11s %8s %8s %6s %9s  %s\n", "id", "experiment", "preset", "row", "seed", "status",
+           "steps", "train", "val", "spikes", "tok/s", "started");
     int n = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {
         char steps[32], train[32], val[32], rate[32];
@@ -97,9 +98,9 @@ void runs_list(const RunFilter* f) {
         number(train, sizeof(train), st, 8, "%.4f");
         number(val, sizeof(val), st, 9, "%.4f");
         number(rate, sizeof(rate), st, 10, "%.0f");
-        printf("%5lld  %-10s %-10s %-28s %6d %-9s %11s %8s %8s %9s  %s\n", (long long)sqlite3_column_int64(st, 0),
+        printf("%5lld  %-10s %-10s %-28s %6d %-9s %11s %8s %8s %6d %9s  %s\n", (long long)sqlite3_column_int64(st, 0),
                sqlite3_column_text(st, 1), sqlite3_column_text(st, 2), sqlite3_column_text(st, 3), sqlite3_column_int(st, 4),
-               sqlite3_column_text(st, 5), steps, train, val, rate, sqlite3_column_text(st, 11));
+               sqlite3_column_text(st, 5), steps, train, val, sqlite3_column_int(st, 12), rate, sqlite3_column_text(st, 11));
         n++;
     }
     sqlite3_finalize(st);
@@ -126,8 +127,8 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
     printf("\n");
     // what each run is and how it ended
     static const char* rows[] = {"experiment", "preset", "row", "seed", "status", "steps", "final train loss",
-                                 "final val loss", "tokens/s"};
-    char cells[9][16][64];
+                                 "final val loss", "tokens/s", "spikes"};
+    char cells[10][16][64];
     for (int i = 0; i < n; i++) {
         sqlite3_stmt* st = query(&reg, RUN_COLUMNS "WHERE r.id = ?");
         sqlite3_bind_int64(st, 1, ids[i]);
@@ -139,11 +140,12 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         number(cells[6][i], sizeof(cells[6][i]), st, 8, "%.4f");
         number(cells[7][i], sizeof(cells[7][i]), st, 9, "%.4f");
         number(cells[8][i], sizeof(cells[8][i]), st, 10, "%.0f");
+        snprintf(cells[9][i], sizeof(cells[9][i]), "%d", sqlite3_column_int(st, 12));
         snprintf(labels[i], sizeof(labels[i]), "%lld %.20s/%.20s %.60s seed %.12s", (long long)ids[i], cells[0][i],
                  cells[1][i], cells[2][i], cells[3][i]);
         sqlite3_finalize(st);
     }
-    for (int k = 0; k < 9; k++) {
+    for (int k = 0; k < 10; k++) {
         printf("%-18s", rows[k]);
         for (int i = 0; i < n; i++) printf(" | %-22s", cells[k][i]);
         printf("\n");

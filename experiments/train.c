@@ -16,6 +16,7 @@
 #include "../model/optim.h"
 #include "../model/base/util.h"
 #include "recipe.h"
+#include "spikes.h"
 
 // Dies naming the first key whose value differs; `out` may differ, so run folders can move, and
 // `steps` may grow, which extends the run
@@ -104,8 +105,9 @@ static int parse_log_row(char* line, long tokens_per_step, LogRow* r) {
     return whole_double(f[4], &r->lr) && whole_double(f[5], &r->norm);
 }
 
-// Keeps the whole rows of steps <= step, so a resumed run's log reads as if it never stopped
-static void truncate_log(const char* path, int step, long tokens_per_step) {
+// Keeps the whole rows of steps <= step, so a resumed run's log reads as if it never stopped,
+// and replays their losses and gradient norms through the spike watches (watch[2])
+static void truncate_log(const char* path, int step, long tokens_per_step, SpikeWatch* watch) {
     char tmp[4096];
     tmp_path(tmp, sizeof(tmp), path);
     FILE* f = fopenCheck(tmp, "w");
@@ -116,7 +118,12 @@ static void truncate_log(const char* path, int step, long tokens_per_step) {
         for (char *line = text, *end; (end = strchr(line, '\n')); line = end + 1) {  // a last line without '\n' was cut
             *end = 0;
             LogRow r;
-            if (parse_log_row(line, tokens_per_step, &r) && r.step <= step) write_log_row(f, tmp, &r);
+            if (!parse_log_row(line, tokens_per_step, &r) || r.step > step) continue;
+            write_log_row(f, tmp, &r);
+            if (!r.val) {
+                spike_watch(&watch[0], r.loss);
+                spike_watch(&watch[1], r.norm);
+            }
         }
         free(text);
     }
@@ -240,6 +247,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     AdamW opt;
     CheckpointInfo info = {0};
     int threads = omp_get_max_threads();
+    SpikeWatch watch[2] = {{{0}, 0, 0}, {{0}, 0, 0}};  // the loss's and the gradient norm's
     if (access(ckpt, F_OK) == 0) {
         checkpoint_load(ckpt, be, &model, &opt, &info);
         require_same_config(&model.cfg, cfg, ckpt);
@@ -263,14 +271,14 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
                     "%s; losses match a non-stop run bitwise only with the same device, ranks and threads\n", share.ranks,
                     threads, device, info.ranks, info.threads, info.device);
         }
-        if (root) truncate_log(log_path, info.step, (long)tokens_per_step);
+        if (root) truncate_log(log_path, info.step, (long)tokens_per_step, watch);
         if (!info.finished) printf("resuming %s from step %d\n", ckpt, info.step);
     } else {
         model_build(&model, cfg, be, tok->vocab_size);
         if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok->hash);
         else model_init_params(&model, (uint64_t)cfg->seed);
         adamw_alloc(&opt, &model);
-        if (root) truncate_log(log_path, 0, 0);
+        if (root) truncate_log(log_path, 0, 0, watch);
     }
     snprintf(model.cfg.data, sizeof(model.cfg.data), "%s", data.absolute);  // what checkpoints record
     printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, ", config_attention_name(cfg),
@@ -314,6 +322,20 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         long tokens_seen = (long)done * (long)tokens_per_step;
         if (log) write_log_row(log, log_path, &(LogRow){0, done, tokens_seen, loss, lr, norm});
         if (observer) observer->metric(observer->ctx, "train_loss", done, tokens_seen, loss);
+        if (root) {
+            static const char* const names[2] = {"loss", "grad_norm"};
+            double value[2] = {loss, norm};
+            for (int k = 0; k < 2; k++) {
+                int before = watch[k].n;
+                double z = spike_watch(&watch[k], value[k]);
+                if (!(z > SPIKE_Z)) continue;
+                char key[32];
+                snprintf(key, sizeof(key), "spike_%s", names[k]);
+                printf("step %5d | %s spike: %.4g, z-score %.1f against the last %d steps\n", done, names[k], value[k], z,
+                       before);
+                if (observer) observer->metric(observer->ctx, key, done, tokens_seen, z);
+            }
+        }
         if (done % cfg->log_every == 0 || done == until) {
             // the rate over the steps since the last line: steady, unlike one step's, and current
             char elapsed_text[32], eta[32];

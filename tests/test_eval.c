@@ -1,5 +1,5 @@
 // AR-Hit classification and loss by position on hand-made windows; the verdict policy's paired
-// bootstrap on cases whose answer is known; the registry under concurrent writers and
+// bootstrap and the spike watch on cases whose answer is known; the registry under concurrent writers and
 // interrupted runs, and its per-window loss records.
 #define _DEFAULT_SOURCE
 #include <signal.h>
@@ -9,6 +9,7 @@
 
 #include "../eval/arhit.h"
 #include "../experiments/registry.h"
+#include "../experiments/spikes.h"
 #include "../experiments/verdict.h"
 #include "../model/base/util.h"
 #include "check.h"
@@ -99,6 +100,30 @@ static void test_verdict(void) {
     CHECK(strcmp(gap_verdict(paired_gap(&empty), 1), "n/a (no data)") == 0, "a row without tokens: no data");
     GapInterval again = paired_gap(&shift);
     CHECK(again.lo == paired_gap(&shift).lo, "the bootstrap is reproducible");
+}
+
+// z-scores against the window before each value, by hand
+static void test_spikes(void) {
+    SpikeWatch w = {{0}, 0, 0};
+    int early_nan = 1;
+    for (int i = 0; i < SPIKE_MIN; i++) early_nan &= isnan(spike_watch(&w, i % 2 ? 3 : 1));
+    CHECK(early_nan, "no z-score before %d values", SPIKE_MIN);
+    for (int i = SPIKE_MIN; i < 100; i++) spike_watch(&w, i % 2 ? 3 : 1);
+    // 100 values alternating 1 and 3: mean 2, standard deviation 1, so 8 stands 6 deviations out
+    double z = spike_watch(&w, 8);
+    CHECK(fabs(z - 6) < 1e-12 && z > SPIKE_Z, "8 after 1, 3, 1, 3, ...: z = 6, a spike (got %g)", z);
+    // 101 values now; the next one, 2, sits at the mean of those plus 6 / 101 over their spread
+    double mean = (50 * 1 + 50 * 3 + 8) / 101.0, var = (50 * (1 - mean) * (1 - mean) + 50 * (3 - mean) * (3 - mean) + (8 - mean) * (8 - mean)) / 101;
+    z = spike_watch(&w, 2);
+    CHECK(fabs(z - (2 - mean) / sqrt(var)) < 1e-12 && z < SPIKE_Z, "the value after the spike: z = %g, not a spike", z);
+    // the window slides: after 128 values of 5 the earlier ones are gone and 5 has no spread
+    for (int i = 0; i < SPIKE_WINDOW; i++) spike_watch(&w, 5);
+    CHECK(w.n == SPIKE_WINDOW && isnan(spike_watch(&w, 5)), "a window of equal values has no z-score");
+    // a replay gives the same watch as the run that never stopped
+    SpikeWatch a = {{0}, 0, 0}, b = {{0}, 0, 0};
+    for (int i = 0; i < 300; i++) spike_watch(&a, sin(i));
+    for (int i = 0; i < 300; i++) spike_watch(&b, sin(i));
+    CHECK(spike_watch(&a, 4) == spike_watch(&b, 4), "replaying the same values gives the same z-score");
 }
 
 static void write_text(const char* path, const char* text) {
@@ -225,6 +250,7 @@ int main(void) {
     test_arhit();
     test_window_loss();
     test_verdict();
+    test_spikes();
     test_registry();
     return check_summary();
 }
