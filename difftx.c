@@ -583,6 +583,31 @@ static int cmd_compare(int argc, char** argv) {
     return 0;
 }
 
+static int cmd_lambda(int argc, char** argv) {
+    const char *results = "results", *out = NULL;
+    static struct option opts[] = {{"results", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'r') results = optarg;
+        else if (c == 'o') out = optarg;
+        else bad_option(argv, opts);
+    }
+    int n = argc - optind;
+    if (n < 1 || n > 16) die("lambda takes 1 to 16 run ids (`difftx runs` lists them)\n%s", USAGE);
+    int64_t ids[16];
+    char png[4096] = "plots/lambda";
+    for (int i = 0; i < n; i++) {
+        ids[i] = parse_int_arg("run id", argv[optind + i]);
+        size_t len = strlen(png);
+        snprintf(png + len, sizeof(png) - len, "_%lld", (long long)ids[i]);
+    }
+    strncat(png, ".png", sizeof(png) - strlen(png) - 1);
+    if (out) path_printf(png, sizeof(png), "%s", out);
+    else mkdir_p("plots");
+    runs_lambda(results, ids, n, png);
+    return 0;
+}
+
 static int cmd_keys(int argc, char** argv) {
     (void)argv;
     if (argc > 1) die("keys takes no arguments\n%s", USAGE);
@@ -613,6 +638,8 @@ static const Command COMMANDS[] = {
      "every recorded run: id, experiment, preset, row, seed, status, steps, final losses, tokens/s, start"},
     {"compare", cmd_compare, "ID... [--results DIR] [--out PNG]",
      "runs' differing config keys and final metrics side by side; their loss curves in one figure"},
+    {"lambda", cmd_lambda, "ID... [--results DIR] [--out PNG]",
+     "each run's lambda per layer at every evaluation of its training, printed and drawn (default plots/lambda_<ids>.png)"},
     {"keys", cmd_keys, "", "every recipe key with its default and meaning, as a Markdown table"},
     {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
     {"maps", cmd_maps, "CHECKPOINT (--text FILE | --prompt TEXT) [--layers L,..] [--heads H,..] -o OUT.h5",

@@ -220,6 +220,115 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
     registry_close(&reg);
 }
 
+// One run's lambda of each layer (L) at its evaluations: *tokens (points), mean and spread
+// (L, points), the caller frees; returns the points
+static int lambda_curves(Registry* reg, int64_t run, int L, int H, int per_token, int64_t** tokens, double** mean,
+                         double** spread) {
+    int points = 0;
+    *mean = *spread = NULL;
+    *tokens = NULL;
+    for (int l = 0; l < L; l++) {
+        for (int h = 0; h < (per_token ? H : 1); h++) {
+            for (int k = 0; k < (per_token ? 2 : 1); k++) {
+                char key[64];
+                if (per_token) snprintf(key, sizeof(key), "lambda_l%02d_h%02d_%s", l + 1, h + 1, k ? "std" : "mean");
+                else snprintf(key, sizeof(key), "lambda_l%02d", l + 1);
+                int64_t* t;
+                double* v;
+                int n = registry_run_curve(reg, run, key, &t, &v);
+                if (!*tokens) {
+                    points = n;
+                    *tokens = t;
+                    *mean = callocCheck((size_t)L * (n ? n : 1), sizeof(double));
+                    *spread = callocCheck((size_t)L * (n ? n : 1), sizeof(double));
+                } else {
+                    if (n != points) die("registry '%s': run %lld has %d values of %s but %d of the first lambda", reg->path,
+                                         (long long)run, n, key, points);
+                    free(t);
+                }
+                double* into = k ? *spread : *mean;
+                for (int p = 0; p < n; p++) into[(size_t)l * points + p] += v[p] / (per_token ? H : 1);
+                free(v);
+            }
+        }
+    }
+    return points;
+}
+
+void runs_lambda(const char* results, const int64_t* ids, int n, const char* png) {
+    Registry reg;
+    open_registry(&reg, results);
+    char dat[4200], name[256];
+    const char* base = strrchr(png, '/') ? strrchr(png, '/') + 1 : png;
+    snprintf(name, sizeof(name), "%.*s", (int)(strstr(base, ".png") ? strstr(base, ".png") - base : (long)strlen(base)), base);
+    path_printf(dat, sizeof(dat), "%s/%s.dat", results, name);
+    char tmp[4300];
+    tmp_path(tmp, sizeof(tmp), dat);
+    FILE* f = fopenCheck(tmp, "w");
+    int blocks = 0, max_layers = 0;
+    for (int i = 0; i < n; i++) {
+        char* attention = param(&reg, ids[i], "attention");
+        char* layers = param(&reg, ids[i], "n_layer");
+        char* heads = param(&reg, ids[i], "n_head");
+        sqlite3_stmt* st = query(&reg, "SELECT r.row, r.seed FROM runs r WHERE r.id = ?");
+        sqlite3_bind_int64(st, 1, ids[i]);
+        if (sqlite3_step(st) != SQLITE_ROW) die("lambda: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
+        char row[160];
+        snprintf(row, sizeof(row), "%.100s seed %d", sqlite3_column_text(st, 0), sqlite3_column_int(st, 1));
+        sqlite3_finalize(st);
+        const AttnVariant* variant = NULL;
+        for (int v = 0; v < ATTN_VARIANT_COUNT; v++) {
+            if (strcmp(ATTN_VARIANTS[v].name, attention) == 0) variant = &ATTN_VARIANTS[v];
+        }
+        int L = atoi(layers), H = atoi(heads);
+        if (!variant || variant->lambda == LAMBDA_NONE) {
+            die("lambda: run %lld (%s) has %s attention, which has no lambda", (long long)ids[i], row, attention[0] ? attention : "no recorded");
+        }
+        int per_token = variant->lambda == LAMBDA_PER_TOKEN;
+        int64_t* tokens;
+        double *mean, *spread;
+        int points = lambda_curves(&reg, ids[i], L, H, per_token, &tokens, &mean, &spread);
+        if (!points) die("lambda: run %lld (%s) recorded no lambda (trained before runs recorded it at each evaluation)", (long long)ids[i], row);
+        printf("run %lld (%s, %s attention): lambda per layer at each evaluation%s\n", (long long)ids[i], row, attention,
+               per_token ? " (mean over heads of the mean over tokens ± the mean over heads of its spread over tokens)" : "");
+        printf("%12s", "tokens");
+        for (int l = 0; l < L; l++) printf(per_token ? " | %-15d" : " | %-7d", l + 1);
+        printf("\n");
+        for (int p = 0; p < points; p++) {
+            printf("%12lld", (long long)tokens[p]);
+            for (int l = 0; l < L; l++) {
+                if (per_token) printf(" | %.3f ± %.3f  ", mean[(size_t)l * points + p], spread[(size_t)l * points + p]);
+                else printf(" | %-7.3f", mean[(size_t)l * points + p]);
+            }
+            printf("\n");
+        }
+        for (int l = 0; l < L; l++) {
+            fprintf(f, "\"run %lld layer %d\"\n", (long long)ids[i], l + 1);
+            for (int p = 0; p < points; p++) fprintf(f, "%lld %.9g %d %d\n", (long long)tokens[p], mean[(size_t)l * points + p], l, i);
+            fprintf(f, "\n\n");
+            blocks++;
+        }
+        if (L > max_layers) max_layers = L;
+        free(tokens);
+        free(mean);
+        free(spread);
+        free(attention);
+        free(layers);
+        free(heads);
+    }
+    fcloseCheck(f, tmp);
+    renameCheck(tmp, dat);
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "data", dat);
+    gnuplot_number(&vars, "blocks", blocks);
+    gnuplot_number(&vars, "layers", max_layers);
+    gnuplot_output(&vars, "out", png);
+    gnuplot("lambda.gp", &vars);
+    printf("wrote %s (data %s)\n", png, dat);
+    registry_close(&reg);
+}
+
 int runs_recorded_windows(const char* results, const char* run_dir, int seq_len) {
     char path[4200], want[PATH_MAX];
     path_printf(path, sizeof(path), "%s/registry.sqlite", results);

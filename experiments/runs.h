@@ -24,6 +24,13 @@ void runs_list(const RunFilter* filter);
 // results/<png's name>.dat
 void runs_compare(const char* results, const int64_t* ids, int n, const char* png);
 
+// `difftx lambda`: each run's lambda per layer at every evaluation of its training (metrics
+// lambda_l<l>, or for per-token lambda the mean over heads of lambda_l<l>_h<h>_mean, with the
+// mean over heads of the spread over tokens), printed as a table per run and drawn into png (one
+// line per layer and run against training tokens), its data in results/<png's name>.dat. Dies
+// naming a run that recorded no lambda (a standard run, or one trained before it was recorded).
+void runs_lambda(const char* results, const int64_t* ids, int n, const char* png);
+
 // `difftx bench` as a run of experiment "bench" (preset: the recipe's file name, row: train or
 // forward) with its config and the evaluations tokens_per_second, mfu (percent of the measured
 // matmul rate; training only), mfu_peak (percent of the device's peak, where the backend has a

@@ -164,6 +164,45 @@ static double evaluate(Model* model, const Shard* val, const BatchShare* share, 
     return total / cfg->eval_batches;
 }
 
+// Each layer's lambda at an evaluation, printed and recorded as metrics: lambda_l<l> (diff),
+// or lambda_l<l>_h<h>_mean and _std over the tokens of the first evaluation batch (diff2,
+// read from one training forward of it, which keeps every layer)
+static void record_lambda(Model* model, const Shard* val, int* inputs, int* targets, const TrainObserver* observer, int step,
+                          long tokens) {
+    const Config* cfg = &model->cfg;
+    int L = model->L, H = model->H, per_token = model->variant->lambda == LAMBDA_PER_TOKEN;
+    if (model->variant->lambda == LAMBDA_NONE) return;
+    if (per_token) {
+        loader_eval_rows(val, cfg->seq_len, 0, cfg->batch_size, inputs, targets);
+        model_forward(model, inputs, targets, cfg->batch_size, cfg->seq_len, 1);
+    }
+    double* mean = mallocCheck((size_t)L * H * sizeof(double));
+    double* std = mallocCheck((size_t)L * H * sizeof(double));
+    model_lambda_stats(model, mean, std);
+    printf("step %5d | lambda by layer%s:", step, per_token ? " (mean over heads and tokens)" : "");
+    for (int l = 0; l < L; l++) {
+        char key[64];
+        double layer = 0;
+        for (int h = 0; h < H; h++) layer += mean[l * H + h] / H;
+        printf(" %.3f", layer);
+        if (!observer) continue;
+        if (!per_token) {
+            snprintf(key, sizeof(key), "lambda_l%02d", l + 1);
+            observer->metric(observer->ctx, key, step, tokens, mean[l * H]);
+            continue;
+        }
+        for (int h = 0; h < H; h++) {
+            snprintf(key, sizeof(key), "lambda_l%02d_h%02d_mean", l + 1, h + 1);
+            observer->metric(observer->ctx, key, step, tokens, mean[l * H + h]);
+            snprintf(key, sizeof(key), "lambda_l%02d_h%02d_std", l + 1, h + 1);
+            observer->metric(observer->ctx, key, step, tokens, std[l * H + h]);
+        }
+    }
+    printf("\n");
+    free(mean);
+    free(std);
+}
+
 static void diverged(int step, double loss, float norm, const char* ckpt, FILE* log) {
     if (log) fclose(log);
     die("training diverged at step %d: loss %g, gradient norm %g; the last good checkpoint stays at '%s'%s", step,
@@ -323,17 +362,15 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
         if (log) write_log_row(log, log_path, &(LogRow){0, done, tokens_seen, loss, lr, norm});
         if (observer) observer->metric(observer->ctx, "train_loss", done, tokens_seen, loss);
         if (root) {
-            static const char* const names[2] = {"loss", "grad_norm"};
+            static const char* const names[2] = {"loss", "grad_norm"}, *const keys[2] = {"spike_loss", "spike_grad_norm"};
             double value[2] = {loss, norm};
             for (int k = 0; k < 2; k++) {
                 int before = watch[k].n;
                 double z = spike_watch(&watch[k], value[k]);
                 if (!(z > SPIKE_Z)) continue;
-                char key[32];
-                snprintf(key, sizeof(key), "spike_%s", names[k]);
                 printf("step %5d | %s spike: %.4g, z-score %.1f against the last %d steps\n", done, names[k], value[k], z,
                        before);
-                if (observer) observer->metric(observer->ctx, key, done, tokens_seen, z);
+                if (observer) observer->metric(observer->ctx, keys[k], done, tokens_seen, z);
             }
         }
         if (done % cfg->log_every == 0 || done == until) {
@@ -354,6 +391,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
             if (log) write_log_row(log, log_path, &(LogRow){1, done, tokens_seen, val_loss, 0, 0});
             if (observer) observer->metric(observer->ctx, "val_loss", done, tokens_seen, val_loss);
             printf("step %5d | val loss %.4f\n", done, val_loss);
+            if (root) record_lambda(&model, &data.val, inputs, targets, observer, done, tokens_seen);
         }
         if (root && ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until)) {
             // metrics first: a kill before the checkpoint's rename leaves metrics past the last
@@ -422,7 +460,8 @@ static void buffer_metric(void* ctx, const char* key, int step, long tokens, dou
         b->times = realloc(b->times, b->cap * sizeof(double));
         if (!b->keys || !b->steps || !b->tokens || !b->values || !b->times) die("out of memory buffering metrics");
     }
-    b->keys[b->n] = key;  // string literals from the training loop
+    b->keys[b->n] = strdup(key);  // per layer keys are made in a buffer of the training loop
+    if (!b->keys[b->n]) die("out of memory buffering metrics");
     b->steps[b->n] = step;
     b->tokens[b->n] = tokens;
     b->values[b->n] = value;
@@ -435,6 +474,7 @@ static void buffer_metric(void* ctx, const char* key, int step, long tokens, dou
 static void flush_metrics(void* ctx) {
     MetricBuffer* b = ctx;
     registry_metrics(b->reg, b->run, b->n, b->keys, b->steps, b->tokens, b->values, b->times);
+    for (int i = 0; i < b->n; i++) free((void*)b->keys[i]);
     b->n = 0;
 }
 
@@ -461,6 +501,7 @@ static int64_t record_training(MetricBuffer* buffer, const Config* cfg, int unti
     data_list_split(&shards, cfg->data, "train");
     for (int i = 0; i < shards.n; i++) registry_artifact(reg, run, "training_data", shards.paths[i]);
     shard_list_free(&shards);
+    for (int i = 0; i < buffer->n; i++) free((void*)buffer->keys[i]);
     free(buffer->keys);
     free(buffer->steps);
     free(buffer->tokens);

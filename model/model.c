@@ -443,6 +443,38 @@ float model_lambda(const Model* m, int l, int h, int pos) {
     return lambda;
 }
 
+int model_lambda_stats(const Model* m, double* mean, double* std) {
+    int L = m->L, H = m->H;
+    if (m->variant->lambda == LAMBDA_PER_LAYER) {
+        float* lambda = mallocCheck(L * sizeof(float));
+        m->be->download(lambda, m->lambda, L * sizeof(float));
+        for (int i = 0; i < L * H; i++) {
+            mean[i] = lambda[i / H];
+            std[i] = 0;
+        }
+        free(lambda);
+        return 1;
+    }
+    if (m->variant->lambda != LAMBDA_PER_TOKEN) return 0;
+    if (!m->acts || !m->training) die("model_lambda_stats: per-token lambda needs a training forward first");
+    size_t N = (size_t)m->B * m->T;
+    float* qkv = mallocCheck(N * m->QKV * sizeof(float));  // (N, QKV), lambda (H) at attention_lambda_offset
+    size_t at = attention_lambda_offset(&m->shape);
+    for (int l = 0; l < L; l++) {
+        m->be->download(qkv, m->acts[l].qkv, N * m->QKV * sizeof(float));
+        for (int h = 0; h < H; h++) {
+            double sum = 0, sq = 0;
+            for (size_t n = 0; n < N; n++) sum += qkv[n * m->QKV + at + h];
+            double mu = sum / N;
+            for (size_t n = 0; n < N; n++) sq += (qkv[n * m->QKV + at + h] - mu) * (qkv[n * m->QKV + at + h] - mu);
+            mean[l * H + h] = mu;
+            std[l * H + h] = sqrt(sq / N);
+        }
+    }
+    free(qkv);
+    return 1;
+}
+
 void model_attention_maps(Model* m, int l, int h, int first_row, int T, float* A, float* lambda) {
     if (!m->cache || T > m->cache_T || first_row < 0 || first_row >= T) die("model_attention_maps: rows %d..%d of a cache of %d", first_row, T - 1, m->cache_T);
     AttnShape shape = m->shape;

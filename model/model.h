@@ -159,6 +159,11 @@ void model_row_losses(const Model* model, float* row_loss);
 // lambda of layer l: per-layer lambda of the last forward; per-token lambda of head h at
 // cache position pos; 0 with one map
 float model_lambda(const Model* model, int l, int h, int pos);
+// Each layer's and head's lambda over the tokens of the last forward: mean and std (L, H) host.
+// Per-layer lambda (diff): the layer's lambda for every head, std 0. Per-token lambda (diff2):
+// over the N tokens of the last forward, which must have been a training one (it keeps every
+// layer's activations). Returns 0, writing nothing, for a variant without lambda.
+int model_lambda_stats(const Model* model, double* mean, double* std);
 // The softmax maps of layer l, head h over cache positions 0..T-1 for query rows
 // first_row..T-1: A (M, T - first_row, T) host, each row zero beyond its position; lambda
 // (T - first_row) each row's lambda (0 with one map). The fused attention output of row i is

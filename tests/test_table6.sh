@@ -150,6 +150,16 @@ expect "compare shows the final validation loss ($d_val)" grep -qE "^final val l
 expect "compare draws the curves" is_png "$work/plots/compare.png"
 expect "compare's data holds both runs' curves" test "$(grep -c '^"' "$work/results/compare.dat")" = 4
 expect_fail "compare refuses an unknown run" "compare: no run 9999" $bin compare 9999 --results "$work/results" --out "$work/plots/none.png"
+# lambda over training: each DIFF layer's lambda at the 3 evaluations (steps 10, 20, 30), and
+# DIFF V2's per-token lambda as mean ± spread
+v2_id=$(sql "SELECT id FROM runs WHERE row = 'diff2' AND status = 'FINISHED' ORDER BY id DESC LIMIT 1")
+$bin lambda "$d_id" "$v2_id" --results "$work/results" --out "$work/plots/lambda.png" > "$work/lambda.log" 2>&1
+expect "lambda prints each DIFF layer at each evaluation" bash -c "grep -q '^run $d_id (diff seed 1000, diff attention): lambda per layer' '$work/lambda.log' &&
+    test \"\$(grep -cE '^ +[0-9]+ \| [0-9.]+ +\| [0-9.]+ *$' '$work/lambda.log')\" = 3"
+expect "the DIFF lambdas are the registry's" test "$(sql "SELECT COUNT(*) FROM metrics WHERE run_id = $d_id AND key LIKE 'lambda_l%'")" = 6
+expect "DIFF V2's per-token lambda: mean ± spread per layer" test "$(grep -cE '^ +[0-9]+ \| [0-9.]+ ± [0-9.]+ +\| [0-9.]+ ± [0-9.]+ *$' "$work/lambda.log")" = 3
+expect "the lambda figure is drawn" test -s "$work/plots/lambda.png"
+expect_fail "lambda refuses a run without lambda" "has standard attention, which has no lambda" $bin lambda "$t_id" --results "$work/results" --out "$work/plots/none.png"
 
 # 10. small and odd inputs: on a 300-token vocabulary no evaluation token is an AR-Hit token,
 #     which the table states instead of failing its rows; one row that fails (its run folder

@@ -1,5 +1,6 @@
 // Training runs end to end on a tiny corpus: bitwise determinism, exact resume from a
-// checkpoint, checkpoint save/load equality, and the loss going down.
+// checkpoint, checkpoint save/load equality, and the loss going down; lambda per layer and head
+// on hand-made weights whose lambda is known.
 #define _DEFAULT_SOURCE
 #include <string.h>
 #include <sys/stat.h>
@@ -326,6 +327,47 @@ static void test_registry_migration(void) {
     unlink(db);
 }
 
+// lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init is lambda_init with zero vectors, and
+// sigmoid(x . w_lambda) is 0.5 for every token with w_lambda zero
+static void test_lambda_stats(void) {
+    for (int attention = ATTN_DIFF; attention <= ATTN_DIFF2; attention++) {
+        Config cfg = tiny_config(attention, "build/test_lambda_unused");
+        cfg.n_layer = 3;
+        Model m;
+        model_build(&m, &cfg, backend_named("cpu"), 64);
+        model_init_params(&m, 5);
+        float* params = mallocCheck(m.n_params * sizeof(float));
+        model_get_params(&m, params);
+        for (int i = 0; i < m.n_tensors; i++) {
+            const ParamTensor* t = &m.tensors[i];
+            if (strstr(t->name, "lambda")) memset(params + t->offset, 0, t->size * sizeof(float));
+        }
+        model_set_params(&m, params);
+        int tokens[2 * 32], targets[2 * 32];
+        for (int i = 0; i < 2 * 32; i++) tokens[i] = targets[i] = (7 * i) % 64;
+        model_forward(&m, tokens, targets, 2, 32, 1);
+        double mean[3 * 8], std[3 * 8];
+        CHECK(model_lambda_stats(&m, mean, std) == 1, "%s has lambda", ATTN_VARIANTS[attention].name);
+        int ok = 1;
+        for (int l = 0; l < 3; l++) {
+            for (int h = 0; h < m.H; h++) {
+                double want = attention == ATTN_DIFF ? 0.8 - 0.6 * exp(-0.3 * l) : 0.5;
+                ok &= fabs(mean[l * m.H + h] - want) < 1e-6 && fabs(std[l * m.H + h]) < 1e-7;
+            }
+        }
+        CHECK(ok, "%s: with zero lambda weights every layer's and head's lambda is %s, with no spread", ATTN_VARIANTS[attention].name,
+              attention == ATTN_DIFF ? "lambda_init (0.8 - 0.6 exp(-0.3 depth))" : "sigmoid(0) = 0.5");
+        free(params);
+        model_free(&m);
+    }
+    Config cfg = tiny_config(ATTN_STANDARD, "build/test_lambda_unused");
+    Model m;
+    model_build(&m, &cfg, backend_named("cpu"), 64);
+    double none[16];
+    CHECK(model_lambda_stats(&m, none, none) == 0, "standard attention has no lambda");
+    model_free(&m);
+}
+
 int main(void) {
     write_test_corpus("build/test_train_corpus", 25);
     const char* inputs[1] = {"build/test_train_corpus"};
@@ -336,5 +378,6 @@ int main(void) {
     test_metrics_reconciled();
     test_cut_log_line();
     test_registry_migration();
+    test_lambda_stats();
     return check_summary();
 }
