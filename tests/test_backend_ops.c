@@ -501,6 +501,61 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
 }
 
 // ---- lambda: per layer (DIFF) and per token (DIFF V2) ----
+// DIFF V2's pairing, the official code's: query heads 2i and 2i+1 subtract inside key/value
+// group i, out_i = attn(q_2i, k_i, v_i) - lambda_i attn(q_2i+1, k_i, v_i), written out here
+// by hand for 2 heads over 2 tokens with every vector zero but its first channel (D = 4, scale
+// 1/2). The "halves" pairing (heads i and i + H, across groups) gives other numbers.
+static void test_diff2_pairing(void) {
+    AttnShape s = attention_shape(&ATTN_VARIANTS[ATTN_DIFF2], 2, 4);
+    s.B = 1;
+    s.T = 2;
+    int QKV = attention_qkv_width(&s);
+    CHECK(QKV == 4 * 4 + 2 * 4 + 2 * 4 + 2, "DIFF V2 row: 4 query heads, 2 key and 2 value heads of 4, 2 lambdas (got %d)", QKV);
+    // first channels, in the official projections' order: q heads 0..3, k heads 0..1, v heads 0..1
+    static const double q[2][4] = {{0.3, -0.7, 1.1, 0.2}, {1, -1, 2, 0.5}};
+    static const double k[2][2] = {{0, 1}, {1, -1}};  // (token, kv head)
+    static const double v[2][2] = {{1, 2}, {3, -2}};
+    static const double lambda[2][2] = {{0.5, 0.5}, {0.25, 0.75}};
+    float* qkv = calloc((size_t)2 * QKV, sizeof(float));
+    for (int t = 0; t < 2; t++) {
+        for (int j = 0; j < 4; j++) qkv[t * QKV + j * 4] = (float)q[t][j];
+        for (int g = 0; g < 2; g++) {
+            qkv[t * QKV + 16 + g * 4] = (float)k[t][g];
+            qkv[t * QKV + 24 + g * 4] = (float)v[t][g];
+            qkv[t * QKV + 32 + g] = (float)lambda[t][g];
+        }
+    }
+    float* d_qkv = to_backend(qkv, (size_t)2 * QKV * 4);
+    float* d_y = be->alloc((size_t)2 * 2 * 4 * 4);
+    be->attention_forward(d_y, NULL, d_qkv, NULL, &s, NO_HOOK);
+    float* y = from_backend(d_y, 2 * 2 * 4);  // (token, head, Dv)
+    double want[2][2];
+    for (int i = 0; i < 2; i++) {
+        // token 0 sees only itself: both maps give v_i[0]
+        want[0][i] = v[0][i] - lambda[0][i] * v[0][i];
+        // token 1: a softmax over the two keys of group i, for query head 2i, then 2i + 1
+        double out[2];
+        for (int m = 0; m < 2; m++) {
+            double a = 0.5 * q[1][2 * i + m] * k[0][i], b = 0.5 * q[1][2 * i + m] * k[1][i];
+            out[m] = (exp(a) * v[0][i] + exp(b) * v[1][i]) / (exp(a) + exp(b));
+        }
+        want[1][i] = out[0] - lambda[1][i] * out[1];
+    }
+    int ok = 1;
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < 2; i++) {
+            ok &= fabs(y[(t * 2 + i) * 4] - want[t][i]) < 1e-6;
+            for (int c = 1; c < 4; c++) ok &= y[(t * 2 + i) * 4 + c] == 0;
+        }
+    }
+    CHECK(ok, "%s DIFF V2 pairs query heads 2i, 2i+1 in group i: y = %.6f %.6f / %.6f %.6f, by hand %.6f %.6f / %.6f %.6f",
+          be->name, y[0], y[4], y[8], y[12], want[0][0], want[0][1], want[1][0], want[1][1]);
+    be->release(d_qkv);
+    be->release(d_y);
+    free(qkv);
+    free(y);
+}
+
 static void test_lambda(int D) {
     char what[32];
     snprintf(what, sizeof(what), "D=%d", D);
@@ -670,6 +725,7 @@ int main(int argc, char** argv) {
             test_attention(k, 1, 1024, 1, 64, 0, none);
             test_attention(k, 2, 70, 1, 128, 0, none);
         }
+        test_diff2_pairing();
         test_lambda(4);
         test_lambda(32);
         test_optimizer(1);
