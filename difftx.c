@@ -558,7 +558,9 @@ static int cmd_runs(int argc, char** argv) {
     return 0;
 }
 
-static int cmd_compare(int argc, char** argv) {
+// `compare` and `lambda`: run ids, --results and --out (default plots/<figure>_<id>_<id>....png)
+static int run_ids_command(int argc, char** argv, const char* figure,
+                           void (*show)(const char* results, const int64_t* ids, int n, const char* png)) {
     const char *results = "results", *out = NULL;
     static struct option opts[] = {{"results", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
     int c;
@@ -568,9 +570,10 @@ static int cmd_compare(int argc, char** argv) {
         else bad_option(argv, opts);
     }
     int n = argc - optind;
-    if (n < 1 || n > 16) die("compare takes 1 to 16 run ids (`difftx runs` lists them)\n%s", USAGE);
+    if (n < 1 || n > 16) die("%s takes 1 to 16 run ids (`difftx runs` lists them)\n%s", figure, USAGE);
     int64_t ids[16];
-    char png[4096] = "plots/compare";
+    char png[4096];
+    snprintf(png, sizeof(png), "plots/%s", figure);
     for (int i = 0; i < n; i++) {
         ids[i] = parse_int_arg("run id", argv[optind + i]);
         size_t len = strlen(png);
@@ -579,34 +582,12 @@ static int cmd_compare(int argc, char** argv) {
     strncat(png, ".png", sizeof(png) - strlen(png) - 1);
     if (out) path_printf(png, sizeof(png), "%s", out);
     else mkdir_p("plots");
-    runs_compare(results, ids, n, png);
+    show(results, ids, n, png);
     return 0;
 }
 
-static int cmd_lambda(int argc, char** argv) {
-    const char *results = "results", *out = NULL;
-    static struct option opts[] = {{"results", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'r') results = optarg;
-        else if (c == 'o') out = optarg;
-        else bad_option(argv, opts);
-    }
-    int n = argc - optind;
-    if (n < 1 || n > 16) die("lambda takes 1 to 16 run ids (`difftx runs` lists them)\n%s", USAGE);
-    int64_t ids[16];
-    char png[4096] = "plots/lambda";
-    for (int i = 0; i < n; i++) {
-        ids[i] = parse_int_arg("run id", argv[optind + i]);
-        size_t len = strlen(png);
-        snprintf(png + len, sizeof(png) - len, "_%lld", (long long)ids[i]);
-    }
-    strncat(png, ".png", sizeof(png) - strlen(png) - 1);
-    if (out) path_printf(png, sizeof(png), "%s", out);
-    else mkdir_p("plots");
-    runs_lambda(results, ids, n, png);
-    return 0;
-}
+static int cmd_compare(int argc, char** argv) { return run_ids_command(argc, argv, "compare", runs_compare); }
+static int cmd_lambda(int argc, char** argv) { return run_ids_command(argc, argv, "lambda", runs_lambda); }
 
 static int cmd_keys(int argc, char** argv) {
     (void)argv;

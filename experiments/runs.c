@@ -118,6 +118,14 @@ static char* param(Registry* reg, int64_t run, const char* key) {
     return value;
 }
 
+// results/<png's file name without .png>.dat: where a figure's data goes
+static void figure_data_path(char* dat, size_t n, const char* results, const char* png) {
+    char name[256];
+    const char* base = strrchr(png, '/') ? strrchr(png, '/') + 1 : png;
+    snprintf(name, sizeof(name), "%.*s", (int)(strstr(base, ".png") ? strstr(base, ".png") - base : (long)strlen(base)), base);
+    path_printf(dat, n, "%s/%s.dat", results, name);
+}
+
 void runs_compare(const char* results, const int64_t* ids, int n, const char* png) {
     Registry reg;
     open_registry(&reg, results);
@@ -190,10 +198,8 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         registry_close(&reg);
         return;
     }
-    char dat[4200], name[256];
-    const char* base = strrchr(png, '/') ? strrchr(png, '/') + 1 : png;
-    snprintf(name, sizeof(name), "%.*s", (int)(strstr(base, ".png") ? strstr(base, ".png") - base : (long)strlen(base)), base);
-    path_printf(dat, sizeof(dat), "%s/%s.dat", results, name);
+    char dat[4200];
+    figure_data_path(dat, sizeof(dat), results, png);
     FILE* f = fopenCheck(dat, "w");
     static const char* metric[2] = {"val_loss", "train_loss"};
     for (int k = 0; k < 2; k++) {
@@ -258,10 +264,8 @@ static int lambda_curves(Registry* reg, int64_t run, int L, int H, int per_token
 void runs_lambda(const char* results, const int64_t* ids, int n, const char* png) {
     Registry reg;
     open_registry(&reg, results);
-    char dat[4200], name[256];
-    const char* base = strrchr(png, '/') ? strrchr(png, '/') + 1 : png;
-    snprintf(name, sizeof(name), "%.*s", (int)(strstr(base, ".png") ? strstr(base, ".png") - base : (long)strlen(base)), base);
-    path_printf(dat, sizeof(dat), "%s/%s.dat", results, name);
+    char dat[4200];
+    figure_data_path(dat, sizeof(dat), results, png);
     char tmp[4300];
     tmp_path(tmp, sizeof(tmp), dat);
     FILE* f = fopenCheck(tmp, "w");

@@ -434,18 +434,25 @@ static void write_claims(const Table* t, Report* rep) {
                   interval_note(t->seeds, "windows"));
 }
 
-// Loss by position in the context: each row's mean over seeds per bin, then each row minus the
-// first row per bin with its interval, so a claim about long context is read where it lives
-static void write_positions(const Table* t, Report* rep) {
-    int T = t->rows[0].cfg[0].seq_len;
-    report_printf(rep, "\n### Validation loss by position in the context (%d bins of %d tokens)\n\n| Model |", POSITION_BINS,
-                  T / POSITION_BINS);
+// The header of a table with a column per position bin, named by its token range or its number
+static void position_header(Report* rep, int T, int ranges) {
+    report_printf(rep, "| Model |");
     for (int b = 0; b < POSITION_BINS; b++) {
-        report_printf(rep, " %ld-%ld |", (long)b * T / POSITION_BINS + 1, (long)(b + 1) * T / POSITION_BINS);
+        if (ranges) report_printf(rep, " %ld-%ld |", (long)b * T / POSITION_BINS + 1, (long)(b + 1) * T / POSITION_BINS);
+        else report_printf(rep, " bin %d |", b + 1);
     }
     report_printf(rep, "\n|---|");
     for (int b = 0; b < POSITION_BINS; b++) report_printf(rep, "---|");
     report_printf(rep, "\n");
+}
+
+// Loss by position in the context: each row's mean over seeds per bin, then each row minus the
+// first row per bin with its interval, so a claim about long context is read where it lives
+static void write_positions(const Table* t, Report* rep) {
+    int T = t->rows[0].cfg[0].seq_len;
+    report_printf(rep, "\n### Validation loss by position in the context (%d bins of %d tokens)\n\n", POSITION_BINS,
+                  T / POSITION_BINS);
+    position_header(rep, T, 1);
     for (int i = 0; i < t->n_rows; i++) {
         char label[2 * CONFIG_STR];
         markdown_cell(label, sizeof(label), t->rows[i].title);
@@ -458,11 +465,8 @@ static void write_positions(const Table* t, Report* rep) {
     }
     char base[2 * CONFIG_STR];
     markdown_cell(base, sizeof(base), t->rows[0].title);
-    report_printf(rep, "\nEach row minus %s, per bin: gap [95%% interval] (paired as the claims above)\n\n| Model |", base);
-    for (int b = 0; b < POSITION_BINS; b++) report_printf(rep, " bin %d |", b + 1);
-    report_printf(rep, "\n|---|");
-    for (int b = 0; b < POSITION_BINS; b++) report_printf(rep, "---|");
-    report_printf(rep, "\n");
+    report_printf(rep, "\nEach row minus %s, per bin: gap [95%% interval] (paired as the claims above)\n\n", base);
+    position_header(rep, T, 0);
     for (int i = 1; i < t->n_rows; i++) {
         char label[2 * CONFIG_STR];
         markdown_cell(label, sizeof(label), t->rows[i].title);
