@@ -512,6 +512,16 @@ void registry_window_losses(Registry* reg, int64_t run, int n, const WindowLoss*
     exec(reg, "COMMIT;");
 }
 
+int registry_window_count(Registry* reg, int64_t run) {
+    sqlite3_stmt* st = prepare(reg, "SELECT COUNT(DISTINCT window) FROM window_losses WHERE run_id = ?");
+    sqlite3_bind_int64(st, 1, run);
+    int rc = sqlite3_step(st);
+    sql_check(reg, rc, "count window losses");
+    int n = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+    sqlite3_finalize(st);
+    return n;
+}
+
 int registry_window_losses_read(Registry* reg, int64_t run, int n, WindowLoss* w) {
     memset(w, 0, (size_t)n * sizeof(*w));
     sqlite3_stmt* st = prepare(reg, "SELECT window, slice, loss_sum, tokens FROM window_losses WHERE run_id = ? AND window < ?");

@@ -59,7 +59,9 @@ void registry_evaluation(Registry* reg, int64_t run, const char* key, double val
 // Table 6's per-window loss sums of a run's evaluation (the units its intervals resample),
 // replacing any it had
 void registry_window_losses(Registry* reg, int64_t run, int n, const WindowLoss* w);
-// Windows 0..n-1 of them into w; returns how many windows the run has recorded (0: none)
+// How many windows a run's evaluation recorded (0: none)
+int registry_window_count(Registry* reg, int64_t run);
+// Windows 0..n-1 of them into w; returns how many of those the run has recorded (0: none)
 int registry_window_losses_read(Registry* reg, int64_t run, int n, WindowLoss* w);
 double registry_evaluation_value(Registry* reg, int64_t run, const char* key);
 // Metric `key` of the given finished runs against training tokens, averaged over the runs at

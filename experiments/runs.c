@@ -271,22 +271,21 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
     FILE* f = fopenCheck(tmp, "w");
     int blocks = 0, max_layers = 0;
     for (int i = 0; i < n; i++) {
-        char* attention = param(&reg, ids[i], "attention");
-        char* layers = param(&reg, ids[i], "n_layer");
-        char* heads = param(&reg, ids[i], "n_head");
-        sqlite3_stmt* st = query(&reg, "SELECT r.row, r.seed FROM runs r WHERE r.id = ?");
+        sqlite3_stmt* st = query(&reg, "SELECT r.row, r.seed, r.recipe_text FROM runs r WHERE r.id = ?");
         sqlite3_bind_int64(st, 1, ids[i]);
         if (sqlite3_step(st) != SQLITE_ROW) die("lambda: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
-        char row[160];
+        char row[160], origin[64];
         snprintf(row, sizeof(row), "%.100s seed %d", sqlite3_column_text(st, 0), sqlite3_column_int(st, 1));
+        snprintf(origin, sizeof(origin), "run %lld's config", (long long)ids[i]);
+        Config cfg;
+        config_defaults(&cfg);
+        config_load_string(&cfg, (const char*)sqlite3_column_text(st, 2), origin);
         sqlite3_finalize(st);
-        const AttnVariant* variant = NULL;
-        for (int v = 0; v < ATTN_VARIANT_COUNT; v++) {
-            if (strcmp(ATTN_VARIANTS[v].name, attention) == 0) variant = &ATTN_VARIANTS[v];
-        }
-        int L = atoi(layers), H = atoi(heads);
-        if (!variant || variant->lambda == LAMBDA_NONE) {
-            die("lambda: run %lld (%s) has %s attention, which has no lambda", (long long)ids[i], row, attention[0] ? attention : "no recorded");
+        const AttnVariant* variant = config_variant(&cfg);
+        const char* attention = variant->name;
+        int L = cfg.n_layer, H = cfg.n_head;
+        if (variant->lambda == LAMBDA_NONE) {
+            die("lambda: run %lld (%s) has %s attention, which has no lambda", (long long)ids[i], row, attention);
         }
         int per_token = variant->lambda == LAMBDA_PER_TOKEN;
         int64_t* tokens;
@@ -316,9 +315,6 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
         free(tokens);
         free(mean);
         free(spread);
-        free(attention);
-        free(layers);
-        free(heads);
     }
     fcloseCheck(f, tmp);
     renameCheck(tmp, dat);

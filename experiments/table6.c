@@ -188,14 +188,15 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
 // The FINISHED run of (row, cfg): trained now in a worker process when there is none.
 // Returns 0 when the worker failed or was killed (the registry says which). A data-parallel
 // job trains in this process, since a forked child cannot take part in MPI; a row that fails
-// there takes the job down. A run finished before its evaluation recorded window sums is
-// evaluated again (the same numbers, and the windows the intervals need).
+// there takes the job down. A finished run whose evaluation did not record the preset's
+// eval_windows window sums (one from before they were recorded, or from a recipe with another
+// eval_windows, which is not part of a run's config) is evaluated again, so its numbers and the
+// windows its intervals resample are the table's.
 static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
                          int eval_windows) {
     int64_t run = train_finished_row(reg, experiment, row, cfg);
     if (run) {
-        WindowLoss probe;
-        if (registry_window_losses_read(reg, run, 1, &probe) == 0) evaluate_run(reg, run, row, cfg, eval_windows);
+        if (registry_window_count(reg, run) != eval_windows) evaluate_run(reg, run, row, cfg, eval_windows);
         return run;
     }
     printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);

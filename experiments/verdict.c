@@ -13,9 +13,9 @@ static double seed_gap(const Paired* p, int s, const int* pick) {
     for (int k = 0; k < p->units; k++) {
         size_t u = (size_t)s * p->units + (pick ? pick[k] : k);
         an += p->a_num[u];
-        ad += p->a_den[u];
+        ad += p->a_den ? p->a_den[u] : 1;
         bn += p->b_num[u];
-        bd += p->b_den[u];
+        bd += p->b_den ? p->b_den[u] : 1;
     }
     return ad > 0 && bd > 0 ? an / ad - bn / bd : NAN;
 }

@@ -19,7 +19,8 @@
 
 typedef struct {
     int seeds, units;
-    // (seeds, units) each: unit u of seed s at [s * units + u]; a unit whose den is 0 holds nothing
+    // (seeds, units) each: unit u of seed s at [s * units + u]; a unit whose den is 0 holds
+    // nothing; a_den or b_den NULL: every unit counts once (a mean over units)
     const double *a_num, *a_den, *b_num, *b_den;
 } Paired;
 

@@ -96,6 +96,8 @@ static void test_verdict(void) {
     Paired single = {1, 1, a, one, b, one};
     g = paired_gap(&single);
     CHECK(!isnan(g.gap) && isnan(g.lo) && strcmp(gap_verdict(g, 1), "n/a (no interval)") == 0, "one seed of one unit: no interval");
+    Paired counted = {1, U, a, NULL, b, NULL};  // NULL denominators: each unit counts once, as ones do
+    CHECK(paired_gap(&counted).gap == paired_gap(&shift).gap, "NULL denominators count every unit once");
     Paired empty = {1, U, a, zero, b, one};
     CHECK(strcmp(gap_verdict(paired_gap(&empty), 1), "n/a (no data)") == 0, "a row without tokens: no data");
     GapInterval again = paired_gap(&shift);
@@ -242,6 +244,8 @@ static void test_registry(void) {
     CHECK(registry_window_losses_read(&reg, second, 3, back) == 3 && memcmp(back, w, sizeof(w)) == 0,
           "window losses round-trip bitwise; the second write replaced the first");
     CHECK(registry_window_losses_read(&reg, second, 2, back) == 2 && back[1].sum[SLICE_ARHIT] == 42, "reading the first 2 windows");
+    CHECK(registry_window_count(&reg, second) == 3 && registry_window_count(&reg, second + 1000) == 0,
+          "the run has 3 windows recorded, an unknown run none");
     registry_close(&reg);
     unlink(path);
 }

@@ -4,6 +4,7 @@
 // of one seed start from the same weights wherever their tensors coincide (paired rows).
 #include <string.h>
 
+#include "../model/base/util.h"
 #include "../model/model.h"
 
 #include "../experiments/needle/needle_tasks.h"
@@ -66,17 +67,26 @@ static void test_table6(void) {
     free(r);
 }
 
-// The Transformer and DIFF rows of the small preset, built and initialised with one seed
+static const ParamTensor* param_named(const Model* m, const char* name) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    }
+    die("no tensor %s", name);
+}
+
+// Rows of the smoke preset, built and initialised with one seed and with another
 static void test_paired_init(void) {
     const char* path = "experiments/table6.ini";
     Recipe* r = recipe_load(path, table6_extra_key);
     const Section* preset = recipe_preset(r, "smoke", path);
-    Model m[3];
+    Model m[4];
     const Backend* cpu = backend_named("cpu");
-    for (int k = 0; k < 3; k++) {
-        Config cfg = table6_row_config(r, preset, k == 0 ? 0 : 3, 0, path, "build/test_recipes");  // transformer, diff, diff
+    // transformer, diff, diff with another seed, diff2 (whose feed-forward match_params narrows)
+    static const int rows[4] = {0, 3, 3, 7}, seeds[4] = {1000, 1000, 1001, 1000};
+    for (int k = 0; k < 4; k++) {
+        Config cfg = table6_row_config(r, preset, rows[k], 0, path, "build/test_recipes");
         model_build(&m[k], &cfg, cpu, 64);
-        model_init_params(&m[k], k < 2 ? 1000 : 1001);
+        model_init_params(&m[k], (uint64_t)seeds[k]);
     }
     // tensors of one name and shape: the same numbers for the same seed, others for another
     int same = 0, shared = 0, differs = 1;
@@ -94,15 +104,18 @@ static void test_paired_init(void) {
     CHECK(shared >= 2 + 3 * m[0].L && same == shared, "Transformer and DIFF share %d of %d coinciding weight tensors (at least %d)",
           same, shared, 2 + 3 * m[0].L);
     CHECK(differs, "another seed draws other numbers for each of them");
-    // a tensor of one name but another shape shares its leading rows: wq is (H*D, C) in both
-    // but DIFF's holds two maps per head
-    const ParamTensor* wq0 = NULL, *wq1 = NULL;
-    for (int i = 0; i < m[0].n_tensors; i++) if (!strcmp(m[0].tensors[i].name, "layer_00/wq")) wq0 = &m[0].tensors[i];
-    for (int i = 0; i < m[1].n_tensors; i++) if (!strcmp(m[1].tensors[i].name, "layer_00/wq")) wq1 = &m[1].tensors[i];
+    // wq is one shape in both rows here (h x d = h/2 x 2 maps x d), so it is among the shared
+    const ParamTensor* wq0 = param_named(&m[0], "layer_00/wq"), *wq1 = param_named(&m[1], "layer_00/wq");
     size_t lead = wq0->size < wq1->size ? wq0->size : wq1->size;
     CHECK(memcmp(m[0].params_memory + wq0->offset, m[1].params_memory + wq1->offset, lead * sizeof(float)) == 0,
           "wq of both rows starts with the same %zu numbers", lead);
-    for (int k = 0; k < 3; k++) model_free(&m[k]);
+    // a tensor of one name but fewer rows holds the leading rows of the wider one: DIFF V2's
+    // narrower w_gate (F, C) is the first F rows of the Transformer's
+    const ParamTensor* wide = param_named(&m[0], "layer_01/w_gate"), *narrow = param_named(&m[3], "layer_01/w_gate");
+    CHECK(narrow->shape[0] < wide->shape[0] &&
+              memcmp(m[0].params_memory + wide->offset, m[3].params_memory + narrow->offset, narrow->size * sizeof(float)) == 0,
+          "DIFF V2's w_gate (%d rows) is the first rows of the Transformer's (%d)", narrow->shape[0], wide->shape[0]);
+    for (int k = 0; k < 4; k++) model_free(&m[k]);
     free(r);
 }
 

@@ -29,11 +29,9 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
         for (int k = 0; k < N_SETTINGS * N_DEPTHS; k++) {
             for (int e = 0; e < samples; e++) {
                 size_t u = ((size_t)(k / N_DEPTHS) * n_models + m) * units + (size_t)(k % N_DEPTHS) * samples + e;
-                right[u] = asked[u] = 0;
-                for (int q = 0; q < cells[m][k].n_queries; q++, i++) {
-                    right[u] += rec.rec[i].correct;
-                    asked[u] += 1;
-                }
+                asked[u] = cells[m][k].n_queries;
+                right[u] = 0;
+                for (int q = 0; q < cells[m][k].n_queries; q++) right[u] += rec.rec[i++].correct;
             }
         }
         store_records(reg, rows[m].run, "table2", &rec);

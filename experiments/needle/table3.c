@@ -18,8 +18,6 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     // the verdicts' units: each episode's answer and noise shares, (share, model, episode)
     int units = N_DEPTHS * N_SETTINGS * samples;
     double* shares = mallocCheck((size_t)2 * n_models * units * sizeof(double));
-    double* ones = mallocCheck((size_t)n_models * units * sizeof(double));
-    for (size_t u = 0; u < (size_t)n_models * units; u++) ones[u] = 1;
     for (int i = 0; i < n_models; i++) {
         Row* row = &rows[i];
         // the maps of each row's first seed: the other seeds' would repeat them for another model
@@ -137,7 +135,7 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
             double paper_gap = 0;
             for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
             const double* share = shares + (size_t)k * n_models * units;
-            Paired p = {seeds, units, share + (size_t)diff * seeds * units, ones, share + (size_t)base * seeds * units, ones};
+            Paired p = {seeds, units, share + (size_t)diff * seeds * units, NULL, share + (size_t)base * seeds * units, NULL};
             GapInterval g = paired_gap(&p);
             char interval[64];
             report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", g.gap,
@@ -190,5 +188,4 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     gnuplot("table3.gp", &vars);
     printf("\nwrote %s, %s, %s\n", rep.path, png, fig1_png);
     free(shares);
-    free(ones);
 }
