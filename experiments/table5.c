@@ -13,6 +13,7 @@
 #include "registry.h"
 #include "report.h"
 #include "table6.h"
+#include "verdict.h"
 
 #define MAX_MODELS RECIPE_SECTIONS
 #define N_TOPS 5
@@ -109,6 +110,48 @@ static void spread_cell(Report* f, const Studied* models, int seeds, ModelValue 
     report_printf(f, " %s |", spread_text(cell, sizeof(cell), seed_spread(models, seeds, fn, k, layer, t), seeds, digits));
 }
 
+// The first row of a source whose attention has `maps` maps (1: the Transformer), or -1
+static int row_of(const Studied* models, int n_rows, int seeds, const char* source, int maps) {
+    for (int g = 0; g < n_rows; g++) {
+        const Studied* s = &models[g * seeds];
+        if (strcmp(s->source, source) == 0 && (config_variant(&s->row.cfg)->maps == 1) == (maps == 1)) return g;
+    }
+    return -1;
+}
+
+// DIFF minus Transformer of each source in Top-1 and in Top-1 / median, paired by seed. The
+// statistics are maxima over every position, which do not split into units to resample, so
+// the interval is a bootstrap over seeds alone and one seed has none.
+static void write_verdicts(Report* f, const Studied* models, int n_rows, int seeds) {
+    static const char* const SOURCES[2] = {"table6", "needle"};
+    static const ModelValue VALUES[2] = {stat_of, ratio_of};
+    report_printf(f, "\nDIFF minus Transformer, rows paired by seed (the same data order and validation text); 95%% interval: "
+                  "percentile bootstrap over the seeds (%d draws), none from one seed; the paper's DIFF is lower in both.\n\n"
+                  "| models | activation type | Top-1 gap | 95%% interval | verdict | Top-1 / median gap | 95%% interval | verdict |\n"
+                  "|---|---|---|---|---|---|---|---|\n", BOOTSTRAP_DRAWS);
+    for (int src = 0; src < 2; src++) {
+        int base = row_of(models, n_rows, seeds, SOURCES[src], 1), diff = row_of(models, n_rows, seeds, SOURCES[src], 2);
+        if (base < 0 || diff < 0) continue;
+        for (int k = 0; k < OUTLIER_KINDS; k++) {
+            report_printf(f, "| %s − %s | %s |", models[diff * seeds].label, models[base * seeds].label, KIND_LABELS[k]);
+            for (int v = 0; v < 2; v++) {
+                double a[MAX_MODELS], b[MAX_MODELS];
+                for (int s = 0; s < seeds; s++) {
+                    a[s] = VALUES[v](&models[diff * seeds + s], k, -1, 0);
+                    b[s] = VALUES[v](&models[base * seeds + s], k, -1, 0);
+                }
+                Paired p = {seeds, 1, a, NULL, b, NULL};
+                GapInterval g = paired_gap(&p);
+                double paper = v == 0 ? PAPER[1][k][0] - PAPER[0][k][0]
+                                      : PAPER[1][k][0] / PAPER[1][k][N_TOPS] - PAPER[0][k][0] / PAPER[0][k][N_TOPS];
+                char interval[64];
+                report_printf(f, " %+.2f | %s | %s |", g.gap, interval_text(interval, sizeof(interval), g, 2), gap_verdict(g, paper));
+            }
+            report_printf(f, "\n");
+        }
+    }
+}
+
 int table5_main(const Table5Options* opt) {
     int seeds = opt->seeds;
     if (seeds < 1 || seeds > 8) die("--seeds must lie in 1..8, got %d", seeds);
@@ -175,6 +218,7 @@ int table5_main(const Table5Options* opt) {
     }
     report_printf(f, "| paper Transformer | %.1f | %.1f |\n| paper DIFF | %.1f | %.1f |\n", PAPER[0][0][0] / PAPER[0][0][5],
                   PAPER[0][1][0] / PAPER[0][1][5], PAPER[1][0][0] / PAPER[1][0][5], PAPER[1][1][0] / PAPER[1][1][5]);
+    write_verdicts(f, models, n_rows, seeds);
     report_printf(f, "\nPer layer (Top-1 / median%s):\n\n| Model | kind |", seeds > 1 ? ", means over the seeds" : "");
     int max_L = 0;
     for (int i = 0; i < n; i++) max_L = models[i].stats.L > max_L ? models[i].stats.L : max_L;

@@ -49,6 +49,8 @@ expect "fig5: both models side by side in one figure" bash -c "$(declare -f is_p
 expect "fig5 sweeps 3 lengths x 5 depths" test "$(sql "SELECT COUNT(DISTINCT length || '/' || depth) FROM episodes WHERE task = 'fig5'")" = 15
 expect "fig5 has 8 needles" test "$(sql "SELECT DISTINCT n_needles FROM episodes WHERE task = 'fig5'")" = 8
 expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-9]+%|average) \|( [0-9.]+ \|){3}$' "$work/results/fig5_smoke.md")" = 12
+expect "fig5 judges DIFF against the Transformer at each of the 3 lengths, paired on episodes" \
+    test "$(grep -cE '^\| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|same direction|opposite|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 3
 
 task table3 > "$work/table3.log" 2>&1
 expect "table3 exits 0" test $? -eq 0
@@ -82,6 +84,12 @@ expect "fig8 metrics in the registry" test "$(sql "SELECT COUNT(*) FROM evaluati
 loss16=$(sql "SELECT printf('%.4f', value) FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE r.row = 'diff' AND key = 'fig8_tensor_16bit_loss'")
 expect "fig8 table's 16-bit loss is the registry's" grep -qE "^\| diff \| none \| 16 \| $loss16 \|" "$work/results/fig8_smoke.md"
 expect "fig8 figure" is_png "$work/plots/fig8_smoke.png"
+expect "fig8 judges what quantization costs DIFF against the Transformer: 2 scales x 3 widths x 2 settings" \
+    test "$(grep -cE '^\| per (tensor|row) \| [864] \| [14], [12] \| [+-][0-9.]+ \| \[[^]]+\] \| (within noise|same direction|opposite) \|$' "$work/results/fig8_smoke.md")" = 12
+# the gap from the registry's answers: (DIFF 4-bit - DIFF 16-bit) - (Transformer 4-bit - Transformer 16-bit), N = 1
+acc() { echo "(SELECT AVG(e.correct) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$1' AND e.task = 'fig8_tensor_$2bit' AND e.n_needles = 1)"; }
+gap4=$(sql "SELECT printf('%+.3f', ($(acc diff 4) - $(acc diff 16)) - ($(acc standard 4) - $(acc standard 16)))")
+expect "fig8's 4-bit N = 1 gap is the registry's difference of differences ($gap4)" grep -qE "^\| per tensor \| 4 \| 1, 1 \| \\$gap4 \|" "$work/results/fig8_smoke.md"
 
 # Table 5: the two Table 6 rows of a preset (trained here) and the needle models
 sed "s#^data = \.\./data/default#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
@@ -137,6 +145,16 @@ top=$(sqls "SELECT e.value FROM evaluations e JOIN runs r ON r.id = e.run_id JOI
     awk '{v[NR] = $1; m += $1} END {m /= NR; for (i = 1; i <= NR; i++) s += (v[i] - m)^2; printf "%.2f ± %.2f", m, sqrt(s / (NR - 1))}')
 expect "table5's Top-1 of table6/smoke/diff is its two seeds' mean ± std ($top)" \
     grep -qE "^\| table6/smoke/diff \| Attention Logits \| $top \|" "$work/seeds/table5_smoke_smoke.md"
+# the verdict's gap is the mean of the seeds' paired differences, and with two seeds the
+# bootstrap's interval runs from the smaller seed difference to the larger
+gap=$(sqls "SELECT d.value - t.value FROM evaluations d JOIN runs rd ON rd.id = d.run_id JOIN experiments xd ON xd.id = rd.experiment_id
+            JOIN runs rt ON rt.seed = rd.seed AND rt.experiment_id = rd.experiment_id JOIN evaluations t ON t.run_id = rt.id AND t.key = d.key
+            WHERE xd.name = 'table6' AND rd.row = 'diff' AND rt.row = 'transformer' AND d.key = 'table5_attention_logits_top1' ORDER BY rd.seed" |
+    awk '{v[NR] = $1; m += $1} END {lo = v[1] < v[2] ? v[1] : v[2]; hi = v[1] < v[2] ? v[2] : v[1]; printf "%+.2f | [%+.2f, %+.2f]", m / NR, lo, hi}')
+expect "table5's Top-1 gap of diff over transformer is the seeds' paired differences with their range ($gap)" \
+    grep -qF "| table6/smoke/diff − table6/smoke/transformer | Attention Logits | $gap |" "$work/seeds/table5_smoke_smoke.md"
+expect "table5 with one seed gives no interval" \
+    grep -qE "^\| table6/smoke/diff − table6/smoke/transformer \| Attention Logits \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|" "$work/results/table5_smoke_smoke.md"
 
 # the inspector reads the file alone
 $bin attn "$maps" --sample 2 --layer 0 --head 1 --out "$work/attn.png" > "$work/attn.log" 2>&1

@@ -95,6 +95,18 @@ void run_cells(Row* row, const NeedleSource* src, const Tokenizer* tok, Cell* ce
     }
 }
 
+void episode_counts(const Records* rec, const Cell* cells, int n_cells, int samples, double* right, double* asked) {
+    int i = 0;  // run_cells records cell by cell, episode by episode, query by query
+    for (int c = 0; c < n_cells; c++) {
+        for (int e = 0; e < samples; e++) {
+            size_t u = (size_t)c * samples + e;
+            asked[u] = cells[c].n_queries;
+            right[u] = 0;
+            for (int q = 0; q < cells[c].n_queries; q++) right[u] += rec->rec[i++].correct;
+        }
+    }
+}
+
 void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptions* opt, int samples) {
     report_printf(f, "Recipe %s, preset %s, git %s; %d episodes per cell, answer depths 0/25/50/75/100%%.\n", opt->recipe,
             opt->preset, GIT_COMMIT, samples);

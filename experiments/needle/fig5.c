@@ -7,6 +7,40 @@
 #include <string.h>
 
 #include "../../model/base/util.h"
+#include "../verdict.h"
+
+// DIFF minus Transformer in accuracy averaged over the depths, at each length, paired on the
+// episodes; right and asked as task_fig5 lays them out
+static void write_verdicts(Report* md, const Row* rows, int n_rows, int seeds, const int* lengths, int n_lengths, int units,
+                           const double* right, const double* asked) {
+    int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
+    if (base < 0 || diff < 0) return;
+    size_t per_seed = (size_t)n_lengths * units;
+    double* pick[4];  // DIFF's right and asked, then the Transformer's, for one length: (seeds, units)
+    for (int k = 0; k < 4; k++) pick[k] = mallocCheck((size_t)seeds * units * sizeof(double));
+    report_printf(md, "DIFF (%s) minus Transformer (%s) in accuracy averaged over the depths; the paper has DIFF ahead at "
+                  "every length (its 3B models from 8K to 64K):\n\n| context | gap (ours) | 95%% interval | verdict |\n|---|---|---|---|\n",
+                  rows[diff * seeds].name, rows[base * seeds].name);
+    for (int l = 0; l < n_lengths; l++) {
+        for (int s = 0; s < seeds; s++) {
+            const int model[2] = {diff * seeds + s, base * seeds + s};
+            for (int r = 0; r < 2; r++) {
+                size_t at = model[r] * per_seed + (size_t)l * units;
+                memcpy(pick[2 * r] + (size_t)s * units, right + at, units * sizeof(double));
+                memcpy(pick[2 * r + 1] + (size_t)s * units, asked + at, units * sizeof(double));
+            }
+        }
+        Paired p = {seeds, units, pick[0], pick[1], pick[2], pick[3]};
+        GapInterval g = paired_gap(&p);
+        int retrieves = 0;
+        for (size_t i = 0; i < (size_t)seeds * units; i++) retrieves |= pick[0][i] > 0 || pick[2][i] > 0;
+        char interval[64];
+        report_printf(md, "| %d | %+.2f | %s | %s |\n", lengths[l], g.gap, interval_text(interval, sizeof(interval), g, 2),
+                      retrieves ? gap_verdict(g, PAPER_DIFF_AHEAD) : "n/a (neither retrieves)");
+    }
+    report_printf(md, "\n%s\n\n", interval_note(seeds, "episodes"));
+    for (int k = 0; k < 4; k++) free(pick[k]);
+}
 
 void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                       const Section* preset, const NeedleOptions* opt) {
@@ -23,6 +57,10 @@ void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
     // acc[model][length][depth], the last depth the average over the depths, as in the paper's figure
     int n_models = n_rows * seeds;
     double (*acc)[MAX_LENGTHS][N_DEPTHS + 1] = callocCheck(n_models, sizeof(*acc));
+    // the verdicts' units: each episode's queries right and asked, (model, length x depth x samples)
+    int units = N_DEPTHS * samples;
+    double* right = mallocCheck((size_t)n_models * n_lengths * units * sizeof(double));
+    double* asked = mallocCheck((size_t)n_models * n_lengths * units * sizeof(double));
     for (int m = 0; m < n_models; m++) {
         Cell cells[MAX_LENGTHS * N_DEPTHS];
         for (int k = 0; k < n_lengths * N_DEPTHS; k++) {
@@ -31,7 +69,9 @@ void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
         }
         Records rec = {0};
         run_cells(&rows[m], src, tok, cells, n_lengths * N_DEPTHS, samples, eval_seed, &rec);
-        store_records(reg, rows[m].run, "fig5", &rec);
+        size_t at = (size_t)m * n_lengths * units;
+        episode_counts(&rec, cells, n_lengths * N_DEPTHS, samples, right + at, asked + at);
+        store_records(reg, rows[m].run, "fig5", &rec);  // frees the records
         for (int l = 0; l < n_lengths; l++) {
             for (int d = 0; d < N_DEPTHS; d++) {
                 acc[m][l][d] = (double)cells[l * N_DEPTHS + d].correct / cells[l * N_DEPTHS + d].queries;
@@ -76,6 +116,9 @@ void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
         snprintf(titles + strlen(titles), sizeof(titles) - strlen(titles), "%s%s", g ? " " : "", row->name);
     }
     free(acc);
+    write_verdicts(md, rows, n_rows, seeds, lengths, n_lengths, units, right, asked);
+    free(right);
+    free(asked);
     // the models side by side on one colour scale
     char text[4400];
     gnuplot_number(&vars, "n", n_rows);

@@ -8,6 +8,7 @@
 
 #include "../../eval/nexttoken.h"
 #include "../../model/base/util.h"
+#include "../verdict.h"
 
 // ---- Figure 8: attention logits quantized ----
 #define FIG8_WIDTHS 4
@@ -21,6 +22,9 @@ typedef struct {
     NextToken lm;
     double retrieval[FIG8_SETTINGS];
     int queries[FIG8_SETTINGS];
+    // each episode's queries right and asked, setting-major (FIG8_SETTINGS x N_DEPTHS x samples):
+    // the same episodes at every width, which the verdicts pair
+    double *right, *asked;
 } QuantResult;
 
 static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Tokenizer* tok, const Shard* val, Registry* reg,
@@ -35,6 +39,9 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
     }
     Records rec = {0};
     run_cells(row, src, tok, cells, FIG8_SETTINGS * N_DEPTHS, samples, eval_seed, &rec);
+    res.right = mallocCheck((size_t)FIG8_SETTINGS * N_DEPTHS * samples * sizeof(double));
+    res.asked = mallocCheck((size_t)FIG8_SETTINGS * N_DEPTHS * samples * sizeof(double));
+    episode_counts(&rec, cells, FIG8_SETTINGS * N_DEPTHS, samples, res.right, res.asked);
     model_set_logit_quant(&row->model, (LogitQuant){0, QUANT_PER_TENSOR});
     int bits = q.bits ? q.bits : LOGIT_QUANT_UNQUANTIZED;
     char task[64];
@@ -61,6 +68,46 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
            res.retrieval[0], res.retrieval[1]);
     fflush(stdout);
     return res;
+}
+
+// What quantization costs DIFF minus what it costs the Transformer, in retrieval accuracy
+// (quantized minus unquantized, so a positive gap is DIFF losing less, the paper's claim),
+// paired on the episodes, which are the same at every width and scope
+static void write_verdicts(Report* f, QuantResult (*res)[2][FIG8_WIDTHS], const Row* rows, int n_rows, int seeds, int samples) {
+    int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
+    if (base < 0 || diff < 0) return;
+    int units = N_DEPTHS * samples;
+    double* change[4];  // DIFF's change and queries, then the Transformer's: (seeds, units)
+    for (int k = 0; k < 4; k++) change[k] = mallocCheck((size_t)seeds * units * sizeof(double));
+    report_printf(f, "\nWhat quantization costs DIFF (%s) minus what it costs the Transformer (%s): each model's retrieval "
+                  "accuracy quantized minus its own unquantized, DIFF's change minus the Transformer's; positive is DIFF "
+                  "losing less, which the paper reports.\n\n| scale | bits | N, R | gap (ours) | 95%% interval | verdict |\n"
+                  "|---|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
+    for (int scope = 0; scope < 2; scope++) {
+        for (int b = 1; b < FIG8_WIDTHS; b++) {
+            for (int st = 0; st < FIG8_SETTINGS; st++) {
+                for (int s = 0; s < seeds; s++) {
+                    const int model[2] = {diff * seeds + s, base * seeds + s};
+                    for (int r = 0; r < 2; r++) {
+                        const QuantResult *q = &res[model[r]][scope][b], *full = &res[model[r]][0][0];
+                        for (int u = 0; u < units; u++) {
+                            size_t at = (size_t)st * units + u, to = (size_t)s * units + u;
+                            change[2 * r][to] = q->right[at] - full->right[at];
+                            change[2 * r + 1][to] = q->asked[at];
+                        }
+                    }
+                }
+                Paired p = {seeds, units, change[0], change[1], change[2], change[3]};
+                GapInterval g = paired_gap(&p);
+                char interval[64];
+                report_printf(f, "| %s | %d | %d, %d | %+.3f | %s | %s |\n", SCOPE_NAMES[scope], FIG8_BITS[b], FIG8_N[st],
+                              FIG8_R[st], g.gap, interval_text(interval, sizeof(interval), g, 3),
+                              gap_verdict(g, PAPER_DIFF_AHEAD));
+            }
+        }
+    }
+    report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
+    for (int k = 0; k < 4; k++) free(change[k]);
 }
 
 void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, const Shard* val,
@@ -148,9 +195,19 @@ void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
     }
     report_printf(f, "\nPaper (3B, HellaSwag): DIFF keeps its accuracy down to 6 bits, Transformer drops sharply at 6 bits; "
                "4-bit DIFF is about as accurate as 6-bit Transformer and about 25%% better than 4-bit Transformer.\n");
+    write_verdicts(f, res, rows, n_rows, seeds, samples);
     report_close(&rep);
     fcloseCheck(g, dat);
     free(metric);
+    for (int i = 0; i < n_models; i++) {
+        for (int scope = 0; scope < 2; scope++) {
+            for (int b = 0; b < FIG8_WIDTHS; b++) {
+                if (scope > 0 && FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED) continue;  // scope 0's, copied
+                free(res[i][scope][b].right);
+                free(res[i][scope][b].asked);
+            }
+        }
+    }
     free(res);
     char text[4400];
     GnuplotVars vars;

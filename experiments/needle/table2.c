@@ -18,6 +18,8 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     int units = N_DEPTHS * samples;
     double* right = mallocCheck((size_t)N_SETTINGS * n_models * units * sizeof(double));
     double* asked = mallocCheck((size_t)N_SETTINGS * n_models * units * sizeof(double));
+    double* model_right = mallocCheck((size_t)N_SETTINGS * units * sizeof(double));
+    double* model_asked = mallocCheck((size_t)N_SETTINGS * units * sizeof(double));
     for (int m = 0; m < n_models; m++) {
         for (int k = 0; k < N_SETTINGS * N_DEPTHS; k++) {
             Cell c = {context, SETTING_N[k / N_DEPTHS], SETTING_R[k / N_DEPTHS], k % N_DEPTHS, 0, 0, 0, 0};
@@ -25,14 +27,12 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
         }
         Records rec = {0};
         run_cells(&rows[m], src, tok, cells[m], N_SETTINGS * N_DEPTHS, samples, eval_seed, &rec);
-        int i = 0;  // run_cells records cell by cell, episode by episode, query by query
-        for (int k = 0; k < N_SETTINGS * N_DEPTHS; k++) {
-            for (int e = 0; e < samples; e++) {
-                size_t u = ((size_t)(k / N_DEPTHS) * n_models + m) * units + (size_t)(k % N_DEPTHS) * samples + e;
-                asked[u] = cells[m][k].n_queries;
-                right[u] = 0;
-                for (int q = 0; q < cells[m][k].n_queries; q++) right[u] += rec.rec[i++].correct;
-            }
+        // cell-major, so each setting's episodes are one run of units
+        episode_counts(&rec, cells[m], N_SETTINGS * N_DEPTHS, samples, model_right, model_asked);
+        for (int st = 0; st < N_SETTINGS; st++) {
+            size_t at = ((size_t)st * n_models + m) * units;
+            memcpy(right + at, model_right + (size_t)st * units, units * sizeof(double));
+            memcpy(asked + at, model_asked + (size_t)st * units, units * sizeof(double));
         }
         store_records(reg, rows[m].run, "table2", &rec);
     }
@@ -159,4 +159,6 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     printf("\nwrote %s, %s; every query in table 'episodes' of %s/registry.sqlite\n", rep.path, png, opt->results);
     free(right);
     free(asked);
+    free(model_right);
+    free(model_asked);
 }

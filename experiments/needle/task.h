@@ -51,6 +51,9 @@ EpisodeRecord* add_record(Records* r);
 void store_records(Registry* reg, int64_t run, const char* task, Records* r);
 void run_cells(Row* row, const NeedleSource* src, const Tokenizer* tok, Cell* cells, int n_cells, int samples,
                int eval_seed, Records* records);
+// Each episode's queries answered right and asked, from run_cells' records of those cells:
+// right[c * samples + e] for episode e of cell c (the verdicts' units)
+void episode_counts(const Records* rec, const Cell* cells, int n_cells, int samples, double* right, double* asked);
 // A task's report: results/<task>_<preset>.md (and stdout when to_stdout), its heading (a
 // printf format), the preset's note and the provenance every task states
 void open_task_report(Report* rep, const char* task, int to_stdout, const Section* preset, const Row* rows, int n_rows,
@@ -64,6 +67,8 @@ void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds
 void seeds_caption(Report* f, int seeds);
 // The first row (group) standing beside the paper's Transformer (p = 0) or DIFF (p = 1), or -1
 int paper_group(const Row* rows, int n_rows, int seeds, int p);
+// The paper's direction for a claim it makes without a number ("DIFF ahead"): a gap of this sign
+#define PAPER_DIFF_AHEAD 1.0
 
 // The tasks, on rows[n_rows * seeds] trained and loaded
 void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
