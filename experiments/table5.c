@@ -152,34 +152,40 @@ static void write_verdicts(Report* f, const Studied* models, int n_rows, int see
     }
 }
 
-int table5_main(const Table5Options* opt) {
+// The models Table 5 studies: Table 6's transformer and diff rows, then every needle row, a
+// row's seeds side by side (row g is models[g x seeds .. g x seeds + seeds - 1]); returns how many
+static int gather_models(const Table5Options* opt, Studied* models) {
     int seeds = opt->seeds;
-    if (seeds < 1 || seeds > 8) die("--seeds must lie in 1..8, got %d", seeds);
     Table6Options t6 = {opt->table6_recipe, opt->preset, seeds, opt->results, opt->plots, opt->overrides, opt->n_overrides};
     NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots, opt->overrides, opt->n_overrides, seeds};
     size_t t6_tokens = preset_tokens(opt->table6_recipe, opt->preset, table6_extra_key);
     size_t nd_tokens = preset_tokens(opt->needle_recipe, opt->needle_preset, needle_extra_key);
-    Studied* models = callocCheck(MAX_MODELS, sizeof(Studied));
     static const char* const T6_ROWS[2] = {"transformer", "diff"};
     TrainedRow rows[RECIPE_SECTIONS];
     table6_trained_rows(&t6, T6_ROWS, 2, rows);
-    int n = 0;  // models, a row's seeds side by side: row g is models[g x seeds .. g x seeds + seeds - 1]
+    int n = 0;
     for (int i = 0; i < 2 * seeds; i++) add_model(&models[n++], "table6", opt->preset, &rows[i], t6_tokens);
     int n_needle = needle_trained_rows(&nd, rows, MAX_MODELS - n);
     for (int i = 0; i < n_needle; i++) add_model(&models[n++], "needle", opt->needle_preset, &rows[i], nd_tokens);
-    int n_rows = n / seeds;
+    return n;
+}
 
+// The statistics of every model, each recorded in the registry
+static void study_models(const Table5Options* opt, Studied* models, int n) {
     Registry reg;
-    char path[4200], dat[4200];
+    char path[4200];
     path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     registry_open(&reg, path);
     printf("Table 5: activation outliers of %d models\n", n);
     for (int i = 0; i < n; i++) study(&models[i], &reg, opt->results);
     registry_close(&reg);
+}
 
-    char presets[256];  // both sources' presets name the table
-    snprintf(presets, sizeof(presets), "%s_%s", opt->preset, opt->needle_preset);
-    preset_path(path, sizeof(path), opt->results, "table5", presets, ".md");
+// results/table5_<presets>.md: the models, the pooled table beside the paper's, the ratios, the
+// verdicts and the per-layer table
+static void write_table(const Table5Options* opt, const Studied* models, int n, const char* presets, char* path, size_t path_size) {
+    int seeds = opt->seeds, n_rows = n / seeds;
+    preset_path(path, path_size, opt->results, "table5", presets, ".md");
     Report rep, *f = &rep;
     report_open(f, path, 1);
     report_printf(f, "\n## Table 5: largest activation values (Table 6 preset %s, needle preset %s)\n\n", opt->preset, opt->needle_preset);
@@ -242,7 +248,12 @@ int table5_main(const Table5Options* opt) {
         }
     }
     report_close(&rep);
+}
 
+// plots/table5_<presets>.png from its data file: per layer and pooled, colour by attention type
+static void write_figure(const Table5Options* opt, const Studied* models, int n, const char* presets, char* png, size_t png_size) {
+    int seeds = opt->seeds, n_rows = n / seeds;
+    char dat[4200];
     // figure data: per row, one block per kind of rows "layer top1 top10 top100 median", then
     // their seed std, with the pooled values at layer -1
     preset_path(dat, sizeof(dat), opt->results, "table5", presets, ".dat");
@@ -293,13 +304,24 @@ int table5_main(const Table5Options* opt) {
         snprintf(name, sizeof(name), "paper_colour_%d", p);
         gnuplot_number(&vars, name, ATTN_VARIANTS[p ? ATTN_DIFF : ATTN_STANDARD].colour);
     }
-    char png[4400];
-    preset_path(png, sizeof(png), opt->plots, "table5", presets, ".png");
+    preset_path(png, png_size, opt->plots, "table5", presets, ".png");
     gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Table 5: largest activations (Table 6 preset %s, needle preset %s); %d seed%s%s", opt->preset,
              opt->needle_preset, seeds, seeds > 1 ? "s" : "", seeds > 1 ? ", means with the seed std on the pooled points" : "");
     gnuplot_string(&vars, "title_text", text);
     gnuplot("table5.gp", &vars);
+}
+
+int table5_main(const Table5Options* opt) {
+    int seeds = opt->seeds;
+    if (seeds < 1 || seeds > 8) die("--seeds must lie in 1..8, got %d", seeds);
+    Studied* models = callocCheck(MAX_MODELS, sizeof(Studied));
+    int n = gather_models(opt, models);
+    study_models(opt, models, n);
+    char presets[256], path[4200], png[4400];  // both sources' presets name the table
+    snprintf(presets, sizeof(presets), "%s_%s", opt->preset, opt->needle_preset);
+    write_table(opt, models, n, presets, path, sizeof(path));
+    write_figure(opt, models, n, presets, png, sizeof(png));
     printf("\nwrote %s, %s; per-layer statistics in %s/table5/\n", path, png, opt->results);
     for (int i = 0; i < n; i++) outlier_stats_free(&models[i].stats);
     free(models);
