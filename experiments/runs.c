@@ -198,9 +198,10 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         registry_close(&reg);
         return;
     }
-    char dat[4200];
+    char dat[4200], tmp[4300];
     figure_data_path(dat, sizeof(dat), results, png);
-    FILE* f = fopenCheck(dat, "w");
+    tmp_path(tmp, sizeof(tmp), dat);
+    FILE* f = fopenCheck(tmp, "w");
     static const char* metric[2] = {"val_loss", "train_loss"};
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < n; i++) {
@@ -215,7 +216,8 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
             free(values);
         }
     }
-    fcloseCheck(f, dat);
+    fcloseCheck(f, tmp);
+    renameCheck(tmp, dat);
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);

@@ -81,8 +81,8 @@ static void test_buffers(void) {
     be->release(NULL);
     free(host);
     free(got);
-    // a buffer past a huge page takes the CPU's other path (mapped on huge pages): written over,
-    // released and asked for again, it still comes zeroed
+    // a buffer past a huge page takes the CPU's other path (mapped on huge pages): it comes
+    // zeroed, also where a written one of its size was just released, and 2 MiB aligned
     size_t big = (3u << 20) / sizeof(float) + 1;
     float* ones = mallocCheck(big * sizeof(float));
     for (size_t i = 0; i < big; i++) ones[i] = 1.0f;

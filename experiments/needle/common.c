@@ -107,6 +107,10 @@ void episode_counts(const Records* rec, const Cell* cells, int n_cells, int samp
     }
 }
 
+const char* retrieval_verdict(GapInterval g, double paper_gap, int retrieves) {
+    return retrieves ? gap_verdict(g, paper_gap) : "n/a (neither retrieves)";
+}
+
 void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptions* opt, int samples) {
     report_printf(f, "Recipe %s, preset %s, git %s; %d episodes per cell, answer depths 0/25/50/75/100%%.\n", opt->recipe,
             opt->preset, GIT_COMMIT, samples);

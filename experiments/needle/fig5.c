@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "../../model/base/util.h"
-#include "../verdict.h"
 
 // DIFF minus Transformer in accuracy averaged over the depths, at each length, paired on the
 // episodes; right and asked as task_fig5 lays them out
@@ -36,7 +35,7 @@ static void write_verdicts(Report* md, const Row* rows, int n_rows, int seeds, c
         for (size_t i = 0; i < (size_t)seeds * units; i++) retrieves |= pick[0][i] > 0 || pick[2][i] > 0;
         char interval[64];
         report_printf(md, "| %d | %+.2f | %s | %s |\n", lengths[l], g.gap, interval_text(interval, sizeof(interval), g, 2),
-                      retrieves ? gap_verdict(g, PAPER_DIFF_AHEAD) : "n/a (neither retrieves)");
+                      retrieval_verdict(g, PAPER_DIFF_AHEAD, retrieves));
     }
     report_printf(md, "\n%s\n\n", interval_note(seeds, "episodes"));
     for (int k = 0; k < 4; k++) free(pick[k]);

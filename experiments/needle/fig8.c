@@ -8,7 +8,6 @@
 
 #include "../../eval/nexttoken.h"
 #include "../../model/base/util.h"
-#include "../verdict.h"
 
 // ---- Figure 8: attention logits quantized ----
 #define FIG8_WIDTHS 4
@@ -86,6 +85,7 @@ static void write_verdicts(Report* f, QuantResult (*res)[2][FIG8_WIDTHS], const 
     for (int scope = 0; scope < 2; scope++) {
         for (int b = 1; b < FIG8_WIDTHS; b++) {
             for (int st = 0; st < FIG8_SETTINGS; st++) {
+                int retrieves = 0;
                 for (int s = 0; s < seeds; s++) {
                     const int model[2] = {diff * seeds + s, base * seeds + s};
                     for (int r = 0; r < 2; r++) {
@@ -94,6 +94,7 @@ static void write_verdicts(Report* f, QuantResult (*res)[2][FIG8_WIDTHS], const 
                             size_t at = (size_t)st * units + u, to = (size_t)s * units + u;
                             change[2 * r][to] = q->right[at] - full->right[at];
                             change[2 * r + 1][to] = q->asked[at];
+                            retrieves |= q->right[at] > 0 || full->right[at] > 0;
                         }
                     }
                 }
@@ -102,7 +103,7 @@ static void write_verdicts(Report* f, QuantResult (*res)[2][FIG8_WIDTHS], const 
                 char interval[64];
                 report_printf(f, "| %s | %d | %d, %d | %+.3f | %s | %s |\n", SCOPE_NAMES[scope], FIG8_BITS[b], FIG8_N[st],
                               FIG8_R[st], g.gap, interval_text(interval, sizeof(interval), g, 3),
-                              gap_verdict(g, PAPER_DIFF_AHEAD));
+                              retrieval_verdict(g, PAPER_DIFF_AHEAD, retrieves));
             }
         }
     }

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "../../model/base/util.h"
-#include "../verdict.h"
 
 void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
@@ -105,7 +104,7 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
             char interval[64];
             report_printf(f, "| N=%d, R=%d | %+.2f | %s | %+.2f | %s |\n", SETTING_N[st], SETTING_R[st], g.gap,
                           interval_text(interval, sizeof(interval), g, 2), paper_gap,
-                          retrieves ? gap_verdict(g, paper_gap) : "n/a (neither retrieves)");
+                          retrieval_verdict(g, paper_gap, retrieves));
         }
         report_printf(f, "\n%s Where no model of either row answers a query right there is no verdict (models that retrieve "
                       "nothing agree exactly, which says nothing about the paper's gap).\n", interval_note(seeds, "episodes"));

@@ -8,6 +8,7 @@
 #include "../../eval/retrieval.h"
 #include "../registry.h"
 #include "../report.h"
+#include "../verdict.h"
 #include "needle_tasks.h"
 
 #define N_DEPTHS 5
@@ -67,6 +68,10 @@ void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds
 void seeds_caption(Report* f, int seeds);
 // The first row (group) standing beside the paper's Transformer (p = 0) or DIFF (p = 1), or -1
 int paper_group(const Row* rows, int n_rows, int seeds, int p);
+// A retrieval gap's verdict (gap_verdict), or "n/a (neither retrieves)" when no model of either
+// row answered a query right: models that retrieve nothing agree exactly, which says nothing
+// about the paper's gap
+const char* retrieval_verdict(GapInterval g, double paper_gap, int retrieves);
 // The paper's direction for a claim it makes without a number ("DIFF ahead"): a gap of this sign
 #define PAPER_DIFF_AHEAD 1.0
 

@@ -26,7 +26,7 @@ typedef struct {
 // Buffers of a huge page or more are mapped on a 2 MiB boundary and ask for transparent huge
 // pages, which Debian's kernels give only on request ("madvise" mode): the matmuls stream
 // parameters and activations of hundreds of MiB, and on 4 KiB pages the packing walks miss the
-// TLB (about 5% of a training step at the bench shape, measured). Where the kernel has huge
+// TLB (3-8% of the training speed at the bench shape, in paired runs). Where the kernel has huge
 // pages off, the request is refused and nothing else changes. Mapped memory comes zeroed and is
 // faulted in only where it is used, as calloc's is.
 static void* cpu_alloc(size_t bytes) {
