@@ -67,18 +67,18 @@ DEPFLAGS = -MMD -MP
 # on it, so the build is redone rather than reported up to date
 BUILD_SWITCHES := $(CC) $(CFLAGS) $(DEPFLAGS) $(if $(NO_MPI),NO_MPI=1) $(if $(CUDA),CUDA_ARCH=$(CUDA_ARCH))
 $(shell mkdir -p $(B) && (echo '$(BUILD_SWITCHES)' | cmp -s - $(B)/flags.txt || echo '$(BUILD_SWITCHES)' > $(B)/flags.txt))
-CFLAGS += $(DEPFLAGS) -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"' $(if $(CUDA),-DDIFFTX_CUDA)
+CFLAGS += -Werror=incompatible-pointer-types $(DEPFLAGS) -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"' $(if $(CUDA),-DDIFFTX_CUDA)
 LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
 # experiments/, and the command line difftx.c.
 BACKENDS := model/cpu/backend_cpu.c model/cpu/blas_kernel.c model/cpu/blas_memory.c model/cpu/peak.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
 BASE := model/base/util.c model/base/h5.c model/base/recipe_format.c model/base/dist.c
-MODEL := $(BASE) model/config.c model/attention.c model/backend.c model/model.c model/optim.c \
-         model/checkpoint.c model/safetensors.c $(BACKENDS)
+MODEL := $(BASE) model/model_config.c model/attention.c model/backend.c model/model.c model/optim.c \
+         model/safetensors.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c eval/sample.c
-EXPERIMENTS := experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
+EXPERIMENTS := experiments/config.c experiments/checkpoint.c experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
                experiments/table6.c experiments/table5.c experiments/needle/runner.c experiments/needle/common.c experiments/needle/table2.c experiments/needle/fig5.c experiments/needle/table3.c experiments/needle/fig8.c experiments/attn_plot.c experiments/attn_view.c \
                experiments/runs.c experiments/bench.c experiments/verdict.c experiments/spikes.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)

@@ -26,7 +26,7 @@
 #include "experiments/table6.h"
 #include "experiments/train.h"
 #include "model/backend.h"
-#include "model/checkpoint.h"
+#include "experiments/checkpoint.h"
 #include "model/base/dist.h"
 #include "model/model.h"
 #include "model/optim.h"
@@ -129,15 +129,15 @@ static int cmd_train(int argc, char** argv) {
 
 // The tokenizer a checkpoint was trained with: the run folder's copy first, so a checkpoint
 // works from anywhere, then its data folder's; dies when neither holds it or it cannot decode
-static void checkpoint_tokenizer(Tokenizer* found, const char* path, const Model* model, const CheckpointInfo* info) {
+static void checkpoint_tokenizer(Tokenizer* found, const char* path, const Config* run, const CheckpointInfo* info) {
     char folder[4096];
     path_printf(folder, sizeof(folder), "%s", path);
     char* slash = strrchr(folder, '/');
     if (slash) *slash = 0; else strcpy(folder, ".");
-    if (!tokenizer_in_folder(found, folder, info->tokenizer_hash) && !tokenizer_in_folder(found, model->cfg.data, info->tokenizer_hash)) {
+    if (!tokenizer_in_folder(found, folder, info->tokenizer_hash) && !tokenizer_in_folder(found, run->data, info->tokenizer_hash)) {
         if (info->tokenizer_hash != GPT2_IDS_HASH) {
             die("no tokenizer for '%s': neither its folder '%s' nor its data folder '%s' holds the tokenizer.bin it was "
-                "trained with", path, folder, model->cfg.data);
+                "trained with", path, folder, run->data);
         }
         tokenizer_gpt2(found, NULL);  // GPT-2 ids without llm.c's token table: decoding says what is missing
     }
@@ -166,11 +166,12 @@ static int cmd_sample(int argc, char** argv) {
     }
     if (optind >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
     if (optind + 1 < argc) die("sample: '%s': sample takes one CHECKPOINT and options\n%s", argv[optind + 1], USAGE);
+    Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(argv[optind], backend_named(device), &model, NULL, &info);
+    checkpoint_load(argv[optind], backend_named(device), &run, &model, NULL, &info);
     Tokenizer found;
-    checkpoint_tokenizer(&found, argv[optind], &model, &info);
+    checkpoint_tokenizer(&found, argv[optind], &run, &info);
     sample_text(&model, &found, prompt, n_tokens, temperature, (uint64_t)seed, stdout);
     tokenizer_free(&found);
     model_free(&model);
@@ -287,11 +288,12 @@ static int cmd_maps(int argc, char** argv) {
     const char* inputs[2] = {ckpt, text_path};
     refuse_output_over_input("output", out, inputs, text_path ? 2 : 1);
     refuse_replacing_non_file("output", out);
+    Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(ckpt, backend_named("cpu"), &model, NULL, &info);
+    checkpoint_load(ckpt, backend_named("cpu"), &run, &model, NULL, &info);
     Tokenizer tok;
-    checkpoint_tokenizer(&tok, ckpt, &model, &info);
+    checkpoint_tokenizer(&tok, ckpt, &run, &info);
     int layers[ATTNMAP_MAX_INDEX], heads[ATTNMAP_MAX_INDEX];
     if (model.L > ATTNMAP_MAX_INDEX || model.H > ATTNMAP_MAX_INDEX) die("'%s' has more than %d layers or heads", ckpt, ATTNMAP_MAX_INDEX);
     int n_layers = parse_index_list("--layers", layers_arg, model.L, layers);
@@ -430,10 +432,11 @@ static int cmd_eval(int argc, char** argv) {
     if (quant.bits == 1 || quant.bits > LOGIT_QUANT_UNQUANTIZED) die("option --bits: 2..%d (16: unquantized)\n%s", LOGIT_QUANT_UNQUANTIZED, USAGE);
     if (optind >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
     const char* path = argv[optind];
+    Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(path, backend_named(device), &model, NULL, &info);
-    const char* data_dir = model.cfg.data;
+    checkpoint_load(path, backend_named(device), &run, &model, NULL, &info);
+    const char* data_dir = run.data;
     for (int i = optind + 1; i < argc; i++) {
         if (strncmp(argv[i], "data=", 5) != 0) die("eval: '%s': expected data=DIR\n%s", argv[i], USAGE);
         data_dir = argv[i] + 5;
@@ -458,7 +461,7 @@ static int cmd_eval(int argc, char** argv) {
         windows = runs_recorded_windows(results, run_dir, T);
         source = "the table's, as its registry records them";
         if (!windows) {
-            windows = model.cfg.eval_batches * model.cfg.batch_size;
+            windows = run.eval_batches * run.batch_size;
             source = "the run's validation: eval_batches x batch_size";
         }
     }
@@ -468,8 +471,8 @@ static int cmd_eval(int argc, char** argv) {
         windows = available;
     }
     model_set_logit_quant(&model, quant);  // Figure 8's quantizer, on any checkpoint
-    SliceLoss s = evaluate_on_data(&model, &data, windows, NULL);
-    printf("%s: %s attention, step %d of %d%s\n", path, config_attention_name(&model.cfg), info.step, model.cfg.steps,
+    SliceLoss s = evaluate_on_data(&model, &data, windows, run.batch_size, NULL);
+    printf("%s: %s attention, step %d of %d%s\n", path, config_attention_name(&model.cfg), info.step, run.optim.steps,
            info.finished ? "" : " (unfinished)");
     printf("validation: the first %d windows (%s) of %d tokens of '%s' (%ld tokens)", windows, source, T, data_dir, s.tokens);
     if (logit_quant_levels(quant.bits)) printf("; attention logits quantized to %d bits per %s", quant.bits, quant.scope == QUANT_PER_ROW ? "row" : "tensor");
@@ -494,7 +497,7 @@ static int cmd_eval(int argc, char** argv) {
     printf("\n");
     if (outliers) {  // Table 5's statistics over the same windows
         OutlierStats st;
-        outlier_stats_collect(&st, &model, &data.val, T, windows, T, model.cfg.batch_size);
+        outlier_stats_collect(&st, &model, &data.val, T, windows, T, run.batch_size);
         for (int k = 0; k < OUTLIER_KINDS; k++) {
             const ActStats* a = &st.pooled[k];
             printf("%s, pooled over %d layers: Top-1 ", k == OUTLIER_LOGITS ? "attention logits" : "hidden states", st.L);
@@ -519,10 +522,11 @@ static int cmd_export(int argc, char** argv) {
     if (argc != 3) die("export needs CHECKPOINT and OUT.safetensors\n%s", USAGE);
     refuse_output_over_input("output", argv[2], (const char* const*)argv + 1, 1);
     refuse_replacing_non_file("output", argv[2]);
+    Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(argv[1], backend_named("cpu"), &model, NULL, &info);  // weights only: no computation
-    char* config = config_to_text(&model.cfg);
+    checkpoint_load(argv[1], backend_named("cpu"), &run, &model, NULL, &info);  // weights only: no computation
+    char* config = config_to_text(&run);
     char step[32], vocab[32], eps[32], hash[32];
     snprintf(step, sizeof(step), "%d", info.step);
     snprintf(vocab, sizeof(vocab), "%d", model.V);

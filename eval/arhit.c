@@ -100,10 +100,10 @@ SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* tab
     return s;
 }
 
-SliceLoss evaluate_on_data(Model* model, const DataDir* data, int n_windows, WindowLoss* per_window) {
+SliceLoss evaluate_on_data(Model* model, const DataDir* data, int n_windows, int batch, WindowLoss* per_window) {
     BigramTable table;
     bigrams_count(&table, &data->train);
-    SliceLoss s = evaluate_slices(model, &data->val, &table, n_windows, model->cfg.batch_size, per_window);
+    SliceLoss s = evaluate_slices(model, &data->val, &table, n_windows, batch, per_window);
     bigrams_free(&table);
     return s;
 }

@@ -58,7 +58,7 @@ SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* tab
                           WindowLoss* per_window);
 // The evaluation of a trained model on a data folder, as `difftx eval` and Table 6 both take it:
 // the training shards' bigram counts (AR-Hit's reference), then evaluate_slices over the first
-// n_windows validation windows in batches of the model's batch_size
-SliceLoss evaluate_on_data(Model* model, const DataDir* data, int n_windows, WindowLoss* per_window);
+// n_windows validation windows in batches of `batch` windows
+SliceLoss evaluate_on_data(Model* model, const DataDir* data, int n_windows, int batch, WindowLoss* per_window);
 
 #endif

@@ -16,12 +16,12 @@ void bench_run(const Config* cfg, const Backend* be, int vocab, int steps, int f
                const char* recipe_path) {
     train_check_memory(cfg, be, vocab);
     Model model;
-    model_build(&model, cfg, be, vocab);
+    model_build(&model, &cfg->model, be, vocab, cfg->batch_size);
     model_init_params(&model, (uint64_t)cfg->seed);
     AdamW opt;
-    if (!forward_only) adamw_alloc(&opt, &model);
+    if (!forward_only) adamw_alloc(&opt, &model, &cfg->optim);
     BatchShare share = batch_share(cfg, 0, 1);  // one process: a benchmark's ranks would share the cores
-    int B = cfg->batch_size, T = cfg->seq_len;
+    int B = cfg->batch_size, T = cfg->model.seq_len;
     size_t N = (size_t)B * T * cfg->grad_accum;  // tokens per step
     int* inputs = mallocCheck(N * sizeof(int));
     int* targets = mallocCheck(N * sizeof(int));
@@ -47,7 +47,7 @@ void bench_run(const Config* cfg, const Backend* be, int vocab, int steps, int f
     double peak = model.be->peak_memory_bytes() / (1024.0 * 1024.0);
     const char* peak_what = model.be->host_memory ? "RSS" : "device memory";
     printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d device=%s\n",
-           forward_only ? "forward" : "train", config_attention_name(cfg), model.L, model.C,
+           forward_only ? "forward" : "train", config_attention_name(&cfg->model), model.L, model.C,
            model.H, model.D, T, B, vocab, model.n_params, omp_get_max_threads(), model.be->device_name());
     double mfu = 0, mfu_peak = 0;
     if (forward_only) {

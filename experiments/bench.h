@@ -3,7 +3,7 @@
 #define BENCH_H
 
 #include "../model/backend.h"
-#include "../model/config.h"
+#include "config.h"
 
 // Builds cfg's model on be with a vocabulary of vocab, times steps training steps (or forward
 // passes) on random tokens, the first a warm-up left out, prints tokens/s, MFU against the

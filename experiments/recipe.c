@@ -179,7 +179,7 @@ int recipe_shape_key(int is_row, const char* k) {
 static void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path) {
     const char* switches[6] = {"attention", "head_norm", "heads", "width"};
     int n = 4;
-    if (config_variant(cfg)->lambda == LAMBDA_PER_LAYER) switches[n++] = "lambda_init";
+    if (config_variant(&cfg->model)->lambda == LAMBDA_PER_LAYER) switches[n++] = "lambda_init";
     for (int i = 0; i < n; i++) {
         if (!section_get(row, switches[i])) {
             die("%s: [row %s] must state '%s' (a row states every switch that defines it)", path, row->name, switches[i]);
@@ -200,9 +200,9 @@ static void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* pres
     const char *heads = section_get(row, "heads"), *width = section_get(row, "width");
     if (strcmp(heads, "h") && strcmp(heads, "h/2")) die("%s: [row %s]: 'heads' must be h or h/2", path, row->name);
     if (strcmp(width, "d") && strcmp(width, "2d")) die("%s: [row %s]: 'width' must be d or 2d", path, row->name);
-    cfg->n_head = strcmp(heads, "h") == 0 ? h : h / 2;
-    cfg->head_dim = strcmp(width, "d") == 0 ? d : 2 * d;
-    cfg->d_model = h * d;
+    cfg->model.n_head = strcmp(heads, "h") == 0 ? h : h / 2;
+    cfg->model.head_dim = strcmp(width, "d") == 0 ? d : 2 * d;
+    cfg->model.d_model = h * d;
 }
 
 Config recipe_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* path,

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "../model/config.h"
+#include "config.h"
 #include "registry.h"
 
 #define RECIPE_KEYS 64

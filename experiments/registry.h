@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "../eval/arhit.h"
-#include "../model/config.h"
+#include "config.h"
 
 typedef struct {
     sqlite3* db;

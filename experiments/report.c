@@ -44,6 +44,17 @@ void report_close(Report* r) {
     renameCheck(r->tmp, r->path);
 }
 
+void data_file_open(DataFile* d, const char* path) {
+    path_printf(d->path, sizeof(d->path), "%s", path);
+    tmp_path(d->tmp, sizeof(d->tmp), path);
+    d->f = fopenCheck(d->tmp, "w");
+}
+
+void data_file_close(DataFile* d) {
+    fcloseCheck(d->f, d->tmp);
+    renameCheck(d->tmp, d->path);
+}
+
 void gnuplot_init(GnuplotVars* v) { memset(v, 0, sizeof(*v)); }
 
 // Variable and file names are this program's own: letters, digits and '_'

@@ -24,6 +24,15 @@ void report_close(Report* r);
 void markdown_cell(char* out, size_t n, const char* text);
 
 // A row's numbers over its seeds: the mean and the sample standard deviation (0 for one seed)
+// A figure's data file, written under a temporary name and renamed by data_file_close, so
+// neither gnuplot nor a reader ever sees half of one
+typedef struct {
+    FILE* f;
+    char path[4200], tmp[4300];
+} DataFile;
+void data_file_open(DataFile* d, const char* path);
+void data_file_close(DataFile* d);
+
 typedef struct {
     double mean, std;
 } Spread;

@@ -198,10 +198,11 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         registry_close(&reg);
         return;
     }
-    char dat[4200], tmp[4300];
+    char dat[4200];
     figure_data_path(dat, sizeof(dat), results, png);
-    tmp_path(tmp, sizeof(tmp), dat);
-    FILE* f = fopenCheck(tmp, "w");
+    DataFile out;
+    data_file_open(&out, dat);
+    FILE* f = out.f;
     static const char* metric[2] = {"val_loss", "train_loss"};
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < n; i++) {
@@ -216,8 +217,7 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
             free(values);
         }
     }
-    fcloseCheck(f, tmp);
-    renameCheck(tmp, dat);
+    data_file_close(&out);
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
@@ -268,9 +268,9 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
     open_registry(&reg, results);
     char dat[4200];
     figure_data_path(dat, sizeof(dat), results, png);
-    char tmp[4300];
-    tmp_path(tmp, sizeof(tmp), dat);
-    FILE* f = fopenCheck(tmp, "w");
+    DataFile out;
+    data_file_open(&out, dat);
+    FILE* f = out.f;
     int blocks = 0, max_layers = 0;
     for (int i = 0; i < n; i++) {
         sqlite3_stmt* st = query(&reg, "SELECT r.row, r.seed, r.recipe_text FROM runs r WHERE r.id = ?");
@@ -283,9 +283,9 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
         config_defaults(&cfg);
         config_load_string(&cfg, (const char*)sqlite3_column_text(st, 2), origin);
         sqlite3_finalize(st);
-        const AttnVariant* variant = config_variant(&cfg);
+        const AttnVariant* variant = config_variant(&cfg.model);
         const char* attention = variant->name;
-        int L = cfg.n_layer, H = cfg.n_head;
+        int L = cfg.model.n_layer, H = cfg.model.n_head;
         if (variant->lambda == LAMBDA_NONE) {
             die("lambda: run %lld (%s) has %s attention, which has no lambda", (long long)ids[i], row, attention);
         }
@@ -318,8 +318,7 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
         free(mean);
         free(spread);
     }
-    fcloseCheck(f, tmp);
-    renameCheck(tmp, dat);
+    data_file_close(&out);
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "../model/backend.h"
-#include "../model/config.h"
+#include "config.h"
 
 // Filters are NULL for any: experiment (train, table6, needle), preset, status
 typedef struct {

@@ -6,7 +6,7 @@
 
 #include "../data/dataset.h"
 #include "../eval/outliers.h"
-#include "../model/checkpoint.h"
+#include "checkpoint.h"
 #include "../model/base/util.h"
 #include "needle/needle_tasks.h"
 #include "recipe.h"
@@ -52,15 +52,16 @@ static void add_model(Studied* s, const char* source, const char* preset, const 
 }
 
 static void study(Studied* s, Registry* reg, const char* results) {
+    Config stored;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(s->row.checkpoint, backend_of_device(s->row.cfg.device), &model, NULL, &info);
+    checkpoint_load(s->row.checkpoint, backend_of_device(s->row.cfg.device), &stored, &model, NULL, &info);
     if (!info.finished) die("'%s' is not a finished run's checkpoint", s->row.checkpoint);
     DataDir data;
     data_open(&data, s->row.cfg.data, DATA_VAL);
     char shard[4200];
     path_printf(shard, sizeof(shard), "%s/val.bin", data.dir);
-    int windows, stride, T = s->row.cfg.seq_len;
+    int windows, stride, T = s->row.cfg.model.seq_len;
     outlier_windows(data.val.n_tokens, T, s->tokens, shard, &windows, &stride);
     double t0 = wall_time();
     outlier_stats_collect(&s->stats, &model, &data.val, T, windows, stride, s->row.cfg.batch_size);
@@ -114,7 +115,7 @@ static void spread_cell(Report* f, const Studied* models, int seeds, ModelValue 
 static int row_of(const Studied* models, int n_rows, int seeds, const char* source, int maps) {
     for (int g = 0; g < n_rows; g++) {
         const Studied* s = &models[g * seeds];
-        if (strcmp(s->source, source) == 0 && (config_variant(&s->row.cfg)->maps == 1) == (maps == 1)) return g;
+        if (strcmp(s->source, source) == 0 && (config_variant(&s->row.cfg.model)->maps == 1) == (maps == 1)) return g;
     }
     return -1;
 }
@@ -199,8 +200,8 @@ static void write_table(const Table5Options* opt, const Studied* models, int n, 
         const Studied* s = &models[i];
         report_printf(f, "- %s, seed %d: %s attention, %d layers, d_model %d, %d heads x %d, head norm %s; %zu positions of held-out "
                       "text (%d windows of %d at stride %d, %zu distinct tokens; registry run %lld; per layer in %s)\n",
-                      s->label, s->row.cfg.seed, config_attention_name(&s->row.cfg), s->row.cfg.n_layer, s->row.cfg.d_model,
-                      s->row.cfg.n_head, config_head_dim(&s->row.cfg), config_head_norm(&s->row.cfg) ? "on" : "off",
+                      s->label, s->row.cfg.seed, config_attention_name(&s->row.cfg.model), s->row.cfg.model.n_layer, s->row.cfg.model.d_model,
+                      s->row.cfg.model.n_head, config_head_dim(&s->row.cfg.model), config_head_norm(&s->row.cfg.model) ? "on" : "off",
                       s->stats.positions, s->stats.windows, s->stats.T, s->stats.stride, s->stats.distinct, (long long)s->row.run, s->h5);
     }
     report_printf(f, "\n| Model | Activation type | Top-1 | Top-2 | Top-3 | Top-10 | Top-100 | Median |\n|---|---|---|---|---|---|---|---|\n");
@@ -257,7 +258,9 @@ static void write_figure(const Table5Options* opt, const Studied* models, int n,
     // figure data: per row, one block per kind of rows "layer top1 top10 top100 median", then
     // their seed std, with the pooled values at layer -1
     preset_path(dat, sizeof(dat), opt->results, "table5", presets, ".dat");
-    FILE* g = fopenCheck(dat, "w");
+    DataFile dat_file;
+    data_file_open(&dat_file, dat);
+    FILE* g = dat_file.f;
     char names[2048] = "";
     static const int COLUMNS[4] = {0, 3, 4, N_TOPS};  // Top-1, Top-10, Top-100, median
     for (int k = 0; k < OUTLIER_KINDS; k++) {
@@ -273,7 +276,7 @@ static void write_figure(const Table5Options* opt, const Studied* models, int n,
             fprintf(g, "\n\n");
         }
     }
-    fcloseCheck(g, dat);
+    data_file_close(&dat_file);
     for (int r = 0; r < n_rows; r++) {
         snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", r ? " " : "", models[r * seeds].label);
     }
@@ -288,7 +291,7 @@ static void write_figure(const Table5Options* opt, const Studied* models, int n,
     for (int r = 0; r < n_rows; r++) {  // colour by attention type, point by source
         char name[32];
         snprintf(name, sizeof(name), "att%d", r + 1);
-        gnuplot_number(&vars, name, config_variant(&models[r * seeds].row.cfg)->colour);
+        gnuplot_number(&vars, name, config_variant(&models[r * seeds].row.cfg.model)->colour);
         snprintf(name, sizeof(name), "src%d", r + 1);
         gnuplot_number(&vars, name, strcmp(models[r * seeds].source, "needle") == 0);
     }

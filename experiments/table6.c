@@ -9,8 +9,8 @@
 
 #include "../data/dataset.h"
 #include "../eval/arhit.h"
-#include "../model/checkpoint.h"
-#include "../model/config.h"
+#include "checkpoint.h"
+#include "config.h"
 #include "../model/base/dist.h"
 #include "../model/base/util.h"
 #include "recipe.h"
@@ -38,8 +38,8 @@ static Config resolve_row(const Recipe* r, const Section* preset, const Section*
     const char* match = section_get(row, "match_params");
     if (reference && match && strcmp(match, "true") == 0) {
         // one unit of ffn_hidden is 3 x d_model parameters per layer; the vocabulary cancels
-        double missing = (double)model_param_count(reference, 1) - (double)model_param_count(&cfg, 1);
-        cfg.ffn_hidden = config_ffn_hidden(&cfg) + (int)lround(missing / (3.0 * cfg.d_model * cfg.n_layer));
+        double missing = (double)model_param_count(&reference->model, 1) - (double)model_param_count(&cfg.model, 1);
+        cfg.model.ffn_hidden = config_ffn_hidden(&cfg.model) + (int)lround(missing / (3.0 * cfg.model.d_model * cfg.model.n_layer));
         config_validate(&cfg);
     }
     return cfg;
@@ -112,8 +112,8 @@ static void table_open(Table* t, const Table6Options* opt) {
             row->cfg[s] = resolve_row(t->recipe, t->preset, row->section, s, opt->recipe, opt->results, i ? &t->rows[0].cfg[s] : NULL);
         }
         const Config* cfg = &row->cfg[0];
-        snprintf(row->title, sizeof(row->title), "%s %dx%d%s", section_get(row->section, "label"), cfg->n_head,
-                 config_head_dim(cfg), config_head_norm(cfg) ? " GN" : "");
+        snprintf(row->title, sizeof(row->title), "%s %dx%d%s", section_get(row->section, "label"), cfg->model.n_head,
+                 config_head_dim(&cfg->model), config_head_norm(&cfg->model) ? " GN" : "");
         paper_values(row->section, row->paper, opt->recipe);
     }
 }
@@ -144,11 +144,12 @@ static void evaluate_run(Registry* reg, int64_t run, const char* row, const Conf
     CheckpointInfo info;
     char path[4200];
     config_checkpoint_path(cfg, path, sizeof(path));
-    checkpoint_load(path, backend_of_device(cfg->device), &model, NULL, &info);
+    Config stored;
+    checkpoint_load(path, backend_of_device(cfg->device), &stored, &model, NULL, &info);
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     WindowLoss* windows = mallocCheck((size_t)eval_windows * sizeof(WindowLoss));
-    SliceLoss s = evaluate_on_data(&model, &data, eval_windows, windows);
+    SliceLoss s = evaluate_on_data(&model, &data, eval_windows, cfg->batch_size, windows);
     // a slice without tokens has no loss: its evaluation is absent, and the table says why
     registry_evaluation(reg, run, "valid", s.valid);
     if (isfinite(s.arhit)) registry_evaluation(reg, run, "arhit", s.arhit);
@@ -162,7 +163,7 @@ static void evaluate_run(Registry* reg, int64_t run, const char* row, const Conf
     registry_evaluation(reg, run, "arhit_threshold", s.threshold);
     registry_evaluation(reg, run, "eval_tokens", (double)s.tokens);
     registry_evaluation(reg, run, "params", (double)model.n_params);
-    registry_evaluation(reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->seq_len * cfg->grad_accum);
+    registry_evaluation(reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->model.seq_len * cfg->grad_accum);
     registry_window_losses(reg, run, eval_windows, windows);
     char arhit[64];
     if (isfinite(s.arhit)) snprintf(arhit, sizeof(arhit), "%.4f (%.2f%% of tokens)", s.arhit, 100 * s.arhit_fraction);
@@ -255,18 +256,18 @@ static void check_rows(Table* t) {
     for (int i = 0; i < t->n_rows; i++) {
         Row* row = &t->rows[i];
         const Config* cfg = &row->cfg[0];
-        row->params = model_param_count(cfg, data.tok.vocab_size);
-        printf("  %-18s %-9s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", row->name, config_attention_name(cfg), cfg->n_head,
-               config_head_dim(cfg), config_head_norm(cfg) ? "yes" : "no", config_ffn_hidden(cfg), row->params);
+        row->params = model_param_count(&cfg->model, data.tok.vocab_size);
+        printf("  %-18s %-9s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", row->name, config_attention_name(&cfg->model), cfg->model.n_head,
+               config_head_dim(&cfg->model), config_head_norm(&cfg->model) ? "yes" : "no", config_ffn_hidden(&cfg->model), row->params);
         size_t base = t->rows[0].params;
         if (fabs((double)row->params - (double)base) > 0.01 * base) {
             die("%s: row '%s' has %zu parameters, more than 1%% from row '%s' (%zu)", opt->recipe, row->name, row->params,
                 t->rows[0].name, base);
         }
     }
-    if ((data.val.n_tokens - 1) / first->seq_len < (size_t)t->eval_windows) {
+    if ((data.val.n_tokens - 1) / first->model.seq_len < (size_t)t->eval_windows) {
         die("%s: [preset %s] eval_windows = %d needs %zu validation tokens at seq_len %d; '%s/val.bin' has %zu", opt->recipe,
-            opt->preset, t->eval_windows, (size_t)t->eval_windows * first->seq_len + 1, first->seq_len, first->data,
+            opt->preset, t->eval_windows, (size_t)t->eval_windows * first->model.seq_len + 1, first->model.seq_len, first->data,
             data.val.n_tokens);
     }
     data_close(&data);
@@ -390,8 +391,8 @@ static void write_rows(const Table* t, Report* rep) {
     report_printf(rep, "%s", preset_note(t->preset, opt->recipe));
     report_printf(rep, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
                   section_get(t->preset, "n_layer"), h * d, h, d,
-                  (long long)first->steps * first->batch_size * first->seq_len * first->grad_accum, t->eval_windows, first->seq_len);
-    long eval_tokens = (long)t->eval_windows * first->seq_len;
+                  (long long)first->optim.steps * first->batch_size * first->model.seq_len * first->grad_accum, t->eval_windows, first->model.seq_len);
+    long eval_tokens = (long)t->eval_windows * first->model.seq_len;
     report_printf(rep, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
                   "rescaled to the training shard); %.2f%% of evaluated tokens (%ld of %ld).\n\n", t->rows[0].threshold,
                   100 * t->rows[0].arhit_fraction, lround(t->rows[0].arhit_fraction * eval_tokens), eval_tokens);
@@ -408,8 +409,8 @@ static void write_rows(const Table* t, Report* rep) {
         }
         char label[2 * CONFIG_STR];
         markdown_cell(label, sizeof(label), section_get(row->section, "label"));
-        report_printf(rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", label, cfg->n_head, config_head_dim(cfg),
-                      config_head_norm(cfg) ? "✓" : "✗", row->n, cells[0], cells[1], cells[2], row->params, paper_cells);
+        report_printf(rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", label, cfg->model.n_head, config_head_dim(&cfg->model),
+                      config_head_norm(&cfg->model) ? "✓" : "✗", row->n, cells[0], cells[1], cells[2], row->params, paper_cells);
     }
 }
 
@@ -450,7 +451,7 @@ static void position_header(Report* rep, int T, int ranges) {
 // Loss by position in the context: each row's mean over seeds per bin, then each row minus the
 // first row per bin with its interval, so a claim about long context is read where it lives
 static void write_positions(const Table* t, Report* rep) {
-    int T = t->rows[0].cfg[0].seq_len;
+    int T = t->rows[0].cfg[0].model.seq_len;
     report_printf(rep, "\n### Validation loss by position in the context (%d bins of %d tokens)\n\n", POSITION_BINS,
                   T / POSITION_BINS);
     position_header(rep, T, 1);
@@ -490,14 +491,16 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
     preset_path(bars, sizeof(bars), opt->results, "table6", opt->preset, "_bars.dat");
     preset_path(curves, sizeof(curves), opt->results, "table6", opt->preset, "_curves.dat");
     preset_path(positions, sizeof(positions), opt->results, "table6", opt->preset, "_positions.dat");
-    FILE* f = fopenCheck(bars, "w");
+    DataFile bars_file;
+    data_file_open(&bars_file, bars);
+    FILE* f = bars_file.f;
     // each row against the first (the Transformer), ours and the paper's on one axis: the paper's
     // claims are differences, and its 3B models' absolute losses are not on our scale
     fprintf(f, "# row title colour, then per metric (Valid, AR-Hit, Others): ours - ours of row 0, its 95%% interval "
                "(low, high), paper - paper of row 0\n");
     for (int i = 0; i < t->n_rows; i++) {
         const Row* row = &t->rows[i];
-        fprintf(f, "%d \"%s\" %d", i, row->title, config_variant(&row->cfg[0])->colour);
+        fprintf(f, "%d \"%s\" %d", i, row->title, config_variant(&row->cfg[0].model)->colour);
         for (int k = 0; k < METRICS; k++) {
             GapInterval g = i ? row_gap(t, row, &t->rows[0], k) : (GapInterval){0, 0, 0};
             if (isnan(g.lo)) g.lo = g.hi = g.gap;  // no interval: a dot without a bar
@@ -505,8 +508,10 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
         }
         fprintf(f, "\n");
     }
-    fcloseCheck(f, bars);
-    f = fopenCheck(curves, "w");
+    data_file_close(&bars_file);
+    DataFile curves_file;
+    data_file_open(&curves_file, curves);
+    f = curves_file.f;
     for (int i = 0; i < t->n_rows; i++) {
         const Row* row = &t->rows[i];
         fprintf(f, "\"%s\"\n", row->title);
@@ -523,33 +528,35 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
         free(tokens);
         free(values);
     }
-    fcloseCheck(f, curves);
-    f = fopenCheck(positions, "w");
+    data_file_close(&curves_file);
+    DataFile positions_file;
+    data_file_open(&positions_file, positions);
+    f = positions_file.f;
     for (int i = 0; i < t->n_rows; i++) {
         fprintf(f, "\"%s\"\n", t->rows[i].title);
         for (int b = 0; t->rows[i].n && b < POSITION_BINS; b++) {
-            fprintf(f, "%.1f %.6f\n", (b + 0.5) * first->seq_len / POSITION_BINS, t->rows[i].position[b]);
+            fprintf(f, "%.1f %.6f\n", (b + 0.5) * first->model.seq_len / POSITION_BINS, t->rows[i].position[b]);
         }
         fprintf(f, "\n\n");
     }
-    fcloseCheck(f, positions);
+    data_file_close(&positions_file);
 
     GnuplotVars vars;
     gnuplot_init(&vars);
     char text[4400];
-    long eval_tokens = (long)t->eval_windows * first->seq_len;
+    long eval_tokens = (long)t->eval_windows * first->model.seq_len;
     gnuplot_input(&vars, "bars", bars);
     gnuplot_input(&vars, "curves", curves);
     gnuplot_input(&vars, "positions", positions);
     gnuplot_number(&vars, "rows", t->n_rows);
     gnuplot_number(&vars, "seeds", t->seeds);
-    gnuplot_number(&vars, "seq_len", first->seq_len);
+    gnuplot_number(&vars, "seq_len", first->model.seq_len);
     gnuplot_number(&vars, "arhit_tokens", lround(t->rows[0].arhit_fraction * eval_tokens));
     gnuplot_number(&vars, "eval_tokens", eval_tokens);
     for (int i = 0; i < t->n_rows; i++) {
         char name[16];
         snprintf(name, sizeof(name), "att%d", i + 1);
-        gnuplot_number(&vars, name, config_variant(&t->rows[i].cfg[0])->colour);
+        gnuplot_number(&vars, name, config_variant(&t->rows[i].cfg[0].model)->colour);
     }
     gnuplot_number(&vars, "variants", ATTN_VARIANT_COUNT);  // the legend: every variant's colour and label
     for (int v = 0; v < ATTN_VARIANT_COUNT; v++) {
@@ -579,7 +586,7 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
     gnuplot_output(&vars, "out_positions", positions_png);
     snprintf(text, sizeof(text), "Table 6, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
              "paired interval over %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
-             opt->preset, t->seeds > 1 ? "seeds and windows" : "windows, 1 seed", t->eval_windows, first->seq_len);
+             opt->preset, t->seeds > 1 ? "seeds and windows" : "windows, 1 seed", t->eval_windows, first->model.seq_len);
     gnuplot_string(&vars, "title_text", text);
     snprintf(text, sizeof(text), "Table 6, preset %s: validation loss during training, on eval_batches x batch_size = %d "
              "windows (the table: %d)", opt->preset, first->eval_batches * first->batch_size, t->eval_windows);

@@ -4,7 +4,7 @@
 #ifndef TABLE6_H
 #define TABLE6_H
 
-#include "../model/config.h"
+#include "config.h"
 #include "recipe.h"
 
 typedef struct {

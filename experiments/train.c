@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../data/dataset.h"
-#include "../model/checkpoint.h"
+#include "checkpoint.h"
 #include "../model/base/dist.h"
 #include "../model/model.h"
 #include "../model/optim.h"
@@ -23,7 +23,7 @@
 static void require_same_config(const Config* stored, const Config* now, const char* ckpt) {
     Config a = *stored, b = *now;
     memcpy(a.out, b.out, sizeof(a.out));
-    a.steps = b.steps;
+    a.optim.steps = b.optim.steps;
     char *ta = config_to_text(&a), *tb = config_to_text(&b);
     char *la = ta, *lb = tb;
     while (*la && *lb) {
@@ -134,10 +134,11 @@ static void truncate_log(const char* path, int step, long tokens_per_step, Spike
 // Warm start: the parameters of a finished run with the same tensor layout; nothing else of
 // that run (step, optimizer moments, data position) carries over
 static void init_from_checkpoint(Model* model, const char* path, uint64_t tokenizer_hash) {
+    Config src_cfg;
     Model src;
     CheckpointInfo info;
-    checkpoint_load(path, backend_named("cpu"), &src, NULL, &info);  // read only, then copied across
-    if (!info.finished) die("key 'init_from': '%s' is not a finished run's checkpoint (step %d of %d)", path, info.step, src.cfg.steps);
+    checkpoint_load(path, backend_named("cpu"), &src_cfg, &src, NULL, &info);  // read only, then copied across
+    if (!info.finished) die("key 'init_from': '%s' is not a finished run's checkpoint (step %d of %d)", path, info.step, src_cfg.optim.steps);
     if (info.tokenizer_hash != tokenizer_hash) die("key 'init_from': '%s' was trained with another tokenizer than this run's data", path);
     if (src.n_tensors != model->n_tensors) die("key 'init_from': '%s' has another architecture than this config", path);
     for (int i = 0; i < model->n_tensors; i++) {
@@ -152,12 +153,11 @@ static void init_from_checkpoint(Model* model, const char* path, uint64_t tokeni
 }
 
 // The ranks take turns over the evaluation batches
-static double evaluate(Model* model, const Shard* val, const BatchShare* share, int* inputs, int* targets) {
-    const Config* cfg = &model->cfg;
+static double evaluate(Model* model, const Config* cfg, const Shard* val, const BatchShare* share, int* inputs, int* targets) {
     double total = 0.0;
     for (int k = share->rank; k < cfg->eval_batches; k += share->ranks) {
-        loader_eval_rows(val, cfg->seq_len, (size_t)k * cfg->batch_size, cfg->batch_size, inputs, targets);
-        model_forward(model, inputs, targets, cfg->batch_size, cfg->seq_len, 0);
+        loader_eval_rows(val, cfg->model.seq_len, (size_t)k * cfg->batch_size, cfg->batch_size, inputs, targets);
+        model_forward(model, inputs, targets, cfg->batch_size, cfg->model.seq_len, 0);
         total += model_loss(model);
     }
     if (share->ranks > 1) dist_sum_doubles(&total, 1);
@@ -167,14 +167,13 @@ static double evaluate(Model* model, const Shard* val, const BatchShare* share, 
 // Each layer's lambda at an evaluation, printed and recorded as metrics: lambda_l<l> (diff),
 // or lambda_l<l>_h<h>_mean and _std over the tokens of the first evaluation batch (diff2,
 // read from one training forward of it, which keeps every layer)
-static void record_lambda(Model* model, const Shard* val, int* inputs, int* targets, const TrainObserver* observer, int step,
-                          long tokens) {
-    const Config* cfg = &model->cfg;
+static void record_lambda(Model* model, const Config* cfg, const Shard* val, int* inputs, int* targets, const TrainObserver* observer,
+                          int step, long tokens) {
     int L = model->L, H = model->H, per_token = model->variant->lambda == LAMBDA_PER_TOKEN;
     if (model->variant->lambda == LAMBDA_NONE) return;
     if (per_token) {
-        loader_eval_rows(val, cfg->seq_len, 0, cfg->batch_size, inputs, targets);
-        model_forward(model, inputs, targets, cfg->batch_size, cfg->seq_len, 1);
+        loader_eval_rows(val, cfg->model.seq_len, 0, cfg->batch_size, inputs, targets);
+        model_forward(model, inputs, targets, cfg->batch_size, cfg->model.seq_len, 1);
     }
     double* mean = mallocCheck((size_t)L * H * sizeof(double));
     double* std = mallocCheck((size_t)L * H * sizeof(double));
@@ -210,14 +209,14 @@ static void diverged(int step, double loss, float norm, const char* ckpt, FILE* 
 }
 
 void train_check_memory(const Config* cfg, const Backend* be, int vocab_size) {
-    double activations, need = model_training_bytes(cfg, vocab_size, &activations);
+    double activations, need = model_training_bytes(&cfg->model, vocab_size, cfg->batch_size, &activations);
     double have = be->memory_bytes();
     double gib = 1024.0 * 1024 * 1024;
     if (need > have) {
         die("training needs %.1f GiB, more than the %.1f GiB of device %s: %.1f GiB of parameters with their gradients and AdamW "
             "moments (keys 'n_layer' = %d, 'd_model' = %d, 'ffn_hidden' and the vocabulary of %d) and %.1f GiB of one "
             "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib, be->device_name(),
-            (need - activations) / gib, cfg->n_layer, cfg->d_model, vocab_size, activations / gib, cfg->batch_size, cfg->seq_len);
+            (need - activations) / gib, cfg->model.n_layer, cfg->model.d_model, vocab_size, activations / gib, cfg->batch_size, cfg->model.seq_len);
     }
 }
 
@@ -234,12 +233,12 @@ BatchShare batch_share(const Config* cfg, int rank, int ranks) {
 
 TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, const BatchShare* share, int step, const int* inputs,
                      const int* targets) {
-    size_t rows = (size_t)share->micro_rows * cfg->seq_len;
+    size_t rows = (size_t)share->micro_rows * cfg->model.seq_len;
     int parts = share->micros * share->ranks;  // equal parts of the global batch
-    TrainStep out = {0.0, NAN, lr_at(cfg, step)};
+    TrainStep out = {0.0, NAN, lr_at(&opt->cfg, step)};
     model_zero_grad(model);
     for (int micro = 0; micro < share->micros; micro++) {
-        model_forward(model, inputs + micro * rows, targets + micro * rows, share->micro_rows, cfg->seq_len, 1);
+        model_forward(model, inputs + micro * rows, targets + micro * rows, share->micro_rows, cfg->model.seq_len, 1);
         double loss = model_loss(model);
         out.loss += loss;
         if (!isfinite(loss)) break;
@@ -250,129 +249,192 @@ TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, const BatchSha
     out.loss /= parts;
     if (!isfinite(out.loss)) return out;
     if (share->ranks > 1) model_sum_grads_across_ranks(model);
-    out.norm = clip_grad_norm(model, cfg->grad_clip);
+    out.norm = clip_grad_norm(model, cfg->optim.grad_clip);
     if (isfinite(out.norm)) adamw_update(opt, model, out.lr, step + 1);
     return out;
 }
 
 // One run on every rank: rank 0 owns the run folder (lock, log, checkpoints) and the observer
-static double run_training(const Config* cfg, int until, const TrainObserver* observer) {
-    config_validate(cfg);
-    if (until <= 0 || until > cfg->steps) until = cfg->steps;
-    BatchShare share = batch_share(cfg, dist_rank(), dist_ranks());
-    int root = share.rank == 0;
-    int B = cfg->batch_size, T = cfg->seq_len;
-    size_t tokens_per_step = (size_t)B * T * cfg->grad_accum;
+// One training run in progress: what its steps share
+typedef struct {
+    const Config* cfg;  // as asked for
+    const Backend* be;
+    Config recorded;    // what checkpoints record: the stored recipe when resuming, the data's absolute path
+    BatchShare share;
+    int root, threads, lock;
+    size_t tokens_per_step;
     char ckpt[4096], log_path[4096];
     DataDir data;
-    data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
-    const Tokenizer* tok = &data.tok;
-    if (data.val.n_tokens < (size_t)T + 1) {  // refused before anything is written
-        die("key 'data': the validation shard of '%s' holds %zu tokens, fewer than one window of seq_len + 1 = %d; prepare "
-            "more text or lower 'seq_len'", cfg->data, data.val.n_tokens, T + 1);
-    }
-
-    const Backend* be = backend_of_device(cfg->device);  // the one place a run resolves its device
-    train_check_memory(cfg, be, tok->vocab_size);
-    int lock = -1;
-    if (root) {
-        mkdir_p(cfg->out);
-        lock = lock_folder(cfg->out, "run folder");
-        data_copy_tokenizer(&data, cfg->out);  // the run folder stands alone
-    }
-    config_checkpoint_path(cfg, ckpt, sizeof(ckpt));
-    path_printf(log_path, sizeof(log_path), "%s/log.tsv", cfg->out);
     Model model;
     AdamW opt;
-    CheckpointInfo info = {0};
-    int threads = omp_get_max_threads();
-    SpikeWatch watch[2] = {{{0}, 0, 0}, {{0}, 0, 0}};  // the loss's and the gradient norm's
-    if (access(ckpt, F_OK) == 0) {
-        checkpoint_load(ckpt, be, &model, &opt, &info);
-        require_same_config(&model.cfg, cfg, ckpt);
-        if (cfg->steps < info.step) die("key 'steps': %d is below the %d steps '%s' has trained; a run only grows", cfg->steps, info.step, ckpt);
-        if (cfg->steps != model.cfg.steps) {
-            printf("extending %s from %d to %d steps: parameters, AdamW moments and data position carry on; the "
-                   "learning-rate schedule is the one of %d steps from here\n", ckpt, model.cfg.steps, cfg->steps, cfg->steps);
-            model.cfg.steps = cfg->steps;  // what the next checkpoint records
-            info.finished = info.step == cfg->steps;
-        }
-        if (info.tokenizer_hash != tok->hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
-        if (!info.data_id[0]) {
-            if (root) fprintf(stderr, "warning: '%s' records no data identity (an older file): it cannot say whether '%s' holds its data\n", ckpt, cfg->data);
-        } else if (strcmp(info.data_id, data.identity) != 0) {
-            die("'%s' was trained on other data than '%s' holds (checkpoint: %s; '%s' now: %s); choose another out folder or "
-                "the data it was trained on", ckpt, cfg->data, info.data_id, data.absolute, data.identity);
-        }
-        const char* device = model.be->device_name();
-        if (root && (info.threads != threads || info.ranks != share.ranks || strcmp(info.device, device) != 0)) {
-            fprintf(stderr, "warning: resuming with %d ranks of %d threads on %s, the checkpoint was written by %d of %d on "
-                    "%s; losses match a non-stop run bitwise only with the same device, ranks and threads\n", share.ranks,
-                    threads, device, info.ranks, info.threads, info.device);
-        }
-        if (root) truncate_log(log_path, info.step, (long)tokens_per_step, watch);
-        if (!info.finished) printf("resuming %s from step %d\n", ckpt, info.step);
-    } else {
-        model_build(&model, cfg, be, tok->vocab_size);
-        if (cfg->init_from[0]) init_from_checkpoint(&model, cfg->init_from, tok->hash);
-        else model_init_params(&model, (uint64_t)cfg->seed);
-        adamw_alloc(&opt, &model);
-        if (root) truncate_log(log_path, 0, 0, watch);
+    CheckpointInfo info;
+    SpikeWatch watch[2];  // the loss's and the gradient norm's
+} Run;
+
+// The data, the device and their checks, then the run folder (locked): nothing is written
+// before every check has passed
+static void open_run(Run* r, const Config* cfg) {
+    config_validate(cfg);
+    memset(r, 0, sizeof(*r));
+    r->cfg = cfg;
+    r->share = batch_share(cfg, dist_rank(), dist_ranks());
+    r->root = r->share.rank == 0;
+    r->threads = omp_get_max_threads();
+    r->lock = -1;
+    int T = cfg->model.seq_len;
+    r->tokens_per_step = (size_t)cfg->batch_size * T * cfg->grad_accum;
+    data_open(&r->data, cfg->data, DATA_TRAIN | DATA_VAL);
+    if (r->data.val.n_tokens < (size_t)T + 1) {  // refused before anything is written
+        die("key 'data': the validation shard of '%s' holds %zu tokens, fewer than one window of seq_len + 1 = %d; prepare "
+            "more text or lower 'seq_len'", cfg->data, r->data.val.n_tokens, T + 1);
     }
-    snprintf(model.cfg.data, sizeof(model.cfg.data), "%s", data.absolute);  // what checkpoints record
-    printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, ", config_attention_name(cfg),
-           model.L, model.C, model.H, model.D, model.F, model.n_params, tokens_per_step);
-    if (share.ranks > 1) printf("%d ranks x %d micro-batches of %d rows, ", share.ranks, share.micros, share.micro_rows);
-    printf("%d threads, %s\n", threads, model.be->device_name());
-    if (info.finished) printf("run already finished at step %d (train loss %.4f)\n", info.step, info.train_loss);
-    if (root && cfg->warmup_steps >= cfg->steps) {
-        fprintf(stderr, "warning: warmup_steps = %d >= steps = %d: the learning rate never reaches lr\n", cfg->warmup_steps, cfg->steps);
+    r->be = backend_of_device(cfg->device);  // the one place a run resolves its device
+    train_check_memory(cfg, r->be, r->data.tok.vocab_size);
+    if (r->root) {
+        mkdir_p(cfg->out);
+        r->lock = lock_folder(cfg->out, "run folder");
+        data_copy_tokenizer(&r->data, cfg->out);  // the run folder stands alone
     }
-    size_t val_windows = (data.val.n_tokens - 1) / T, asked = (size_t)cfg->eval_batches * B;
-    if (root && asked > val_windows) {
+    config_checkpoint_path(cfg, r->ckpt, sizeof(r->ckpt));
+    path_printf(r->log_path, sizeof(r->log_path), "%s/log.tsv", cfg->out);
+    r->recorded = *cfg;
+}
+
+// Model, moments, position and log from the run folder's checkpoint, after checking that it is
+// this run's: the same recipe (steps may grow), tokenizer and data
+static void resume_run(Run* r) {
+    const Config* cfg = r->cfg;
+    const char* ckpt = r->ckpt;
+    CheckpointInfo* info = &r->info;
+    checkpoint_load(ckpt, r->be, &r->recorded, &r->model, &r->opt, info);
+    require_same_config(&r->recorded, cfg, ckpt);
+    int steps = cfg->optim.steps;
+    if (steps < info->step) die("key 'steps': %d is below the %d steps '%s' has trained; a run only grows", steps, info->step, ckpt);
+    if (steps != r->recorded.optim.steps) {
+        printf("extending %s from %d to %d steps: parameters, AdamW moments and data position carry on; the "
+               "learning-rate schedule is the one of %d steps from here\n", ckpt, r->recorded.optim.steps, steps, steps);
+        r->recorded.optim.steps = steps;  // what the next checkpoint records
+        r->opt.cfg.steps = steps;
+        info->finished = info->step == steps;
+    }
+    if (info->tokenizer_hash != r->data.tok.hash) die("'%s' was trained with another tokenizer than '%s/tokenizer.bin'", ckpt, cfg->data);
+    if (!info->data_id[0]) {
+        if (r->root) fprintf(stderr, "warning: '%s' records no data identity (an older file): it cannot say whether '%s' holds its data\n", ckpt, cfg->data);
+    } else if (strcmp(info->data_id, r->data.identity) != 0) {
+        die("'%s' was trained on other data than '%s' holds (checkpoint: %s; '%s' now: %s); choose another out folder or "
+            "the data it was trained on", ckpt, cfg->data, info->data_id, r->data.absolute, r->data.identity);
+    }
+    const char* device = r->model.be->device_name();
+    if (r->root && (info->threads != r->threads || info->ranks != r->share.ranks || strcmp(info->device, device) != 0)) {
+        fprintf(stderr, "warning: resuming with %d ranks of %d threads on %s, the checkpoint was written by %d of %d on "
+                "%s; losses match a non-stop run bitwise only with the same device, ranks and threads\n", r->share.ranks,
+                r->threads, device, info->ranks, info->threads, info->device);
+    }
+    if (r->root) truncate_log(r->log_path, info->step, (long)r->tokens_per_step, r->watch);
+    if (!info->finished) printf("resuming %s from step %d\n", ckpt, info->step);
+}
+
+// A fresh model (random, or a finished run's weights) and optimizer, and an empty log
+static void start_run(Run* r) {
+    const Config* cfg = r->cfg;
+    model_build(&r->model, &cfg->model, r->be, r->data.tok.vocab_size, cfg->batch_size);
+    if (cfg->init_from[0]) init_from_checkpoint(&r->model, cfg->init_from, r->data.tok.hash);
+    else model_init_params(&r->model, (uint64_t)cfg->seed);
+    adamw_alloc(&r->opt, &r->model, &cfg->optim);
+    if (r->root) truncate_log(r->log_path, 0, 0, r->watch);
+}
+
+static void announce_run(const Run* r) {
+    const Config* cfg = r->cfg;
+    const Model* m = &r->model;
+    printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, ", config_attention_name(&cfg->model),
+           m->L, m->C, m->H, m->D, m->F, m->n_params, r->tokens_per_step);
+    if (r->share.ranks > 1) printf("%d ranks x %d micro-batches of %d rows, ", r->share.ranks, r->share.micros, r->share.micro_rows);
+    printf("%d threads, %s\n", r->threads, m->be->device_name());
+    if (r->info.finished) printf("run already finished at step %d (train loss %.4f)\n", r->info.step, r->info.train_loss);
+    if (!r->root) return;
+    if (cfg->optim.warmup_steps >= cfg->optim.steps) {
+        fprintf(stderr, "warning: warmup_steps = %d >= steps = %d: the learning rate never reaches lr\n", cfg->optim.warmup_steps, cfg->optim.steps);
+    }
+    int T = cfg->model.seq_len;
+    size_t val_windows = (r->data.val.n_tokens - 1) / T, asked = (size_t)cfg->eval_batches * cfg->batch_size;
+    if (asked > val_windows) {
         fprintf(stderr, "warning: the validation shard holds %zu windows of seq_len + 1 = %d tokens, but eval_batches x "
                 "batch_size = %zu: windows repeat, so the validation loss averages only %zu distinct windows\n",
                 val_windows, T + 1, asked, val_windows);
     }
+}
 
+// Loss and gradient-norm spikes (root only): printed and recorded as metrics
+static void watch_spikes(Run* r, const TrainObserver* observer, int done, long tokens_seen, double loss, float norm) {
+    static const char* const names[2] = {"loss", "grad_norm"}, *const keys[2] = {"spike_loss", "spike_grad_norm"};
+    double value[2] = {loss, norm};
+    for (int k = 0; k < 2; k++) {
+        int before = r->watch[k].n;
+        double z = spike_watch(&r->watch[k], value[k]);
+        if (!(z > SPIKE_Z)) continue;
+        printf("step %5d | %s spike: %.4g, z-score %.1f against the last %d steps\n", done, names[k], value[k], z, before);
+        if (observer) observer->metric(observer->ctx, keys[k], done, tokens_seen, z);
+    }
+}
+
+// Metrics first: a kill before the checkpoint's rename leaves metrics past the last checkpoint,
+// which the resumed run's observer drops (resume); the other order would lose this interval's
+// metrics for good
+static void save_run(Run* r, const TrainObserver* observer, int done, double loss) {
+    if (observer) observer->flush(observer->ctx);
+    const Config* cfg = r->cfg;
+    CheckpointInfo now = {.step = done, .rows_seen = (uint64_t)done * cfg->grad_accum * cfg->batch_size,
+                          .tokenizer_hash = r->data.tok.hash, .threads = r->threads, .ranks = r->share.ranks,
+                          .finished = done == cfg->optim.steps, .train_loss = loss};
+    snprintf(now.data_id, sizeof(now.data_id), "%s", r->data.identity);
+    checkpoint_save(r->ckpt, &r->recorded, &r->model, &r->opt, &now);
+}
+
+static void close_run(Run* r) {
+    model_free(&r->model);
+    adamw_free(&r->opt);
+    data_close(&r->data);
+    if (r->root) unlock_folder(r->lock);
+}
+
+static double run_training(const Config* cfg, int until, const TrainObserver* observer) {
+    Run r;
+    open_run(&r, cfg);
+    if (until <= 0 || until > cfg->optim.steps) until = cfg->optim.steps;
+    if (access(r.ckpt, F_OK) == 0) resume_run(&r);
+    else start_run(&r);
+    snprintf(r.recorded.data, sizeof(r.recorded.data), "%s", r.data.absolute);
+    announce_run(&r);
+
+    int B = cfg->batch_size, T = cfg->model.seq_len;
+    const BatchShare* share = &r.share;
     Loader loader;
-    loader_init(&loader, &data.train, T, (uint64_t)cfg->seed);
-    size_t rank_tokens = (size_t)share.micros * share.micro_rows * T;
+    loader_init(&loader, &r.data.train, T, (uint64_t)cfg->seed);
+    size_t rank_tokens = (size_t)share->micros * share->micro_rows * T;
     size_t buffer_tokens = rank_tokens > (size_t)B * T ? rank_tokens : (size_t)B * T;  // training or evaluation
     int* inputs = mallocCheck(buffer_tokens * sizeof(int));   // (micros, micro_rows, T)
     int* targets = mallocCheck(buffer_tokens * sizeof(int));  // (micros, micro_rows, T)
-    if (!root) observer = NULL;
-    if (observer) observer->resume(observer->ctx, info.step, model.be->device_name());
+    if (!r.root) observer = NULL;
+    if (observer) observer->resume(observer->ctx, r.info.step, r.model.be->device_name());
     FILE* log = NULL;
-    if (root) {
-        log = fopenCheck(log_path, "a");
+    if (r.root) {
+        log = fopenCheck(r.log_path, "a");
         setvbuf(log, NULL, _IOLBF, 0);  // one write per line: a kill never leaves half a line mid-log
     }
-    double t_start = wall_time(), loss = info.train_loss, t_logged = t_start;
-    int first_step = info.step, step_logged = info.step;
+    double t_start = wall_time(), loss = r.info.train_loss, t_logged = t_start;
+    int first_step = r.info.step, step_logged = r.info.step;
     for (int step = first_step; step < until; step++) {
-        loader_rows(&loader, (size_t)step * cfg->grad_accum * B + share.first_row, share.micros * share.micro_rows, inputs,
+        loader_rows(&loader, (size_t)step * cfg->grad_accum * B + share->first_row, share->micros * share->micro_rows, inputs,
                     targets);
-        TrainStep st = train_step(&model, &opt, cfg, &share, step, inputs, targets);
+        TrainStep st = train_step(&r.model, &r.opt, cfg, share, step, inputs, targets);
         loss = st.loss;
-        if (!isfinite(st.loss) || !isfinite(st.norm)) diverged(step + 1, st.loss, st.norm, ckpt, log);
-        float norm = st.norm, lr = st.lr;
+        if (!isfinite(st.loss) || !isfinite(st.norm)) diverged(step + 1, st.loss, st.norm, r.ckpt, log);
         int done = step + 1;
-        long tokens_seen = (long)done * (long)tokens_per_step;
-        if (log) write_log_row(log, log_path, &(LogRow){0, done, tokens_seen, loss, lr, norm});
+        long tokens_seen = (long)done * (long)r.tokens_per_step;
+        if (log) write_log_row(log, r.log_path, &(LogRow){0, done, tokens_seen, loss, st.lr, st.norm});
         if (observer) observer->metric(observer->ctx, "train_loss", done, tokens_seen, loss);
-        if (root) {
-            static const char* const names[2] = {"loss", "grad_norm"}, *const keys[2] = {"spike_loss", "spike_grad_norm"};
-            double value[2] = {loss, norm};
-            for (int k = 0; k < 2; k++) {
-                int before = watch[k].n;
-                double z = spike_watch(&watch[k], value[k]);
-                if (!(z > SPIKE_Z)) continue;
-                printf("step %5d | %s spike: %.4g, z-score %.1f against the last %d steps\n", done, names[k], value[k], z,
-                       before);
-                if (observer) observer->metric(observer->ctx, keys[k], done, tokens_seen, z);
-            }
-        }
+        if (r.root) watch_spikes(&r, observer, done, tokens_seen, loss, st.norm);
         if (done % cfg->log_every == 0 || done == until) {
             // the rate over the steps since the last line: steady, unlike one step's, and current
             char elapsed_text[32], eta[32];
@@ -380,39 +442,29 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
             format_duration(elapsed_text, sizeof(elapsed_text), elapsed);
             format_duration(eta, sizeof(eta), elapsed / (done - first_step) * (until - done));  // to where this call stops
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %ld tokens | %6.0f tok/s | %s elapsed, eta %s\n", done,
-                   cfg->steps, loss, lr, norm, tokens_seen, (double)(done - step_logged) * tokens_per_step / (now - t_logged),
-                   elapsed_text, eta);
+                   cfg->optim.steps, loss, st.lr, st.norm, tokens_seen,
+                   (double)(done - step_logged) * r.tokens_per_step / (now - t_logged), elapsed_text, eta);
             fflush(stdout);
             t_logged = now;
             step_logged = done;
         }
-        if ((cfg->eval_every && done % cfg->eval_every == 0) || done == cfg->steps) {
-            double val_loss = evaluate(&model, &data.val, &share, inputs, targets);
-            if (log) write_log_row(log, log_path, &(LogRow){1, done, tokens_seen, val_loss, 0, 0});
+        if ((cfg->eval_every && done % cfg->eval_every == 0) || done == cfg->optim.steps) {
+            double val_loss = evaluate(&r.model, cfg, &r.data.val, share, inputs, targets);
+            if (log) write_log_row(log, r.log_path, &(LogRow){1, done, tokens_seen, val_loss, 0, 0});
             if (observer) observer->metric(observer->ctx, "val_loss", done, tokens_seen, val_loss);
             printf("step %5d | val loss %.4f\n", done, val_loss);
-            if (root) record_lambda(&model, &data.val, inputs, targets, observer, done, tokens_seen);
+            if (r.root) record_lambda(&r.model, cfg, &r.data.val, inputs, targets, observer, done, tokens_seen);
         }
-        if (root && ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until)) {
-            // metrics first: a kill before the checkpoint's rename leaves metrics past the last
-            // checkpoint, which the resumed run's observer drops (resume); the other order
-            // would lose this interval's metrics for good
-            if (observer) observer->flush(observer->ctx);
-            CheckpointInfo now = {.step = done, .rows_seen = (uint64_t)done * cfg->grad_accum * B, .tokenizer_hash = tok->hash,
-                                  .threads = threads, .ranks = share.ranks, .finished = done == cfg->steps, .train_loss = loss};
-            snprintf(now.data_id, sizeof(now.data_id), "%s", data.identity);
-            checkpoint_save(ckpt, &model, &opt, &now);
-        }
+        if (r.root && ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || done == until)) save_run(&r, observer, done, loss);
     }
-    if (log) fcloseCheck(log, log_path);
-    if (root && until > first_step) printf("%s at step %d: checkpoint %s, log %s\n", until == cfg->steps ? "finished" : "stopped", until, ckpt, log_path);
+    if (log) fcloseCheck(log, r.log_path);
+    if (r.root && until > first_step) {
+        printf("%s at step %d: checkpoint %s, log %s\n", until == cfg->optim.steps ? "finished" : "stopped", until, r.ckpt, r.log_path);
+    }
     free(inputs);
     free(targets);
     loader_free(&loader);
-    model_free(&model);
-    adamw_free(&opt);
-    data_close(&data);
-    if (root) unlock_folder(lock);
+    close_run(&r);
     return loss;
 }
 
@@ -494,7 +546,7 @@ static int64_t record_training(MetricBuffer* buffer, const Config* cfg, int unti
     Registry* reg = buffer->reg;
     int64_t run = buffer->run;
     registry_evaluation(reg, run, "train_seconds", seconds);
-    double tokens = (double)buffer->steps_trained * cfg->batch_size * cfg->seq_len * cfg->grad_accum;
+    double tokens = (double)buffer->steps_trained * cfg->batch_size * cfg->model.seq_len * cfg->grad_accum;
     if (buffer->steps_trained) registry_evaluation(reg, run, "tokens_per_second", tokens / seconds);
     // the mix is made from code that changes, so its hash is what says which data a run saw
     ShardList shards;
@@ -576,6 +628,6 @@ void train_tracked(const char* recipe_path, const Config* cfg, int until, const 
     int64_t run = record_training(&buffer, cfg, until);
     config_checkpoint_path(cfg, path, sizeof(path));
     registry_artifact(&t.reg, run, "checkpoint", path);
-    registry_end_run(&t.reg, run, until > 0 && until < cfg->steps ? RUN_KILLED : RUN_FINISHED);
+    registry_end_run(&t.reg, run, until > 0 && until < cfg->optim.steps ? RUN_KILLED : RUN_FINISHED);
     registry_close(&t.reg);
 }

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "../model/config.h"
+#include "config.h"
 #include "../model/model.h"
 #include "../model/optim.h"
 #include "registry.h"
@@ -24,7 +24,7 @@ typedef struct {
 } TrainObserver;
 
 // Trains cfg in its run folder cfg->out, resuming from cfg->out/checkpoint.h5 when it exists
-// and holds the same config. Stops after update `until` (cfg->steps for a whole run) and
+// and holds the same config. Stops after update `until` (cfg->optim.steps for a whole run) and
 // leaves the run resumable. Dies on bad input or a non-finite loss (the last good
 // checkpoint stays). observer may be NULL. Returns the mean loss of the last step.
 // In a data-parallel job rank 0 calls it and the followers join in (train_follow); only rank

@@ -56,7 +56,7 @@ static void layout(Model* m, float* base, Params* p) {
 }
 
 // Shapes from the config; no parameter memory yet
-static void model_shape(Model* m, const Config* cfg, int vocab_size) {
+static void model_shape(Model* m, const ModelConfig* cfg, int vocab_size) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->variant = config_variant(cfg);
@@ -79,7 +79,7 @@ static void model_shape(Model* m, const Config* cfg, int vocab_size) {
     layout(m, NULL, &m->params);
 }
 
-size_t model_param_count(const Config* cfg, int vocab_size) {
+size_t model_param_count(const ModelConfig* cfg, int vocab_size) {
     Model m;
     model_shape(&m, cfg, vocab_size);
     size_t n = m.n_params;
@@ -98,10 +98,10 @@ static void require_support(const Model* m, int B, int T) {
     if (!m->be->supports(&s, &why)) die("device '%s' cannot run this model (batch %d x context %d): %s", m->be->device, B, T, why);
 }
 
-void model_build(Model* m, const Config* cfg, const Backend* be, int vocab_size) {
+void model_build(Model* m, const ModelConfig* cfg, const Backend* be, int vocab_size, int batch_size) {
     model_shape(m, cfg, vocab_size);
     m->be = be;
-    require_support(m, cfg->batch_size, cfg->seq_len);
+    require_support(m, batch_size, cfg->seq_len);
     m->lambda_init = mallocCheck(m->L * sizeof(float));
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);
     m->lambda = m->be->alloc(m->L * sizeof(float));
@@ -222,10 +222,10 @@ static size_t place_acts(Model* m, float* base, size_t N, int slots) {
     return used;
 }
 
-double model_training_bytes(const Config* cfg, int vocab_size, double* activation_bytes) {
+double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_size, double* activation_bytes) {
     Model m;
     model_shape(&m, cfg, vocab_size);
-    size_t N = (size_t)cfg->batch_size * cfg->seq_len;
+    size_t N = (size_t)batch_size * cfg->seq_len;
     double activations = 4.0 * ((double)place_acts(&m, NULL, N, m.L) + (double)grad_scratch_floats(&m, N));
     double params = 4.0 * 4.0 * m.n_params;  // parameters, gradients, AdamW m and v
     model_free(&m);

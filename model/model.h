@@ -10,7 +10,7 @@
 
 #include "attention.h"
 #include "backend.h"
-#include "config.h"
+#include "model_config.h"
 
 // One named parameter tensor inside the contiguous parameter block; the names are the HDF5
 // dataset paths of docs/checkpoint.md.
@@ -65,7 +65,7 @@ typedef struct {
 } LayerActs;
 
 typedef struct {
-    Config cfg;
+    ModelConfig cfg;
     const AttnVariant* variant;
     const Backend* be;
     int V, L, C, H, D, M, Dv, F, QKV;
@@ -110,19 +110,19 @@ typedef struct {
 } Model;
 
 // Shapes and parameter layout from a validated config, on backend be (dying with the reason
-// when be cannot run this shape); parameters allocated, not initialised. cfg's `device` key
-// is not read: a caller resolves it once (backend_of_device) and passes the backend.
-void model_build(Model* model, const Config* cfg, const Backend* be, int vocab_size);
+// when be cannot run batches of batch_size sequences of cfg's seq_len); parameters allocated,
+// not initialised.
+void model_build(Model* model, const ModelConfig* cfg, const Backend* be, int vocab_size, int batch_size);
 // Each tensor draws from its own stream, a function of (seed, tensor name): two models of one
 // seed start from the same numbers wherever their tensors coincide (the embedding, the LM head,
 // the norms, a feed-forward of one width), so the rows of a table are paired at initialisation.
 void model_init_params(Model* model, uint64_t seed);
 // Parameter count of a config without allocating anything
-size_t model_param_count(const Config* cfg, int vocab_size);
+size_t model_param_count(const ModelConfig* cfg, int vocab_size);
 // Bytes a training run of cfg holds at its peak: parameters, gradients, AdamW moments and one
-// micro-batch's activations, the last also in *activation_bytes unless NULL (in double: never
-// overflows)
-double model_training_bytes(const Config* cfg, int vocab_size, double* activation_bytes);
+// micro-batch's activations (batch_size sequences), the last also in *activation_bytes unless
+// NULL (in double: never overflows)
+double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_size, double* activation_bytes);
 void model_free(Model* model);
 
 // tokens, targets (B, T) host arrays; targets may be NULL (no loss). training keeps every

@@ -5,7 +5,8 @@
 
 #include "base/util.h"
 
-void adamw_alloc(AdamW* opt, const Model* model) {
+void adamw_alloc(AdamW* opt, const Model* model, const OptimConfig* cfg) {
+    opt->cfg = *cfg;
     opt->be = model->be;
     opt->m = opt->be->alloc(model->n_params * sizeof(float));
     opt->v = opt->be->alloc(model->n_params * sizeof(float));
@@ -26,7 +27,7 @@ void adamw_set_moments(AdamW* opt, size_t n_params, const float* m, const float*
     if (v) opt->be->upload(opt->v, v, n_params * sizeof(float));
 }
 
-float lr_at(const Config* cfg, int step) {
+float lr_at(const OptimConfig* cfg, int step) {
     if (step < cfg->warmup_steps) return cfg->lr * (float)(step + 1) / (float)cfg->warmup_steps;
     int decay_steps = cfg->steps - cfg->warmup_steps;
     float progress = decay_steps > 0 ? (float)(step - cfg->warmup_steps) / (float)decay_steps : 0.0f;
@@ -42,7 +43,7 @@ float clip_grad_norm(Model* model, float max_norm) {
 }
 
 void adamw_update(AdamW* opt, Model* model, float lr, int t) {
-    const Config* cfg = &model->cfg;
+    const OptimConfig* cfg = &opt->cfg;
     // the arithmetic follows torch.optim.AdamW step by step so the reference test can match it
     AdamWStep step = {1.0f, cfg->beta1, cfg->beta2, lr / (1.0f - powf(cfg->beta1, (float)t)),
                       sqrtf(1.0f - powf(cfg->beta2, (float)t)), cfg->adam_eps};

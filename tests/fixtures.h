@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "../data/prepare.h"
-#include "../model/config.h"
+#include "../experiments/config.h"
 #include "../model/base/util.h"
 
 // `difftx prepare --vocab vocab_size` with the other options at their defaults
@@ -32,13 +32,13 @@ static inline void write_test_corpus(const char* dir, int n_docs) {
 static inline Config tiny_model_config(AttentionKind kind) {
     Config cfg;
     config_defaults(&cfg);
-    cfg.attention = kind;
-    cfg.n_layer = 2;
-    cfg.d_model = 32;
-    cfg.n_head = 2;
-    cfg.seq_len = 70;
+    cfg.model.attention = kind;
+    cfg.model.n_layer = 2;
+    cfg.model.d_model = 32;
+    cfg.model.n_head = 2;
+    cfg.model.seq_len = 70;
     cfg.batch_size = 2;
-    cfg.init_std = 0.3f;
+    cfg.model.init_std = 0.3f;
     config_validate(&cfg);
     return cfg;
 }

@@ -12,7 +12,7 @@
 
 #include <jansson.h>
 
-#include "../model/checkpoint.h"
+#include "../experiments/checkpoint.h"
 #include "../model/safetensors.h"
 #include "../model/base/util.h"
 #include "check.h"
@@ -23,11 +23,11 @@
 static Config small_config(void) {
     Config cfg;
     config_defaults(&cfg);
-    cfg.attention = ATTN_DIFF;
-    cfg.n_layer = 1;
-    cfg.d_model = 16;
-    cfg.n_head = 2;
-    cfg.steps = 10;
+    cfg.model.attention = ATTN_DIFF;
+    cfg.model.n_layer = 1;
+    cfg.model.d_model = 16;
+    cfg.model.n_head = 2;
+    cfg.optim.steps = 10;
     cfg.batch_size = 2;
     cfg.grad_accum = 3;
     config_validate(&cfg);
@@ -37,12 +37,13 @@ static Config small_config(void) {
 static Model saved;
 static AdamW saved_opt;
 static CheckpointInfo saved_info;
+static Config saved_cfg;
 static char* saved_config;
 
 // Equal bitwise, state read through the model's and optimizer's downloads
 static int same_floats_on(size_t n, const float* a, const float* b) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
-static int same_as_saved(const Model* m, const AdamW* opt, const CheckpointInfo* info) {
+static int same_as_saved(const Config* cfg, const Model* m, const AdamW* opt, const CheckpointInfo* info) {
     size_t n = saved.n_params;
     if (m->n_params != n) return 0;
     float *got = mallocCheck(3 * n * sizeof(float)), *want = mallocCheck(3 * n * sizeof(float));
@@ -53,7 +54,7 @@ static int same_as_saved(const Model* m, const AdamW* opt, const CheckpointInfo*
     int same_state = same_floats_on(3 * n, got, want);
     free(got);
     free(want);
-    char* text = config_to_text(&m->cfg);
+    char* text = config_to_text(cfg);
     int same = same_state && strcmp(text, saved_config) == 0 && m->V == saved.V && info->step == saved_info.step &&
                info->rows_seen == saved_info.rows_seen && info->tokenizer_hash == saved_info.tokenizer_hash &&
                info->threads == saved_info.threads && info->ranks == saved_info.ranks && info->finished == saved_info.finished &&
@@ -96,11 +97,12 @@ static int load_outcome(void) {
     pid_t pid = fork();
     if (pid == 0) {
         freopen("/dev/null", "w", stderr);
+        Config cfg;
         Model m;
         AdamW opt;
         CheckpointInfo info;
-        checkpoint_load(FLIPPED, backend_named("cpu"), &m, &opt, &info);  // dies (exit 1) on anything it refuses
-        _exit(same_as_saved(&m, &opt, &info) ? 0 : 3);
+        checkpoint_load(FLIPPED, backend_named("cpu"), &cfg, &m, &opt, &info);  // dies (exit 1) on anything it refuses
+        _exit(same_as_saved(&cfg, &m, &opt, &info) ? 0 : 3);
     }
     int status;
     waitpid(pid, &status, 0);
@@ -142,16 +144,17 @@ static void test_bit_flips(void) {
 
 // A checkpoint whose attributes contradict each other is refused, naming the attribute
 static void expect_refused(const CheckpointInfo* info, const char* attribute) {
-    checkpoint_save(FLIPPED, &saved, &saved_opt, info);
+    checkpoint_save(FLIPPED, &saved_cfg, &saved, &saved_opt, info);
     fflush(stdout);
     int pipefd[2];
     if (pipe(pipefd) != 0) die("pipe");
     pid_t pid = fork();
     if (pid == 0) {
         dup2(pipefd[1], 2);
+        Config cfg;
         Model m;
         CheckpointInfo got;
-        checkpoint_load(FLIPPED, backend_named("cpu"), &m, NULL, &got);
+        checkpoint_load(FLIPPED, backend_named("cpu"), &cfg, &m, NULL, &got);
         _exit(0);
     }
     close(pipefd[1]);
@@ -234,10 +237,11 @@ static void test_safetensors(void) {
 
 int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    Config cfg = small_config();
-    model_build(&saved, &cfg, backend_of_device(cfg.device), 40);
+    saved_cfg = small_config();
+    Config cfg = saved_cfg;
+    model_build(&saved, &cfg.model, backend_of_device(cfg.device), 40, cfg.batch_size);
     model_init_params(&saved, 3);
-    adamw_alloc(&saved_opt, &saved);
+    adamw_alloc(&saved_opt, &saved, &cfg.optim);
     float *m = mallocCheck(saved.n_params * sizeof(float)), *v = mallocCheck(saved.n_params * sizeof(float));
     for (size_t i = 0; i < saved.n_params; i++) {
         m[i] = 0.01f * (float)(i % 13);
@@ -249,7 +253,7 @@ int main(void) {
     CheckpointInfo info = {.step = 3, .rows_seen = 3 * 2 * 3, .tokenizer_hash = 0x1234abcdull, .threads = 2, .ranks = 2, .train_loss = 4.25};
     saved_info = info;
     saved_config = config_to_text(&cfg);
-    checkpoint_save(PATH, &saved, &saved_opt, &saved_info);
+    checkpoint_save(PATH, &saved_cfg, &saved, &saved_opt, &saved_info);
     test_bit_flips();
     test_cross_checks();
     test_safetensors();

@@ -190,7 +190,7 @@ static void test_registry(void) {
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) > 0 && registry_finished_run(&reg, exp, "row0", 2, &cfg, NULL) == 0,
           "finished runs are found by seed");
     Config other = cfg;
-    other.lr *= 2;
+    other.optim.lr *= 2;
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &other, NULL) == 0, "a run with another config does not count as finished");
     unlink(ckpt);
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "a finished run whose checkpoint is gone does not count");

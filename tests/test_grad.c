@@ -197,18 +197,13 @@ static double model_case_loss(void* p) {
 }
 
 static void test_model(int attention, int head_norm, const char* lambda_init) {
-    Config cfg;
-    config_defaults(&cfg);
-    cfg.attention = attention;
-    cfg.n_layer = 2;
-    cfg.d_model = 16;
-    cfg.n_head = 2;
-    cfg.head_norm = head_norm;
+    // init_std large enough that attention is far from uniform
+    ModelConfig cfg = {.attention = attention, .n_layer = 2, .d_model = 16, .n_head = 2, .head_norm = head_norm,
+                       .rope_theta = 10000.0f, .seq_len = 256, .init_std = 0.3f};
     snprintf(cfg.lambda_init, sizeof(cfg.lambda_init), "%s", lambda_init);
-    cfg.init_std = 0.3f;  // large enough that attention is far from uniform
-    config_validate(&cfg);
+    model_config_validate(&cfg);
     Model model;
-    model_build(&model, &cfg, backend_of_device(cfg.device), 32);
+    model_build(&model, &cfg, backend_named("cpu"), 32, 2);
     model_init_params(&model, 7);
     int B = 2, T = 70;  // two query blocks
     int tokens[2 * 70], targets[2 * 70];

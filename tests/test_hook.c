@@ -49,15 +49,15 @@ static void random_tokens(int* tokens, int n, int V, uint64_t seed) {
 // Training steps with and without a reading hook: every loss and the final parameters equal bitwise
 static void test_noop_hook(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
-    int V = 64, B = cfg.batch_size, T = cfg.seq_len, steps = 3;
+    int V = 64, B = cfg.batch_size, T = cfg.model.seq_len, steps = 3;
     Model a, b;
     AdamW oa, ob;
-    model_build(&a, &cfg, backend_of_device(cfg.device), V);
-    model_build(&b, &cfg, backend_of_device(cfg.device), V);
+    model_build(&a, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
+    model_build(&b, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
     model_init_params(&a, 5);
     model_init_params(&b, 5);
-    adamw_alloc(&oa, &a);
-    adamw_alloc(&ob, &b);
+    adamw_alloc(&oa, &a, &cfg.optim);
+    adamw_alloc(&ob, &b, &cfg.optim);
     Probe p = {0, 0, 0, 0, 1.0f, -1, -1};
     ActivationHook hook = {probe, &p};
     model_set_hook(&b, &hook);
@@ -73,7 +73,7 @@ static void test_noop_hook(AttentionKind kind) {
             model_forward(models[k], tokens, targets, B, T, 1);
             loss[k] = model_loss(models[k]);
             model_backward(models[k], 1.0f);
-            clip_grad_norm(models[k], cfg.grad_clip);
+            clip_grad_norm(models[k], cfg.optim.grad_clip);
             adamw_update(opts[k], models[k], 1e-2f, s + 1);
         }
         same &= memcmp(&loss[0], &loss[1], sizeof(double)) == 0;
@@ -82,13 +82,13 @@ static void test_noop_hook(AttentionKind kind) {
     model_get_params(&a, pa);
     model_get_params(&b, pb);
     CHECK(same && memcmp(pa, pb, a.n_params * sizeof(float)) == 0,
-          "%s: a reading hook leaves every loss and parameter bitwise unchanged", config_attention_name(&cfg));
+          "%s: a reading hook leaves every loss and parameter bitwise unchanged", config_attention_name(&cfg.model));
     // every query row of every sequence, layer, head and map, however the backend cuts them
-    long rows = (long)steps * cfg.n_layer * B * a.H * a.M * T;
-    CHECK(p.logits_forward == rows && p.logits_recompute == rows && p.layer_outputs == (long)steps * cfg.n_layer,
-          "%s: the hook sees %ld forward + %ld recomputed logit rows (expected %ld each), %ld layer outputs", config_attention_name(&cfg),
+    long rows = (long)steps * cfg.model.n_layer * B * a.H * a.M * T;
+    CHECK(p.logits_forward == rows && p.logits_recompute == rows && p.layer_outputs == (long)steps * cfg.model.n_layer,
+          "%s: the hook sees %ld forward + %ld recomputed logit rows (expected %ld each), %ld layer outputs", config_attention_name(&cfg.model),
           p.logits_forward, p.logits_recompute, rows, p.layer_outputs);
-    CHECK(p.max_abs > 0.1 && isfinite(p.max_abs), "%s: the hook sees the logits (max |logit| %.3f)", config_attention_name(&cfg), p.max_abs);
+    CHECK(p.max_abs > 0.1 && isfinite(p.max_abs), "%s: the hook sees the logits (max |logit| %.3f)", config_attention_name(&cfg.model), p.max_abs);
     free(pa);
     free(pb);
     adamw_free(&oa);
@@ -105,10 +105,10 @@ static void test_noop_hook(AttentionKind kind) {
 // Earlier layers mix both paths and are not compared.
 static void test_replacing_hook(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
-    int V = 64, B = cfg.batch_size, T = cfg.seq_len;
+    int V = 64, B = cfg.batch_size, T = cfg.model.seq_len;
     Model hooked, scaled;
-    model_build(&hooked, &cfg, backend_of_device(cfg.device), V);
-    model_build(&scaled, &cfg, backend_of_device(cfg.device), V);
+    model_build(&hooked, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
+    model_build(&scaled, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
     model_init_params(&hooked, 9);
     float* params = mallocCheck(hooked.n_params * sizeof(float));
     model_get_params(&hooked, params);
@@ -135,7 +135,7 @@ static void test_replacing_hook(AttentionKind kind) {
     }
     double dloss = fabs(model_loss(&hooked) - model_loss(&scaled)), worst = 0, largest = 0;
     char last[32];
-    snprintf(last, sizeof(last), "layer_%02d/", cfg.n_layer - 1);
+    snprintf(last, sizeof(last), "layer_%02d/", cfg.model.n_layer - 1);
     int compared = 0;
     for (int i = 0; i < hooked.n_tensors; i++) {
         const ParamTensor* t = &hooked.tensors[i];
@@ -149,9 +149,9 @@ static void test_replacing_hook(AttentionKind kind) {
         }
         compared++;
     }
-    CHECK(dloss < 1e-5, "%s: logits x 2 by the hook give the loss of W_q x 2 (|diff| %.2e)", config_attention_name(&cfg), dloss);
+    CHECK(dloss < 1e-5, "%s: logits x 2 by the hook give the loss of W_q x 2 (|diff| %.2e)", config_attention_name(&cfg.model), dloss);
     CHECK(compared >= 9 && worst < 1e-4 * largest, "%s: and, straight-through, its gradients of %d tensors (max |diff| %.2e of %.2e)",
-          config_attention_name(&cfg), compared, worst, largest);
+          config_attention_name(&cfg.model), compared, worst, largest);
     free(params);
     free(grads[0]);
     free(grads[1]);
@@ -164,9 +164,9 @@ static void test_layer_output(void) {
     Config cfg = tiny_model_config(ATTN_DIFF);
     int V = 64, T = 20;
     Model m;
-    model_build(&m, &cfg, backend_of_device(cfg.device), V);
+    model_build(&m, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
     model_init_params(&m, 3);
-    Probe p = {0, 0, 0, 0, 1.0f, cfg.n_layer - 1, -1};
+    Probe p = {0, 0, 0, 0, 1.0f, cfg.model.n_layer - 1, -1};
     ActivationHook hook = {probe, &p};
     model_set_hook(&m, &hook);
     int tokens[20], targets[20];

@@ -143,12 +143,12 @@ static void test_sentence_ends(const NeedleSource* src, const Tokenizer* tok) {
 static Config tiny(int attention) {
     Config cfg;
     config_defaults(&cfg);
-    cfg.attention = attention;
-    cfg.n_layer = 2;
-    cfg.d_model = 32;
-    cfg.n_head = attention == ATTN_DIFF ? 2 : 4;  // DIFF's heads are two maps wide
-    cfg.head_dim = 8;
-    cfg.seq_len = 96;
+    cfg.model.attention = attention;
+    cfg.model.n_layer = 2;
+    cfg.model.d_model = 32;
+    cfg.model.n_head = attention == ATTN_DIFF ? 2 : 4;  // DIFF's heads are two maps wide
+    cfg.model.head_dim = 8;
+    cfg.model.seq_len = 96;
     config_validate(&cfg);
     return cfg;
 }
@@ -157,7 +157,7 @@ static Config tiny(int attention) {
 static void test_cache(int attention) {
     Config cfg = tiny(attention);
     Model m;
-    model_build(&m, &cfg, backend_of_device(cfg.device), 300);
+    model_build(&m, &cfg.model, backend_of_device(cfg.device), 300, cfg.batch_size);
     model_init_params(&m, 11);
     float* params = mallocCheck(m.n_params * sizeof(float));
     model_get_params(&m, params);
@@ -182,7 +182,7 @@ static void test_cache(int attention) {
         }
         pos += pieces[k];
     }
-    CHECK(pos == T && worst < 2e-4, "%s: cached decoding matches the full forward (max |diff| %.2e)", config_attention_name(&cfg), worst);
+    CHECK(pos == T && worst < 2e-4, "%s: cached decoding matches the full forward (max |diff| %.2e)", config_attention_name(&cfg.model), worst);
     // stepping back reuses the prefix: rows from pos on are replaced
     model_forward_cached(&m, tokens + 80, 10, 80);
     double back = 0;
@@ -190,7 +190,7 @@ static void test_cache(int attention) {
         model_logits(&m, r, row);
         for (int v = 0; v < m.V; v++) back = fmax(back, fabs(row[v] - full[(size_t)(80 + r) * m.V + v]));
     }
-    CHECK(back < 2e-4, "%s: stepping the cache back gives the same logits (%.2e)", config_attention_name(&cfg), back);
+    CHECK(back < 2e-4, "%s: stepping the cache back gives the same logits (%.2e)", config_attention_name(&cfg.model), back);
     free(full);
     free(row);
     free(params);
@@ -268,7 +268,7 @@ static float* tensor_at(const Model* m, float* params, const char* name) {
 static void test_copy_score(void) {
     Config cfg = tiny(ATTN_STANDARD);
     Model m;
-    model_build(&m, &cfg, backend_of_device(cfg.device), 258);
+    model_build(&m, &cfg.model, backend_of_device(cfg.device), 258, cfg.batch_size);
     float* params = callocCheck(m.n_params, sizeof(float));
     float *embedding = tensor_at(&m, params, "tok_embedding"), *lm_head = tensor_at(&m, params, "lm_head");
     for (int i = 0; i < 258 * m.C; i++) embedding[i] = 1.0f;

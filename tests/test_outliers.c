@@ -155,9 +155,9 @@ static void keep_everything(void* ctx, const Activation* a) {
 static void test_collector(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     Model m;
-    model_build(&m, &cfg, backend_of_device(cfg.device), 50);
+    model_build(&m, &cfg.model, backend_of_device(cfg.device), 50, cfg.batch_size);
     model_init_params(&m, 3);
-    int T = cfg.seq_len, windows = 5, stride = 31;  // overlapping windows, batches of 2 and a last 1
+    int T = cfg.model.seq_len, windows = 5, stride = 31;  // overlapping windows, batches of 2 and a last 1
     Shard text = {0};
     text.n_tokens = (size_t)(windows - 1) * stride + T;
     text.tokens = mallocCheck(text.n_tokens * sizeof(uint16_t));
@@ -240,9 +240,9 @@ static void test_windows(void) {
 static void test_model_quantization(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     Model m;
-    model_build(&m, &cfg, backend_of_device(cfg.device), 50);
+    model_build(&m, &cfg.model, backend_of_device(cfg.device), 50, cfg.batch_size);
     model_init_params(&m, 5);
-    int B = 2, T = cfg.seq_len, N = B * T;
+    int B = 2, T = cfg.model.seq_len, N = B * T;
     int *tokens = mallocCheck(N * sizeof(int)), *targets = mallocCheck(N * sizeof(int));
     uint64_t rng = 9;
     for (int i = 0; i < N; i++) tokens[i] = (int)(rng_next(&rng) % 50), targets[i] = (int)(rng_next(&rng) % 50);

@@ -9,7 +9,7 @@
 
 #include "../experiments/needle/needle_tasks.h"
 #include "../experiments/table6.h"
-#include "../model/config.h"
+#include "../experiments/config.h"
 #include "check.h"
 
 typedef struct {
@@ -43,12 +43,12 @@ static void check_row(const char* path, const Section* preset, const Config* cfg
     int h = section_int(preset, "h", path), d = section_int(preset, "d", path);
     int heads = strcmp(spec->heads, "h") == 0 ? h : h / 2, width = strcmp(spec->width, "d") == 0 ? d : 2 * d;
     const char* lambda = spec->lambda_init ? spec->lambda_init : "(unused)";
-    int lambda_ok = !spec->lambda_init || strcmp(cfg->lambda_init, spec->lambda_init) == 0;
-    CHECK(strcmp(config_attention_name(cfg), spec->attention) == 0 && config_head_norm(cfg) == spec->head_norm && lambda_ok &&
-              cfg->n_head == heads && config_head_dim(cfg) == width,
+    int lambda_ok = !spec->lambda_init || strcmp(cfg->model.lambda_init, spec->lambda_init) == 0;
+    CHECK(strcmp(config_attention_name(&cfg->model), spec->attention) == 0 && config_head_norm(&cfg->model) == spec->head_norm && lambda_ok &&
+              cfg->model.n_head == heads && config_head_dim(&cfg->model) == width,
           "%s preset %s [row %s]: %s, head_norm %d, lambda_init %s, %d heads x %d; docs: %s, head_norm %d, lambda_init %s, %d x %d",
           path, preset->name,
-          spec->row, config_attention_name(cfg), config_head_norm(cfg), cfg->lambda_init, cfg->n_head, config_head_dim(cfg),
+          spec->row, config_attention_name(&cfg->model), config_head_norm(&cfg->model), cfg->model.lambda_init, cfg->model.n_head, config_head_dim(&cfg->model),
           spec->attention, spec->head_norm, lambda, heads, width);
 }
 
@@ -85,7 +85,7 @@ static void test_paired_init(void) {
     static const int rows[4] = {0, 3, 3, 7}, seeds[4] = {1000, 1000, 1001, 1000};
     for (int k = 0; k < 4; k++) {
         Config cfg = table6_row_config(r, preset, rows[k], 0, path, "build/test_recipes");
-        model_build(&m[k], &cfg, cpu, 64);
+        model_build(&m[k], &cfg.model, cpu, 64, cfg.batch_size);
         model_init_params(&m[k], (uint64_t)seeds[k]);
     }
     // tensors of one name and shape: the same numbers for the same seed, others for another
@@ -137,9 +137,9 @@ static void test_needle(void) {
         const Section* preset = recipe_preset(r, WIDTHS[w].preset, path);
         for (int i = 0; i < r->n_rows && i < 2; i++) {
             Config cfg = needle_row_config(r, preset, &r->rows[i], 0, path, "build/test_recipes");
-            CHECK(cfg.d_model == WIDTHS[w].d_model && cfg.n_head == WIDTHS[w].heads[i] && config_head_dim(&cfg) == WIDTHS[w].width,
+            CHECK(cfg.model.d_model == WIDTHS[w].d_model && cfg.model.n_head == WIDTHS[w].heads[i] && config_head_dim(&cfg.model) == WIDTHS[w].width,
                   "%s preset %s [row %s]: d_model %d, %d heads x %d (docs: %d, %d x %d)", path, WIDTHS[w].preset, r->rows[i].name,
-                  cfg.d_model, cfg.n_head, config_head_dim(&cfg), WIDTHS[w].d_model, WIDTHS[w].heads[i], WIDTHS[w].width);
+                  cfg.model.d_model, cfg.model.n_head, config_head_dim(&cfg.model), WIDTHS[w].d_model, WIDTHS[w].heads[i], WIDTHS[w].width);
         }
     }
     free(r);
@@ -150,15 +150,15 @@ static void test_defaults(void) {
     for (int k = 0; k < ATTN_VARIANT_COUNT; k++) {
         Config cfg;
         config_defaults(&cfg);
-        cfg.attention = k;
+        cfg.model.attention = k;
         char* text = config_to_text(&cfg);
         char want[32];
         snprintf(want, sizeof(want), "head_norm = %s\n", expected[k] ? "true" : "false");
-        CHECK(config_head_norm(&cfg) == expected[k] && strstr(text, want), "%s: head_norm defaults to %d and is recorded explicitly",
+        CHECK(config_head_norm(&cfg.model) == expected[k] && strstr(text, want), "%s: head_norm defaults to %d and is recorded explicitly",
               ATTN_VARIANTS[k].name, expected[k]);
         free(text);
-        cfg.head_norm = !expected[k];
-        CHECK(config_head_norm(&cfg) == !expected[k], "%s: an explicit head_norm wins over the default", ATTN_VARIANTS[k].name);
+        cfg.model.head_norm = !expected[k];
+        CHECK(config_head_norm(&cfg.model) == !expected[k], "%s: an explicit head_norm wins over the default", ATTN_VARIANTS[k].name);
     }
 }
 

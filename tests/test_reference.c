@@ -11,7 +11,7 @@
 #include <hdf5.h>
 #include <string.h>
 
-#include "../model/checkpoint.h"
+#include "../experiments/checkpoint.h"
 #include "../model/optim.h"
 #include "../model/base/util.h"
 #include "check.h"
@@ -37,10 +37,11 @@ static double max_diff(const float* a, const float* b, size_t n) {
 static void test_case(const char* name) {
     char path[256];
     snprintf(path, sizeof(path), "tests/ref/%s.h5", name);
+    Config cfg;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(path, backend_named("cpu"), &model, NULL, &info);
-    int B = model.cfg.batch_size, T = model.cfg.seq_len, V = model.V, steps = model.cfg.steps;
+    checkpoint_load(path, backend_named("cpu"), &cfg, &model, NULL, &info);
+    int B = cfg.batch_size, T = cfg.model.seq_len, V = model.V, steps = cfg.optim.steps;
     size_t N = (size_t)B * T;
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     int* tokens = mallocCheck(N * sizeof(int));
@@ -90,14 +91,14 @@ static void test_case(const char* name) {
 
     model_set_params(&model, initial);
     AdamW opt;
-    adamw_alloc(&opt, &model);
+    adamw_alloc(&opt, &model, &cfg.optim);
     double worst_step = 0.0;
     for (int s = 0; s < steps; s++) {
         model_zero_grad(&model);
         model_forward(&model, tokens, targets, B, T, 1);
         model_backward(&model, 1.0f);
-        clip_grad_norm(&model, model.cfg.grad_clip);
-        adamw_update(&opt, &model, lr_at(&model.cfg, s), s + 1);
+        clip_grad_norm(&model, cfg.optim.grad_clip);
+        adamw_update(&opt, &model, lr_at(&cfg.optim, s), s + 1);
         worst_step = fmax(worst_step, fabs(model_loss(&model) - adamw_losses[s]));
     }
     CHECK(worst_step <= 1e-4, "%s: AdamW losses differ by up to %g", name, worst_step);

@@ -9,7 +9,7 @@
 #include "../data/dataset.h"
 #include "../experiments/registry.h"
 #include "../experiments/train.h"
-#include "../model/checkpoint.h"
+#include "../experiments/checkpoint.h"
 #include "../model/base/util.h"
 #include "check.h"
 #include "fixtures.h"
@@ -17,17 +17,17 @@
 static Config tiny_config(int attention, const char* out) {
     Config cfg;
     config_defaults(&cfg);
-    cfg.attention = attention;
-    cfg.n_layer = 2;
-    cfg.d_model = 32;
-    cfg.n_head = 2;
-    cfg.head_dim = 0;
-    cfg.seq_len = 32;
+    cfg.model.attention = attention;
+    cfg.model.n_layer = 2;
+    cfg.model.d_model = 32;
+    cfg.model.n_head = 2;
+    cfg.model.head_dim = 0;
+    cfg.model.seq_len = 32;
     cfg.batch_size = 4;
     cfg.grad_accum = 2;
-    cfg.steps = 8;
-    cfg.lr = 3e-3f;
-    cfg.warmup_steps = 2;
+    cfg.optim.steps = 8;
+    cfg.optim.lr = 3e-3f;
+    cfg.optim.warmup_steps = 2;
     cfg.eval_every = 4;
     cfg.eval_batches = 2;
     cfg.checkpoint_every = 3;
@@ -87,11 +87,12 @@ static void test_variant(int attention) {
     train_run(&c, 5, NULL);  // stops after step 5; the checkpoint of step 3 is the last, then step 5 is written
     char* partial = read_log(c_dir);
     CHECK(strstr(partial, "\ntrain\t5\t") && !strstr(partial, "\ntrain\t6\t"), "%s: --until stops after step 5", name);
+    Config cc;
     Model mc;
     CheckpointInfo info;
     char ckpt[256];
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", c_dir);
-    checkpoint_load(ckpt, backend_named("cpu"), &mc, NULL, &info);
+    checkpoint_load(ckpt, backend_named("cpu"), &cc, &mc, NULL, &info);
     CHECK(info.step == 5 && !info.finished, "%s: stopped run is resumable, not finished (step %d)", name, info.step);
     model_free(&mc);
     double loss_c = train_run(&c, 0, NULL);
@@ -99,25 +100,27 @@ static void test_variant(int attention) {
     CHECK(strcmp(log_a, log_c) == 0, "%s: a resumed run logs exactly the losses of one that never stopped", name);
     CHECK(loss_a == loss_c, "%s: final loss %.17g vs resumed %.17g", name, loss_a, loss_c);
 
+    Config ca, cc2;
     Model ma, mc2;
     AdamW oa, oc;
     CheckpointInfo ia, ic;
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", a_dir);
-    checkpoint_load(ckpt, backend_named("cpu"), &ma, &oa, &ia);
+    checkpoint_load(ckpt, backend_named("cpu"), &ca, &ma, &oa, &ia);
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", c_dir);
-    checkpoint_load(ckpt, backend_named("cpu"), &mc2, &oc, &ic);
+    checkpoint_load(ckpt, backend_named("cpu"), &cc2, &mc2, &oc, &ic);
     CHECK(ia.finished && ic.finished && ia.step == 8, "%s: finished runs say so", name);
     CHECK(same_state(&ma, &oa, &mc2, &oc), "%s: resumed parameters and moments equal the non-stop run's bitwise", name);
 
     // save and load again: everything survives
-    checkpoint_save("build/test_resave.h5", &ma, &oa, &ia);
+    checkpoint_save("build/test_resave.h5", &ca, &ma, &oa, &ia);
+    Config cr;
     Model mr;
     AdamW orr;
     CheckpointInfo ir;
-    checkpoint_load("build/test_resave.h5", backend_named("cpu"), &mr, &orr, &ir);
+    checkpoint_load("build/test_resave.h5", backend_named("cpu"), &cr, &mr, &orr, &ir);
     CHECK(same_state(&ma, &oa, &mr, &orr) && ir.step == ia.step && ir.rows_seen == ia.rows_seen && ir.tokenizer_hash == ia.tokenizer_hash &&
           ir.train_loss == ia.train_loss, "%s: checkpoint save/load round-trips", name);
-    char *text_a = config_to_text(&ma.cfg), *text_r = config_to_text(&mr.cfg);
+    char *text_a = config_to_text(&ca), *text_r = config_to_text(&cr);
     CHECK(strcmp(text_a, text_r) == 0, "%s: the config survives the checkpoint", name);
 
     // loss goes down on the tiny repetitive corpus
@@ -147,9 +150,10 @@ static int checkpoint_step_on_disk(const char* out) {
     char path[512];
     snprintf(path, sizeof(path), "%s/checkpoint.h5", out);
     if (access(path, F_OK) != 0) return 0;
+    Config cfg;
     Model m;
     CheckpointInfo info;
-    checkpoint_load(path, backend_named("cpu"), &m, NULL, &info);
+    checkpoint_load(path, backend_named("cpu"), &cfg, &m, NULL, &info);
     model_free(&m);
     return info.step;
 }
@@ -332,9 +336,9 @@ static void test_registry_migration(void) {
 static void test_lambda_stats(void) {
     for (int attention = ATTN_DIFF; attention <= ATTN_DIFF2; attention++) {
         Config cfg = tiny_config(attention, "build/test_lambda_unused");
-        cfg.n_layer = 3;
+        cfg.model.n_layer = 3;
         Model m;
-        model_build(&m, &cfg, backend_named("cpu"), 64);
+        model_build(&m, &cfg.model, backend_named("cpu"), 64, cfg.batch_size);
         model_init_params(&m, 5);
         float* params = mallocCheck(m.n_params * sizeof(float));
         model_get_params(&m, params);
@@ -362,7 +366,7 @@ static void test_lambda_stats(void) {
     }
     Config cfg = tiny_config(ATTN_STANDARD, "build/test_lambda_unused");
     Model m;
-    model_build(&m, &cfg, backend_named("cpu"), 64);
+    model_build(&m, &cfg.model, backend_named("cpu"), 64, cfg.batch_size);
     double none[16];
     CHECK(model_lambda_stats(&m, none, none) == 0, "standard attention has no lambda");
     model_free(&m);

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     if (strcmp(argv[1], "maps") == 0) {
         Config cfg = tiny_model_config(ATTN_DIFF);
         Model m;
-        model_build(&m, &cfg, backend_of_device(cfg.device), 40);
+        model_build(&m, &cfg.model, backend_of_device(cfg.device), 40, cfg.batch_size);
         MapsFile f;
         maps_file_create(&f, path, &m, "fixture.h5");
         maps_file_close(&f);

@@ -118,9 +118,9 @@ void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptions* opt
         report_printf(f, "- %s, seed %d: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained %d steps at "
                 "context %d on copy practice, then %d steps at context %d on the needle mix (%s, registry run %lld); "
                 "copying check %.2f (first copy %.2f)\n",
-                rows[i].name, rows[i].cfg.seed, config_attention_name(&rows[i].cfg), rows[i].cfg.n_layer, rows[i].cfg.d_model, rows[i].cfg.n_head,
-                config_head_dim(&rows[i].cfg), rows[i].model.n_params, rows[i].copy_cfg.steps, rows[i].copy_cfg.seq_len,
-                rows[i].cfg.steps, rows[i].cfg.seq_len,
+                rows[i].name, rows[i].cfg.seed, config_attention_name(&rows[i].cfg.model), rows[i].cfg.model.n_layer, rows[i].cfg.model.d_model, rows[i].cfg.model.n_head,
+                config_head_dim(&rows[i].cfg.model), rows[i].model.n_params, rows[i].copy_cfg.optim.steps, rows[i].copy_cfg.model.seq_len,
+                rows[i].cfg.optim.steps, rows[i].cfg.model.seq_len,
                 rows[i].checkpoint, (long long)rows[i].run, rows[i].copy.second, rows[i].copy.first);
     }
     report_printf(f, "\nCopying check: greedy accuracy on the second copy of a %d-token span of validation text repeated (an "
@@ -145,14 +145,14 @@ void open_task_report(Report* rep, const char* task, int to_stdout, const Sectio
 }
 
 // index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
-int paper_row(const Row* row) { return config_variant(&row->cfg)->maps == 1 ? 0 : 1; }
+int paper_row(const Row* row) { return config_variant(&row->cfg.model)->maps == 1 ? 0 : 1; }
 
 // att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets
 void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds) {
     for (int g = 0; g < n_rows; g++) {
         char name[16];
         snprintf(name, sizeof(name), "att%d", g + 1);
-        gnuplot_number(vars, name, config_variant(&rows[g * seeds].cfg)->colour);
+        gnuplot_number(vars, name, config_variant(&rows[g * seeds].cfg.model)->colour);
         snprintf(name, sizeof(name), "paper%d", g + 1);
         gnuplot_number(vars, name, ATTN_VARIANTS[paper_row(&rows[g * seeds]) ? ATTN_DIFF : ATTN_STANDARD].colour);
     }

@@ -89,8 +89,10 @@ void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
         const Row* row = &rows[g * seeds];
         char dat[4200];
         path_printf(dat, sizeof(dat), "%s/fig5_%s_%s.dat", opt->results, opt->preset, row->name);
-        FILE* f = fopenCheck(dat, "w");
-        report_printf(md, "### %s (trained at context %d)\n\n| depth |", row->name, row->cfg.seq_len);
+        DataFile dat_file;
+        data_file_open(&dat_file, dat);
+        FILE* f = dat_file.f;
+        report_printf(md, "### %s (trained at context %d)\n\n| depth |", row->name, row->cfg.model.seq_len);
         for (int l = 0; l < n_lengths; l++) report_printf(md, " %d |", lengths[l]);
         report_printf(md, "\n|---|");
         for (int l = 0; l < n_lengths; l++) report_printf(md, "---|");
@@ -108,7 +110,7 @@ void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
             fprintf(f, "\n");
         }
         report_printf(md, "\n");
-        fcloseCheck(f, dat);
+        data_file_close(&dat_file);
         char name[32];
         snprintf(name, sizeof(name), "model%d", g + 1);
         gnuplot_input(&vars, name, dat);
@@ -134,10 +136,10 @@ void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
     gnuplot_output(&vars, "out", png);
     if (seeds > 1) {
         snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens; "
-                 "mean ± std over %d seeds", opt->preset, samples, rows[0].cfg.seq_len, seeds);
+                 "mean ± std over %d seeds", opt->preset, samples, rows[0].cfg.model.seq_len, seeds);
     } else {
         snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens; 1 seed",
-                 opt->preset, samples, rows[0].cfg.seq_len);
+                 opt->preset, samples, rows[0].cfg.model.seq_len);
     }
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig5.gp", &vars);

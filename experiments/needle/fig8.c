@@ -30,7 +30,7 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
                                   LogitQuant q, int windows, int samples, int context, int eval_seed) {
     QuantResult res;
     model_set_logit_quant(&row->model, q);
-    res.lm = evaluate_next_token(&row->model, val, row->cfg.seq_len, windows, row->cfg.batch_size);
+    res.lm = evaluate_next_token(&row->model, val, row->cfg.model.seq_len, windows, row->cfg.batch_size);
     Cell cells[FIG8_SETTINGS * N_DEPTHS];
     for (int k = 0; k < FIG8_SETTINGS * N_DEPTHS; k++) {
         Cell c = {context, FIG8_N[k / N_DEPTHS], FIG8_R[k / N_DEPTHS], k % N_DEPTHS, 0, 0, 0, 0};
@@ -117,9 +117,9 @@ void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
     int windows = section_int(preset, "fig8_windows", opt->recipe), eval_seed = section_int(preset, "eval_seed", opt->recipe);
     int n_models = n_rows * seeds;
     for (int i = 0; i < n_models; i++) {
-        if ((val->n_tokens - 1) / rows[i].cfg.seq_len < (size_t)windows) {
+        if ((val->n_tokens - 1) / rows[i].cfg.model.seq_len < (size_t)windows) {
             die("%s: [preset %s] fig8_windows = %d needs %zu validation tokens at seq_len %d; the shard has %zu", opt->recipe,
-                preset->name, windows, (size_t)windows * rows[i].cfg.seq_len + 1, rows[i].cfg.seq_len, val->n_tokens);
+                preset->name, windows, (size_t)windows * rows[i].cfg.model.seq_len + 1, rows[i].cfg.model.seq_len, val->n_tokens);
         }
     }
     QuantResult (*res)[2][FIG8_WIDTHS] = callocCheck(n_models, sizeof(*res));
@@ -161,11 +161,13 @@ void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
                "it is not among this harness's data and models this small are not expected to beat its chance level, so "
                "retrieval (where both score well unquantized) and the language-model metrics show what quantization costs "
                "instead (docs/outliers.md).\n\n",
-               windows, rows[0].cfg.seq_len, context, res[0][0][0].queries[0], res[0][0][0].queries[1]);
+               windows, rows[0].cfg.model.seq_len, context, res[0][0][0].queries[0], res[0][0][0].queries[1]);
     seeds_caption(f, seeds);
     report_printf(f, "| Model | scale | bits | valid loss | next-token acc | retrieval N=1 | retrieval N=4, R=2 |\n");
     report_printf(f, "|---|---|---|---|---|---|---|\n");
-    FILE* g = fopenCheck(dat, "w");
+    DataFile dat_file;
+    data_file_open(&dat_file, dat);
+    FILE* g = dat_file.f;
     // the language-model panels' ranges: the data with headroom, never zoomed to less than a
     // floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
     double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY}, floor_span[2] = {0.05, 0.02};
@@ -198,7 +200,7 @@ void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
                "4-bit DIFF is about as accurate as 6-bit Transformer and about 25%% better than 4-bit Transformer.\n");
     write_verdicts(f, res, rows, n_rows, seeds, samples);
     report_close(&rep);
-    fcloseCheck(g, dat);
+    data_file_close(&dat_file);
     free(metric);
     for (int i = 0; i < n_models; i++) {
         for (int scope = 0; scope < 2; scope++) {

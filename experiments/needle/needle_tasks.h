@@ -10,7 +10,7 @@
 #ifndef NEEDLE_TASKS_H
 #define NEEDLE_TASKS_H
 
-#include "../../model/config.h"
+#include "../config.h"
 #include "../recipe.h"
 
 typedef struct {

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "../../data/dataset.h"
-#include "../../model/checkpoint.h"
+#include "../checkpoint.h"
 #include "../../model/base/util.h"
 #include "../recipe.h"
 #include "../train.h"
@@ -37,11 +37,11 @@ Config needle_row_config(const Recipe* r, const Section* preset, const Section* 
 // (docs/needle.md says why); the needle run starts from its checkpoint
 static Config copy_stage_config(const Config* cfg, const Section* preset, const char* recipe) {
     Config copy = *cfg;
-    copy.steps = section_int(preset, "copy_steps", recipe);
+    copy.optim.steps = section_int(preset, "copy_steps", recipe);
     copy.batch_size = section_int(preset, "copy_batch_size", recipe);
-    copy.seq_len = NEEDLE_COPY_SEQ_LEN;
+    copy.model.seq_len = NEEDLE_COPY_SEQ_LEN;
     copy.grad_accum = 1;
-    copy.lr_final = copy.lr;
+    copy.optim.lr_final = copy.optim.lr;
     path_printf(copy.data, sizeof(copy.data), "%s/copy", cfg->data);
     // <row>/seed<N> -> <row>_copy/seed<N>
     const char* seed_dir = strrchr(cfg->out, '/');
@@ -71,14 +71,14 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
         printf("making the needle training mix %s from %s\n", cfg->data, corpus);
         char cities[4200];
         source_file_path(cities, sizeof(cities), "data/cities.txt");
-        needle_prepare(cfg->data, corpus, cities, cfg->seq_len, NEEDLE_TRAIN_NEEDLES, NEEDLE_DATA_SEED);
+        needle_prepare(cfg->data, corpus, cities, cfg->model.seq_len, NEEDLE_TRAIN_NEEDLES, NEEDLE_DATA_SEED);
     }
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN);
     int block = data_single_train_shard(&data, "a needle training mix")->block;
-    if (block != cfg->seq_len) {
+    if (block != cfg->model.seq_len) {
         die("'%s' holds needle blocks of %d tokens but the recipe trains at seq_len %d; delete '%s' to remake it", path,
-            block, cfg->seq_len, cfg->data);
+            block, cfg->model.seq_len, cfg->data);
     }
     data_close(&data);
 }
@@ -98,7 +98,7 @@ static Row* configure_rows(const NeedleOptions* opt, const Recipe* r, const Sect
         rows[i].cfg = needle_row_config(r, preset, section, rows[i].seed_index, opt->recipe, opt->results);
         rows[i].copy_cfg = copy_stage_config(&rows[i].cfg, preset, opt->recipe);
         config_checkpoint_path(&rows[i].copy_cfg, rows[i].cfg.init_from, sizeof(rows[i].cfg.init_from));
-        size_t a = model_param_count(&rows[i].cfg, 1), b = model_param_count(&rows[0].cfg, 1);
+        size_t a = model_param_count(&rows[i].cfg.model, 1), b = model_param_count(&rows[0].cfg.model, 1);
         if (fabs((double)a - (double)b) > 0.01 * (double)b) {
             die("%s: row '%s' has %zu parameters (without the vocabulary), more than 1%% from row '%s' (%zu)", opt->recipe,
                 rows[i].name, a, rows[0].name, b);
@@ -162,8 +162,9 @@ int needle_main(const NeedleOptions* opt) {
     for (int i = 0; i < n_models; i++) {
         Row* row = &rows[i];
         train_row(row, &reg, experiment);
+        Config stored;
         CheckpointInfo info;
-        checkpoint_load(row->checkpoint, backend_of_device(row->cfg.device), &row->model, NULL, &info);
+        checkpoint_load(row->checkpoint, backend_of_device(row->cfg.device), &stored, &row->model, NULL, &info);
         if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);
         row->copy = copy_score(&row->model, val, COPY_HALF, 4, (uint64_t)row->cfg.seed);
         registry_evaluation(&reg, row->run, "copy_score", row->copy.second);

@@ -71,7 +71,9 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     Report rep, *f = &rep;
     open_task_report(f, "table2", 1, preset, rows, n_models, opt, samples, "## Table 2 (preset %s): multi-needle retrieval at context %d",
                      opt->preset, context);
-    FILE* bars = fopenCheck(dat, "w");
+    DataFile dat_file;
+    data_file_open(&dat_file, dat);
+    FILE* bars = dat_file.f;
     fprintf(bars, "# setting, then per row: accuracy, error bar, paper\n");
     report_printf(f, "Greedy decoding on a KV cache, each query after the context on its own. Accuracy = fraction of queried "
                "numbers reproduced exactly, averaged over the 5 depths; [in brackets] the fraction of samples with all R "
@@ -136,7 +138,7 @@ void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
         }
         fprintf(bars, "\n");
     }
-    fcloseCheck(bars, dat);
+    data_file_close(&dat_file);
     report_close(&rep);
     char text[4400], names[512] = "";
     for (int g = 0; g < n_rows; g++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);

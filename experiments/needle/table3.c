@@ -10,96 +10,129 @@
 #include "../../model/base/util.h"
 #include "../verdict.h"
 
-void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
-                        const Section* preset, const NeedleOptions* opt) {
-    int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "samples", opt->recipe);
-    int eval_seed = section_int(preset, "eval_seed", opt->recipe), n_models = n_rows * seeds;
-    Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];
-    // the verdicts' units: each episode's answer and noise shares, (share, model, episode)
-    int units = N_DEPTHS * N_SETTINGS * samples;
-    double* shares = mallocCheck((size_t)2 * n_models * units * sizeof(double));
-    for (int i = 0; i < n_models; i++) {
-        Row* row = &rows[i];
-        // the maps of each row's first seed: the other seeds' would repeat them for another model
-        int keep_maps = row->seed_index == 0 ? section_int(preset, "maps", opt->recipe) : 0;
-        char maps_path[4200];
-        path_printf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
-        MapsFile maps;
-        if (keep_maps) maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
-        Records rec = {0};
-        double t0 = wall_time();
-        for (int d = 0; d < N_DEPTHS; d++) {
-            Allocation sum = {0, 0, 0, 0};
-            for (int s = 0; s < N_SETTINGS; s++) {
-                for (int k = 0; k < samples; k++) {
-                    uint64_t seed = episode_seed(eval_seed, context, SETTING_N[s], SETTING_R[s], d, k);
-                    Episode e;
-                    episode_make(&e, src, context, SETTING_N[s], SETTING_R[s], DEPTHS[d], 0, seed);
-                    ensure_cache(&row->model, &e);
-                    // maps of the first samples of the most distracting setting go to HDF5
-                    int save = s == N_SETTINGS - 1 && k < keep_maps;
-                    int all_rows = save ? maps_file_sample(&maps, &e, tok, context, seed) : 0;
-                    Allocation a = episode_allocation(&row->model, &e, all_rows, save ? maps_file_head : NULL, &maps);
-                    sum.answer += a.answer; sum.noise += a.noise; sum.question += a.question; sum.bos += a.bos;
-                    size_t u = (size_t)i * units + ((size_t)d * N_SETTINGS + s) * samples + k;
-                    shares[u] = a.answer;
-                    shares[(size_t)n_models * units + u] = a.noise;
-                    EpisodeRecord* r = add_record(&rec);
-                    r->length = context;
-                    r->n_needles = SETTING_N[s];
-                    r->n_queries = SETTING_R[s];
-                    r->depth = DEPTHS[d];
-                    r->sample = k;
-                    r->seed = seed;
-                    r->city = src->cities[e.city[0]];
-                    r->number = e.number[0];
-                    r->correct = -1;
-                    rec.output[rec.n - 1][0] = 0;
-                    r->answer = a.answer; r->noise = a.noise; r->question = a.question; r->bos = a.bos;
-                    episode_free(&e);
-                }
+// Table 3's numbers: per model the mean shares at each depth, per episode the answer and
+// noise shares (the verdicts' units), and per row their spreads over seeds
+typedef struct {
+    Row* rows;
+    int n_rows, seeds, n_models, context, samples;
+    int units;      // episodes per model: N_DEPTHS x N_SETTINGS x samples
+    double* shares; // (2, n_models, units): answer, then noise, per episode
+    Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];  // (n_models, N_DEPTHS)
+    Spread answer[RECIPE_SECTIONS][N_DEPTHS], noise[RECIPE_SECTIONS][N_DEPTHS];  // (n_rows, N_DEPTHS)
+    Spread overall[RECIPE_SECTIONS][4];  // (n_rows, answer noise question BOS): Figure 1, means over depths
+} Table3;
+
+// Model i's allocation over every depth, setting and sample, stored in the registry; the maps
+// of the first samples of the most distracting setting go to HDF5 on the row's first seed
+static void measure_model(Table3* t, int i, const NeedleSource* src, const Tokenizer* tok, Registry* reg, const Section* preset,
+                          const NeedleOptions* opt, int eval_seed) {
+    Row* row = &t->rows[i];
+    int context = t->context, samples = t->samples;
+    // the other seeds' maps would repeat the first's for another model
+    int keep_maps = row->seed_index == 0 ? section_int(preset, "maps", opt->recipe) : 0;
+    char maps_path[4200];
+    path_printf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
+    MapsFile maps;
+    if (keep_maps) maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
+    Records rec = {0};
+    double t0 = wall_time();
+    for (int d = 0; d < N_DEPTHS; d++) {
+        Allocation sum = {0, 0, 0, 0};
+        for (int s = 0; s < N_SETTINGS; s++) {
+            for (int k = 0; k < samples; k++) {
+                uint64_t seed = episode_seed(eval_seed, context, SETTING_N[s], SETTING_R[s], d, k);
+                Episode e;
+                episode_make(&e, src, context, SETTING_N[s], SETTING_R[s], DEPTHS[d], 0, seed);
+                ensure_cache(&row->model, &e);
+                int save = s == N_SETTINGS - 1 && k < keep_maps;
+                int all_rows = save ? maps_file_sample(&maps, &e, tok, context, seed) : 0;
+                Allocation a = episode_allocation(&row->model, &e, all_rows, save ? maps_file_head : NULL, &maps);
+                sum.answer += a.answer; sum.noise += a.noise; sum.question += a.question; sum.bos += a.bos;
+                size_t u = (size_t)i * t->units + ((size_t)d * N_SETTINGS + s) * samples + k;
+                t->shares[u] = a.answer;
+                t->shares[(size_t)t->n_models * t->units + u] = a.noise;
+                EpisodeRecord* r = add_record(&rec);
+                r->length = context;
+                r->n_needles = SETTING_N[s];
+                r->n_queries = SETTING_R[s];
+                r->depth = DEPTHS[d];
+                r->sample = k;
+                r->seed = seed;
+                r->city = src->cities[e.city[0]];
+                r->number = e.number[0];
+                r->correct = -1;
+                rec.output[rec.n - 1][0] = 0;
+                r->answer = a.answer; r->noise = a.noise; r->question = a.question; r->bos = a.bos;
+                episode_free(&e);
             }
-            double n = N_SETTINGS * samples;
-            Allocation mean = {sum.answer / n, sum.noise / n, sum.question / n, sum.bos / n};
-            by_depth[i][d] = mean;
-            printf("  %-10s depth %3.0f%%: answer %.3f  noise %.3f  question %.3f  BOS %.3f (%.0f s)\n", row->name, 100 * DEPTHS[d],
-                   mean.answer, mean.noise, mean.question, mean.bos, wall_time() - t0);
-            fflush(stdout);
         }
-        store_records(reg, row->run, "table3", &rec);
-        if (keep_maps) {
-            maps_file_close(&maps);
-            registry_artifact(reg, row->run, "attention_maps", maps_path);
-            printf("  attention maps of %d episodes in %s\n", maps.n_samples, maps_path);
-        }
+        double n = N_SETTINGS * samples;
+        Allocation mean = {sum.answer / n, sum.noise / n, sum.question / n, sum.bos / n};
+        t->by_depth[i][d] = mean;
+        printf("  %-10s depth %3.0f%%: answer %.3f  noise %.3f  question %.3f  BOS %.3f (%.0f s)\n", row->name, 100 * DEPTHS[d],
+               mean.answer, mean.noise, mean.question, mean.bos, wall_time() - t0);
+        fflush(stdout);
     }
-    // per row: the spread over its seeds of each depth's shares and of Figure 1's means over depths
-    Spread answer[RECIPE_SECTIONS][N_DEPTHS], noise[RECIPE_SECTIONS][N_DEPTHS], overall[RECIPE_SECTIONS][4];
-    for (int g = 0; g < n_rows; g++) {
+    store_records(reg, row->run, "table3", &rec);
+    if (keep_maps) {
+        maps_file_close(&maps);
+        registry_artifact(reg, row->run, "attention_maps", maps_path);
+        printf("  attention maps of %d episodes in %s\n", maps.n_samples, maps_path);
+    }
+}
+
+// Per row: the spread over its seeds of each depth's shares and of Figure 1's means over depths
+static void spread_over_seeds(Table3* t) {
+    int seeds = t->seeds;
+    for (int g = 0; g < t->n_rows; g++) {
         double parts[RECIPE_SECTIONS][4] = {{0}};
         for (int s = 0; s < seeds; s++) {
             for (int d = 0; d < N_DEPTHS; d++) {
-                const Allocation* a = &by_depth[g * seeds + s][d];
+                const Allocation* a = &t->by_depth[g * seeds + s][d];
                 parts[s][0] += a->answer / N_DEPTHS;
                 parts[s][1] += a->noise / N_DEPTHS;
                 parts[s][2] += a->question / N_DEPTHS;
                 parts[s][3] += a->bos / N_DEPTHS;
             }
         }
-        for (int k = 0; k < 4; k++) overall[g][k] = spread_of(&parts[0][k], seeds, 4);
-        int stride = (int)(sizeof(by_depth[0]) / (sizeof(double)));  // one model's allocations, in doubles
+        for (int k = 0; k < 4; k++) t->overall[g][k] = spread_of(&parts[0][k], seeds, 4);
+        int stride = (int)(sizeof(t->by_depth[0]) / (sizeof(double)));  // one model's allocations, in doubles
         for (int d = 0; d < N_DEPTHS; d++) {
-            answer[g][d] = spread_of(&by_depth[g * seeds][d].answer, seeds, stride);
-            noise[g][d] = spread_of(&by_depth[g * seeds][d].noise, seeds, stride);
+            t->answer[g][d] = spread_of(&t->by_depth[g * seeds][d].answer, seeds, stride);
+            t->noise[g][d] = spread_of(&t->by_depth[g * seeds][d].noise, seeds, stride);
         }
     }
-    char dat[4200], fig1[4200], cell[48];
-    preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
-    preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
+}
+
+// DIFF minus the Transformer in each share, mean over depths, paired on the episodes
+static void write_verdicts(Report* f, const Table3* t) {
+    int seeds = t->seeds, units = t->units;
+    int base = paper_group(t->rows, t->n_rows, seeds, 0), diff = paper_group(t->rows, t->n_rows, seeds, 1);
+    if (base < 0 || diff < 0) return;
+    report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
+                  "95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n", t->rows[diff * seeds].name, t->rows[base * seeds].name);
+    for (int k = 0; k < 2; k++) {
+        const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
+        const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
+        double paper_gap = 0;
+        for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
+        const double* share = t->shares + (size_t)k * t->n_models * units;
+        Paired p = {seeds, units, share + (size_t)diff * seeds * units, NULL, share + (size_t)base * seeds * units, NULL};
+        GapInterval g = paired_gap(&p);
+        char interval[64];
+        report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", g.gap,
+                      interval_text(interval, sizeof(interval), g, 3), paper_gap, gap_verdict(g, paper_gap));
+    }
+    report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
+}
+
+static void write_table(const Table3* t, const Section* preset, const NeedleOptions* opt, char* md, size_t md_size) {
+    int seeds = t->seeds, n_rows = t->n_rows;
+    char cell[48];
     Report rep, *f = &rep;
-    open_task_report(f, "table3", 1, preset, rows, n_models, opt, samples * N_SETTINGS,
+    open_task_report(f, "table3", 1, preset, t->rows, t->n_models, opt, t->samples * N_SETTINGS,
                      "## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d",
-                     opt->preset, context);
+                     opt->preset, t->context);
     report_printf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
                "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
                "are, DIFF rows A1 - lambda A2 divided by 1 - lambda. Answer = the answer needle's tokens; noise = every "
@@ -108,9 +141,9 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     report_printf(f, "| Model | answer 0%% | 25%% | 50%% | 75%% | 100%% | noise 0%% | 25%% | 50%% | 75%% | 100%% |\n");
     report_printf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
-        report_printf(f, "| %s |", rows[g * seeds].name);
-        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), answer[g][d], seeds, 3));
-        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), noise[g][d], seeds, 3));
+        report_printf(f, "| %s |", t->rows[g * seeds].name);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->answer[g][d], seeds, 3));
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->noise[g][d], seeds, 3));
         report_printf(f, "\n");
     }
     for (int p = 0; p < 2; p++) {
@@ -121,46 +154,40 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     }
     report_printf(f, "\nFigure 1 breakdown (mean over depths):\n\n| Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
-        report_printf(f, "| %s |", rows[g * seeds].name);
-        for (int k = 0; k < 4; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), overall[g][k], seeds, 3));
+        report_printf(f, "| %s |", t->rows[g * seeds].name);
+        for (int k = 0; k < 4; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->overall[g][k], seeds, 3));
         report_printf(f, "\n");
     }
-    int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
-    if (base >= 0 && diff >= 0) {
-        report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
-                      "95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
-        for (int k = 0; k < 2; k++) {
-            const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
-            const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
-            double paper_gap = 0;
-            for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
-            const double* share = shares + (size_t)k * n_models * units;
-            Paired p = {seeds, units, share + (size_t)diff * seeds * units, NULL, share + (size_t)base * seeds * units, NULL};
-            GapInterval g = paired_gap(&p);
-            char interval[64];
-            report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", g.gap,
-                          interval_text(interval, sizeof(interval), g, 3), paper_gap, gap_verdict(g, paper_gap));
-        }
-        report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
-    }
+    write_verdicts(f, t);
     report_close(&rep);
-    FILE* t3 = fopenCheck(dat, "w");
-    FILE* g1 = fopenCheck(fig1, "w");
+    snprintf(md, md_size, "%s", rep.path);
+}
+
+// Table 3's bars and Figure 1's breakdown: their data files and one gnuplot script for both
+static void write_figures(const Table3* t, const NeedleOptions* opt, const char* md) {
+    int seeds = t->seeds, n_rows = t->n_rows;
+    const Row* rows = t->rows;
+    char dat[4200], fig1[4200];
+    preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
+    preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
+    DataFile t3, g1;
+    data_file_open(&t3, dat);
+    data_file_open(&g1, fig1);
     for (int d = 0; d < N_DEPTHS; d++) {
-        fprintf(t3, "\"%.0f%%\"", 100 * DEPTHS[d]);
+        fprintf(t3.f, "\"%.0f%%\"", 100 * DEPTHS[d]);
         for (int g = 0; g < n_rows; g++) {
             int p = paper_row(&rows[g * seeds]);
-            fprintf(t3, " %.4f %.4f %.2f %.2f %.4f %.4f", answer[g][d].mean, noise[g][d].mean, PAPER_ANSWER[p][d], PAPER_NOISE[p][d],
-                    answer[g][d].std, noise[g][d].std);
+            fprintf(t3.f, " %.4f %.4f %.2f %.2f %.4f %.4f", t->answer[g][d].mean, t->noise[g][d].mean, PAPER_ANSWER[p][d],
+                    PAPER_NOISE[p][d], t->answer[g][d].std, t->noise[g][d].std);
         }
-        fprintf(t3, "\n");
+        fprintf(t3.f, "\n");
     }
     for (int g = 0; g < n_rows; g++) {
-        fprintf(g1, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[g * seeds].name, overall[g][0].mean, overall[g][1].mean, overall[g][2].mean,
-                overall[g][3].mean);
+        const Spread* o = t->overall[g];
+        fprintf(g1.f, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[g * seeds].name, o[0].mean, o[1].mean, o[2].mean, o[3].mean);
     }
-    fcloseCheck(t3, dat);
-    fcloseCheck(g1, fig1);
+    data_file_close(&t3);
+    data_file_close(&g1);
     char text[4400], names[512] = "", papers[512] = "";
     for (int g = 0; g < n_rows; g++) {
         snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
@@ -179,13 +206,33 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     gnuplot_output(&vars, "out", png);
     preset_path(fig1_png, sizeof(fig1_png), opt->plots, "fig1", opt->preset, ".png");
     gnuplot_output(&vars, "out_fig1", fig1_png);
-    snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d, %d seed%s%s", opt->preset, context,
+    snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d, %d seed%s%s", opt->preset, t->context,
              seeds, seeds > 1 ? "s" : "", seeds > 1 ? " (error bars: seed std)" : "");
     gnuplot_string(&vars, "title_text", text);
     snprintf(text, sizeof(text), "Figure 1, preset %s, context %d: where the question's attention goes (mean over depths%s, rows "
-             "normalised to 1)", opt->preset, context, seeds > 1 ? " and seeds" : "");
+             "normalised to 1)", opt->preset, t->context, seeds > 1 ? " and seeds" : "");
     gnuplot_string(&vars, "fig1_title", text);
     gnuplot("table3.gp", &vars);
-    printf("\nwrote %s, %s, %s\n", rep.path, png, fig1_png);
-    free(shares);
+    printf("\nwrote %s, %s, %s\n", md, png, fig1_png);
+}
+
+void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
+                        const Section* preset, const NeedleOptions* opt) {
+    Table3* t = callocCheck(1, sizeof(Table3));  // Spread and Allocation tables: too large for the stack's comfort
+    t->rows = rows;
+    t->n_rows = n_rows;
+    t->seeds = seeds;
+    t->n_models = n_rows * seeds;
+    t->context = section_int(preset, "context", opt->recipe);
+    t->samples = section_int(preset, "samples", opt->recipe);
+    t->units = N_DEPTHS * N_SETTINGS * t->samples;
+    int eval_seed = section_int(preset, "eval_seed", opt->recipe);
+    t->shares = mallocCheck((size_t)2 * t->n_models * t->units * sizeof(double));
+    for (int i = 0; i < t->n_models; i++) measure_model(t, i, src, tok, reg, preset, opt, eval_seed);
+    spread_over_seeds(t);
+    char md[4200];
+    write_table(t, preset, opt, md, sizeof(md));
+    write_figures(t, opt, md);
+    free(t->shares);
+    free(t);
 }

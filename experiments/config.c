@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "backend.h"
-#include "base/util.h"
+#include "../model/backend.h"
+#include "../model/base/util.h"
 
 typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_CHOICE, KEY_ATTENTION, KEY_DEVICE } KeyType;
 
@@ -24,21 +24,23 @@ typedef struct {
 } Key;
 
 #define K(name, type, meaning) {#name, type, offsetof(Config, name), {0}, meaning, 0}
+#define K_MODEL(name, type, meaning) {#name, type, offsetof(Config, model.name), {0}, meaning, 0}
+#define K_OPTIM(name, type, meaning) {#name, type, offsetof(Config, optim.name), {0}, meaning, 0}
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 static const Key KEYS[] = {
-    {"attention", KEY_ATTENTION, offsetof(Config, attention), {0}, "the attention variant:", 0},
-    K(n_layer, KEY_INT, "L, the number of layers"),
-    K(d_model, KEY_INT, "C, the model width"),
-    K(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps)"),
-    K(head_dim, KEY_INT, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for diff, d_model / n_head otherwise"),
-    K(head_norm, KEY_BOOL, "per-head RMSNorm (the paper's GroupNorm); unset: true for diff, false for standard and diff2; "
+    {"attention", KEY_ATTENTION, offsetof(Config, model.attention), {0}, "the attention variant:", 0},
+    K_MODEL(n_layer, KEY_INT, "L, the number of layers"),
+    K_MODEL(d_model, KEY_INT, "C, the model width"),
+    K_MODEL(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps)"),
+    K_MODEL(head_dim, KEY_INT, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for diff, d_model / n_head otherwise"),
+    K_MODEL(head_norm, KEY_BOOL, "per-head RMSNorm (the paper's GroupNorm); unset: true for diff, false for standard and diff2; "
                            "checkpoints and the registry record the resolved value"),
-    K(lambda_init, KEY_STRING, "`schedule` (0.8 - 0.6 exp(-0.3 (layer - 1))) or a constant such as 0.8"),
-    K(ffn_hidden, KEY_INT, "F, the SwiGLU width; 0: 8/3 d_model rounded up to a multiple of 64"),
-    K(rope_theta, KEY_FLOAT, "RoPE base"),
-    K(seq_len, KEY_INT, "T, the context length"),
-    K(init_std, KEY_FLOAT, "standard deviation of the weight matrices at initialisation"),
+    K_MODEL(lambda_init, KEY_STRING, "`schedule` (0.8 - 0.6 exp(-0.3 (layer - 1))) or a constant such as 0.8"),
+    K_MODEL(ffn_hidden, KEY_INT, "F, the SwiGLU width; 0: 8/3 d_model rounded up to a multiple of 64"),
+    K_MODEL(rope_theta, KEY_FLOAT, "RoPE base"),
+    K_MODEL(seq_len, KEY_INT, "T, the context length"),
+    K_MODEL(init_std, KEY_FLOAT, "standard deviation of the weight matrices at initialisation"),
     K(init_from, KEY_STRING, "warm start: a finished run's `checkpoint.h5` whose parameters this run starts from (same "
                              "architecture and tokenizer; step, optimizer state and data order start fresh)"),
     {"data", KEY_STRING, offsetof(Config, data), {0}, "folder made by `difftx prepare`, or of llm.c's token shards. Not "
@@ -47,17 +49,17 @@ static const Key KEYS[] = {
     K(out, KEY_STRING, "run folder: `checkpoint.h5`, `log.tsv`"),
     K(batch_size, KEY_INT, "sequences per micro-batch"),
     K(grad_accum, KEY_INT, "micro-batches per update"),
-    K(steps, KEY_INT, "updates"),
-    K(lr, KEY_FLOAT, "peak learning rate"),
-    K(lr_final, KEY_FLOAT, "learning rate at the last step"),
-    K(warmup_steps, KEY_INT, "linear warmup length, in updates"),
-    {"schedule", KEY_CHOICE, offsetof(Config, schedule), {"linear", "cosine", 0}, "`linear` (the paper's) or `cosine` decay after warmup", 0},
-    K(beta1, KEY_FLOAT, "AdamW's first-moment decay"),
-    K(beta2, KEY_FLOAT, "AdamW's second-moment decay"),
-    K(adam_eps, KEY_FLOAT, "AdamW's epsilon"),
-    K(weight_decay, KEY_FLOAT, "AdamW's decoupled weight decay, applied to weight matrices only (embedding and LM head "
+    K_OPTIM(steps, KEY_INT, "updates"),
+    K_OPTIM(lr, KEY_FLOAT, "peak learning rate"),
+    K_OPTIM(lr_final, KEY_FLOAT, "learning rate at the last step"),
+    K_OPTIM(warmup_steps, KEY_INT, "linear warmup length, in updates"),
+    {"schedule", KEY_CHOICE, offsetof(Config, optim.schedule), {"linear", "cosine", 0}, "`linear` (the paper's) or `cosine` decay after warmup", 0},
+    K_OPTIM(beta1, KEY_FLOAT, "AdamW's first-moment decay"),
+    K_OPTIM(beta2, KEY_FLOAT, "AdamW's second-moment decay"),
+    K_OPTIM(adam_eps, KEY_FLOAT, "AdamW's epsilon"),
+    K_OPTIM(weight_decay, KEY_FLOAT, "AdamW's decoupled weight decay, applied to weight matrices only (embedding and LM head "
                                "included), not to gains or lambda vectors"),
-    K(grad_clip, KEY_FLOAT, "global gradient-norm clipping (0: off)"),
+    K_OPTIM(grad_clip, KEY_FLOAT, "global gradient-norm clipping (0: off)"),
     K(seed, KEY_INT, "initialisation and data order"),
     K(eval_every, KEY_INT, "validation loss every N updates (0: at the end only)"),
     K(eval_batches, KEY_INT, "validation over the first eval_batches x batch_size windows of the validation shard"),
@@ -69,31 +71,33 @@ static const Key KEYS[] = {
      "CPU with the OpenBLAS kernel that ran, e.g. `cpu (OpenBLAS Cooperlake)`)", 1},
 };
 #undef K
+#undef K_MODEL
+#undef K_OPTIM
 #define N_KEYS (sizeof(KEYS) / sizeof(KEYS[0]))
 
 void config_defaults(Config* cfg) {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->attention = ATTN_DIFF;
-    cfg->n_layer = 6;
-    cfg->d_model = 256;
-    cfg->n_head = 4;
-    cfg->head_norm = -1;
-    strcpy(cfg->lambda_init, "schedule");
-    cfg->rope_theta = 10000.0f;
-    cfg->seq_len = 256;
-    cfg->init_std = 0.02f;
+    cfg->model.attention = ATTN_DIFF;
+    cfg->model.n_layer = 6;
+    cfg->model.d_model = 256;
+    cfg->model.n_head = 4;
+    cfg->model.head_norm = -1;
+    strcpy(cfg->model.lambda_init, "schedule");
+    cfg->model.rope_theta = 10000.0f;
+    cfg->model.seq_len = 256;
+    cfg->model.init_std = 0.02f;
     strcpy(cfg->data, "data/default");
     strcpy(cfg->out, "results/runs/default");
     cfg->batch_size = 16;
     cfg->grad_accum = 1;
-    cfg->steps = 1000;
-    cfg->lr = 1e-3f;
-    cfg->warmup_steps = 100;
-    cfg->beta1 = 0.9f;
-    cfg->beta2 = 0.98f;
-    cfg->adam_eps = 1e-8f;
-    cfg->weight_decay = 0.05f;
-    cfg->grad_clip = 1.0f;
+    cfg->optim.steps = 1000;
+    cfg->optim.lr = 1e-3f;
+    cfg->optim.warmup_steps = 100;
+    cfg->optim.beta1 = 0.9f;
+    cfg->optim.beta2 = 0.98f;
+    cfg->optim.adam_eps = 1e-8f;
+    cfg->optim.weight_decay = 0.05f;
+    cfg->optim.grad_clip = 1.0f;
     cfg->seed = 1337;
     cfg->eval_every = 100;
     cfg->eval_batches = 8;
@@ -235,84 +239,34 @@ void config_apply_override(Config* cfg, const char* kv) {
     if (err) die("command-line override '%s': %s", shown, err);
 }
 
-const AttnVariant* config_variant(const Config* cfg) { return &ATTN_VARIANTS[cfg->attention]; }
-
-const char* config_attention_name(const Config* cfg) { return config_variant(cfg)->name; }
-
-
-int config_head_norm(const Config* cfg) { return cfg->head_norm < 0 ? config_variant(cfg)->head_norm : cfg->head_norm; }
-
-// With shared key/value heads (DIFF V2) n_head heads of width D (their maps share them) make
-// d_model = n_head x D; otherwise n_head x maps sub-heads: d_model = maps x n_head x D.
-static int head_multiple(const Config* cfg) { return config_variant(cfg)->shared_kv ? 1 : config_variant(cfg)->maps; }
-
-int config_head_dim(const Config* cfg) {
-    if (cfg->head_dim) return cfg->head_dim;
-    int per = head_multiple(cfg) * cfg->n_head;
-    return per > 0 ? cfg->d_model / per : 0;
-}
-
-int config_ffn_hidden(const Config* cfg) {
-    if (cfg->ffn_hidden) return cfg->ffn_hidden;
-    int f = (8 * cfg->d_model + 2) / 3;
-    return (f + 63) / 64 * 64;
-}
-
-static int parse_lambda_init(const Config* cfg, float* constant) {
-    if (strcmp(cfg->lambda_init, "schedule") == 0) return 0;
-    char* end;
-    *constant = strtof(cfg->lambda_init, &end);
-    if (end == cfg->lambda_init || *end || !isfinite(*constant)) {
-        die("key 'lambda_init': '%s' is neither 'schedule' nor a number", cfg->lambda_init);
-    }
-    return 1;
-}
-
-float config_lambda_init(const Config* cfg, int depth) {
-    float constant;
-    if (parse_lambda_init(cfg, &constant)) return constant;
-    return 0.8f - 0.6f * expf(-0.3f * (float)depth);
-}
-
 void config_validate(const Config* cfg) {
+    model_config_validate(&cfg->model);
     struct { const char* key; int value; } positive[] = {
-        {"n_layer", cfg->n_layer}, {"d_model", cfg->d_model}, {"n_head", cfg->n_head},
-        {"seq_len", cfg->seq_len}, {"batch_size", cfg->batch_size}, {"grad_accum", cfg->grad_accum},
-        {"steps", cfg->steps}, {"eval_batches", cfg->eval_batches}, {"log_every", cfg->log_every},
+        {"batch_size", cfg->batch_size}, {"grad_accum", cfg->grad_accum}, {"steps", cfg->optim.steps},
+        {"eval_batches", cfg->eval_batches}, {"log_every", cfg->log_every},
     };
     for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++) {
         if (positive[i].value <= 0) die("key '%s' must be positive, got %d", positive[i].key, positive[i].value);
     }
-    // bounds that keep every size the model computes in int range (and far beyond any machine)
     struct { const char* key; int value, max; } bounded[] = {
-        {"n_layer", cfg->n_layer, 1 << 12}, {"d_model", cfg->d_model, 1 << 16}, {"n_head", cfg->n_head, 1 << 12},
-        {"head_dim", cfg->head_dim, 1 << 12}, {"ffn_hidden", cfg->ffn_hidden, 1 << 20}, {"seq_len", cfg->seq_len, 1 << 22},
         {"batch_size", cfg->batch_size, 1 << 22}, {"grad_accum", cfg->grad_accum, 1 << 16},
-        {"eval_batches", cfg->eval_batches, 1 << 20}, {"steps", cfg->steps, 1 << 30},
+        {"eval_batches", cfg->eval_batches, 1 << 20}, {"steps", cfg->optim.steps, 1 << 30},
     };
     for (size_t i = 0; i < sizeof(bounded) / sizeof(bounded[0]); i++) {
         if (bounded[i].value > bounded[i].max) die("key '%s': %d is too large (at most %d)", bounded[i].key, bounded[i].value, bounded[i].max);
     }
-    int64_t rows = (int64_t)cfg->batch_size * cfg->seq_len * cfg->n_head * config_variant(cfg)->maps;
+    const ModelConfig* m = &cfg->model;
+    int64_t rows = (int64_t)cfg->batch_size * m->seq_len * m->n_head * config_variant(m)->maps;
     if (rows > 2147483647) {
         die("keys 'batch_size' and 'seq_len': %d x %d tokens per micro-batch are too many for %d heads (batch_size x seq_len x "
-            "heads x maps must stay below 2^31)", cfg->batch_size, cfg->seq_len, cfg->n_head);
+            "heads x maps must stay below 2^31)", cfg->batch_size, m->seq_len, m->n_head);
     }
-    int M = head_multiple(cfg), D = config_head_dim(cfg);
-    const char* times = M == 2 ? "2 x n_head x head_dim (diff attention)" : "n_head x head_dim";
-    if (D <= 0 || (int64_t)M * cfg->n_head * D != cfg->d_model) {
-        die("key 'd_model': %d must equal %s = %d x %d x %d", cfg->d_model, times, M, cfg->n_head, D);
-    }
-    if (D % 2) die("key 'head_dim': %d must be even (RoPE rotates channel pairs)", D);
-    if (cfg->ffn_hidden < 0) die("key 'ffn_hidden' must be 0 (automatic) or positive");
-    if (cfg->warmup_steps < 0) die("key 'warmup_steps' must be >= 0");
+    const OptimConfig* o = &cfg->optim;
+    if (o->warmup_steps < 0) die("key 'warmup_steps' must be >= 0");
     if (cfg->eval_every < 0 || cfg->checkpoint_every < 0) die("keys 'eval_every' and 'checkpoint_every' must be >= 0");
-    if (!(cfg->lr > 0)) die("key 'lr' must be positive");
-    if (cfg->lr_final < 0) die("key 'lr_final' must be >= 0");
-    if (!(cfg->beta1 >= 0 && cfg->beta1 < 1 && cfg->beta2 >= 0 && cfg->beta2 < 1)) die("keys 'beta1', 'beta2' must lie in [0, 1)");
-    if (!(cfg->rope_theta > 0)) die("key 'rope_theta' must be positive");
-    float constant;
-    parse_lambda_init(cfg, &constant);
+    if (!(o->lr > 0)) die("key 'lr' must be positive");
+    if (o->lr_final < 0) die("key 'lr_final' must be >= 0");
+    if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1)) die("keys 'beta1', 'beta2' must lie in [0, 1)");
 }
 
 void config_checkpoint_path(const Config* cfg, char* path, size_t n) { path_printf(path, n, "%s/checkpoint.h5", cfg->out); }
@@ -363,9 +317,9 @@ void config_print_keys(FILE* f) {
 // its data had (data: runs record the data's identity)
 char* config_to_text(const Config* cfg) {
     Config resolved = *cfg;
-    resolved.head_norm = config_head_norm(cfg);
-    resolved.head_dim = config_head_dim(cfg);
-    resolved.ffn_hidden = config_ffn_hidden(cfg);
+    resolved.model.head_norm = config_head_norm(&cfg->model);
+    resolved.model.head_dim = config_head_dim(&cfg->model);
+    resolved.model.ffn_hidden = config_ffn_hidden(&cfg->model);
     cfg = &resolved;
     size_t cap = N_KEYS * (CONFIG_STR + 64), len = 0;
     char* text = mallocCheck(cap);

@@ -4,8 +4,9 @@
 
 #include <stdint.h>
 
-#include "model.h"
-#include "optim.h"
+#include "../model/model.h"
+#include "../model/optim.h"
+#include "config.h"
 
 typedef struct {
     int step;               // optimizer updates done
@@ -20,11 +21,13 @@ typedef struct {
                             // folder itself is the model config's `data`
 } CheckpointInfo;
 
-// Writes "<path>.tmp" and renames it to path. opt may be NULL (weights only).
-void checkpoint_save(const char* path, const Model* model, const AdamW* opt, const CheckpointInfo* info);
-// Builds the model from the stored config on backend be (the file is the same whichever device
-// wrote it) and fills parameters (and moments when opt is not NULL: they are allocated here).
-// Dies naming the file on any problem, checksum errors included.
-void checkpoint_load(const char* path, const Backend* be, Model* model, AdamW* opt, CheckpointInfo* info);
+// A run's state: its recipe (cfg), the model's parameters, AdamW's moments and where training
+// stands. Writes "<path>.tmp" and renames it to path. opt may be NULL (weights only).
+void checkpoint_save(const char* path, const Config* cfg, const Model* model, const AdamW* opt, const CheckpointInfo* info);
+// Reads the stored recipe into *run (its device key set to be's, its data folder the one the
+// file records) and builds the model from it on backend be (the file is the same whichever
+// device wrote it), filling parameters (and moments when opt is not NULL: they are allocated
+// here). Dies naming the file on any problem, checksum errors included.
+void checkpoint_load(const char* path, const Backend* be, Config* run, Model* model, AdamW* opt, CheckpointInfo* info);
 
 #endif

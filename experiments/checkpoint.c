@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/h5.h"
-#include "base/util.h"
+#include "../model/base/h5.h"
+#include "../model/base/util.h"
 
 #define CHECKPOINT_FORMAT "difftx-checkpoint"
 #define CHECKPOINT_VERSION 1
@@ -54,7 +54,7 @@ static void read_tensors(hid_t file, const char* group, const Model* model, floa
     }
 }
 
-void checkpoint_save(const char* path, const Model* model, const AdamW* opt, const CheckpointInfo* info) {
+void checkpoint_save(const char* path, const Config* cfg, const Model* model, const AdamW* opt, const CheckpointInfo* info) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     char tmp[4096];
     tmp_path(tmp, sizeof(tmp), path);
@@ -62,7 +62,7 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     snprintf(label, sizeof(label), "checkpoint '%s'", tmp);
     hid_t file = h5_create_checksummed(tmp, label);
     int version = CHECKPOINT_VERSION;
-    char* config_text = config_to_text(&model->cfg);
+    char* config_text = config_to_text(cfg);
     char hash[32];
     snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)info->tokenizer_hash);
     h5_write_string_attr(file, "format", CHECKPOINT_FORMAT, label);
@@ -72,11 +72,11 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     h5_write_string_attr(file, "tokenizer_hash", hash, label);
     h5_write_attr(file, "step", H5T_NATIVE_INT, &info->step, label);
     h5_write_attr(file, "rows_seen", H5T_NATIVE_UINT64, &info->rows_seen, label);
-    h5_write_attr(file, "data_seed", H5T_NATIVE_INT, &model->cfg.seed, label);
+    h5_write_attr(file, "data_seed", H5T_NATIVE_INT, &cfg->seed, label);
     h5_write_attr(file, "threads", H5T_NATIVE_INT, &info->threads, label);
     h5_write_attr(file, "ranks", H5T_NATIVE_INT, &info->ranks, label);
     h5_write_string_attr(file, "device", model->be->device_name(), label);
-    h5_write_string_attr(file, "data", model->cfg.data, label);
+    h5_write_string_attr(file, "data", cfg->data, label);
     h5_write_string_attr(file, "data_id", info->data_id, label);
     h5_write_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);
     h5_write_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
@@ -100,7 +100,7 @@ void checkpoint_save(const char* path, const Model* model, const AdamW* opt, con
     renameCheck(tmp, path);
 }
 
-void checkpoint_load(const char* path, const Backend* be, Model* model, AdamW* opt, CheckpointInfo* info) {
+void checkpoint_load(const char* path, const Backend* be, Config* run, Model* model, AdamW* opt, CheckpointInfo* info) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (H5Fis_hdf5(path) <= 0) die("cannot read checkpoint '%s': missing, unreadable or not an HDF5 file", path);
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -153,13 +153,13 @@ void checkpoint_load(const char* path, const Backend* be, Model* model, AdamW* o
     h5_read_attr(file, "train_loss", H5T_NATIVE_DOUBLE, &info->train_loss, label);
     // what the attributes must agree on: a corrupt or hand-edited file is refused, not resumed
     if (vocab < 1 || vocab > 65536) die("%s: attribute 'vocab_size' is %d, not 1..65536", label, vocab);
-    if (info->step < 0 || info->step > cfg.steps) die("%s: attribute 'step' is %d, outside 0..steps = %d", label, info->step, cfg.steps);
+    if (info->step < 0 || info->step > cfg.optim.steps) die("%s: attribute 'step' is %d, outside 0..steps = %d", label, info->step, cfg.optim.steps);
     uint64_t rows = (uint64_t)info->step * cfg.batch_size * cfg.grad_accum;
     if (info->rows_seen != rows) {
         die("%s: attribute 'rows_seen' is %llu, but step %d x batch_size %d x grad_accum %d is %llu", label,
             (unsigned long long)info->rows_seen, info->step, cfg.batch_size, cfg.grad_accum, (unsigned long long)rows);
     }
-    if (info->finished != (info->step == cfg.steps)) die("%s: attribute 'finished' is %d at step %d of %d", label, info->finished, info->step, cfg.steps);
+    if (info->finished != (info->step == cfg.optim.steps)) die("%s: attribute 'finished' is %d at step %d of %d", label, info->finished, info->step, cfg.optim.steps);
     if (info->threads < 1) die("%s: attribute 'threads' is %d", label, info->threads);
     if (info->ranks < 1) die("%s: attribute 'ranks' is %d", label, info->ranks);
     int data_seed = cfg.seed;  // it repeats the config's seed; files written by other tools may leave it out
@@ -167,13 +167,13 @@ void checkpoint_load(const char* path, const Backend* be, Model* model, AdamW* o
     if (data_seed != cfg.seed) die("%s: attribute 'data_seed' is %d but the config's seed is %d", label, data_seed, cfg.seed);
     const char* why = config_set(&cfg, "device", be->device);
     if (why) die("%s: %s", label, why);
-    model_build(model, &cfg, be, vocab);
+    model_build(model, &cfg.model, be, vocab, cfg.batch_size);
     size_t bytes = model->n_params * sizeof(float);
     float* host = mallocCheck(bytes);
     read_tensors(file, "params", model, host, label);
     model_set_params(model, host);
     if (opt) {
-        adamw_alloc(opt, model);
+        adamw_alloc(opt, model, &cfg.optim);
         read_tensors(file, "adam_m", model, host, label);
         adamw_set_moments(opt, model->n_params, host, NULL);
         read_tensors(file, "adam_v", model, host, label);
@@ -181,4 +181,5 @@ void checkpoint_load(const char* path, const Backend* be, Model* model, AdamW* o
     }
     free(host);
     H5Fclose(file);
+    *run = cfg;
 }
