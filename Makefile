@@ -85,7 +85,7 @@ CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 TESTS := test_blas_kernel test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: browser-deps all help deps data train test bench table6 table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
+.PHONY: browser-deps all help deps data train test bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
 .SECONDARY:
 all: $(B)/difftx
 
@@ -161,6 +161,11 @@ PRESET ?= small
 SEEDS ?= 1
 table6: $(B)/difftx data/default/train.bin
 	$(MPIRUN)$(B)/difftx table6 experiments/table6.ini --preset $(PRESET) --seeds $(SEEDS) device=$(DEVICE)
+
+# The paper's stability claim: Table 6's Transformer and DIFF rows at 1x, 2x and 4x the preset's
+# learning rate, with each row's spikes and final loss; PRESET and SEEDS as for table6
+lr-stability: $(B)/difftx data/default/train.bin
+	$(MPIRUN)$(B)/difftx table6 experiments/lr_stability.ini --preset $(PRESET) --seeds $(SEEDS) device=$(DEVICE)
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
 # attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|short|medium|default, SEEDS=n models
@@ -258,6 +263,7 @@ help:
 	@echo "make data            the default corpus, tokenizer and token shards only"
 	@echo "make bench           training speed, MFU and peak memory"
 	@echo "make table6          the paper's Table 6    PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/table6.ini | paste -sd'|') (default $(PRESET)), SEEDS=n (default $(SEEDS))"
+	@echo "make lr-stability    Table 6's Transformer and DIFF at 1x, 2x, 4x the learning rate: spikes and loss; PRESET, SEEDS as above"
 	@echo "make table2 | fig5 | table3 | fig8      NEEDLE_PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/needle.ini | paste -sd'|') (default $(NEEDLE_PRESET)), SEEDS=n (default $(SEEDS))"
 	@echo "make table5          PRESET, NEEDLE_PRESET and SEEDS as above"
 	@echo "make CUDA=1          build/cuda/difftx with the CUDA backend (CUDA_ARCH=90); make gpu-bundle: the GPU check's folder"

@@ -8,8 +8,8 @@
 
 // A key the runner reads rather than the config: `plumbing` (preset_note) in every recipe's
 // presets, and the runner's own
-static int runner_key(ExtraKey extra_key, int is_row, const char* key) {
-    return (!is_row && strcmp(key, "plumbing") == 0) || extra_key(is_row, key);
+static int runner_key(ExtraKey extra_key, int place, const char* key) {
+    return (place == RECIPE_PRESET && strcmp(key, "plumbing") == 0) || extra_key(place, key);
 }
 
 // A row's or preset's name becomes a folder of the results (results/<experiment>/<preset>/<row>):
@@ -22,9 +22,34 @@ static int plain_name(const char* name) {
     return 1;
 }
 
+static const char* on_line(void* user, const char* section, const char* key, const char* value);
+
+// The presets and the keys outside a section of another recipe, its rows left out
+static const char* on_included_line(void* user, const char* section, const char* key, const char* value) {
+    return strncmp(section, "row ", 4) == 0 ? NULL : on_line(user, section, key, value);
+}
+
+static const char* include_presets(Recipe* r, const char* value) {
+    if (r->included) return "'presets_from' in a file that 'presets_from' names: one level only";
+    char path[CONFIG_STR + 64];
+    const char* err = recipe_path_value(path, sizeof(path), value, r->path);
+    if (err) return err;
+    size_t len;
+    char* text = read_recipe_file(path, &len);  // dies naming the file
+    const char* outer = r->path;
+    r->path = path;
+    r->included = 1;
+    recipe_parse(text, len, path, on_included_line, r);  // dies naming its line
+    r->included = 0;
+    r->path = outer;
+    free(text);
+    return NULL;
+}
+
 static const char* on_line(void* user, const char* section, const char* key, const char* value) {
     Recipe* r = user;
     Section* s = &r->common;
+    if (!section[0] && key && strcmp(key, "presets_from") == 0) return include_presets(r, value);
     if (section[0]) {
         int is_row = strncmp(section, "row ", 4) == 0, is_preset = strncmp(section, "preset ", 7) == 0;
         if (!is_row && !is_preset) {
@@ -47,7 +72,8 @@ static const char* on_line(void* user, const char* section, const char* key, con
         }
         s = &list[*n - 1];
     }
-    if (!section[0] || !runner_key(r->extra_key, strncmp(section, "row ", 4) == 0, key)) {
+    int place = !section[0] ? RECIPE_OUTSIDE : strncmp(section, "row ", 4) == 0 ? RECIPE_ROW : RECIPE_PRESET;
+    if (!runner_key(r->extra_key, place, key)) {
         Config scratch;
         config_defaults(&scratch);
         const char* err = config_set(&scratch, key, value);
@@ -109,14 +135,29 @@ void recipe_override(Recipe* r, const char* const* words, int n, const char* con
     }
 }
 
-// Called at each section line (key NULL) and key line: a preset's name is added at its line
+typedef struct {
+    char *out, *end;   // the list and its end
+    const char* path;  // the recipe being read: `presets_from` is relative to its folder
+    int included;      // one level only, as recipe_load
+} PresetNames;
+
+// Called at each section line (key NULL) and key line: a preset's name is added at its line,
+// and the presets of the file a `presets_from` names at that line
 static const char* collect_preset(void* ctx, const char* section, const char* key, const char* value) {
-    (void)value;
-    char** at = ctx;  // at[0]: the list, at[1]: its end
+    PresetNames* names = ctx;
+    if (!section[0] && key && strcmp(key, "presets_from") == 0 && !names->included) {
+        char path[CONFIG_STR + 64];
+        if (recipe_path_value(path, sizeof(path), value, names->path)) return NULL;  // recipe_load says why
+        size_t len;
+        char* text = read_recipe_file(path, &len);
+        PresetNames included = {names->out, names->end, path, 1};
+        recipe_parse(text, len, path, collect_preset, &included);
+        free(text);
+        return NULL;
+    }
     if (key || strncmp(section, "preset ", 7) != 0) return NULL;
-    size_t len = strlen(at[0]);
-    const char* name = section + 7;
-    snprintf(at[0] + len, (size_t)(at[1] - at[0]) - len, "%s%s", len ? ", " : "", name);
+    size_t len = strlen(names->out);
+    snprintf(names->out + len, (size_t)(names->end - names->out) - len, "%s%s", len ? ", " : "", section + 7);
     return NULL;
 }
 
@@ -124,8 +165,8 @@ void recipe_preset_names(const char* path, char* out, size_t n) {
     size_t len;
     char* text = read_recipe_file(path, &len);
     out[0] = 0;
-    char* at[2] = {out, out + n};
-    recipe_parse(text, len, path, collect_preset, at);
+    PresetNames names = {out, out + n, path, 0};
+    recipe_parse(text, len, path, collect_preset, &names);
     free(text);
 }
 
@@ -166,7 +207,9 @@ int section_int(const Section* s, const char* key, const char* path) {
 
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key) {
     for (int i = 0; i < s->n; i++) {
-        if (runner_key(extra_key, 0, s->key[i]) || runner_key(extra_key, 1, s->key[i])) continue;
+        int runners = 0;
+        for (int place = RECIPE_PRESET; place <= RECIPE_OUTSIDE; place++) runners |= runner_key(extra_key, place, s->key[i]);
+        if (runners) continue;
         const char* err = config_set(cfg, s->key[i], s->value[i]);
         if (err) die("%s", err);
     }

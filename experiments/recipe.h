@@ -19,8 +19,11 @@ typedef struct {
     int n;
 } Section;
 
-// 1 when key is a recipe key (not a training key) allowed in a row (is_row) or preset section
-typedef int (*ExtraKey)(int is_row, const char* key);
+// Where a recipe key stands
+enum { RECIPE_PRESET = 0, RECIPE_ROW = 1, RECIPE_OUTSIDE = 2 };
+// 1 when key is a recipe key (not a training key) allowed at place: in a preset section, a row
+// section or outside any section
+typedef int (*ExtraKey)(int place, const char* key);
 
 typedef struct {
     Section common;
@@ -29,11 +32,14 @@ typedef struct {
     int n_presets, n_rows;
     ExtraKey extra_key;
     const char* path;  // while parsing: relative paths are read from its folder
+    int included;      // while parsing the file `presets_from` names
     char error[512];
 } Recipe;
 
 // Parses path; every training key is checked; dies naming the file and line. Path values (the
-// config's and a needle preset's `corpus`) are kept as read from path's folder. Caller frees.
+// config's and a needle preset's `corpus`) are kept as read from path's folder. A key
+// `presets_from = FILE` outside a section takes FILE's presets and keys outside a section (not
+// its rows) at that line, so a study of other rows runs on another recipe's presets. Caller frees.
 Recipe* recipe_load(const char* path, ExtraKey extra_key);
 // The command line's key=value words after a runner's recipe, for every row (recorded with each
 // run's config, so a table trained on other data is another table's runs). Refused by name: a

@@ -20,21 +20,51 @@
 #include "verdict.h"
 
 static int is_row_key(const char* k) {
-    return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "match_params");
+    return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "match_params") ||
+           !strcmp(k, "lr_scale");
 }
 static int is_preset_key(const char* k) {
     return recipe_shape_key(0, k) || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
 }
-int table6_extra_key(int is_row, const char* k) { return is_row ? is_row_key(k) : is_preset_key(k); }
+// outside any section: `study`, the outputs' name
+int table6_extra_key(int place, const char* k) {
+    return place == RECIPE_ROW ? is_row_key(k) : place == RECIPE_PRESET ? is_preset_key(k) : !strcmp(k, "study");
+}
 
 // computed per row from the preset's h and d, the row's heads and width, and match_params
 static const char* const TABLE6_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model", "ffn_hidden", "out", NULL};
+
+// A recipe's `study` (outside any section): the name of its registry experiment, run folders,
+// tables and figures; "table6" when it has none
+static const char* study_name(const Recipe* r, const char* recipe) {
+    const char* study = section_get(&r->common, "study");
+    if (!study) return "table6";
+    int ok = study[0] && strlen(study) < 64;
+    for (const char* c = study; *c; c++) ok &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
+    if (!ok) die("%s: key 'study': '%s' is not a name of 1 to 63 lowercase letters, digits and '_'", recipe, study);
+    return study;
+}
+
+// A row's `lr_scale`: its learning rates (peak and final) are the preset's times this
+static float lr_scale(const Section* row, const char* recipe) {
+    const char* text = section_get(row, "lr_scale");
+    if (!text) return 1.0f;
+    char* end;
+    float scale = strtof(text, &end);
+    if (end == text || *end || !isfinite(scale) || !(scale > 0)) {
+        die("%s: [row %s] key 'lr_scale': '%s' is not a positive number", recipe, row->name, text);
+    }
+    return scale;
+}
 
 // The row's config; `match_params` widens its feed-forward to the parameter count of
 // `reference` (the first row's config of the same seed), which the first row itself ignores
 static Config resolve_row(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
                           const char* results, const Config* reference) {
-    Config cfg = recipe_row_config(r, preset, row, seed_index, recipe, results, "table6", table6_extra_key);
+    Config cfg = recipe_row_config(r, preset, row, seed_index, recipe, results, study_name(r, recipe), table6_extra_key);
+    float scale = lr_scale(row, recipe);
+    cfg.optim.lr *= scale;
+    cfg.optim.lr_final *= scale;
     const char* match = section_get(row, "match_params");
     if (reference && match && strcmp(match, "true") == 0) {
         // one unit of ffn_hidden is 3 x d_model parameters per layer; the vocabulary cancels
@@ -85,6 +115,7 @@ typedef struct {
 typedef struct {
     const Table6Options* opt;
     Recipe* recipe;
+    const char* study;  // the outputs' name: "table6", or the recipe's `study`
     const Section* preset;
     int eval_windows, seeds;
     Row* rows;
@@ -98,6 +129,7 @@ static void table_open(Table* t, const Table6Options* opt) {
     t->recipe = recipe_load(opt->recipe, table6_extra_key);
     recipe_override(t->recipe, opt->overrides, opt->n_overrides, TABLE6_DERIVED_KEYS, opt->recipe);
     t->preset = recipe_preset(t->recipe, opt->preset, opt->recipe);
+    t->study = study_name(t->recipe, opt->recipe);
     t->eval_windows = section_int(t->preset, "eval_windows", opt->recipe);
     t->n_rows = t->recipe->n_rows;
     if (t->n_rows < 1) die("%s: no [row NAME] section", opt->recipe);
@@ -228,7 +260,7 @@ void table6_trained_rows(const Table6Options* opt, const char* const* names, int
     table_open(&t, opt);
     Registry reg;
     int lock;
-    int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe, &lock);
+    int64_t experiment = recipe_experiment(&reg, opt->results, t.study, opt->preset, opt->recipe, &lock);
     for (int k = 0; k < n; k++) {
         const Row* row = row_named(&t, names[k]);
         if (!row) die("%s: no [row %s]", opt->recipe, names[k]);
@@ -381,13 +413,19 @@ static const Claim CLAIMS[] = {
     {"lambda_init = 0.8 barely matters (Valid vs DIFF)", "diff_lambda08", "diff", VALID},
     {"lambda_init = 0.5 barely matters (Valid vs DIFF)", "diff_lambda05", "diff", VALID},
     {"halving heads barely matters for Transformer (Valid; h/2 x 2d vs h x d)", "transformer_half", "transformer", VALID},
+    // experiments/lr_stability.ini: the paper's rows at higher learning rates, where it says DIFF is ahead
+    {"DIFF beats Transformer at 1x the learning rate (Valid)", "diff_lr1", "transformer_lr1", VALID},
+    {"DIFF beats Transformer at 2x the learning rate (Valid)", "diff_lr2", "transformer_lr2", VALID},
+    {"DIFF beats Transformer at 4x the learning rate (Valid)", "diff_lr4", "transformer_lr4", VALID},
 };
 
 static void write_rows(const Table* t, Report* rep) {
     const Table6Options* opt = t->opt;
     const Config* first = &t->rows[0].cfg[0];
     int h = section_int(t->preset, "h", opt->recipe), d = section_int(t->preset, "d", opt->recipe);
-    report_printf(rep, "\n## Table 6 (preset %s): validation loss, %d seed(s) per row, mean ± sample std\n\n", opt->preset, t->seeds);
+    if (strcmp(t->study, "table6") == 0) report_printf(rep, "\n## Table 6 (preset %s)", opt->preset);
+    else report_printf(rep, "\n## Study %s (Table 6's presets and evaluation, preset %s)", t->study, opt->preset);
+    report_printf(rep, ": validation loss, %d seed(s) per row, mean ± sample std\n\n", t->seeds);
     report_printf(rep, "%s", preset_note(t->preset, opt->recipe));
     report_printf(rep, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
                   section_get(t->preset, "n_layer"), h * d, h, d,
@@ -414,16 +452,47 @@ static void write_rows(const Table* t, Report* rep) {
     }
 }
 
+// How each row trained: its peak learning rate, the seeds that finished, the loss and
+// gradient-norm spikes their runs recorded (watched as training goes, spikes.h) and the last
+// training loss; a seed that diverged is one that did not finish
+static void write_health(const Table* t, Registry* reg, Report* rep) {
+    report_printf(rep, "\n### Training health\n\n| Model | lr | finished | loss spikes | grad-norm spikes | final train loss |\n"
+                  "|---|---|---|---|---|---|\n");
+    for (int i = 0; i < t->n_rows; i++) {
+        const Row* row = &t->rows[i];
+        int spikes[2] = {0, 0};
+        double final[256];
+        int n_final = 0;
+        static const char* const keys[2] = {"spike_loss", "spike_grad_norm"};
+        for (int s = 0; s < t->seeds; s++) {
+            if (!row->runs[s]) continue;
+            int64_t* tokens;
+            double* values;
+            for (int k = 0; k < 2; k++) {
+                spikes[k] += registry_run_curve(reg, row->runs[s], keys[k], &tokens, &values);
+                free(tokens);
+                free(values);
+            }
+            int points = registry_run_curve(reg, row->runs[s], "train_loss", &tokens, &values);
+            if (points) final[n_final++] = values[points - 1];
+            free(tokens);
+            free(values);
+        }
+        char label[2 * CONFIG_STR], loss[64] = "-";
+        markdown_cell(label, sizeof(label), section_get(row->section, "label"));
+        if (n_final) spread_text(loss, sizeof(loss), spread_of(final, n_final, 1), n_final, 3);
+        report_printf(rep, "| %s | %.3g | %d of %d | %d | %d | %s |\n", label, row->cfg[0].optim.lr, row->n, t->seeds, spikes[0],
+                      spikes[1], loss);
+    }
+}
+
 static void write_claims(const Table* t, Report* rep) {
     report_printf(rep, "\n### The paper's claims against these runs\n\n");
     report_printf(rep, "| claim | gap (ours) | 95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n");
     for (size_t c = 0; c < sizeof(CLAIMS) / sizeof(CLAIMS[0]); c++) {
         const Claim* cl = &CLAIMS[c];
         const Row *a = row_named(t, cl->a), *b = row_named(t, cl->b);
-        if (!a || !b) {
-            report_printf(rep, "| %s | n/a (no row %s) | | | |\n", cl->text, a ? cl->b : cl->a);
-            continue;
-        }
+        if (!a || !b) continue;  // a claim about rows this recipe does not have
         GapInterval g = row_gap(t, a, b, cl->metric);
         double paper_gap = a->paper[cl->metric] - b->paper[cl->metric];
         char paper_text[32] = "n/a (not in the paper)", gap_text[32] = "n/a (no tokens)", interval[64];
@@ -488,9 +557,9 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
     const Table6Options* opt = t->opt;
     const Config* first = &t->rows[0].cfg[0];
     char bars[4096], curves[4096], positions[4096];
-    preset_path(bars, sizeof(bars), opt->results, "table6", opt->preset, "_bars.dat");
-    preset_path(curves, sizeof(curves), opt->results, "table6", opt->preset, "_curves.dat");
-    preset_path(positions, sizeof(positions), opt->results, "table6", opt->preset, "_positions.dat");
+    preset_path(bars, sizeof(bars), opt->results, t->study, opt->preset, "_bars.dat");
+    preset_path(curves, sizeof(curves), opt->results, t->study, opt->preset, "_curves.dat");
+    preset_path(positions, sizeof(positions), opt->results, t->study, opt->preset, "_positions.dat");
     DataFile bars_file;
     data_file_open(&bars_file, bars);
     FILE* f = bars_file.f;
@@ -578,11 +647,11 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
         snprintf(name, sizeof(name), "paper%d", k + 1);
         gnuplot_number(&vars, name, paper);
     }
-    preset_path(png, n, opt->plots, "table6", opt->preset, ".png");
+    preset_path(png, n, opt->plots, t->study, opt->preset, ".png");
     gnuplot_output(&vars, "out_bars", png);
-    preset_path(curves_png, n, opt->plots, "table6", opt->preset, "_curves.png");
+    preset_path(curves_png, n, opt->plots, t->study, opt->preset, "_curves.png");
     gnuplot_output(&vars, "out_curves", curves_png);
-    preset_path(positions_png, n, opt->plots, "table6", opt->preset, "_positions.png");
+    preset_path(positions_png, n, opt->plots, t->study, opt->preset, "_positions.png");
     gnuplot_output(&vars, "out_positions", positions_png);
     snprintf(text, sizeof(text), "Table 6, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
              "paired interval over %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
@@ -604,15 +673,16 @@ int table6_main(const Table6Options* opt) {
     mkdir_p(opt->plots);
     Registry reg;
     int lock;
-    int64_t experiment = recipe_experiment(&reg, opt->results, "table6", opt->preset, opt->recipe, &lock);
+    int64_t experiment = recipe_experiment(&reg, opt->results, t.study, opt->preset, opt->recipe, &lock);
     train_rows(&t, &reg, experiment);
     aggregate(&t, &reg, experiment);
 
     char path[4096];
-    preset_path(path, sizeof(path), opt->results, "table6", opt->preset, ".md");
+    preset_path(path, sizeof(path), opt->results, t.study, opt->preset, ".md");
     Report rep;
     report_open(&rep, path, 1);
     write_rows(&t, &rep);
+    write_health(&t, &reg, &rep);
     write_claims(&t, &rep);
     write_positions(&t, &rep);
     report_close(&rep);

@@ -24,7 +24,7 @@ int table6_main(const Table6Options* opt);
 void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, TrainedRow* out);
 
 // The recipe keys of a Table 6 recipe that are not training keys (recipe_load's extra_key)
-int table6_extra_key(int is_row, const char* key);
+int table6_extra_key(int place, const char* key);
 // The full config of row `row` for a preset and seed index, as the table trains it
 Config table6_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe,
                          const char* results);

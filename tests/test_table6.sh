@@ -191,6 +191,47 @@ expect_fail "an override with an unknown key" "override 'dat=x': unknown key 'da
 expect "refused overrides train nothing" test ! -e "$work/refused/table6"
 expect "and both figures are drawn" bash -c "$(declare -f is_png); is_png '$work/v300/plots/table6_smoke.png' && is_png '$work/v300/plots/table6_smoke_curves.png'"
 
+# 11. the learning-rate study (experiments/lr_stability.ini): Table 6's presets through
+#     presets_from, the Transformer and DIFF rows at 1x, 2x and 4x the preset's learning rate,
+#     outputs of its own name, and the training-health table
+sed "s#^presets_from = .*#presets_from = $work/table6.ini#" experiments/lr_stability.ini > "$work/lr_stability.ini"
+t6_before=$(md5sum < "$work/results/table6_smoke.md")
+$bin table6 "$work/lr_stability.ini" --preset smoke --results "$work/results" --plots "$work/plots" > "$work/lr.log" 2>&1
+lr_run() { sql "SELECT r.id FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'lr_stability' AND r.row = '$1' AND r.status = 'FINISHED'"; }
+expect "the lr study finishes its 6 rows as experiment lr_stability" test "$(sql "SELECT COUNT(*) FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'lr_stability' AND r.status = 'FINISHED'")" = 6
+lr_of() { sql "SELECT instr(recipe_text, char(10) || 'lr = $2' || char(10)) > 0 AND instr(recipe_text, char(10) || 'lr_final = 0' || char(10)) > 0 FROM runs WHERE id = $(lr_run "$1")"; }
+expect "rows train at the preset's lr (2e-3) times lr_scale: 1, 2, 4" \
+    test "$(lr_of transformer_lr1 0.002)$(lr_of diff_lr2 0.004)$(lr_of transformer_lr4 0.008)$(lr_of diff_lr4 0.008)" = 1111
+expect "its table and figures carry its name; Table 6's are untouched" bash -c "$(declare -f is_png); grep -q '^## Study lr_stability (Table 6.s presets and evaluation, preset smoke)' '$work/results/lr_stability_smoke.md' &&
+    is_png '$work/plots/lr_stability_smoke.png' && test \"\$(md5sum < '$work/results/table6_smoke.md')\" = '$t6_before'"
+expect "its run folders are its own" test -s "$work/results/lr_stability/smoke/diff_lr4/seed1000/checkpoint.h5"
+expect "the health table: each row's lr, seeds finished, spikes and final training loss" \
+    test "$(grep -cE '^\| (Transformer|DIFF), lr x[124] \| 0\.00[248] \| 1 of 1 \| [0-9]+ \| [0-9]+ \| [0-9]+\.[0-9]{3} \|$' "$work/results/lr_stability_smoke.md")" = 6
+expect "only the claims about its own rows: DIFF against Transformer at each learning rate" bash -c "
+    test \"\$(grep -c '^| DIFF beats Transformer at [124]x the learning rate (Valid) | [-+]' '$work/results/lr_stability_smoke.md')\" = 3 &&
+    ! grep -q 'DIFF beats Transformer overall' '$work/results/lr_stability_smoke.md' && ! grep -q 'learning rate' '$work/results/table6_smoke.md'"
+# a hand-made case: two loss spikes and one gradient-norm spike written into DIFF lr x4's run; the
+# rerun trains nothing and counts them, beside the run's last training loss from the registry
+d4=$(lr_run diff_lr4)
+sql "INSERT INTO metrics (run_id, key, step, tokens, value) VALUES ($d4, 'spike_loss', 12, 6144, 7.5), ($d4, 'spike_loss', 20, 10240, 6.1), ($d4, 'spike_grad_norm', 20, 10240, 8.0)"
+final=$(printf '%.3f' "$(sql "SELECT value FROM metrics WHERE run_id = $d4 AND key = 'train_loss' ORDER BY step DESC LIMIT 1")")
+$bin table6 "$work/lr_stability.ini" --preset smoke --results "$work/results" --plots "$work/plots" > "$work/lr_again.log" 2>&1
+expect "the rerun trains nothing and counts 2 loss and 1 gradient-norm spike, final loss $final" bash -c "! grep -q '^== ' '$work/lr_again.log' &&
+    grep -qF '| DIFF, lr x4 | 0.008 | 1 of 1 | 2 | 1 | $final |' '$work/results/lr_stability_smoke.md'"
+sed 's/^lr_scale = 4$/lr_scale = 0/' "$work/lr_stability.ini" > "$work/lr_bad.ini"
+expect_fail "a non-positive lr_scale, naming the row" "lr_bad.ini: \[row transformer_lr4\] key 'lr_scale': '0' is not a positive number" \
+    $bin table6 "$work/lr_bad.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+sed 's/^study = lr_stability$/study = ..\/up/' "$work/lr_stability.ini" > "$work/lr_bad_study.ini"
+expect_fail "a study that is not a plain name" "key 'study': '../up' is not a name of 1 to 63 lowercase letters" \
+    $bin table6 "$work/lr_bad_study.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+{ echo "presets_from = $work/lr_stability.ini"; sed -n '/^\[row diff_lr1\]/,/^$/p' "$work/lr_stability.ini"; } > "$work/lr_nested.ini"
+expect_fail "presets_from one level only" "'presets_from' in a file that 'presets_from' names: one level only" \
+    $bin table6 "$work/lr_nested.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+{ sed -n '1,/^\[preset small\]/p' "$work/table6.ini" | sed '$d'; echo "study = inside"; } > "$work/study_in_preset.ini"
+expect_fail "study inside a preset is refused, not ignored" "unknown key 'study'" \
+    $bin table6 "$work/study_in_preset.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+expect "the help lists the presets it takes from Table 6's recipe" bash -c "'$PWD/$bin' help table6 '$work/lr_stability.ini' 2>&1 | grep -qF 'presets of $work/lr_stability.ini: smoke, small, paper'"
+
 # last, as it adds an attempt: a rerun after a row's checkpoint is gone trains that row alone
 # again, as a new attempt
 rm "$ckpt"

@@ -31,7 +31,7 @@ int needle_main(const NeedleOptions* opt);
 int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows);
 
 // The recipe keys of a needle recipe that are not training keys (recipe_load's extra_key)
-int needle_extra_key(int is_row, const char* key);
+int needle_extra_key(int place, const char* key);
 // The needle stage's full config of a row for a preset and its seed_index-th seed (the recipe's
 // seed + seed_index, in <results>/needle/<preset>/<row>/seed<seed>), as the tasks train it
 Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,

@@ -14,11 +14,12 @@
 #include "../recipe.h"
 #include "../train.h"
 
-int needle_extra_key(int is_row, const char* k) {
+int needle_extra_key(int place, const char* k) {
     static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
                                  "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens"};
-    if (recipe_shape_key(is_row, k)) return 1;
-    for (size_t i = 0; !is_row && i < sizeof(keys) / sizeof(keys[0]); i++) {
+    if (place == RECIPE_OUTSIDE) return 0;
+    if (recipe_shape_key(place == RECIPE_ROW, k)) return 1;
+    for (size_t i = 0; place == RECIPE_PRESET && i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strcmp(k, keys[i]) == 0) return 1;
     }
     return 0;
