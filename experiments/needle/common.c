@@ -174,3 +174,8 @@ int paper_group(const Row* rows, int n_rows, int seeds, int p) {
     }
     return -1;
 }
+
+TaskModels task_models(Row* rows, int n_rows, int seeds, const Section* preset, const NeedleOptions* opt) {
+    return (TaskModels){rows, n_rows, seeds, n_rows * seeds, section_int(preset, "context", opt->recipe),
+                        section_int(preset, "samples", opt->recipe)};
+}

@@ -11,8 +11,7 @@
 // Table 2's numbers: per model each cell's counts, and the verdicts' units (each episode's
 // queries right and asked); per model and per row the accuracies derived from them
 typedef struct {
-    Row* rows;
-    int n_rows, seeds, n_models, context, samples;
+    TaskModels m;
     int units;      // episodes per model and setting: N_DEPTHS x samples
     double* right;  // (N_SETTINGS, n_models, units)
     double* asked;  // (N_SETTINGS, n_models, units)
@@ -31,29 +30,29 @@ static void measure_models(Table2* t, const NeedleSource* src, const Tokenizer* 
     int units = t->units;
     double* model_right = mallocCheck((size_t)N_SETTINGS * units * sizeof(double));
     double* model_asked = mallocCheck((size_t)N_SETTINGS * units * sizeof(double));
-    for (int m = 0; m < t->n_models; m++) {
+    for (int m = 0; m < t->m.n_models; m++) {
         for (int k = 0; k < N_SETTINGS * N_DEPTHS; k++) {
-            Cell c = {t->context, SETTING_N[k / N_DEPTHS], SETTING_R[k / N_DEPTHS], k % N_DEPTHS, 0, 0, 0, 0};
+            Cell c = {t->m.context, SETTING_N[k / N_DEPTHS], SETTING_R[k / N_DEPTHS], k % N_DEPTHS, 0, 0, 0, 0};
             t->cells[m][k] = c;
         }
         Records rec = {0};
-        run_cells(&t->rows[m], src, tok, t->cells[m], N_SETTINGS * N_DEPTHS, t->samples, eval_seed, &rec);
+        run_cells(&t->m.rows[m], src, tok, t->cells[m], N_SETTINGS * N_DEPTHS, t->m.samples, eval_seed, &rec);
         // cell-major, so each setting's episodes are one run of units
-        episode_counts(&rec, t->cells[m], N_SETTINGS * N_DEPTHS, t->samples, model_right, model_asked);
+        episode_counts(&rec, t->cells[m], N_SETTINGS * N_DEPTHS, t->m.samples, model_right, model_asked);
         for (int st = 0; st < N_SETTINGS; st++) {
-            size_t at = ((size_t)st * t->n_models + m) * units;
+            size_t at = ((size_t)st * t->m.n_models + m) * units;
             memcpy(t->right + at, model_right + (size_t)st * units, units * sizeof(double));
             memcpy(t->asked + at, model_asked + (size_t)st * units, units * sizeof(double));
         }
-        store_records(reg, t->rows[m].run, "table2", &rec);
+        store_records(reg, t->m.rows[m].run, "table2", &rec);
     }
     free(model_right);
     free(model_asked);
 }
 
 static void accuracies(Table2* t) {
-    int seeds = t->seeds;
-    for (int m = 0; m < t->n_models; m++) {
+    int seeds = t->m.seeds;
+    for (int m = 0; m < t->m.n_models; m++) {
         for (int st = 0; st < N_SETTINGS; st++) {
             int right = 0, asked = 0, all_right = 0, episodes = 0;
             for (int d = 0; d < N_DEPTHS; d++) {
@@ -69,7 +68,7 @@ static void accuracies(Table2* t) {
             t->queries[m][st] = asked;
         }
     }
-    for (int g = 0; g < t->n_rows; g++) {
+    for (int g = 0; g < t->m.n_rows; g++) {
         for (int st = 0; st < N_SETTINGS; st++) {
             t->acc_s[g][st] = spread_of(&t->acc[g * seeds][st], seeds, N_SETTINGS);
             t->all_s[g][st] = spread_of(&t->all[g * seeds][st], seeds, N_SETTINGS);
@@ -81,11 +80,11 @@ static void accuracies(Table2* t) {
 
 // DIFF minus the Transformer per setting, paired on the episodes
 static void write_verdicts(Report* f, const Table2* t) {
-    int seeds = t->seeds, units = t->units, n_models = t->n_models;
-    int base = paper_group(t->rows, t->n_rows, seeds, 0), diff = paper_group(t->rows, t->n_rows, seeds, 1);
+    int seeds = t->m.seeds, units = t->units, n_models = t->m.n_models;
+    int base = paper_group(t->m.rows, t->m.n_rows, seeds, 0), diff = paper_group(t->m.rows, t->m.n_rows, seeds, 1);
     if (base < 0 || diff < 0) return;
     report_printf(f, "\nDIFF (%s) minus Transformer (%s), against the paper's gap:\n\n| setting | gap (ours) | 95%% interval | "
-                  "paper gap | verdict |\n|---|---|---|---|---|\n", t->rows[diff * seeds].name, t->rows[base * seeds].name);
+                  "paper gap | verdict |\n|---|---|---|---|---|\n", t->m.rows[diff * seeds].name, t->m.rows[base * seeds].name);
     for (int st = 0; st < N_SETTINGS; st++) {
         size_t at_diff = ((size_t)st * n_models + diff * seeds) * units, at_base = ((size_t)st * n_models + base * seeds) * units;
         Paired p = {seeds, units, t->right + at_diff, t->asked + at_diff, t->right + at_base, t->asked + at_base};
@@ -101,11 +100,11 @@ static void write_verdicts(Report* f, const Table2* t) {
 }
 
 static void write_table(const Table2* t, const Section* preset, const NeedleOptions* opt, char* md, size_t md_size) {
-    int seeds = t->seeds, n_rows = t->n_rows;
-    const Row* rows = t->rows;
+    int seeds = t->m.seeds, n_rows = t->m.n_rows;
+    const Row* rows = t->m.rows;
     Report rep, *f = &rep;
-    open_task_report(f, "table2", 1, preset, t->rows, t->n_models, opt, t->samples,
-                     "## Table 2 (preset %s): multi-needle retrieval at context %d", opt->preset, t->context);
+    open_task_report(f, "table2", 1, preset, t->m.rows, t->m.n_models, opt, t->m.samples,
+                     "## Table 2 (preset %s): multi-needle retrieval at context %d", opt->preset, t->m.context);
     report_printf(f, "Greedy decoding on a KV cache, each query after the context on its own. Accuracy = fraction of queried "
                "numbers reproduced exactly, averaged over the 5 depths; [in brackets] the fraction of samples with all R "
                "queries right. Paper: 3B models at 4K.\n\n");
@@ -139,7 +138,7 @@ static void write_table(const Table2* t, const Section* preset, const NeedleOpti
     }
     if (seeds > 1) {
         report_printf(f, "\nEach seed's accuracy:\n\n| Model | seed | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|---|\n");
-        for (int m = 0; m < t->n_models; m++) {
+        for (int m = 0; m < t->m.n_models; m++) {
             report_printf(f, "| %s | %d |", rows[m].name, rows[m].cfg.seed);
             for (int st = 0; st < N_SETTINGS; st++) report_printf(f, " %.2f |", t->acc[m][st]);
             report_printf(f, "\n");
@@ -150,8 +149,8 @@ static void write_table(const Table2* t, const Section* preset, const NeedleOpti
 }
 
 static void write_figure(const Table2* t, const NeedleOptions* opt, const char* md) {
-    int seeds = t->seeds, n_rows = t->n_rows;
-    const Row* rows = t->rows;
+    int seeds = t->m.seeds, n_rows = t->m.n_rows;
+    const Row* rows = t->m.rows;
     char dat[4200];
     preset_path(dat, sizeof(dat), opt->results, "table2", opt->preset, ".dat");
     DataFile bars;
@@ -175,8 +174,8 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table2", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);
-    snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth, %d seed%s", opt->preset, t->context,
-             t->samples, seeds, seeds > 1 ? "s" : "");
+    snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth, %d seed%s", opt->preset, t->m.context,
+             t->m.samples, seeds, seeds > 1 ? "s" : "");
     gnuplot_string(&vars, "title_text", text);
     if (seeds > 1) snprintf(text, sizeof(text), "accuracy of the queried numbers (mean of %d seeds; error bars: seed std)", seeds);
     else snprintf(text, sizeof(text), "accuracy of the queried numbers (1 seed; error bars: binomial standard error)");
@@ -188,15 +187,10 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
 void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
     Table2* t = callocCheck(1, sizeof(Table2));  // its tables: too large for the stack's comfort
-    t->rows = rows;
-    t->n_rows = n_rows;
-    t->seeds = seeds;
-    t->n_models = n_rows * seeds;
-    t->context = section_int(preset, "context", opt->recipe);
-    t->samples = section_int(preset, "samples", opt->recipe);
-    t->units = N_DEPTHS * t->samples;
-    t->right = mallocCheck((size_t)N_SETTINGS * t->n_models * t->units * sizeof(double));
-    t->asked = mallocCheck((size_t)N_SETTINGS * t->n_models * t->units * sizeof(double));
+    t->m = task_models(rows, n_rows, seeds, preset, opt);
+    t->units = N_DEPTHS * t->m.samples;
+    t->right = mallocCheck((size_t)N_SETTINGS * t->m.n_models * t->units * sizeof(double));
+    t->asked = mallocCheck((size_t)N_SETTINGS * t->m.n_models * t->units * sizeof(double));
     measure_models(t, src, tok, reg, section_int(preset, "eval_seed", opt->recipe));
     accuracies(t);
     char md[4200];

@@ -13,8 +13,7 @@
 // Table 3's numbers: per model the mean shares at each depth, per episode the answer and
 // noise shares (the verdicts' units), and per row their spreads over seeds
 typedef struct {
-    Row* rows;
-    int n_rows, seeds, n_models, context, samples;
+    TaskModels m;
     int units;      // episodes per model: N_DEPTHS x N_SETTINGS x samples
     double* shares; // (2, n_models, units): answer, then noise, per episode
     Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];  // (n_models, N_DEPTHS)
@@ -26,8 +25,8 @@ typedef struct {
 // of the first samples of the most distracting setting go to HDF5 on the row's first seed
 static void measure_model(Table3* t, int i, const NeedleSource* src, const Tokenizer* tok, Registry* reg, const Section* preset,
                           const NeedleOptions* opt, int eval_seed) {
-    Row* row = &t->rows[i];
-    int context = t->context, samples = t->samples;
+    Row* row = &t->m.rows[i];
+    int context = t->m.context, samples = t->m.samples;
     // the other seeds' maps would repeat the first's for another model
     int keep_maps = row->seed_index == 0 ? section_int(preset, "maps", opt->recipe) : 0;
     char maps_path[4200];
@@ -50,7 +49,7 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
                 sum.answer += a.answer; sum.noise += a.noise; sum.question += a.question; sum.bos += a.bos;
                 size_t u = (size_t)i * t->units + ((size_t)d * N_SETTINGS + s) * samples + k;
                 t->shares[u] = a.answer;
-                t->shares[(size_t)t->n_models * t->units + u] = a.noise;
+                t->shares[(size_t)t->m.n_models * t->units + u] = a.noise;
                 EpisodeRecord* r = add_record(&rec);
                 r->length = context;
                 r->n_needles = SETTING_N[s];
@@ -83,8 +82,8 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
 
 // Per row: the spread over its seeds of each depth's shares and of Figure 1's means over depths
 static void spread_over_seeds(Table3* t) {
-    int seeds = t->seeds;
-    for (int g = 0; g < t->n_rows; g++) {
+    int seeds = t->m.seeds;
+    for (int g = 0; g < t->m.n_rows; g++) {
         double parts[RECIPE_SECTIONS][4] = {{0}};
         for (int s = 0; s < seeds; s++) {
             for (int d = 0; d < N_DEPTHS; d++) {
@@ -106,17 +105,17 @@ static void spread_over_seeds(Table3* t) {
 
 // DIFF minus the Transformer in each share, mean over depths, paired on the episodes
 static void write_verdicts(Report* f, const Table3* t) {
-    int seeds = t->seeds, units = t->units;
-    int base = paper_group(t->rows, t->n_rows, seeds, 0), diff = paper_group(t->rows, t->n_rows, seeds, 1);
+    int seeds = t->m.seeds, units = t->units;
+    int base = paper_group(t->m.rows, t->m.n_rows, seeds, 0), diff = paper_group(t->m.rows, t->m.n_rows, seeds, 1);
     if (base < 0 || diff < 0) return;
     report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
-                  "95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n", t->rows[diff * seeds].name, t->rows[base * seeds].name);
+                  "95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n", t->m.rows[diff * seeds].name, t->m.rows[base * seeds].name);
     for (int k = 0; k < 2; k++) {
         const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
         const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
         double paper_gap = 0;
         for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
-        const double* share = t->shares + (size_t)k * t->n_models * units;
+        const double* share = t->shares + (size_t)k * t->m.n_models * units;
         Paired p = {seeds, units, share + (size_t)diff * seeds * units, NULL, share + (size_t)base * seeds * units, NULL};
         GapInterval g = paired_gap(&p);
         char interval[64];
@@ -127,12 +126,12 @@ static void write_verdicts(Report* f, const Table3* t) {
 }
 
 static void write_table(const Table3* t, const Section* preset, const NeedleOptions* opt, char* md, size_t md_size) {
-    int seeds = t->seeds, n_rows = t->n_rows;
+    int seeds = t->m.seeds, n_rows = t->m.n_rows;
     char cell[48];
     Report rep, *f = &rep;
-    open_task_report(f, "table3", 1, preset, t->rows, t->n_models, opt, t->samples * N_SETTINGS,
+    open_task_report(f, "table3", 1, preset, t->m.rows, t->m.n_models, opt, t->m.samples * N_SETTINGS,
                      "## Table 3 (preset %s): attention of the question to the answer needle and to the noise, context %d",
-                     opt->preset, t->context);
+                     opt->preset, t->m.context);
     report_printf(f, "Rows of question 0's tokens attending over the prompt, averaged over those rows, every layer and head, "
                "and Table 2's episodes (all four (N, R) settings). Each row is normalised to sum to 1: softmax rows as they "
                "are, DIFF rows A1 - lambda A2 divided by 1 - lambda. Answer = the answer needle's tokens; noise = every "
@@ -141,7 +140,7 @@ static void write_table(const Table3* t, const Section* preset, const NeedleOpti
     report_printf(f, "| Model | answer 0%% | 25%% | 50%% | 75%% | 100%% | noise 0%% | 25%% | 50%% | 75%% | 100%% |\n");
     report_printf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
-        report_printf(f, "| %s |", t->rows[g * seeds].name);
+        report_printf(f, "| %s |", t->m.rows[g * seeds].name);
         for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->answer[g][d], seeds, 3));
         for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->noise[g][d], seeds, 3));
         report_printf(f, "\n");
@@ -154,7 +153,7 @@ static void write_table(const Table3* t, const Section* preset, const NeedleOpti
     }
     report_printf(f, "\nFigure 1 breakdown (mean over depths):\n\n| Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
-        report_printf(f, "| %s |", t->rows[g * seeds].name);
+        report_printf(f, "| %s |", t->m.rows[g * seeds].name);
         for (int k = 0; k < 4; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->overall[g][k], seeds, 3));
         report_printf(f, "\n");
     }
@@ -165,8 +164,8 @@ static void write_table(const Table3* t, const Section* preset, const NeedleOpti
 
 // Table 3's bars and Figure 1's breakdown: their data files and one gnuplot script for both
 static void write_figures(const Table3* t, const NeedleOptions* opt, const char* md) {
-    int seeds = t->seeds, n_rows = t->n_rows;
-    const Row* rows = t->rows;
+    int seeds = t->m.seeds, n_rows = t->m.n_rows;
+    const Row* rows = t->m.rows;
     char dat[4200], fig1[4200];
     preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
     preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
@@ -206,11 +205,11 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
     gnuplot_output(&vars, "out", png);
     preset_path(fig1_png, sizeof(fig1_png), opt->plots, "fig1", opt->preset, ".png");
     gnuplot_output(&vars, "out_fig1", fig1_png);
-    snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d, %d seed%s%s", opt->preset, t->context,
+    snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d, %d seed%s%s", opt->preset, t->m.context,
              seeds, seeds > 1 ? "s" : "", seeds > 1 ? " (error bars: seed std)" : "");
     gnuplot_string(&vars, "title_text", text);
     snprintf(text, sizeof(text), "Figure 1, preset %s, context %d: where the question's attention goes (mean over depths%s, rows "
-             "normalised to 1)", opt->preset, t->context, seeds > 1 ? " and seeds" : "");
+             "normalised to 1)", opt->preset, t->m.context, seeds > 1 ? " and seeds" : "");
     gnuplot_string(&vars, "fig1_title", text);
     gnuplot("table3.gp", &vars);
     printf("\nwrote %s, %s, %s\n", md, png, fig1_png);
@@ -219,16 +218,11 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
 void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
     Table3* t = callocCheck(1, sizeof(Table3));  // Spread and Allocation tables: too large for the stack's comfort
-    t->rows = rows;
-    t->n_rows = n_rows;
-    t->seeds = seeds;
-    t->n_models = n_rows * seeds;
-    t->context = section_int(preset, "context", opt->recipe);
-    t->samples = section_int(preset, "samples", opt->recipe);
-    t->units = N_DEPTHS * N_SETTINGS * t->samples;
+    t->m = task_models(rows, n_rows, seeds, preset, opt);
+    t->units = N_DEPTHS * N_SETTINGS * t->m.samples;
     int eval_seed = section_int(preset, "eval_seed", opt->recipe);
-    t->shares = mallocCheck((size_t)2 * t->n_models * t->units * sizeof(double));
-    for (int i = 0; i < t->n_models; i++) measure_model(t, i, src, tok, reg, preset, opt, eval_seed);
+    t->shares = mallocCheck((size_t)2 * t->m.n_models * t->units * sizeof(double));
+    for (int i = 0; i < t->m.n_models; i++) measure_model(t, i, src, tok, reg, preset, opt, eval_seed);
     spread_over_seeds(t);
     char md[4200];
     write_table(t, preset, opt, md, sizeof(md));

@@ -47,6 +47,14 @@ typedef struct {
 } Records;
 
 uint64_t episode_seed(int eval_seed, int length, int n_needles, int n_queries, int depth, int sample);
+// A task's models and the preset's episode counts: rows[g * seeds + s] is row g's seed s
+typedef struct {
+    Row* rows;
+    int n_rows, seeds, n_models;  // n_models = n_rows x seeds
+    int context, samples;         // the preset's context length and samples per cell
+} TaskModels;
+TaskModels task_models(Row* rows, int n_rows, int seeds, const Section* preset, const NeedleOptions* opt);
+
 void ensure_cache(Model* m, const Episode* e);
 EpisodeRecord* add_record(Records* r);
 void store_records(Registry* reg, int64_t run, const char* task, Records* r);
