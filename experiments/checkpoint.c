@@ -181,5 +181,5 @@ void checkpoint_load(const char* path, const Backend* be, Config* run, Model* mo
     }
     free(host);
     H5Fclose(file);
-    *run = cfg;
+    if (run) *run = cfg;
 }

@@ -24,7 +24,7 @@ typedef struct {
 // A run's state: its recipe (cfg), the model's parameters, AdamW's moments and where training
 // stands. Writes "<path>.tmp" and renames it to path. opt may be NULL (weights only).
 void checkpoint_save(const char* path, const Config* cfg, const Model* model, const AdamW* opt, const CheckpointInfo* info);
-// Reads the stored recipe into *run (its device key set to be's, its data folder the one the
+// Reads the stored recipe into *run (unless run is NULL) (its device key set to be's, its data folder the one the
 // file records) and builds the model from it on backend be (the file is the same whichever
 // device wrote it), filling parameters (and moments when opt is not NULL: they are allocated
 // here). Dies naming the file on any problem, checksum errors included.

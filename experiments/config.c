@@ -1,13 +1,11 @@
 #include "config.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../model/backend.h"
 #include "../model/base/util.h"

@@ -52,10 +52,9 @@ static void add_model(Studied* s, const char* source, const char* preset, const 
 }
 
 static void study(Studied* s, Registry* reg, const char* results) {
-    Config stored;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(s->row.checkpoint, backend_of_device(s->row.cfg.device), &stored, &model, NULL, &info);
+    checkpoint_load(s->row.checkpoint, backend_of_device(s->row.cfg.device), NULL, &model, NULL, &info);
     if (!info.finished) die("'%s' is not a finished run's checkpoint", s->row.checkpoint);
     DataDir data;
     data_open(&data, s->row.cfg.data, DATA_VAL);

@@ -176,8 +176,7 @@ static void evaluate_run(Registry* reg, int64_t run, const char* row, const Conf
     CheckpointInfo info;
     char path[4200];
     config_checkpoint_path(cfg, path, sizeof(path));
-    Config stored;
-    checkpoint_load(path, backend_of_device(cfg->device), &stored, &model, NULL, &info);
+    checkpoint_load(path, backend_of_device(cfg->device), NULL, &model, NULL, &info);
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     WindowLoss* windows = mallocCheck((size_t)eval_windows * sizeof(WindowLoss));

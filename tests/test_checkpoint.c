@@ -151,10 +151,9 @@ static void expect_refused(const CheckpointInfo* info, const char* attribute) {
     pid_t pid = fork();
     if (pid == 0) {
         dup2(pipefd[1], 2);
-        Config cfg;
         Model m;
         CheckpointInfo got;
-        checkpoint_load(FLIPPED, backend_named("cpu"), &cfg, &m, NULL, &got);
+        checkpoint_load(FLIPPED, backend_named("cpu"), NULL, &m, NULL, &got);
         _exit(0);
     }
     close(pipefd[1]);

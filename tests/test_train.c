@@ -87,12 +87,11 @@ static void test_variant(int attention) {
     train_run(&c, 5, NULL);  // stops after step 5; the checkpoint of step 3 is the last, then step 5 is written
     char* partial = read_log(c_dir);
     CHECK(strstr(partial, "\ntrain\t5\t") && !strstr(partial, "\ntrain\t6\t"), "%s: --until stops after step 5", name);
-    Config cc;
     Model mc;
     CheckpointInfo info;
     char ckpt[256];
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint.h5", c_dir);
-    checkpoint_load(ckpt, backend_named("cpu"), &cc, &mc, NULL, &info);
+    checkpoint_load(ckpt, backend_named("cpu"), NULL, &mc, NULL, &info);
     CHECK(info.step == 5 && !info.finished, "%s: stopped run is resumable, not finished (step %d)", name, info.step);
     model_free(&mc);
     double loss_c = train_run(&c, 0, NULL);
@@ -150,10 +149,9 @@ static int checkpoint_step_on_disk(const char* out) {
     char path[512];
     snprintf(path, sizeof(path), "%s/checkpoint.h5", out);
     if (access(path, F_OK) != 0) return 0;
-    Config cfg;
     Model m;
     CheckpointInfo info;
-    checkpoint_load(path, backend_named("cpu"), &cfg, &m, NULL, &info);
+    checkpoint_load(path, backend_named("cpu"), NULL, &m, NULL, &info);
     model_free(&m);
     return info.step;
 }

@@ -163,9 +163,8 @@ int needle_main(const NeedleOptions* opt) {
     for (int i = 0; i < n_models; i++) {
         Row* row = &rows[i];
         train_row(row, &reg, experiment);
-        Config stored;
         CheckpointInfo info;
-        checkpoint_load(row->checkpoint, backend_of_device(row->cfg.device), &stored, &row->model, NULL, &info);
+        checkpoint_load(row->checkpoint, backend_of_device(row->cfg.device), NULL, &row->model, NULL, &info);
         if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);
         row->copy = copy_score(&row->model, val, COPY_HALF, 4, (uint64_t)row->cfg.seed);
         registry_evaluation(&reg, row->run, "copy_score", row->copy.second);
