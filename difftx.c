@@ -406,36 +406,111 @@ typedef struct {
     const char* what;
 } Command;
 
-static int cmd_eval(int argc, char** argv) {
-    int windows = 0;  // 0: the run's own, found below
-    const char* device = "cpu", *results = "results";
-    LogitQuant quant = {0, QUANT_PER_TENSOR};
-    int outliers = 0, precise = 0;
+typedef struct {
+    int windows;  // 0: the run's own (eval_windows)
+    const char *device, *results;
+    LogitQuant quant;
+    int outliers, precise;
+} EvalArgs;
+
+static EvalArgs parse_eval_args(int argc, char** argv) {
+    EvalArgs a = {0, "cpu", "results", {0, QUANT_PER_TENSOR}, 0, 0};
     static struct option opts[] = {{"windows", required_argument, 0, 'w'}, {"device", required_argument, 0, 'd'},
                                    {"bits", required_argument, 0, 'b'}, {"scope", required_argument, 0, 's'},
                                    {"outliers", no_argument, 0, 'o'}, {"precise", no_argument, 0, 'p'},
                                    {"results", required_argument, 0, 'r'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'w') windows = parse_int_arg("--windows", optarg);
-        else if (c == 'd') device = optarg;
-        else if (c == 'b') quant.bits = parse_int_arg("--bits", optarg);
+        if (c == 'w') a.windows = parse_int_arg("--windows", optarg);
+        else if (c == 'd') a.device = optarg;
+        else if (c == 'b') a.quant.bits = parse_int_arg("--bits", optarg);
         else if (c == 's') {
-            if (strcmp(optarg, "tensor") == 0) quant.scope = QUANT_PER_TENSOR;
-            else if (strcmp(optarg, "row") == 0) quant.scope = QUANT_PER_ROW;
+            if (strcmp(optarg, "tensor") == 0) a.quant.scope = QUANT_PER_TENSOR;
+            else if (strcmp(optarg, "row") == 0) a.quant.scope = QUANT_PER_ROW;
             else die("option --scope: 'tensor' or 'row', not '%s'\n%s", optarg, USAGE);
-        } else if (c == 'o') outliers = 1;
-        else if (c == 'p') precise = 1;
-        else if (c == 'r') results = optarg;
+        } else if (c == 'o') a.outliers = 1;
+        else if (c == 'p') a.precise = 1;
+        else if (c == 'r') a.results = optarg;
         else bad_option(argv, opts);
     }
-    if (quant.bits == 1 || quant.bits > LOGIT_QUANT_UNQUANTIZED) die("option --bits: 2..%d (16: unquantized)\n%s", LOGIT_QUANT_UNQUANTIZED, USAGE);
+    if (a.quant.bits == 1 || a.quant.bits > LOGIT_QUANT_UNQUANTIZED) die("option --bits: 2..%d (16: unquantized)\n%s", LOGIT_QUANT_UNQUANTIZED, USAGE);
+    return a;
+}
+
+// The windows to evaluate and where that number came from: --windows, else those the run was
+// evaluated on by a table (its registry), else its training's validation; at most those the
+// shard holds
+static int eval_windows(const EvalArgs* a, const char* path, const Config* run, int T, int available, const char** source) {
+    int windows = a->windows;
+    *source = "--windows";
+    if (!windows) {
+        char run_dir[4096];
+        path_printf(run_dir, sizeof(run_dir), "%s", path);
+        char* slash = strrchr(run_dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(run_dir, sizeof(run_dir), ".");
+        windows = runs_recorded_windows(a->results, run_dir, T);
+        *source = "the table's, as its registry records them";
+        if (!windows) {
+            windows = run->eval_batches * run->batch_size;
+            *source = "the run's validation: eval_batches x batch_size";
+        }
+    }
+    if (windows < 1) die("option --windows: at least 1");
+    if (windows > available) {
+        fprintf(stderr, "warning: the validation shard holds %d windows of %d tokens; evaluating those, not %d\n", available, T + 1, windows);
+        windows = available;
+    }
+    return windows;
+}
+
+static void print_slice_loss(const SliceLoss* s, const char* f, int T) {
+    printf("valid ");
+    printf(f, s->valid);
+    if (isfinite(s->arhit)) {
+        printf(" | AR-Hit ");
+        printf(f, s->arhit);
+        printf(" (%.2f%% of tokens: %ld)", 100 * s->arhit_fraction, (long)llround(s->arhit_fraction * s->tokens));
+    } else {
+        printf(" | AR-Hit: no AR-Hit tokens in these windows");
+    }
+    printf(" | Others ");
+    printf(f, s->others);
+    printf("\nby position (%d bins of %d tokens):", POSITION_BINS, T / POSITION_BINS);
+    for (int b = 0; b < POSITION_BINS; b++) {
+        printf(" ");
+        printf(f, s->position[b]);
+    }
+    printf("\n");
+}
+
+// Table 5's statistics over the same windows
+static void print_outliers(Model* model, const Shard* val, int T, int windows, int batch, const char* f) {
+    OutlierStats st;
+    outlier_stats_collect(&st, model, val, T, windows, T, batch);
+    for (int k = 0; k < OUTLIER_KINDS; k++) {
+        const ActStats* a = &st.pooled[k];
+        printf("%s, pooled over %d layers: Top-1 ", k == OUTLIER_LOGITS ? "attention logits" : "hidden states", st.L);
+        printf(f, act_stats_top(a, 1));
+        printf(", Top-10 ");
+        printf(f, act_stats_top(a, 10));
+        printf(", Top-100 ");
+        printf(f, act_stats_top(a, 100));
+        printf(", median ");
+        printf(f, act_stats_median(a));
+        printf(", Top-1 / median %.1f\n", act_stats_top(a, 1) / act_stats_median(a));
+    }
+    outlier_stats_free(&st);
+}
+
+static int cmd_eval(int argc, char** argv) {
+    EvalArgs a = parse_eval_args(argc, argv);
     if (optind >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
     const char* path = argv[optind];
     Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(path, backend_named(device), &run, &model, NULL, &info);
+    checkpoint_load(path, backend_named(a.device), &run, &model, NULL, &info);
     const char* data_dir = run.data;
     for (int i = optind + 1; i < argc; i++) {
         if (strncmp(argv[i], "data=", 5) != 0) die("eval: '%s': expected data=DIR\n%s", argv[i], USAGE);
@@ -449,69 +524,18 @@ static int cmd_eval(int argc, char** argv) {
         die("'%s' has %zu validation tokens, fewer than one window of seq_len + 1 = %d: nothing to evaluate", data_dir,
             data.val.n_tokens, T + 1);
     }
-    int available = (int)((data.val.n_tokens - 1) / T);
-    // the windows the run was evaluated on: a table's (its registry), else its training's validation
-    const char* source = "--windows";
-    if (!windows) {
-        char run_dir[4096];
-        path_printf(run_dir, sizeof(run_dir), "%s", path);
-        char* slash = strrchr(run_dir, '/');
-        if (slash) *slash = 0;
-        else snprintf(run_dir, sizeof(run_dir), ".");
-        windows = runs_recorded_windows(results, run_dir, T);
-        source = "the table's, as its registry records them";
-        if (!windows) {
-            windows = run.eval_batches * run.batch_size;
-            source = "the run's validation: eval_batches x batch_size";
-        }
-    }
-    if (windows < 1) die("option --windows: at least 1");
-    if (windows > available) {
-        fprintf(stderr, "warning: the validation shard holds %d windows of %d tokens; evaluating those, not %d\n", available, T + 1, windows);
-        windows = available;
-    }
-    model_set_logit_quant(&model, quant);  // Figure 8's quantizer, on any checkpoint
+    const char* source;
+    int windows = eval_windows(&a, path, &run, T, (int)((data.val.n_tokens - 1) / T), &source);
+    model_set_logit_quant(&model, a.quant);  // Figure 8's quantizer, on any checkpoint
     SliceLoss s = evaluate_on_data(&model, &data, windows, run.batch_size, NULL);
     printf("%s: %s attention, step %d of %d%s\n", path, config_attention_name(&model.cfg), info.step, run.optim.steps,
            info.finished ? "" : " (unfinished)");
     printf("validation: the first %d windows (%s) of %d tokens of '%s' (%ld tokens)", windows, source, T, data_dir, s.tokens);
-    if (logit_quant_levels(quant.bits)) printf("; attention logits quantized to %d bits per %s", quant.bits, quant.scope == QUANT_PER_ROW ? "row" : "tensor");
+    if (logit_quant_levels(a.quant.bits)) printf("; attention logits quantized to %d bits per %s", a.quant.bits, a.quant.scope == QUANT_PER_ROW ? "row" : "tensor");
     printf("\n");
-    const char* f = precise ? "%.17g" : "%.4f";  // every digit on request
-    printf("valid ");
-    printf(f, s.valid);
-    if (isfinite(s.arhit)) {
-        printf(" | AR-Hit ");
-        printf(f, s.arhit);
-        printf(" (%.2f%% of tokens: %ld)", 100 * s.arhit_fraction, (long)llround(s.arhit_fraction * s.tokens));
-    } else {
-        printf(" | AR-Hit: no AR-Hit tokens in these windows");
-    }
-    printf(" | Others ");
-    printf(f, s.others);
-    printf("\nby position (%d bins of %d tokens):", POSITION_BINS, T / POSITION_BINS);
-    for (int b = 0; b < POSITION_BINS; b++) {
-        printf(" ");
-        printf(f, s.position[b]);
-    }
-    printf("\n");
-    if (outliers) {  // Table 5's statistics over the same windows
-        OutlierStats st;
-        outlier_stats_collect(&st, &model, &data.val, T, windows, T, run.batch_size);
-        for (int k = 0; k < OUTLIER_KINDS; k++) {
-            const ActStats* a = &st.pooled[k];
-            printf("%s, pooled over %d layers: Top-1 ", k == OUTLIER_LOGITS ? "attention logits" : "hidden states", st.L);
-            printf(f, act_stats_top(a, 1));
-            printf(", Top-10 ");
-            printf(f, act_stats_top(a, 10));
-            printf(", Top-100 ");
-            printf(f, act_stats_top(a, 100));
-            printf(", median ");
-            printf(f, act_stats_median(a));
-            printf(", Top-1 / median %.1f\n", act_stats_top(a, 1) / act_stats_median(a));
-        }
-        outlier_stats_free(&st);
-    }
+    const char* f = a.precise ? "%.17g" : "%.4f";  // every digit on request
+    print_slice_loss(&s, f, T);
+    if (a.outliers) print_outliers(&model, &data.val, T, windows, run.batch_size, f);
     data_close(&data);
     model_free(&model);
     return 0;

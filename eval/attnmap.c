@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "attnmap.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,7 +132,7 @@ void maps_file_close(MapsFile* f) {
     renameCheck(f->tmp, f->path);
 }
 
-hid_t maps_file_open(const char* path, char* label, size_t label_n) {
+static hid_t open_file(const char* path, char* label, size_t label_n) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     snprintf(label, label_n, "attention maps '%s'", path);
     if (H5Fis_hdf5(path) <= 0) die("cannot read attention maps '%s': missing, unreadable or not an HDF5 file", path);
@@ -143,7 +144,7 @@ hid_t maps_file_open(const char* path, char* label, size_t label_n) {
     return file;
 }
 
-int maps_file_maps_per_head(hid_t file, const char* label) {
+static int maps_per_head(hid_t file, const char* attention, const char* label) {
     int maps;
     if (H5Aexists(file, "maps_per_head") > 0) {
         h5_read_attr(file, "maps_per_head", H5T_NATIVE_INT, &maps, label);
@@ -151,15 +152,87 @@ int maps_file_maps_per_head(hid_t file, const char* label) {
         return maps;
     }
     // files written before the attribute: only standard attention had one map
-    char* attention = h5_read_string_attr(file, "attention", label);
-    maps = strcmp(attention, "standard") == 0 ? 1 : 2;
-    free(attention);
-    return maps;
+    return strcmp(attention, "standard") == 0 ? 1 : 2;
 }
 
-hid_t maps_file_open_sample(hid_t file, int sample, const char* path, const char* label) {
-    char group[64];
-    snprintf(group, sizeof(group), "sample_%03d", sample);
-    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) die("--sample %d: '%s' has no group '%s'", sample, path, group);
-    return h5_id(H5Gopen2(file, group, H5P_DEFAULT), group, label);
+void maps_sample_open(MapsSample* s, const char* path, int sample) {
+    memset(s, 0, sizeof(*s));
+    s->file = open_file(path, s->label, sizeof(s->label));
+    const char* label = s->label;
+    s->attention = h5_read_string_attr(s->file, "attention", label);
+    s->checkpoint = h5_read_string_attr(s->file, "checkpoint", label);
+    s->maps = maps_per_head(s->file, s->attention, label);
+    h5_read_attr(s->file, "n_layer", H5T_NATIVE_INT, &s->n_layer, label);
+    h5_read_attr(s->file, "n_head", H5T_NATIVE_INT, &s->n_head, label);
+    if (s->n_layer < 1 || s->n_layer > ATTNMAP_MAX_INDEX || s->n_head < 1 || s->n_head > ATTNMAP_MAX_INDEX) {
+        die("%s: n_layer %d and n_head %d must lie in 1..%d", label, s->n_layer, s->n_head, ATTNMAP_MAX_INDEX);
+    }
+    snprintf(s->name, sizeof(s->name), "sample_%03d", sample);
+    if (H5Lexists(s->file, s->name, H5P_DEFAULT) <= 0) die("--sample %d: '%s' has no group '%s'", sample, path, s->name);
+    s->group = h5_id(H5Gopen2(s->file, s->name, H5P_DEFAULT), s->name, label);
+    int dims[2];
+    s->T = (int)h5_dataset_dims(s->group, "tokens", dims, label);
+    s->R = (int)h5_dataset_dims(s->group, "rows", dims, label);
+    s->N = (int)h5_dataset_dims(s->group, "needles", dims, label) / 2;
+    if (s->T == 0 || s->R == 0) die("%s: %s holds no %s", label, s->name, s->T == 0 ? "tokens" : "rows");
+    s->tokens = mallocCheck((size_t)s->T * sizeof(int));
+    s->text = mallocCheck((size_t)s->T * sizeof(char*));
+    s->rows = mallocCheck((size_t)s->R * sizeof(int));
+    s->needles = mallocCheck((size_t)(2 * s->N + 1) * sizeof(int));
+    h5_read_dataset(s->group, "tokens", H5T_NATIVE_INT, s->T, s->tokens, label);
+    h5_read_dataset(s->group, "rows", H5T_NATIVE_INT, s->R, s->rows, label);
+    if (s->N) h5_read_dataset(s->group, "needles", H5T_NATIVE_INT, 2 * s->N, s->needles, label);
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    h5_read_dataset(s->group, "text", str, s->T, s->text, label);  // an unwritten string reads as NULL
+    H5Tclose(str);
+    for (int r = 0; r < s->R; r++) {
+        if (s->rows[r] < 0 || s->rows[r] >= s->T || (r && s->rows[r] <= s->rows[r - 1])) {
+            die("%s: %s/rows is not increasing within 0..%d", label, s->name, s->T - 1);
+        }
+    }
+    for (int i = 0; i < s->N; i++) {
+        int from = s->needles[2 * i], n = s->needles[2 * i + 1];
+        if (from < 0 || n < 1 || from + n > s->T) die("%s: %s/needles row %d spans %d..%d, outside 0..%d", label, s->name, i, from, from + n - 1, s->T - 1);
+    }
+}
+
+int maps_sample_has_head(const MapsSample* s, int layer, int head) {
+    char name[64];
+    snprintf(name, sizeof(name), "layer_%02d", layer);
+    if (H5Lexists(s->group, name, H5P_DEFAULT) <= 0) return 0;
+    snprintf(name, sizeof(name), "layer_%02d/head_%02d", layer, head);
+    return H5Lexists(s->group, name, H5P_DEFAULT) > 0;
+}
+
+void maps_sample_read(const MapsSample* s, int layer, int head, const char* map, float* out) {
+    char name[128];
+    snprintf(name, sizeof(name), "layer_%02d/head_%02d/%s", layer, head, map);
+    if (strcmp(map, "lambda") == 0) {
+        h5_read_dataset(s->group, name, H5T_NATIVE_FLOAT, s->R, out, s->label);
+        for (int r = 0; r < s->R; r++) {
+            if (!isfinite(out[r])) die("%s: %s/%s holds %g at row %d; λ is finite", s->label, s->name, name, out[r], r);
+        }
+        return;
+    }
+    h5_read_dataset(s->group, name, H5T_NATIVE_FLOAT, (size_t)s->R * s->T, out, s->label);
+    if (s->maps == 2 && strcmp(map, "map") == 0) return;  // A1 - λ A2: any sign
+    for (int r = 0; r < s->R; r++) {
+        for (int k = 0; k <= s->rows[r]; k++) {
+            float v = out[(size_t)r * s->T + k];
+            if (!(v >= 0 && v <= 1)) die("%s: %s/%s holds %g; softmax maps lie in [0, 1]", s->label, s->name, name, v);
+        }
+    }
+}
+
+void maps_sample_close(MapsSample* s) {
+    for (int t = 0; t < s->T; t++) free(s->text[t]);
+    free(s->text);
+    free(s->tokens);
+    free(s->rows);
+    free(s->needles);
+    free(s->attention);
+    free(s->checkpoint);
+    H5Gclose(s->group);
+    H5Fclose(s->file);
 }

@@ -49,11 +49,26 @@ void maps_of_text(Model* m, const int* tokens, int T, const int* layers, int n_l
 // Closes and renames into place
 void maps_file_close(MapsFile* f);
 
-// Readers: opens a maps file read-only, checking its format (label: "attention maps 'path'"
-// for messages), and its group of sample `sample`; both die naming the file
-hid_t maps_file_open(const char* path, char* label, size_t label_n);
-hid_t maps_file_open_sample(hid_t file, int sample, const char* path, const char* label);
-// M, the softmax maps per head (attribute maps_per_head; older files: 1 for standard, else 2)
-int maps_file_maps_per_head(hid_t file, const char* label);
+// Reader: one sample of a maps file, opened read-only and checked (format, layer and head
+// counts, increasing rows, needle spans); every error dies naming the file ("attention maps
+// 'path'", label) and the sample
+typedef struct {
+    hid_t file, group;
+    char label[4200], name[64];  // name: sample_SSS
+    char *attention, *checkpoint;
+    int n_layer, n_head, maps;   // maps: M, softmax maps per head (1 or 2)
+    int T, R, N;                 // tokens, saved rows, needles
+    int* tokens;                 // (T)
+    char** text;                 // (T) each token's text; NULL where none was written
+    int* rows;                   // (R) increasing within 0..T-1
+    int* needles;                // (N, 2) start and length
+} MapsSample;
+void maps_sample_open(MapsSample* s, const char* path, int sample);
+// Whether the sample holds layer's head (`difftx maps --layers/--heads` keeps some)
+int maps_sample_has_head(const MapsSample* s, int layer, int head);
+// Reads one (R, T) map of a saved head: "map", or for M = 2 "A1", "A2"; or "lambda" (R). Softmax
+// maps (A1, A2, M = 1's map) must lie in [0, 1] on the causal entries and λ must be finite
+void maps_sample_read(const MapsSample* s, int layer, int head, const char* map, float* out);
+void maps_sample_close(MapsSample* s);
 
 #endif

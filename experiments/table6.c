@@ -552,18 +552,12 @@ static void write_positions(const Table* t, Report* rep) {
 }
 
 // ---- figures: data files, then gnuplot ----
-static void write_figures(const Table* t, Registry* reg, char* png, char* curves_png, char* positions_png, size_t n) {
-    const Table6Options* opt = t->opt;
-    const Config* first = &t->rows[0].cfg[0];
-    char bars[4096], curves[4096], positions[4096];
-    preset_path(bars, sizeof(bars), opt->results, t->study, opt->preset, "_bars.dat");
-    preset_path(curves, sizeof(curves), opt->results, t->study, opt->preset, "_curves.dat");
-    preset_path(positions, sizeof(positions), opt->results, t->study, opt->preset, "_positions.dat");
+// Each row against the first (the Transformer), ours and the paper's on one axis: the paper's
+// claims are differences, and its 3B models' absolute losses are not on our scale
+static void write_bars(const Table* t, const char* bars) {
     DataFile bars_file;
     data_file_open(&bars_file, bars);
     FILE* f = bars_file.f;
-    // each row against the first (the Transformer), ours and the paper's on one axis: the paper's
-    // claims are differences, and its 3B models' absolute losses are not on our scale
     fprintf(f, "# row title colour, then per metric (Valid, AR-Hit, Others): ours - ours of row 0, its 95%% interval "
                "(low, high), paper - paper of row 0\n");
     for (int i = 0; i < t->n_rows; i++) {
@@ -577,9 +571,13 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
         fprintf(f, "\n");
     }
     data_file_close(&bars_file);
+}
+
+// Each row's validation loss during training, the mean over its seeds' runs (the registry's)
+static void write_curves(const Table* t, Registry* reg, const char* curves) {
     DataFile curves_file;
     data_file_open(&curves_file, curves);
-    f = curves_file.f;
+    FILE* f = curves_file.f;
     for (int i = 0; i < t->n_rows; i++) {
         const Row* row = &t->rows[i];
         fprintf(f, "\"%s\"\n", row->title);
@@ -597,18 +595,34 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
         free(values);
     }
     data_file_close(&curves_file);
+}
+
+// Each row's validation loss per position bin, at the bin's middle position
+static void write_positions_data(const Table* t, const char* positions) {
+    int seq_len = t->rows[0].cfg[0].model.seq_len;
     DataFile positions_file;
     data_file_open(&positions_file, positions);
-    f = positions_file.f;
+    FILE* f = positions_file.f;
     for (int i = 0; i < t->n_rows; i++) {
         fprintf(f, "\"%s\"\n", t->rows[i].title);
         for (int b = 0; t->rows[i].n && b < POSITION_BINS; b++) {
-            fprintf(f, "%.1f %.6f\n", (b + 0.5) * first->model.seq_len / POSITION_BINS, t->rows[i].position[b]);
+            fprintf(f, "%.1f %.6f\n", (b + 0.5) * seq_len / POSITION_BINS, t->rows[i].position[b]);
         }
         fprintf(f, "\n\n");
     }
     data_file_close(&positions_file);
+}
 
+static void write_figures(const Table* t, Registry* reg, char* png, char* curves_png, char* positions_png, size_t n) {
+    const Table6Options* opt = t->opt;
+    const Config* first = &t->rows[0].cfg[0];
+    char bars[4096], curves[4096], positions[4096];
+    preset_path(bars, sizeof(bars), opt->results, t->study, opt->preset, "_bars.dat");
+    preset_path(curves, sizeof(curves), opt->results, t->study, opt->preset, "_curves.dat");
+    preset_path(positions, sizeof(positions), opt->results, t->study, opt->preset, "_positions.dat");
+    write_bars(t, bars);
+    write_curves(t, reg, curves);
+    write_positions_data(t, positions);
     GnuplotVars vars;
     gnuplot_init(&vars);
     char text[4400];

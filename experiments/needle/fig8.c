@@ -111,70 +111,61 @@ static void write_verdicts(Report* f, QuantResult (*res)[2][FIG8_WIDTHS], const 
     for (int k = 0; k < 4; k++) free(change[k]);
 }
 
-void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, const Shard* val,
-                      Registry* reg, const Section* preset, const NeedleOptions* opt) {
-    int context = section_int(preset, "context", opt->recipe), samples = section_int(preset, "fig8_samples", opt->recipe);
-    int windows = section_int(preset, "fig8_windows", opt->recipe), eval_seed = section_int(preset, "eval_seed", opt->recipe);
-    int n_models = n_rows * seeds;
-    for (int i = 0; i < n_models; i++) {
-        if ((val->n_tokens - 1) / rows[i].cfg.model.seq_len < (size_t)windows) {
-            die("%s: [preset %s] fig8_windows = %d needs %zu validation tokens at seq_len %d; the shard has %zu", opt->recipe,
-                preset->name, windows, (size_t)windows * rows[i].cfg.model.seq_len + 1, rows[i].cfg.model.seq_len, val->n_tokens);
-        }
-    }
-    QuantResult (*res)[2][FIG8_WIDTHS] = callocCheck(n_models, sizeof(*res));
-    for (int i = 0; i < n_models; i++) {
+// Figure 8's numbers: every model at every width and scope, and the language-model panels' ranges
+typedef struct {
+    Row* rows;
+    int n_rows, seeds, n_models;
+    int context, samples, windows, eval_seed;
+    QuantResult (*res)[2][FIG8_WIDTHS];  // (n_models, scope, width); scope 1's unquantized is scope 0's
+    // the language-model panels' ranges (loss, accuracy): the data with headroom, never zoomed to
+    // less than a floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
+    double lo[2], hi[2];
+} Fig8;
+
+static void measure_models(Fig8* t, const NeedleSource* src, const Tokenizer* tok, const Shard* val, Registry* reg) {
+    for (int i = 0; i < t->n_models; i++) {
         for (int scope = 0; scope < 2; scope++) {
             for (int b = 0; b < FIG8_WIDTHS; b++) {
                 if (FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED && scope > 0) {
-                    res[i][scope][b] = res[i][0][b];  // unquantized: no scope
+                    t->res[i][scope][b] = t->res[i][0][b];  // unquantized: no scope
                     continue;
                 }
                 LogitQuant q = {FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED ? 0 : FIG8_BITS[b], (QuantScope)scope};
-                res[i][scope][b] = quantized_eval(&rows[i], src, tok, val, reg, q, windows, samples, context, eval_seed);
+                t->res[i][scope][b] = quantized_eval(&t->rows[i], src, tok, val, reg, q, t->windows, t->samples, t->context,
+                                                     t->eval_seed);
             }
         }
     }
+}
+
+// The table's rows and the figure's data file: each row's mean (and seed std) per scope and width
+static void write_rows(Fig8* t, Report* f, const char* dat) {
+    int seeds = t->seeds;
     // metric[model][scope][bits][k]: loss, accuracy, retrieval N=1, retrieval N=4 R=2
-    double (*metric)[2][FIG8_WIDTHS][4] = callocCheck(n_models, sizeof(*metric));
-    for (int i = 0; i < n_models; i++) {
+    double (*metric)[2][FIG8_WIDTHS][4] = callocCheck(t->n_models, sizeof(*metric));
+    for (int i = 0; i < t->n_models; i++) {
         for (int scope = 0; scope < 2; scope++) {
             for (int b = 0; b < FIG8_WIDTHS; b++) {
-                const QuantResult* q = &res[i][scope][b];
+                const QuantResult* q = &t->res[i][scope][b];
                 double v[4] = {q->lm.loss, q->lm.accuracy, q->retrieval[0], q->retrieval[1]};
                 memcpy(metric[i][scope][b], v, sizeof(v));
             }
         }
     }
     int stride = (int)(sizeof(metric[0]) / sizeof(double));  // one model's metrics, in doubles
-    char dat[4200], cell[4][48];
-    preset_path(dat, sizeof(dat), opt->results, "fig8", opt->preset, ".dat");
-    Report rep, *f = &rep;
-    open_task_report(f, "fig8", 1, preset, rows, n_models, opt, samples, "## Figure 8 (preset %s): attention logits quantized to fewer bits",
-                     opt->preset);
-    report_printf(f, "Dynamic post-training absmax quantization of the attention logits before every softmax: Q = 2^(b-1) - 1, "
-               "s = max|S| / Q recomputed on every forward, S_hat = s clamp(round(S / s), -Q, Q); DIFF's two maps separately. "
-               "Main setting per tensor (one scale per head, map and sequence); ablation per row (one scale per query row). "
-               "16 bits is the unquantized model. Validation loss and next-token accuracy on %d windows of %d tokens of "
-               "held-out text; retrieval accuracy of the queried numbers at context %d, N = 1 (%d queries) and N = 4, R = 2 "
-               "(%d queries), the same episodes at every width. The paper measured zero-shot HellaSwag with 3B models; "
-               "it is not among this harness's data and models this small are not expected to beat its chance level, so "
-               "retrieval (where both score well unquantized) and the language-model metrics show what quantization costs "
-               "instead (docs/outliers.md).\n\n",
-               windows, rows[0].cfg.model.seq_len, context, res[0][0][0].queries[0], res[0][0][0].queries[1]);
-    seeds_caption(f, seeds);
-    report_printf(f, "| Model | scale | bits | valid loss | next-token acc | retrieval N=1 | retrieval N=4, R=2 |\n");
-    report_printf(f, "|---|---|---|---|---|---|---|\n");
+    static const int DIGITS[4] = {4, 4, 3, 3};
+    char cell[4][48];
     DataFile dat_file;
     data_file_open(&dat_file, dat);
     FILE* g = dat_file.f;
-    // the language-model panels' ranges: the data with headroom, never zoomed to less than a
-    // floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
-    double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY}, floor_span[2] = {0.05, 0.02};
-    static const int DIGITS[4] = {4, 4, 3, 3};
-    for (int r = 0; r < n_rows; r++) {
+    for (int k = 0; k < 2; k++) {
+        t->lo[k] = INFINITY;
+        t->hi[k] = -INFINITY;
+    }
+    for (int r = 0; r < t->n_rows; r++) {
+        const char* name = t->rows[r * seeds].name;
         for (int scope = 0; scope < 2; scope++) {
-            fprintf(g, "\"%s, %s\"\n", rows[r * seeds].name, SCOPE_NAMES[scope]);
+            fprintf(g, "\"%s, %s\"\n", name, SCOPE_NAMES[scope]);
             for (int b = 0; b < FIG8_WIDTHS; b++) {
                 Spread m[4];
                 for (int k = 0; k < 4; k++) {
@@ -182,11 +173,11 @@ void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
                     spread_text(cell[k], sizeof(cell[k]), m[k], seeds, DIGITS[k]);
                 }
                 for (int k = 0; k < 2; k++) {
-                    lo[k] = fmin(lo[k], m[k].mean - m[k].std);
-                    hi[k] = fmax(hi[k], m[k].mean + m[k].std);
+                    t->lo[k] = fmin(t->lo[k], m[k].mean - m[k].std);
+                    t->hi[k] = fmax(t->hi[k], m[k].mean + m[k].std);
                 }
                 if (!(scope > 0 && FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED)) {
-                    report_printf(f, "| %s | %s | %d | %s | %s | %s | %s |\n", rows[r * seeds].name,
+                    report_printf(f, "| %s | %s | %d | %s | %s | %s | %s |\n", name,
                                   FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED ? "none" : SCOPE_NAMES[scope], FIG8_BITS[b], cell[0],
                                   cell[1], cell[2], cell[3]);
                 }
@@ -196,43 +187,90 @@ void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
             fprintf(g, "\n\n");
         }
     }
-    report_printf(f, "\nPaper (3B, HellaSwag): DIFF keeps its accuracy down to 6 bits, Transformer drops sharply at 6 bits; "
-               "4-bit DIFF is about as accurate as 6-bit Transformer and about 25%% better than 4-bit Transformer.\n");
-    write_verdicts(f, res, rows, n_rows, seeds, samples);
-    report_close(&rep);
     data_file_close(&dat_file);
     free(metric);
-    for (int i = 0; i < n_models; i++) {
-        for (int scope = 0; scope < 2; scope++) {
-            for (int b = 0; b < FIG8_WIDTHS; b++) {
-                if (scope > 0 && FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED) continue;  // scope 0's, copied
-                free(res[i][scope][b].right);
-                free(res[i][scope][b].asked);
-            }
-        }
-    }
-    free(res);
-    char text[4400];
+}
+
+static void write_table(Fig8* t, const Section* preset, const NeedleOptions* opt, const char* dat, char* md, size_t md_size) {
+    Report rep, *f = &rep;
+    open_task_report(f, "fig8", 1, preset, t->rows, t->n_models, opt, t->samples,
+                     "## Figure 8 (preset %s): attention logits quantized to fewer bits", opt->preset);
+    report_printf(f, "Dynamic post-training absmax quantization of the attention logits before every softmax: Q = 2^(b-1) - 1, "
+               "s = max|S| / Q recomputed on every forward, S_hat = s clamp(round(S / s), -Q, Q); DIFF's two maps separately. "
+               "Main setting per tensor (one scale per head, map and sequence); ablation per row (one scale per query row). "
+               "16 bits is the unquantized model. Validation loss and next-token accuracy on %d windows of %d tokens of "
+               "held-out text; retrieval accuracy of the queried numbers at context %d, N = 1 (%d queries) and N = 4, R = 2 "
+               "(%d queries), the same episodes at every width. The paper measured zero-shot HellaSwag with 3B models; "
+               "it is not among this harness's data and models this small are not expected to beat its chance level, so "
+               "retrieval (where both score well unquantized) and the language-model metrics show what quantization costs "
+               "instead (docs/outliers.md).\n\n",
+               t->windows, t->rows[0].cfg.model.seq_len, t->context, t->res[0][0][0].queries[0], t->res[0][0][0].queries[1]);
+    seeds_caption(f, t->seeds);
+    report_printf(f, "| Model | scale | bits | valid loss | next-token acc | retrieval N=1 | retrieval N=4, R=2 |\n");
+    report_printf(f, "|---|---|---|---|---|---|---|\n");
+    write_rows(t, f, dat);
+    report_printf(f, "\nPaper (3B, HellaSwag): DIFF keeps its accuracy down to 6 bits, Transformer drops sharply at 6 bits; "
+               "4-bit DIFF is about as accurate as 6-bit Transformer and about 25%% better than 4-bit Transformer.\n");
+    write_verdicts(f, t->res, t->rows, t->n_rows, t->seeds, t->samples);
+    report_close(&rep);
+    snprintf(md, md_size, "%s", rep.path);
+}
+
+static void write_figure(const Fig8* t, const NeedleOptions* opt, const char* dat, const char* md) {
+    static const double FLOOR_SPAN[2] = {0.05, 0.02};
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
-    gnuplot_number(&vars, "series", 2 * n_rows);
-    gnuplot_number(&vars, "seeds", seeds);
+    gnuplot_number(&vars, "series", 2 * t->n_rows);
+    gnuplot_number(&vars, "seeds", t->seeds);
     for (int k = 0; k < 2; k++) {
-        double mid = 0.5 * (lo[k] + hi[k]), half = 0.5 * fmax(hi[k] - lo[k], floor_span[k]) * 1.4;  // 20% headroom each side
+        double mid = 0.5 * (t->lo[k] + t->hi[k]), half = 0.5 * fmax(t->hi[k] - t->lo[k], FLOOR_SPAN[k]) * 1.4;  // 20% headroom each side
         char name[16];
         snprintf(name, sizeof(name), "lo%d", k + 2);
         gnuplot_number(&vars, name, k == 1 ? fmax(0, mid - half) : mid - half);
         snprintf(name, sizeof(name), "hi%d", k + 2);
         gnuplot_number(&vars, name, k == 1 ? fmin(1, mid + half) : mid + half);
     }
-    attention_numbers(&vars, rows, n_rows, seeds);
-    char png[4400];
+    attention_numbers(&vars, t->rows, t->n_rows, t->seeds);
+    char png[4400], text[4400];
     preset_path(png, sizeof(png), opt->plots, "fig8", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Figure 8, preset %s: attention logits quantized (solid: per tensor, dashed: per row); %d seed%s%s",
-             opt->preset, seeds, seeds > 1 ? "s" : "", seeds > 1 ? ", error bars: seed std" : "");
+             opt->preset, t->seeds, t->seeds > 1 ? "s" : "", t->seeds > 1 ? ", error bars: seed std" : "");
     gnuplot_string(&vars, "title_text", text);
     gnuplot("fig8.gp", &vars);
-    printf("\nwrote %s, %s\n", rep.path, png);
+    printf("\nwrote %s, %s\n", md, png);
+}
+
+static void free_results(Fig8* t) {
+    for (int i = 0; i < t->n_models; i++) {
+        for (int scope = 0; scope < 2; scope++) {
+            for (int b = 0; b < FIG8_WIDTHS; b++) {
+                if (scope > 0 && FIG8_BITS[b] == LOGIT_QUANT_UNQUANTIZED) continue;  // scope 0's, copied
+                free(t->res[i][scope][b].right);
+                free(t->res[i][scope][b].asked);
+            }
+        }
+    }
+    free(t->res);
+}
+
+void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, const Shard* val,
+                      Registry* reg, const Section* preset, const NeedleOptions* opt) {
+    Fig8 t = {rows, n_rows, seeds, n_rows * seeds, section_int(preset, "context", opt->recipe),
+              section_int(preset, "fig8_samples", opt->recipe), section_int(preset, "fig8_windows", opt->recipe),
+              section_int(preset, "eval_seed", opt->recipe), NULL, {0}, {0}};
+    for (int i = 0; i < t.n_models; i++) {
+        if ((val->n_tokens - 1) / rows[i].cfg.model.seq_len < (size_t)t.windows) {
+            die("%s: [preset %s] fig8_windows = %d needs %zu validation tokens at seq_len %d; the shard has %zu", opt->recipe,
+                preset->name, t.windows, (size_t)t.windows * rows[i].cfg.model.seq_len + 1, rows[i].cfg.model.seq_len, val->n_tokens);
+        }
+    }
+    t.res = callocCheck(t.n_models, sizeof(*t.res));
+    measure_models(&t, src, tok, val, reg);
+    char dat[4200], md[4200];
+    preset_path(dat, sizeof(dat), opt->results, "fig8", opt->preset, ".dat");
+    write_table(&t, preset, opt, dat, md, sizeof(md));
+    write_figure(&t, opt, dat, md);
+    free_results(&t);
 }
