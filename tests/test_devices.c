@@ -20,6 +20,11 @@
 // Losses after 20 steps within 2e-3 relative (rounding grows through training). The same
 // device against itself must agree bitwise.
 // The lines starting with '|' are the report's tables (gpu-check.sh).
+//
+// In detail: one model on two devices from the same weights (CPU and CUDA on a machine with a GPU;
+// here CPU and CPU, which must agree bitwise): loss and every gradient tensor for six variants, one
+// AdamW step from the same gradients (bitwise equal), 20 training steps side by side, the second
+// device's run repeated bitwise, and a checkpoint written on each device resumed on the other.
 #include <math.h>
 #include <string.h>
 

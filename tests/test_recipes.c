@@ -2,6 +2,12 @@
 // docs/table6.md's and docs/retrieval.md's tables describe (attention, per-head norm, lambda_init, heads, width), in every
 // preset; the head_norm default follows the variant (the paper's Transformer has none). Rows
 // of one seed start from the same weights wherever their tensors coincide (paired rows).
+//
+// In detail: rows of one seed are paired at initialisation (the Transformer and DIFF rows share
+// every weight tensor of one name and shape bit for bit; another seed changes each); every row of
+// `table6.ini` (in every preset) and `needle.ini` resolves, through the runners' own functions, to
+// the model docs/table6.md and docs/retrieval.md describe (attention, per-head norm, λ_init, heads,
+// width); `head_norm` defaults to the variant's and is recorded explicitly.
 #include <string.h>
 
 #include "../model/base/util.h"
