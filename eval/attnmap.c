@@ -175,6 +175,8 @@ void maps_sample_open(MapsSample* s, const char* path, int sample) {
     s->R = (int)h5_dataset_dims(s->group, "rows", dims, label);
     s->N = (int)h5_dataset_dims(s->group, "needles", dims, label) / 2;
     if (s->T == 0 || s->R == 0) die("%s: %s holds no %s", label, s->name, s->T == 0 ? "tokens" : "rows");
+    h5_read_attr(s->group, "n_context", H5T_NATIVE_INT, &s->n_context, label);
+    if (s->n_context < 1 || s->n_context > s->T) die("%s: %s has n_context %d, outside 1..%d", label, s->name, s->n_context, s->T);
     s->tokens = mallocCheck((size_t)s->T * sizeof(int));
     s->text = mallocCheck((size_t)s->T * sizeof(char*));
     s->rows = mallocCheck((size_t)s->R * sizeof(int));
@@ -223,6 +225,23 @@ void maps_sample_read(const MapsSample* s, int layer, int head, const char* map,
             if (!(v >= 0 && v <= 1)) die("%s: %s/%s holds %g; softmax maps lie in [0, 1]", s->label, s->name, name, v);
         }
     }
+}
+
+int maps_sample_noise(const MapsSample* s, const float* A, const float* lambda, Allocation* out) {
+    HeadMaps maps = {s->R, s->T, s->maps, 0, (float*)A, (float*)lambda};
+    float* row = mallocCheck((size_t)s->T * sizeof(float));
+    Allocation sum = {0};
+    int n = 0, episode = s->N > 0;
+    for (int r = 0; r < s->R; r++) {
+        if (episode && s->rows[r] < s->n_context) continue;
+        head_maps_combined_row(&maps, r, 1, row);
+        Allocation a = allocation_of_row(row, s->rows[r] + 1, s->n_context, episode ? s->needles[0] : 0, episode ? s->needles[1] : 0);
+        allocation_add(&sum, &a);
+        n++;
+    }
+    free(row);
+    *out = n ? allocation_divide(sum, n) : sum;
+    return n;
 }
 
 void maps_sample_close(MapsSample* s) {

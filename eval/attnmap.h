@@ -58,6 +58,7 @@ typedef struct {
     char *attention, *checkpoint;
     int n_layer, n_head, maps;   // maps: M, softmax maps per head (1 or 2)
     int T, R, N;                 // tokens, saved rows, needles
+    int n_context;               // BOS, haystack and needles: the question's rows start here (T for a text)
     int* tokens;                 // (T)
     char** text;                 // (T) each token's text; NULL where none was written
     int* rows;                   // (R) increasing within 0..T-1
@@ -70,5 +71,9 @@ int maps_sample_has_head(const MapsSample* s, int layer, int head);
 // maps (A1, A2, M = 1's map) must lie in [0, 1] on the causal entries and λ must be finite
 void maps_sample_read(const MapsSample* s, int layer, int head, const char* map, float* out);
 void maps_sample_close(MapsSample* s);
+// One saved head's attention-noise metrics (Allocation, eval/retrieval.h) averaged over the
+// question's saved rows of a needle episode (answer: needle 0), or every saved row of a text;
+// A (M, R, T) and lambda (R) as maps_sample_read gives them. Returns the rows averaged (0: none)
+int maps_sample_noise(const MapsSample* s, const float* A, const float* lambda, Allocation* out);
 
 #endif

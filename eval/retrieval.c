@@ -1,6 +1,7 @@
 #include "retrieval.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,14 +78,34 @@ CopyScore copy_score(Model* m, const Shard* text, int half, int sequences, uint6
 }
 
 Allocation allocation_of_row(const float* row, int visible, int context, int answer_start, int answer_len) {
-    Allocation a = {0, 0, 0, 0};
+    Allocation a = {0};
+    double magnitude = 0;
     for (int j = 0; j < visible; j++) {
         if (j == 0) a.bos += row[j];
         else if (j >= context) a.question += row[j];
         else if (j >= answer_start && j < answer_start + answer_len) a.answer += row[j];
         else a.noise += row[j];
+        if (row[j] < 0) a.negative -= row[j];
+        magnitude += fabs(row[j]);
+    }
+    for (int j = 0; j < visible && magnitude > 0; j++) {
+        double p = fabs(row[j]) / magnitude;
+        if (p > 0) a.entropy -= p * log(p);
     }
     return a;
+}
+
+void allocation_add(Allocation* sum, const Allocation* a) {
+    sum->answer += a->answer;
+    sum->noise += a->noise;
+    sum->question += a->question;
+    sum->bos += a->bos;
+    sum->entropy += a->entropy;
+    sum->negative += a->negative;
+}
+
+Allocation allocation_divide(Allocation a, double n) {
+    return (Allocation){a.answer / n, a.noise / n, a.question / n, a.bos / n, a.entropy / n, a.negative / n};
 }
 
 void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out) {
@@ -98,7 +119,7 @@ void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float*
     for (int j = 0; j < maps->T; j++) out[j] = (a0[j] - lam * a1[j]) * norm;
 }
 
-Allocation episode_allocation(Model* m, const Episode* e, int all_rows, MapsCallback maps_cb, void* ctx) {
+Allocation episode_allocation(Model* m, const Episode* e, int all_rows, Allocation* per_head, MapsCallback maps_cb, void* ctx) {
     int T = e->n_context + e->question_len[0];
     if (model_cache_size(m) < T) die("episode needs a cache of %d positions, the model has %d", T, model_cache_size(m));
     model_forward_cached(m, e->tokens, e->n_context, 0);
@@ -111,30 +132,25 @@ Allocation episode_allocation(Model* m, const Episode* e, int all_rows, MapsCall
     maps.A = mallocCheck((size_t)m->M * maps.rows * T * sizeof(float));
     maps.lambda = mallocCheck(maps.rows * sizeof(float));
     float* row = mallocCheck(T * sizeof(float));
-    Allocation total = {0, 0, 0, 0};
+    Allocation total = {0};
     for (int l = 0; l < m->L; l++) {
         for (int h = 0; h < m->H; h++) {
             model_attention_maps(m, l, h, maps.first_row, T, maps.A, maps.lambda);
+            Allocation head = {0};
             for (int r = 0; r < maps.rows; r++) {
                 int t = maps.first_row + r;
                 if (t < e->n_context) continue;
                 head_maps_combined_row(&maps, r, 1, row);
                 Allocation a = allocation_of_row(row, t + 1, e->n_context, e->start[0], e->len[0]);
-                total.answer += a.answer;
-                total.noise += a.noise;
-                total.question += a.question;
-                total.bos += a.bos;
+                allocation_add(&head, &a);
+                allocation_add(&total, &a);
             }
+            if (per_head) per_head[l * m->H + h] = allocation_divide(head, e->question_len[0]);
             if (maps_cb) maps_cb(ctx, l, h, &maps);
         }
     }
-    double n = (double)m->L * m->H * e->question_len[0];
-    total.answer /= n;
-    total.noise /= n;
-    total.question /= n;
-    total.bos /= n;
     free(row);
     free(maps.A);
     free(maps.lambda);
-    return total;
+    return allocation_divide(total, (double)m->L * m->H * e->question_len[0]);
 }

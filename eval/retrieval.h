@@ -28,13 +28,15 @@ typedef struct {
 } CopyScore;
 CopyScore copy_score(Model* model, const Shard* text, int half, int sequences, uint64_t seed);
 
-// Where one attention row's weight goes. Rows are normalised to sum to 1: a softmax row as
-// it is, a DIFF row A1 - lambda A2 divided by its sum 1 - lambda.
+// Where one attention row's weight goes, and how it is spread. Rows are normalised to sum to 1:
+// a softmax row as it is, a DIFF row w = A1 - lambda A2 divided by its sum 1 - lambda.
 typedef struct {
     double answer;    // the answer needle's tokens
     double noise;     // every other context token after BOS, distractor needles included
     double question;  // the question's own tokens
-    double bos;       // position 0
+    double bos;       // position 0: the attention sink's mass
+    double entropy;   // -sum p ln p in nats, p = |w| / sum |w| over the visible positions (softmax: p = w)
+    double negative;  // sum of max(0, -w): the weight DIFF puts below zero (0 for a softmax row)
 } Allocation;
 
 // row (visible) over positions 0..visible-1; context = BOS + haystack + needles; the answer
@@ -52,11 +54,15 @@ typedef struct {
 } HeadMaps;
 
 // Prefills context + question 0 (no decoding) and returns the allocation of the question's
-// tokens averaged over its rows, every head and every layer. With maps_cb, each (layer,
-// head)'s maps are handed over before they are freed: the question's rows, or with all_rows
-// every row of the prompt.
+// tokens averaged over its rows, every head and every layer; per_head (L, H), when not NULL,
+// gets each head's own average over the question's rows. With maps_cb, each (layer, head)'s
+// maps are handed over before they are freed: the question's rows, or with all_rows every row
+// of the prompt.
 typedef void (*MapsCallback)(void* ctx, int layer, int head, const HeadMaps* maps);
-Allocation episode_allocation(Model* model, const Episode* e, int all_rows, MapsCallback maps_cb, void* ctx);
+Allocation episode_allocation(Model* model, const Episode* e, int all_rows, Allocation* per_head, MapsCallback maps_cb, void* ctx);
+// Adds a to sum, field by field; allocation_divide divides every field by n
+void allocation_add(Allocation* sum, const Allocation* a);
+Allocation allocation_divide(Allocation a, double n);
 
 // The combined map of one row, A_0 - lambda A_1 (A_0 with one map): the weights the forward
 // pass applies to V; normalise divides by its sum 1 - lambda

@@ -68,7 +68,9 @@ static json_t* pack_heads(const MapsSample* s, unsigned char** q, size_t* used) 
     size_t tri = 0;
     for (int r = 0; r < s->R; r++) tri += (size_t)s->rows[r] + 1;
     json_t* heads = json_array();
-    float* A = mallocCheck((size_t)s->R * s->T * sizeof(float));
+    size_t per_map = (size_t)s->R * s->T;
+    float* A = mallocCheck(s->maps * per_map * sizeof(float));  // (M, R, T)
+    float* lambda = callocCheck(s->R, sizeof(float));
     for (int l = 0; l < s->n_layer; l++) {
         for (int h = 0; h < s->n_head; h++) {
             if (!maps_sample_has_head(s, l, h)) continue;
@@ -77,28 +79,40 @@ static json_t* pack_heads(const MapsSample* s, unsigned char** q, size_t* used) 
             *q = realloc(*q, *used + (size_t)s->maps * tri);
             if (!*q) die("out of memory holding the maps of %s", label);
             for (int m = 0; m < s->maps; m++) {
-                maps_sample_read(s, l, h, s->maps == 2 ? (m ? "A2" : "A1") : "map", A);
+                float* Am = A + m * per_map;
+                maps_sample_read(s, l, h, s->maps == 2 ? (m ? "A2" : "A1") : "map", Am);
                 float top = 0;
                 for (int r = 0; r < s->R; r++) {
-                    for (int k = 0; k <= s->rows[r]; k++) top = fmaxf(top, A[(size_t)r * s->T + k]);
+                    for (int k = 0; k <= s->rows[r]; k++) top = fmaxf(top, Am[(size_t)r * s->T + k]);
                 }
                 double scale = top > 0 ? top / 255.0 : 1.0;
                 for (int r = 0; r < s->R; r++) {
-                    for (int k = 0; k <= s->rows[r]; k++) (*q)[(*used)++] = (unsigned char)lround(A[(size_t)r * s->T + k] / scale);
+                    for (int k = 0; k <= s->rows[r]; k++) (*q)[(*used)++] = (unsigned char)lround(Am[(size_t)r * s->T + k] / scale);
                 }
                 append(scales, json_real(scale), label);
             }
             set(head, "scale", scales, label);
             if (s->maps == 2) {
-                maps_sample_read(s, l, h, "lambda", A);
+                maps_sample_read(s, l, h, "lambda", lambda);
                 json_t* lam = json_array();
-                for (int r = 0; r < s->R; r++) append(lam, json_real(A[r]), label);
+                for (int r = 0; r < s->R; r++) append(lam, json_real(lambda[r]), label);
                 set(head, "lambda", lam, label);
+            }
+            Allocation a;
+            int rows = maps_sample_noise(s, A, lambda, &a);
+            if (rows) {
+                json_t* metrics = json_pack("{s:i, s:f, s:f, s:f}", "rows", rows, "sink", a.bos, "entropy", a.entropy, "negative", a.negative);
+                if (s->N) {
+                    set(metrics, "answer", json_real(a.answer), label);
+                    set(metrics, "noise", json_real(a.noise), label);
+                }
+                set(head, "metrics", metrics, label);
             }
             append(heads, head, label);
         }
     }
     free(A);
+    free(lambda);
     if (!json_array_size(heads)) die("%s: %s holds no layer_LL/head_HH maps", label, s->name);
     return heads;
 }

@@ -314,6 +314,12 @@ static void test_allocation(void) {
     CHECK(fabs(d.answer - 1.75) < 1e-6 && fabs(d.bos + 0.25) < 1e-6 && fabs(d.noise + 0.25) < 1e-6 &&
           fabs(d.question + 0.25) < 1e-6 && fabs(d.answer + d.bos + d.noise + d.question - 1.0) < 1e-6,
           "DIFF row (1 - 0.5 x 0.25) / 0.5 on the answer: %.3f, the row sums to 1", d.answer);
+    // the noise metrics: a softmax row has no negative mass and the entropy of its weights
+    // (-sum p ln p of the row above, worked out apart: 1.9448254); the DIFF row's |w| / 2.5 is
+    // (0.1, 0.1, 0.7, 0.1), entropy -(3 x 0.1 ln 0.1 + 0.7 ln 0.7) = 0.9404480, and 3 x 0.25 lies below zero
+    CHECK(a.negative == 0 && fabs(a.entropy - 1.9448254) < 1e-6, "softmax row: negative mass %g, entropy %.7f", a.negative, a.entropy);
+    CHECK(fabs(d.negative - 0.75) < 1e-6 && fabs(d.entropy - 0.9404480) < 1e-6, "DIFF row: negative mass %.4f (0.75), entropy %.7f (0.9404480)",
+          d.negative, d.entropy);
 }
 
 static int count_of(const char* text, const char* what) {

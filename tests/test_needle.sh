@@ -6,7 +6,9 @@
 #
 # In detail: `table2`, `fig5` and `table3` on the smoke preset end to end: tables beside the paper's
 # numbers, the N = 6 cells equal to the database's per-query outcomes, allocations summing to 1 for
-# every episode, the maps file's layout and map = A1 − λ·A2 on a stored entry, `difftx attn`
+# every episode, the per-head noise metrics (5 per head in the registry, their mean over heads the
+# episodes' mean share, no negative mass for softmax) with their table and figure, the maps
+# file's layout and map = A1 − λ·A2 on a stored entry, `difftx attn`
 # rendering PNGs from the file alone, errors for a missing sample, a bad head, a non-maps file, a
 # bad task or preset, a context too short for the needles, a training mix cut for another seq_len, a
 # missing copy stage; later tasks train nothing; each row's copy stage recorded and its checkpoint
@@ -85,6 +87,20 @@ expect "table3 and fig1 figures" bash -c "$(declare -f is_png); is_png '$work/pl
 # per episode, answer + noise + question + BOS = 1 (rows are normalised)
 expect "allocations sum to 1" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3' AND abs(answer + noise + question + bos - 1) > 1e-4")" = 0
 expect "allocation of every episode stored" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3'")" = 80
+# the noise metrics per head: each head's mean over the episodes, so their mean over the heads is
+# the episodes' mean share (every episode weighs alike)
+head_vs_episode() {  # ROW METRIC COLUMN: |mean over heads - mean over episodes|
+    sql "SELECT abs((SELECT avg(v.value) FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = '$1' AND v.key LIKE 'table3\_$2\_l%' ESCAPE '\\')
+        - (SELECT avg(e.$3) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$1' AND e.task = 'table3')) < 1e-9"
+}
+expect "noise metrics: 5 per head of each model in the registry (8 heads standard, 4 DIFF)" \
+    test "$(sql "SELECT group_concat(n) FROM (SELECT r.row, COUNT(*) AS n FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE v.key LIKE 'table3\_%\_l__\_h__' ESCAPE '\\' GROUP BY r.row ORDER BY r.row)")" = "20,40"
+for row in standard diff; do
+    expect "noise metrics ($row): the heads' answer, noise and sink shares average to the episodes'" \
+        test "$(head_vs_episode $row answer answer)$(head_vs_episode $row noise noise)$(head_vs_episode $row sink bos)" = 111
+done
+expect "noise metrics: no softmax head has negative mass, a DIFF head has" test "$(sql "SELECT (SELECT max(v.value) FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = 'standard' AND v.key LIKE 'table3_negative_%') || ',' || (SELECT max(v.value) > 0 FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = 'diff' AND v.key LIKE 'table3_negative_%')")" = "0.0,1"
+expect "noise metrics: the table per layer and its figure" bash -c "$(declare -f is_png); grep -qx '| Model | layer | sink | entropy | negative | answer | noise |' '$work/results/table3_smoke.md' && is_png '$work/plots/table3_noise_smoke.png'"
 maps="$work/results/needle/smoke/maps_diff.h5"
 expect "maps artifact recorded" test "$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'attention_maps' AND length(sha256) = 64")" = 2
 expect "maps: 5 samples" test "$(h5ls "$maps" | grep -c sample_)" = 5

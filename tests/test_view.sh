@@ -13,7 +13,10 @@
 # value at four cells against the HDF5 file (within the stated 8-bit step; one cell above 0.05 so
 # zeros cannot pass), four heads drawing four different views named with their λ, the text lines, no
 # resource and no request in the browser's network log (which does show the request of a page that
-# makes one), token text holding `</script><script>` shown as text, and two screenshots.
+# makes one), token text holding `</script><script>` shown as text, and two screenshots. The noise
+# metrics beside each head: on a hand-made file (write_fixture hand_maps) sink -0.25, negative
+# mass 0.75, answer 1.75, noise -0.25 and entropy 0.9404480 as worked out by hand; none negative
+# for softmax; the page showing what its data holds.
 set -u
 cd "$(dirname "$0")/.."
 bin=$PWD/${BUILD:-build}/difftx
@@ -83,6 +86,21 @@ expect_fail "view: +inf in A1" "sample_000/layer_00/head_00/A1 holds inf; softma
 expect_fail "view: a NaN λ" "sample_000/layer_00/head_00/lambda holds nan at row 0; λ is finite" "$bin" view "$work/bad_nan_lambda.h5" -o "$work/y.html"
 expect_fail "view: a sample of no tokens" "sample_000 holds no tokens" "$bin" view "$work/bad_no_tokens.h5" -o "$work/y.html"
 expect "view: refusals write nothing" test ! -e "$work/y.html" -a ! -e "$work/y.html.tmp"
+# the noise metrics beside each head, on a file whose answer is known by hand (write_fixture.c's
+# hand_maps: the question's row w = (-0.25, -0.25, 1.75, -0.25))
+"$fixture" hand_maps "$work/hand.h5" && "$bin" view "$work/hand.h5" -o "$work/hand.html" > /dev/null
+metric() { grep -o '"metrics":{[^}]*}' "$1" | sed -n "${3:-1}p" | grep -o "\"$2\":[-0-9.e]*" | cut -d: -f2; }
+near() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && (a - b) ^ 2 < 1e-12) }'; }
+expect "view metrics by hand: the question's 1 row" test "$(metric "$work/hand.html" rows)" = 1
+expect "view metrics by hand: sink -0.25, negative mass 0.75" bash -c "$(declare -f near); near '$(metric "$work/hand.html" sink)' -0.25 && near '$(metric "$work/hand.html" negative)' 0.75"
+expect "view metrics by hand: answer 1.75, noise -0.25" bash -c "$(declare -f near); near '$(metric "$work/hand.html" answer)' 1.75 && near '$(metric "$work/hand.html" noise)' -0.25"
+expect "view metrics by hand: entropy -(3 x 0.1 ln 0.1 + 0.7 ln 0.7)" bash -c "$(declare -f near); near '$(metric "$work/hand.html" entropy)' \
+    \$(awk 'BEGIN { print -(3 * 0.1 * log(0.1) + 0.7 * log(0.7)) }')"
+expect "view metrics: a text's over all its $T rows, no answer or noise share" \
+    bash -c "test '$(metric "$work/diff.html" rows)' = $T && ! grep -o '\"metrics\":{[^}]*}' '$work/diff.html' | grep -q answer"
+expect "view metrics: softmax maps have no negative mass" test "$(grep -o '"negative":[-0-9.e]*' "$work/standard.html" | sort -u)" = '"negative":0.0'
+expect "view metrics: some DIFF head puts weight below zero" \
+    bash -c "grep -o '\"negative\":[-0-9.e]*' '$work/diff.html' | cut -d: -f2 | awk '\$1 > 0 { n++ } END { exit !n }'"
 
 # 3. the pages in a real browser
 browser=$(command -v chromium || command -v chromium-browser || true)
@@ -161,6 +179,10 @@ expect "standard page: the softmax map's value ($a) at head 6: '$shown'" \
     awk -v s="$(sed -n 's/^softmax \([-0-9.]*\)$/\1/p' <<<"$shown")" -v a="$a" 'BEGIN { t = 1 / 510 + 5e-5; exit !(s != "" && (s - a) ^ 2 < t * t) }'
 expect "standard page: one text line, two distinct views" test "$(jq -r '.text_lines' <<<"$out")/$(jq -r '.digests | unique | length' <<<"$out")" = "1/2"
 out=$(browse "$work/v2.html" '{"select": [0, 3]}')
+m4=$(grep -o '"metrics":{[^}]*}' "$work/v2.html" | sed -n 4p | cut -d'{' -f2)
+want=$(awk -v m="$m4" 'BEGIN { n = split(m, f, /[:,}]/); for (i = 1; i < n; i++) v[f[i]] = f[i + 1]
+    printf "all %d rows: sink (BOS) %.3f · entropy %.3f nats · negative mass %.3f", v["\"rows\""], v["\"sink\""], v["\"entropy\""], v["\"negative\""] }')
+expect "DIFF V2 page: the selected head's metrics as the page's data holds them ($want)" test "$(jq -r '.metrics[1]' <<<"$out")" = "$want"
 expect "DIFF V2 page: λ per token" grep -qE '^layer 1, head 3   λ per token: [0-9.]+ at the query, [0-9.]+ to [0-9.]+ over the rows$' <<<"$(jq -r '.selections[1]' <<<"$out")"
 out=$(browse "$work/needle.html" '{"select": [0]}')
 expect "needle page opens and draws" test "$(jq -r '.digests | length' <<<"$out")" = 1

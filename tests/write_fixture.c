@@ -5,7 +5,8 @@
 // dies (exit 1) with the writer's message when not. `write_fixture tamper PATH HOW` damages a
 // maps file in place the way a hostile one would be, for tests/test_view.sh: HOW is n_layer or
 // n_head (claiming 2^31 - 1), inf (sample 0's first A1 entry +inf), nan_lambda (its first λ
-// NaN) or no_tokens (sample 0's tokens emptied). `write_fixture machine` prints what decides
+// NaN) or no_tokens (sample 0's tokens emptied). `write_fixture hand_maps PATH`: a DIFF maps
+// file of one needle episode whose metrics are known by hand (hand_maps below). `write_fixture machine` prints what decides
 // whether two machines compute bitwise alike, for tests/test_pinned.sh: the BLAS library's
 // kernel, the CPU model, the compiler, the instruction set it built for and the one the C
 // library's exp and log pick at run time.
@@ -78,6 +79,40 @@ static void tamper(const char* path, const char* how) {
     H5Fclose(file);
 }
 
+// One DIFF head, λ = 0.5, over BOS, a noise token, the answer needle (position 2) and one
+// question token (n_context 3), every row saved. The question's row: A1 all on the answer, A2
+// even over the 4 positions, so w = (A1 - A2 / 2) / (1 - 1/2) = (-0.25, -0.25, 1.75, -0.25):
+// sink -0.25, negative mass 0.75, answer 1.75, noise -0.25, entropy of |w| / 2.5 =
+// (0.1, 0.1, 0.7, 0.1): -(3 x 0.1 ln 0.1 + 0.7 ln 0.7) = 0.9404480
+static void hand_maps(const char* path) {
+    Config cfg = tiny_model_config(ATTN_DIFF);
+    Model m;
+    model_build(&m, &cfg.model, backend_of_device(cfg.device), 40, cfg.batch_size);
+    MapsFile f;
+    maps_file_create(&f, path, &m, "hand.h5");
+    enum { T = 4 };
+    int tokens[T] = {0, 11, 12, 13}, needles[2] = {2, 1}, rows[T] = {0, 1, 2, 3}, n_context = 3, dims[2] = {T, 0};
+    const char* text[T] = {"<bos>", " hay", " 42", " ?"};
+    f.sample = h5_id(H5Gcreate2(f.file, "sample_000", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "sample_000", path);
+    f.n_samples = 1;
+    h5_write_dataset(f.sample, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, tokens, path);
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    h5_write_dataset(f.sample, "text", str, str, 1, dims, text, path);
+    H5Tclose(str);
+    h5_write_dataset(f.sample, "rows", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, rows, path);
+    int ndims[2] = {1, 2};
+    h5_write_dataset(f.sample, "needles", H5T_STD_I32LE, H5T_NATIVE_INT, 2, ndims, needles, path);
+    h5_write_attr(f.sample, "n_context", H5T_NATIVE_INT, &n_context, path);
+    float A[2 * T * T] = {1, 0, 0, 0, 0.5f, 0.5f, 0, 0, 0.2f, 0.3f, 0.5f, 0, 0, 0, 1, 0,                       // A1
+                          1, 0, 0, 0, 0.5f, 0.5f, 0, 0, 0.25f, 0.25f, 0.5f, 0, 0.25f, 0.25f, 0.25f, 0.25f};  // A2
+    float lambda[T] = {0.5f, 0.5f, 0.5f, 0.5f};
+    HeadMaps maps = {T, T, 2, 0, A, lambda};
+    maps_file_head(&f, 0, 0, &maps);
+    maps_file_close(&f);
+    model_free(&m);
+}
+
 int main(int argc, char** argv) {
     if (argc == 4 && strcmp(argv[1], "tamper") == 0) {
         tamper(argv[2], argv[3]);
@@ -101,6 +136,10 @@ int main(int argc, char** argv) {
         maps_file_create(&f, path, &m, "fixture.h5");
         maps_file_close(&f);
         model_free(&m);
+        return 0;
+    }
+    if (strcmp(argv[1], "hand_maps") == 0) {
+        hand_maps(path);
         return 0;
     }
     if (strcmp(argv[1], "outliers") == 0) {

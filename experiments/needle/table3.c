@@ -19,7 +19,32 @@ typedef struct {
     Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];  // (n_models, N_DEPTHS)
     Spread answer[RECIPE_SECTIONS][N_DEPTHS], noise[RECIPE_SECTIONS][N_DEPTHS];  // (n_rows, N_DEPTHS)
     Spread overall[RECIPE_SECTIONS][4];  // (n_rows, answer noise question BOS): Figure 1, means over depths
+    Allocation** heads;  // (n_models) each model's (L, H): every head's mean over all its episodes
 } Table3;
+
+// The noise metrics per head, as the registry keys them (table3_<key>_lLL_hHH, from 1) and the
+// report names them
+#define NOISE_METRICS 5
+static const char* const NOISE_KEYS[NOISE_METRICS] = {"sink", "entropy", "negative", "answer", "noise"};
+static double noise_metric(const Allocation* a, int k) {
+    const double v[NOISE_METRICS] = {a->bos, a->entropy, a->negative, a->answer, a->noise};
+    return v[k];
+}
+
+// Model i's per-head metrics, each head's mean over the episodes, into the registry
+static void store_heads(const Table3* t, int i, Registry* reg) {
+    const Row* row = &t->m.rows[i];
+    int L = row->model.L, H = row->model.H;
+    for (int l = 0; l < L; l++) {
+        for (int h = 0; h < H; h++) {
+            for (int k = 0; k < NOISE_METRICS; k++) {
+                char key[64];
+                snprintf(key, sizeof(key), "table3_%s_l%02d_h%02d", NOISE_KEYS[k], l + 1, h + 1);
+                registry_evaluation(reg, row->run, key, noise_metric(&t->heads[i][l * H + h], k));
+            }
+        }
+    }
+}
 
 // Model i's allocation over every depth, setting and sample, stored in the registry; the maps
 // of the first samples of the most distracting setting go to HDF5 on the row's first seed
@@ -33,10 +58,13 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
     path_printf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
     MapsFile maps;
     if (keep_maps) maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
+    int heads = row->model.L * row->model.H;
+    Allocation* per_head = mallocCheck((size_t)heads * sizeof(Allocation));
+    t->heads[i] = callocCheck(heads, sizeof(Allocation));
     Records rec = {0};
     double t0 = wall_time();
     for (int d = 0; d < N_DEPTHS; d++) {
-        Allocation sum = {0, 0, 0, 0};
+        Allocation sum = {0};
         for (int s = 0; s < N_SETTINGS; s++) {
             for (int k = 0; k < samples; k++) {
                 uint64_t seed = episode_seed(eval_seed, context, SETTING_N[s], SETTING_R[s], d, k);
@@ -45,8 +73,9 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
                 ensure_cache(&row->model, &e);
                 int save = s == N_SETTINGS - 1 && k < keep_maps;
                 int all_rows = save ? maps_file_sample(&maps, &e, tok, context, seed) : 0;
-                Allocation a = episode_allocation(&row->model, &e, all_rows, save ? maps_file_head : NULL, &maps);
-                sum.answer += a.answer; sum.noise += a.noise; sum.question += a.question; sum.bos += a.bos;
+                Allocation a = episode_allocation(&row->model, &e, all_rows, per_head, save ? maps_file_head : NULL, &maps);
+                allocation_add(&sum, &a);
+                for (int k = 0; k < heads; k++) allocation_add(&t->heads[i][k], &per_head[k]);
                 size_t u = (size_t)i * t->units + ((size_t)d * N_SETTINGS + s) * samples + k;
                 t->shares[u] = a.answer;
                 t->shares[(size_t)t->m.n_models * t->units + u] = a.noise;
@@ -66,13 +95,16 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
             }
         }
         double n = N_SETTINGS * samples;
-        Allocation mean = {sum.answer / n, sum.noise / n, sum.question / n, sum.bos / n};
+        Allocation mean = allocation_divide(sum, n);
         t->by_depth[i][d] = mean;
         printf("  %-10s depth %3.0f%%: answer %.3f  noise %.3f  question %.3f  BOS %.3f (%.0f s)\n", row->name, 100 * DEPTHS[d],
                mean.answer, mean.noise, mean.question, mean.bos, wall_time() - t0);
         fflush(stdout);
     }
     store_records(reg, row->run, "table3", &rec);
+    for (int k = 0; k < heads; k++) t->heads[i][k] = allocation_divide(t->heads[i][k], (double)N_DEPTHS * N_SETTINGS * samples);
+    store_heads(t, i, reg);
+    free(per_head);
     if (keep_maps) {
         maps_file_close(&maps);
         registry_artifact(reg, row->run, "attention_maps", maps_path);
@@ -125,6 +157,37 @@ static void write_verdicts(Report* f, const Table3* t) {
     report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
 }
 
+// Row g's noise metric k in layer l: the mean over the layer's heads, spread over the row's seeds
+static Spread layer_spread(const Table3* t, int g, int l, int k) {
+    int seeds = t->m.seeds, H = t->m.rows[g * seeds].model.H;
+    double* v = mallocCheck((size_t)seeds * sizeof(double));
+    for (int s = 0; s < seeds; s++) {
+        v[s] = 0;
+        for (int h = 0; h < H; h++) v[s] += noise_metric(&t->heads[g * seeds + s][l * H + h], k) / H;
+    }
+    Spread out = spread_of(v, seeds, 1);
+    free(v);
+    return out;
+}
+
+static void write_noise_table(Report* f, const Table3* t) {
+    int seeds = t->m.seeds;
+    char cell[48];
+    report_printf(f, "\nAttention noise per layer: each head's question rows (normalised as above), averaged over the episodes, "
+                  "then over the layer's heads. Sink: the weight on BOS; entropy: -sum p ln p in nats of p = |w| / sum |w| "
+                  "(a row spread evenly over n positions has ln n); negative: the weight below zero (DIFF's subtraction; 0 for "
+                  "softmax); answer and noise as above. Each head's values are in the registry (evaluations "
+                  "table3_<metric>_lLL_hHH).\n\n| Model | layer | sink | entropy | negative | answer | noise |\n"
+                  "|---|---|---|---|---|---|---|\n");
+    for (int g = 0; g < t->m.n_rows; g++) {
+        for (int l = 0; l < t->m.rows[g * seeds].model.L; l++) {
+            report_printf(f, "| %s | %d |", t->m.rows[g * seeds].name, l + 1);
+            for (int k = 0; k < NOISE_METRICS; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), layer_spread(t, g, l, k), seeds, 3));
+            report_printf(f, "\n");
+        }
+    }
+}
+
 static void write_table(const Table3* t, const Section* preset, const NeedleOptions* opt, char* md, size_t md_size) {
     int seeds = t->m.seeds, n_rows = t->m.n_rows;
     char cell[48];
@@ -157,6 +220,7 @@ static void write_table(const Table3* t, const Section* preset, const NeedleOpti
         for (int k = 0; k < 4; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->overall[g][k], seeds, 3));
         report_printf(f, "\n");
     }
+    write_noise_table(f, t);
     write_verdicts(f, t);
     report_close(&rep);
     snprintf(md, md_size, "%s", rep.path);
@@ -215,6 +279,37 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
     printf("\nwrote %s, %s, %s\n", md, png, fig1_png);
 }
 
+// The noise metrics per layer, a line per row (means over seeds), drawn by noise.gp
+static void write_noise_figure(const Table3* t, const NeedleOptions* opt) {
+    int seeds = t->m.seeds;
+    char dat[4200], png[4400], text[4400];
+    preset_path(dat, sizeof(dat), opt->results, "table3_noise", opt->preset, ".dat");
+    DataFile file;
+    data_file_open(&file, dat);
+    for (int g = 0; g < t->m.n_rows; g++) {
+        fprintf(file.f, "\"%s\"\n", t->m.rows[g * seeds].name);
+        for (int l = 0; l < t->m.rows[g * seeds].model.L; l++) {
+            fprintf(file.f, "%d", l + 1);
+            for (int k = 0; k < NOISE_METRICS; k++) fprintf(file.f, " %.6f", layer_spread(t, g, l, k).mean);
+            fprintf(file.f, "\n");
+        }
+        fprintf(file.f, "\n\n");
+    }
+    data_file_close(&file);
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "data", dat);
+    gnuplot_number(&vars, "rows", t->m.n_rows);
+    attention_numbers(&vars, t->m.rows, t->m.n_rows, seeds);
+    preset_path(png, sizeof(png), opt->plots, "table3_noise", opt->preset, ".png");
+    gnuplot_output(&vars, "out", png);
+    snprintf(text, sizeof(text), "Attention noise per layer, preset %s, context %d: the question's rows, mean over heads and "
+             "episodes%s", opt->preset, t->m.context, seeds > 1 ? " and seeds" : "");
+    gnuplot_string(&vars, "title_text", text);
+    gnuplot("noise.gp", &vars);
+    printf("wrote %s\n", png);
+}
+
 void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                         const Section* preset, const NeedleOptions* opt) {
     Table3* t = callocCheck(1, sizeof(Table3));  // Spread and Allocation tables: too large for the stack's comfort
@@ -222,11 +317,15 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     t->units = N_DEPTHS * N_SETTINGS * t->m.samples;
     int eval_seed = section_int(preset, "eval_seed", opt->recipe);
     t->shares = mallocCheck((size_t)2 * t->m.n_models * t->units * sizeof(double));
+    t->heads = callocCheck(t->m.n_models, sizeof(Allocation*));
     for (int i = 0; i < t->m.n_models; i++) measure_model(t, i, src, tok, reg, preset, opt, eval_seed);
     spread_over_seeds(t);
     char md[4200];
     write_table(t, preset, opt, md, sizeof(md));
     write_figures(t, opt, md);
+    write_noise_figure(t, opt);
+    for (int i = 0; i < t->m.n_models; i++) free(t->heads[i]);
+    free(t->heads);
     free(t->shares);
     free(t);
 }
