@@ -160,7 +160,7 @@ void maps_sample_open(MapsSample* s, const char* path, int sample) {
     s->file = open_file(path, s->label, sizeof(s->label));
     const char* label = s->label;
     s->attention = h5_read_string_attr(s->file, "attention", label);
-    s->checkpoint = h5_read_string_attr(s->file, "checkpoint", label);
+    if (H5Aexists(s->file, "checkpoint") > 0) s->checkpoint = h5_read_string_attr(s->file, "checkpoint", label);
     s->maps = maps_per_head(s->file, s->attention, label);
     h5_read_attr(s->file, "n_layer", H5T_NATIVE_INT, &s->n_layer, label);
     h5_read_attr(s->file, "n_head", H5T_NATIVE_INT, &s->n_head, label);
@@ -175,8 +175,11 @@ void maps_sample_open(MapsSample* s, const char* path, int sample) {
     s->R = (int)h5_dataset_dims(s->group, "rows", dims, label);
     s->N = (int)h5_dataset_dims(s->group, "needles", dims, label) / 2;
     if (s->T == 0 || s->R == 0) die("%s: %s holds no %s", label, s->name, s->T == 0 ? "tokens" : "rows");
-    h5_read_attr(s->group, "n_context", H5T_NATIVE_INT, &s->n_context, label);
-    if (s->n_context < 1 || s->n_context > s->T) die("%s: %s has n_context %d, outside 1..%d", label, s->name, s->n_context, s->T);
+    s->n_context = -1;
+    if (H5Aexists(s->group, "n_context") > 0) {
+        h5_read_attr(s->group, "n_context", H5T_NATIVE_INT, &s->n_context, label);
+        if (s->n_context < 1 || s->n_context > s->T) die("%s: %s has n_context %d, outside 1..%d", label, s->name, s->n_context, s->T);
+    }
     s->tokens = mallocCheck((size_t)s->T * sizeof(int));
     s->text = mallocCheck((size_t)s->T * sizeof(char*));
     s->rows = mallocCheck((size_t)s->R * sizeof(int));
@@ -228,6 +231,8 @@ void maps_sample_read(const MapsSample* s, int layer, int head, const char* map,
 }
 
 int maps_sample_noise(const MapsSample* s, const float* A, const float* lambda, Allocation* out) {
+    *out = (Allocation){0};
+    if (s->n_context < 0) return 0;  // which rows are the question's is not known
     HeadMaps maps = {s->R, s->T, s->maps, 0, (float*)A, (float*)lambda};
     float* row = mallocCheck((size_t)s->T * sizeof(float));
     Allocation sum = {0};

@@ -55,10 +55,11 @@ void maps_file_close(MapsFile* f);
 typedef struct {
     hid_t file, group;
     char label[4200], name[64];  // name: sample_SSS
-    char *attention, *checkpoint;
+    char *attention, *checkpoint;  // checkpoint: NULL where the file does not name one
     int n_layer, n_head, maps;   // maps: M, softmax maps per head (1 or 2)
     int T, R, N;                 // tokens, saved rows, needles
-    int n_context;               // BOS, haystack and needles: the question's rows start here (T for a text)
+    int n_context;               // BOS, haystack and needles: the question's rows start here (T for a
+                                 // text); -1 where the sample does not say
     int* tokens;                 // (T)
     char** text;                 // (T) each token's text; NULL where none was written
     int* rows;                   // (R) increasing within 0..T-1
@@ -73,7 +74,8 @@ void maps_sample_read(const MapsSample* s, int layer, int head, const char* map,
 void maps_sample_close(MapsSample* s);
 // One saved head's attention-noise metrics (Allocation, eval/retrieval.h) averaged over the
 // question's saved rows of a needle episode (answer: needle 0), or every saved row of a text;
-// A (M, R, T) and lambda (R) as maps_sample_read gives them. Returns the rows averaged (0: none)
+// A (M, R, T) and lambda (R) as maps_sample_read gives them. Returns the rows averaged (0: none,
+// or a sample without n_context)
 int maps_sample_noise(const MapsSample* s, const float* A, const float* lambda, Allocation* out);
 
 #endif

@@ -168,6 +168,7 @@ static size_t write_page(const char* html, const char* json) {
 void attn_view_write(const char* path, int sample, const char* html) {
     MapsSample s;
     maps_sample_open(&s, path, sample);
+    if (!s.checkpoint) die("%s: attribute 'checkpoint' is missing", s.label);  // the page names the model
     unsigned char* q = NULL;
     size_t used = 0;
     json_t* heads = pack_heads(&s, &q, &used);
