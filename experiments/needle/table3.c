@@ -75,7 +75,7 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
                 int all_rows = save ? maps_file_sample(&maps, &e, tok, context, seed) : 0;
                 Allocation a = episode_allocation(&row->model, &e, all_rows, per_head, save ? maps_file_head : NULL, &maps);
                 allocation_add(&sum, &a);
-                for (int k = 0; k < heads; k++) allocation_add(&t->heads[i][k], &per_head[k]);
+                for (int j = 0; j < heads; j++) allocation_add(&t->heads[i][j], &per_head[j]);
                 size_t u = (size_t)i * t->units + ((size_t)d * N_SETTINGS + s) * samples + k;
                 t->shares[u] = a.answer;
                 t->shares[(size_t)t->m.n_models * t->units + u] = a.noise;
@@ -102,7 +102,7 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
         fflush(stdout);
     }
     store_records(reg, row->run, "table3", &rec);
-    for (int k = 0; k < heads; k++) t->heads[i][k] = allocation_divide(t->heads[i][k], (double)N_DEPTHS * N_SETTINGS * samples);
+    for (int j = 0; j < heads; j++) t->heads[i][j] = allocation_divide(t->heads[i][j], (double)N_DEPTHS * N_SETTINGS * samples);
     store_heads(t, i, reg);
     free(per_head);
     if (keep_maps) {
