@@ -142,7 +142,7 @@ Allocation episode_allocation(Model* m, const Episode* e, int all_rows, Allocati
                 if (t < e->n_context) continue;
                 head_maps_combined_row(&maps, r, 1, row);
                 Allocation a = allocation_of_row(row, t + 1, e->n_context, e->start[0], e->len[0]);
-                allocation_add(&head, &a);
+                if (per_head) allocation_add(&head, &a);
                 allocation_add(&total, &a);
             }
             if (per_head) per_head[l * m->H + h] = allocation_divide(head, e->question_len[0]);

@@ -69,11 +69,24 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
     return res;
 }
 
+// Figure 8's numbers: every model at every width and scope, and the language-model panels' ranges
+typedef struct {
+    Row* rows;
+    int n_rows, seeds, n_models;
+    int context, samples, windows, eval_seed;
+    QuantResult (*res)[2][FIG8_WIDTHS];  // (n_models, scope, width); scope 1's unquantized is scope 0's
+    // the language-model panels' ranges (loss, accuracy): the data with headroom, never zoomed to
+    // less than a floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
+    double lo[2], hi[2];
+} Fig8;
+
 // What quantization costs DIFF minus what it costs the Transformer, in retrieval accuracy
 // (quantized minus unquantized, so a positive gap is DIFF losing less, the paper's claim),
 // paired on the episodes, which are the same at every width and scope
-static void write_verdicts(Report* f, QuantResult (*res)[2][FIG8_WIDTHS], const Row* rows, int n_rows, int seeds, int samples) {
-    int base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
+static void write_verdicts(Report* f, const Fig8* t) {
+    const Row* rows = t->rows;
+    int seeds = t->seeds, samples = t->samples;
+    int base = paper_group(rows, t->n_rows, seeds, 0), diff = paper_group(rows, t->n_rows, seeds, 1);
     if (base < 0 || diff < 0) return;
     int units = N_DEPTHS * samples;
     double* change[4];  // DIFF's change and queries, then the Transformer's: (seeds, units)
@@ -89,7 +102,7 @@ static void write_verdicts(Report* f, QuantResult (*res)[2][FIG8_WIDTHS], const 
                 for (int s = 0; s < seeds; s++) {
                     const int model[2] = {diff * seeds + s, base * seeds + s};
                     for (int r = 0; r < 2; r++) {
-                        const QuantResult *q = &res[model[r]][scope][b], *full = &res[model[r]][0][0];
+                        const QuantResult *q = &t->res[model[r]][scope][b], *full = &t->res[model[r]][0][0];
                         for (int u = 0; u < units; u++) {
                             size_t at = (size_t)st * units + u, to = (size_t)s * units + u;
                             change[2 * r][to] = q->right[at] - full->right[at];
@@ -111,16 +124,6 @@ static void write_verdicts(Report* f, QuantResult (*res)[2][FIG8_WIDTHS], const 
     for (int k = 0; k < 4; k++) free(change[k]);
 }
 
-// Figure 8's numbers: every model at every width and scope, and the language-model panels' ranges
-typedef struct {
-    Row* rows;
-    int n_rows, seeds, n_models;
-    int context, samples, windows, eval_seed;
-    QuantResult (*res)[2][FIG8_WIDTHS];  // (n_models, scope, width); scope 1's unquantized is scope 0's
-    // the language-model panels' ranges (loss, accuracy): the data with headroom, never zoomed to
-    // less than a floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
-    double lo[2], hi[2];
-} Fig8;
 
 static void measure_models(Fig8* t, const NeedleSource* src, const Tokenizer* tok, const Shard* val, Registry* reg) {
     for (int i = 0; i < t->n_models; i++) {
@@ -211,7 +214,7 @@ static void write_table(Fig8* t, const Section* preset, const NeedleOptions* opt
     write_rows(t, f, dat);
     report_printf(f, "\nPaper (3B, HellaSwag): DIFF keeps its accuracy down to 6 bits, Transformer drops sharply at 6 bits; "
                "4-bit DIFF is about as accurate as 6-bit Transformer and about 25%% better than 4-bit Transformer.\n");
-    write_verdicts(f, t->res, t->rows, t->n_rows, t->seeds, t->samples);
+    write_verdicts(f, t);
     report_close(&rep);
     snprintf(md, md_size, "%s", rep.path);
 }
