@@ -2,20 +2,25 @@
 // variant is. A new variant is a row of ATTN_VARIANTS plus whatever its kernel needs.
 //
 // M is the number of softmax maps per head: M = 1 is standard attention, M = 2 differential
-// attention, head_h = (A_{h,0} - lambda A_{h,1}) V_h. Two flavours of M = 2:
-//   DIFF (paper Eq. 1-3): each map has its own key sub-head; V is Dv = 2D wide; one lambda
-//     per layer, exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init.
-//   DIFF V2 (shared_kv): both maps use key/value head h; V is Dv = D wide; lambda is per token
-//     and head, sigmoid(x W_lambda), held in the qkv row.
+// attention, head_h = A_{h,0} V_{h,0} - lambda A_{h,1} V_{h,1}. Three flavours of M = 2:
+//   DIFF (paper Eq. 1-3): each map has its own key sub-head; both maps use value head h,
+//     Dv = 2D wide; one lambda per layer, exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init.
+//   DIFF V2 (shared_kv): 2H query heads of width D on H key/value heads; V is Dv = D wide;
+//     lambda is per token and head, sigmoid(x W_lambda), held in the qkv row. The official
+//     pairing: query heads 2h and 2h + 1 are the maps of head h, both on key/value head h.
+//   DIFF V2 "halves" (shared_kv and halves, an ablation the official code's README calls
+//     wrong): query heads h and h + H are the maps of head h, each on its own key/value head
+//     (the grouped-query owner of that query head, (m H + h) / 2), so the two maps of a head
+//     use different keys and values, and heads 2g and 2g + 1 share their key/value heads.
 // Layout of one token's row of qkv (N, QKV):
 //   [ q: M*H sub-heads of width D | k: KH heads of width D | v: H heads of width Dv | lambda: H ]
 // with KH = M*H (KH = H when shared_kv) and the lambda columns only for per-token lambda.
-// Query sub-head h*M + m is map m of head h (the official code's pairing 2i, 2i+1); without
-// shared_kv, key sub-head h*M + m pairs with it.
+// Without halves, query sub-head h*M + m is map m of head h (the official code's pairing 2i,
+// 2i+1); without shared_kv, key sub-head h*M + m pairs with it.
 #ifndef ATTENTION_H
 #define ATTENTION_H
 
-typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2, ATTN_VARIANT_COUNT } AttentionKind;
+typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2, ATTN_DIFF2_HALVES = 3, ATTN_VARIANT_COUNT } AttentionKind;
 
 typedef enum {
     LAMBDA_NONE,       // one map
@@ -26,7 +31,8 @@ typedef enum {
 typedef struct {
     const char* name;       // the recipe's `attention` value
     int maps;               // M
-    int shared_kv;          // the maps of a head share its key/value head
+    int shared_kv;          // key/value heads of width D shared by query heads (DIFF V2)
+    int halves;             // DIFF V2's "halves" pairing (above); needs an even head count
     LambdaKind lambda;
     int head_norm;          // default of the `head_norm` key: the paper's GroupNorm
     int head_norm_scaled;   // the head norm's output is multiplied by (1 - lambda_init)
@@ -65,6 +71,7 @@ typedef struct {
     int q0;         // first query row: rows q0..T-1 attend to keys 0..row (decoding on a
                     // cache of T - q0 new rows after q0 cached ones); 0 in training
     LogitQuant quant;  // of the logits before the softmax; bits 0: none
+    int halves;     // DIFF V2's "halves" pairing (with shared_kv)
 } AttnShape;
 
 // The shape of a variant's attention for H heads of width D (B, T, q0 zero)
@@ -81,18 +88,29 @@ ATTN_LAYOUT int attention_value_width(const AttnShape* s) { return s->shared_kv 
 ATTN_LAYOUT int attention_key_heads(const AttnShape* s) { return s->shared_kv ? s->H : s->M * s->H; }    // KH
 // Sub-heads RoPE rotates: the queries and the keys, from column 0 on
 ATTN_LAYOUT int attention_rope_heads(const AttnShape* s) { return s->M * s->H + attention_key_heads(s); }
-// Column offsets in a qkv row: query sub-head of map m of head h, its key sub-head (head h's
-// shared one with shared_kv), head h's value columns
-ATTN_LAYOUT int attention_q_col(const AttnShape* s, int h, int m) { return (h * s->M + m) * s->D; }
+// Key/value head of map m of head h when shared_kv: head h's own, or with halves the one of
+// query head m H + h under grouped-query sharing
+ATTN_LAYOUT int attention_kv_head(const AttnShape* s, int h, int m) { return s->halves ? (m * s->H + h) / 2 : h; }
+// Column offsets in a qkv row: query sub-head of map m of head h, its key sub-head, its value
+// columns (one value head for both maps unless halves)
+ATTN_LAYOUT int attention_q_col(const AttnShape* s, int h, int m) { return (s->halves ? m * s->H + h : h * s->M + m) * s->D; }
 ATTN_LAYOUT int attention_k_col(const AttnShape* s, int h, int m) {
-    return (s->M * s->H + (s->shared_kv ? h : h * s->M + m)) * s->D;
+    return (s->M * s->H + (s->shared_kv ? attention_kv_head(s, h, m) : h * s->M + m)) * s->D;
 }
-ATTN_LAYOUT int attention_v_col(const AttnShape* s, int h) {
-    return attention_rope_heads(s) * s->D + h * attention_value_width(s);
+ATTN_LAYOUT int attention_v_col(const AttnShape* s, int h, int m) {
+    return attention_rope_heads(s) * s->D + (s->shared_kv ? attention_kv_head(s, h, m) : h) * attention_value_width(s);
 }
+// Whether both maps of a head multiply the same values: then the kernels combine the maps
+// first, P = P_0 - lambda P_1, and make one product with V
+ATTN_LAYOUT int attention_maps_share_values(const AttnShape* s) { return !s->halves; }
+// Heads in a group: consecutive heads whose maps use the same key/value heads, map by map,
+// and no others; a group's key/value gradients are summed in one place, in a fixed order
+ATTN_LAYOUT int attention_head_group(const AttnShape* s) { return s->halves ? 2 : 1; }
+// First column after the value heads
+ATTN_LAYOUT int attention_values_end(const AttnShape* s) { return attention_rope_heads(s) * s->D + s->H * attention_value_width(s); }
 // Offset of the per-token lambda columns in a qkv row, -1 without them
-ATTN_LAYOUT int attention_lambda_offset(const AttnShape* s) { return s->token_lambda ? attention_v_col(s, s->H) : -1; }
+ATTN_LAYOUT int attention_lambda_offset(const AttnShape* s) { return s->token_lambda ? attention_values_end(s) : -1; }
 // columns of one qkv row
-ATTN_LAYOUT int attention_qkv_width(const AttnShape* s) { return attention_v_col(s, s->H) + (s->token_lambda ? s->H : 0); }
+ATTN_LAYOUT int attention_qkv_width(const AttnShape* s) { return attention_values_end(s) + (s->token_lambda ? s->H : 0); }
 
 #endif

@@ -66,6 +66,10 @@ void model_config_validate(const ModelConfig* cfg) {
         die("key 'd_model': %d must equal %s = %d x %d x %d", cfg->d_model, times, M, cfg->n_head, D);
     }
     if (D % 2) die("key 'head_dim': %d must be even (RoPE rotates channel pairs)", D);
+    if (config_variant(cfg)->halves && cfg->n_head % 2) {
+        die("key 'n_head': %d must be even for attention = %s (heads 2g and 2g + 1 share their key/value heads)", cfg->n_head,
+            config_attention_name(cfg));
+    }
     if (cfg->ffn_hidden < 0) die("key 'ffn_hidden' must be 0 (automatic) or positive");
     if (!(cfg->rope_theta > 0)) die("key 'rope_theta' must be positive");
     float constant;

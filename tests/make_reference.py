@@ -27,6 +27,7 @@ CASES = {
     "diff": dict(attention="diff", n_head=2, head_dim=8, head_norm=True, lambda_init="schedule"),
     "diff_no_headnorm": dict(attention="diff", n_head=2, head_dim=8, head_norm=False, lambda_init="0.5"),
     "diff2": dict(attention="diff2", n_head=2, head_dim=16, head_norm=False, lambda_init="schedule"),
+    "diff2_halves": dict(attention="diff2_halves", n_head=2, head_dim=16, head_norm=False, lambda_init="schedule"),
 }
 COMMON = dict(n_layer=2, d_model=32, ffn_hidden=64, rope_theta=10000.0, seq_len=T, batch_size=B, steps=STEPS,
               lr=1e-2, lr_final=1e-3, warmup_steps=2, beta1=0.9, beta2=0.98, adam_eps=1e-8, weight_decay=0.1,
@@ -55,7 +56,7 @@ def lambda_init_of(cfg, depth):
 
 def param_shapes(cfg):
     M = 1 if cfg["attention"] == "standard" else 2
-    v2 = cfg["attention"] == "diff2"  # 2H query heads share H key/value heads of width D
+    v2 = cfg["attention"] in ("diff2", "diff2_halves")  # 2H query heads share H key/value heads of width D
     H, D, C, F = cfg["n_head"], cfg["head_dim"], cfg["d_model"], cfg["ffn_hidden"]
     KH, Dv = (H, D) if v2 else (M * H, M * D)
     shapes = {"tok_embedding": (V, C)}
@@ -84,7 +85,8 @@ def param_shapes(cfg):
 
 def forward(cfg, P, tokens, targets):
     M = 1 if cfg["attention"] == "standard" else 2
-    v2 = cfg["attention"] == "diff2"
+    v2 = cfg["attention"] in ("diff2", "diff2_halves")
+    halves = cfg["attention"] == "diff2_halves"
     H, D = cfg["n_head"], cfg["head_dim"]
     KH, Dv = (H, D) if v2 else (M * H, M * D)
     Bn, Tn = tokens.shape
@@ -101,7 +103,11 @@ def forward(cfg, P, tokens, targets):
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         attn = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)  # (B, M*H, T, T)
         lam_init = lambda_init_of(cfg, l)
-        if v2:  # lambda per token and head: sigmoid(x W_lambda), (B, H, T, 1)
+        if halves:  # each query head j on key/value head j // 2; head i is o_i - lambda_i o_{i+H}
+            lam = torch.sigmoid(h @ p("w_lambda").T).transpose(1, 2).unsqueeze(-1)
+            o = attn @ v.repeat_interleave(2, dim=1)  # (B, 2H, T, D)
+            y = o[:, :H] - lam * o[:, H:]
+        elif v2:  # lambda per token and head: sigmoid(x W_lambda), (B, H, T, 1)
             attn = attn.view(Bn, H, 2, Tn, Tn)
             lam = torch.sigmoid(h @ p("w_lambda").T).transpose(1, 2).unsqueeze(-1)
             attn = attn[:, :, 0] - lam * attn[:, :, 1]
@@ -110,7 +116,8 @@ def forward(cfg, P, tokens, targets):
             lam = (torch.exp(torch.dot(p("lambda_q1"), p("lambda_k1"))) -
                    torch.exp(torch.dot(p("lambda_q2"), p("lambda_k2"))) + lam_init)
             attn = attn[:, :, 0] - lam * attn[:, :, 1]
-        y = attn @ v  # (B, H, T, Dv)
+        if not halves:
+            y = attn @ v  # (B, H, T, Dv)
         if cfg["head_norm"]:
             y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if cfg["attention"] == "diff" else 1.0)
         x = x + y.transpose(1, 2).reshape(Bn, Tn, H * Dv) @ p("wo").T

@@ -337,24 +337,40 @@ static void test_crossentropy(int N, int V) {
 typedef struct {
     double *y, *lse, *P, *dqkv, dlambda;
     double* S;  // (B, H, M, T, T) the logits each softmax gets, quantized where asked
+    // (B, H, M, T, T) as S, but where a logit lies within 1e-4 of a level of the midpoint between
+    // two levels, the other one: fp32 logits may round either way there
+    double* S_tie;
 } AttnRef;
+
+// Column offsets of map m of head h, written out here apart from attention.h. DIFF V2's official
+// pairing puts maps 0 and 1 of head h on query heads 2h and 2h + 1 over key/value head h; its
+// "halves" pairing on query heads h and h + H, each over the key/value head grouped-query
+// sharing gives it, (m H + h) / 2. The value heads follow the key heads.
+static int ref_kv_head(const AttnShape* s, int h, int m) { return s->halves ? (m * s->H + h) / 2 : h; }
+static int ref_q_col(const AttnShape* s, int h, int m) { return (s->halves ? m * s->H + h : h * s->M + m) * s->D; }
+static int ref_k_col(const AttnShape* s, int h, int m) {
+    return (s->M * s->H + (s->shared_kv ? ref_kv_head(s, h, m) : h * s->M + m)) * s->D;
+}
+static int ref_v_col(const AttnShape* s, int h, int m) {
+    int keys = s->shared_kv ? s->H : s->M * s->H, Dv = s->shared_kv ? s->D : s->M * s->D;
+    return (s->M * s->H + keys) * s->D + (s->shared_kv ? ref_kv_head(s, h, m) : h) * Dv;
+}
 
 static AttnRef attention_reference(const float* qkv, float lambda, const AttnShape* s, const float* dy) {
     int B = s->B, T = s->T, H = s->H, D = s->D, M = s->M, q0 = s->q0, rows = T - q0;
     int Dv = attention_value_width(s), QKV = attention_qkv_width(s), lam = attention_lambda_offset(s);
-    int QK = M * H * D, KW = attention_key_heads(s) * D;
     double scale = 1.0 / sqrt((double)D);
     int Q = (s->quant.bits > 1 && s->quant.bits < 16) ? (1 << (s->quant.bits - 1)) - 1 : 0;  // levels, 0: none
     AttnRef r = {dzeros((size_t)B * rows * H * Dv), dzeros((size_t)B * H * M * T), dzeros((size_t)B * H * M * T * T),
-                 dzeros((size_t)B * T * QKV), 0, dzeros((size_t)B * H * M * T * T)};
-    double* dPc = dzeros((size_t)T * T);
+                 dzeros((size_t)B * T * QKV), 0, dzeros((size_t)B * H * M * T * T),
+                 dzeros((size_t)B * H * M * T * T)};
+    double* dPV = dzeros((size_t)M * T * T);  // (M, T, T) dy_i . v_j of each map's values
     for (int b = 0; b < B; b++) {
         const float* base = qkv + (size_t)b * T * QKV;
         for (int h = 0; h < H; h++) {
-            int v_col = QK + KW + h * Dv;
             double* P = r.P + (((size_t)b * H + h) * M) * T * T;  // (M, T, T)
             for (int m = 0; m < M; m++) {
-                int q_col = (h * M + m) * D, k_col = QK + (s->shared_kv ? h : h * M + m) * D;
+                int q_col = ref_q_col(s, h, m), k_col = ref_k_col(s, h, m);
                 double tensor_max = 0;  // over the call's query rows q0..T-1
                 for (int i = 0; i < T; i++) {
                     double* Pr = P + ((size_t)m * T + i) * T;
@@ -372,48 +388,60 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
                         double row_max = 0;
                         for (int j = 0; j <= i; j++) row_max = fmax(row_max, fabs(Pr[j]));
                         double step = (s->quant.scope == QUANT_PER_ROW ? row_max : tensor_max) / Q;
-                        for (int j = 0; j <= i; j++) Pr[j] = step * fmin(fmax(nearbyint(Pr[j] / step), -Q), Q);
+                        double* tie = r.S_tie + ((((size_t)b * H + h) * M + m) * T + i) * T;
+                        for (int j = 0; j <= i; j++) {
+                            double x = Pr[j] / step, level = nearbyint(x), near_mid = fabs(x - floor(x) - 0.5) < 1e-4;
+                            double other = near_mid ? (level == floor(x) ? level + 1 : level - 1) : level;
+                            Pr[j] = step * fmin(fmax(level, -Q), Q);
+                            tie[j] = step * fmin(fmax(other, -Q), Q);
+                        }
                     }
                     memcpy(r.S + ((((size_t)b * H + h) * M + m) * T + i) * T, Pr, (i + 1) * sizeof(double));
+                    if (!Q) memcpy(r.S_tie + ((((size_t)b * H + h) * M + m) * T + i) * T, Pr, (i + 1) * sizeof(double));
                     for (int j = 0; j <= i; j++) mx = fmax(mx, Pr[j]);
                     for (int j = 0; j <= i; j++) z += exp(Pr[j] - mx);
                     for (int j = 0; j <= i; j++) Pr[j] = exp(Pr[j] - mx) / z;
                     r.lse[(((size_t)b * H + h) * M + m) * T + i] = mx + log(z);
                 }
             }
-            // forward output and the gradient through the combined map Pc = P0 - lambda_i P1
-            memset(dPc, 0, (size_t)T * T * sizeof(double));
-            for (int i = 0; i < T; i++) {
-                double li = M == 1 ? 0 : lam >= 0 ? base[(size_t)i * QKV + lam + h] : lambda;
-                for (int j = 0; j <= i; j++) {
-                    double pc = P[(size_t)i * T + j] - (M == 2 ? li * P[((size_t)T + i) * T + j] : 0);
-                    for (int c = 0; c < Dv; c++) {
-                        double v = base[(size_t)j * QKV + v_col + c];
-                        if (i >= q0) r.y[((size_t)b * rows + i - q0) * H * Dv + h * Dv + c] += pc * v;
-                        if (dy) {
-                            double g = dy[((size_t)b * T + i) * H * Dv + h * Dv + c];
-                            r.dqkv[((size_t)b * T + j) * QKV + v_col + c] += pc * g;
-                            dPc[(size_t)i * T + j] += g * v;
+            // forward output y_i = sum over maps of c_m P_m V_m (c_0 = 1, c_1 = -lambda_i), and the
+            // gradients of each map's values and of each map's probabilities, c_m dPV_m
+            memset(dPV, 0, (size_t)M * T * T * sizeof(double));
+            for (int m = 0; m < M; m++) {
+                int v_col = ref_v_col(s, h, m);
+                for (int i = 0; i < T; i++) {
+                    double li = M == 1 ? 0 : lam >= 0 ? base[(size_t)i * QKV + lam + h] : lambda, c_m = m == 0 ? 1.0 : -li;
+                    for (int j = 0; j <= i; j++) {
+                        double w = c_m * P[((size_t)m * T + i) * T + j];
+                        for (int c = 0; c < Dv; c++) {
+                            double v = base[(size_t)j * QKV + v_col + c];
+                            if (i >= q0) r.y[((size_t)b * rows + i - q0) * H * Dv + h * Dv + c] += w * v;
+                            if (dy) {
+                                double g = dy[((size_t)b * T + i) * H * Dv + h * Dv + c];
+                                r.dqkv[((size_t)b * T + j) * QKV + v_col + c] += w * g;
+                                dPV[((size_t)m * T + i) * T + j] += g * v;
+                            }
                         }
                     }
                 }
             }
             if (!dy) continue;
             for (int m = 0; m < M; m++) {
-                int q_col = (h * M + m) * D, k_col = QK + (s->shared_kv ? h : h * M + m) * D;
+                int q_col = ref_q_col(s, h, m), k_col = ref_k_col(s, h, m);
                 for (int i = 0; i < T; i++) {
                     double li = M == 1 ? 0 : lam >= 0 ? base[(size_t)i * QKV + lam + h] : lambda, c_m = m == 0 ? 1.0 : -li;
                     const double* Pr = P + ((size_t)m * T + i) * T;
+                    const double* G = dPV + ((size_t)m * T + i) * T;
                     double rowsum = 0;
-                    for (int j = 0; j <= i; j++) rowsum += c_m * dPc[(size_t)i * T + j] * Pr[j];
-                    if (m == 1) {  // d/dlambda of -lambda * (P1 V): -(dPc . P1)
+                    for (int j = 0; j <= i; j++) rowsum += c_m * G[j] * Pr[j];
+                    if (m == 1) {  // d/dlambda of -lambda * (P1 V1): -(dPV_1 . P1)
                         double dl = 0;
-                        for (int j = 0; j <= i; j++) dl -= dPc[(size_t)i * T + j] * Pr[j];
+                        for (int j = 0; j <= i; j++) dl -= G[j] * Pr[j];
                         if (lam >= 0) r.dqkv[((size_t)b * T + i) * QKV + lam + h] += dl;
                         else r.dlambda += dl;
                     }
                     for (int j = 0; j <= i; j++) {
-                        double dS = Pr[j] * (c_m * dPc[(size_t)i * T + j] - rowsum) * scale;
+                        double dS = Pr[j] * (c_m * G[j] - rowsum) * scale;
                         for (int c = 0; c < D; c++) {
                             r.dqkv[((size_t)b * T + i) * QKV + q_col + c] += dS * base[(size_t)j * QKV + k_col + c];
                             r.dqkv[((size_t)b * T + j) * QKV + k_col + c] += dS * base[(size_t)i * QKV + q_col + c];
@@ -423,7 +451,7 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
             }
         }
     }
-    free(dPc);
+    free(dPV);
     return r;
 }
 
@@ -445,6 +473,7 @@ static void capture_logits(void* ctx, const Activation* a) {
 
 static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0, LogitQuant quant) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
+    if (v->halves && H % 2) H *= 2;  // the halves pairing groups heads in twos
     AttnShape s = attention_shape(v, H, D);
     s.B = B;
     s.T = T;
@@ -497,7 +526,8 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
             for (int i = q0; i < T; i++) {
                 for (int j = 0; j <= i; j++) {
                     size_t at = (((size_t)b * H * M + hm) * T + i) * T + j;
-                    worst = fmax(worst, fabs(cap.S[at] - ref.S[at]) / (ATOL + RTOL * fabs(ref.S[at])));
+                    double err = fmin(fabs(cap.S[at] - ref.S[at]), fabs(cap.S[at] - ref.S_tie[at]));
+                    worst = fmax(worst, err / (ATOL + RTOL * fabs(ref.S[at])));
                 }
             }
         }
@@ -528,7 +558,7 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
         }
         be->release(d_P);
     }
-    free(qkv); free(dy); free(got_y); free(got_lse); free(ref.y); free(ref.lse); free(ref.P); free(ref.dqkv); free(ref.S);
+    free(qkv); free(dy); free(got_y); free(got_lse); free(ref.y); free(ref.lse); free(ref.P); free(ref.dqkv); free(ref.S); free(ref.S_tie);
     be->release(d_qkv); be->release(d_lambda); be->release(d_y); be->release(d_lse);
 }
 
@@ -536,9 +566,17 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
 // DIFF V2's pairing, the official code's: query heads 2i and 2i+1 subtract inside key/value
 // group i, out_i = attn(q_2i, k_i, v_i) - lambda_i attn(q_2i+1, k_i, v_i), written out here
 // by hand for 2 heads over 2 tokens with every vector zero but its first channel (D = 4, scale
-// 1/2). The "halves" pairing (heads i and i + H, across groups) gives other numbers.
-static void test_diff2_pairing(void) {
-    AttnShape s = attention_shape(&ATTN_VARIANTS[ATTN_DIFF2], 2, 4);
+// 1/2). The "halves" ablation pairs query heads i and i + H, each on the key/value head that
+// grouped-query sharing gives it (query heads 2g, 2g + 1 on group g): out_i = attn(q_i, k_0,
+// v_0) - lambda_i attn(q_i+2, k_1, v_1) for these 2 heads, other numbers from the same inputs.
+static void test_diff2_pairing(AttentionKind kind) {
+    // query head and key/value head of map m of head i, by hand
+    static const int official_q[2][2] = {{0, 1}, {2, 3}}, official_kv[2][2] = {{0, 0}, {1, 1}};
+    static const int halves_q[2][2] = {{0, 2}, {1, 3}}, halves_kv[2][2] = {{0, 1}, {0, 1}};
+    int halves = kind == ATTN_DIFF2_HALVES;
+    const int(*qh)[2] = halves ? halves_q : official_q;
+    const int(*kv)[2] = halves ? halves_kv : official_kv;
+    AttnShape s = attention_shape(&ATTN_VARIANTS[kind], 2, 4);
     s.B = 1;
     s.T = 2;
     int QKV = attention_qkv_width(&s);
@@ -563,13 +601,14 @@ static void test_diff2_pairing(void) {
     float* y = from_backend(d_y, 2 * 2 * 4);  // (token, head, Dv)
     double want[2][2];
     for (int i = 0; i < 2; i++) {
-        // token 0 sees only itself: both maps give v_i[0]
-        want[0][i] = v[0][i] - lambda[0][i] * v[0][i];
-        // token 1: a softmax over the two keys of group i, for query head 2i, then 2i + 1
+        // token 0 sees only itself: each map gives its value head's v[0]
+        want[0][i] = v[0][kv[i][0]] - lambda[0][i] * v[0][kv[i][1]];
+        // token 1: a softmax over the two keys of each map's key/value head
         double out[2];
         for (int m = 0; m < 2; m++) {
-            double a = 0.5 * q[1][2 * i + m] * k[0][i], b = 0.5 * q[1][2 * i + m] * k[1][i];
-            out[m] = (exp(a) * v[0][i] + exp(b) * v[1][i]) / (exp(a) + exp(b));
+            int g = kv[i][m];
+            double a = 0.5 * q[1][qh[i][m]] * k[0][g], b = 0.5 * q[1][qh[i][m]] * k[1][g];
+            out[m] = (exp(a) * v[0][g] + exp(b) * v[1][g]) / (exp(a) + exp(b));
         }
         want[1][i] = out[0] - lambda[1][i] * out[1];
     }
@@ -580,8 +619,9 @@ static void test_diff2_pairing(void) {
             for (int c = 1; c < 4; c++) ok &= y[(t * 2 + i) * 4 + c] == 0;
         }
     }
-    CHECK(ok, "%s DIFF V2 pairs query heads 2i, 2i+1 in group i: y = %.6f %.6f / %.6f %.6f, by hand %.6f %.6f / %.6f %.6f",
-          be->name, y[0], y[4], y[8], y[12], want[0][0], want[0][1], want[1][0], want[1][1]);
+    CHECK(ok, "%s %s pairs query heads %s: y = %.6f %.6f / %.6f %.6f, by hand %.6f %.6f / %.6f %.6f", be->name,
+          ATTN_VARIANTS[kind].name, halves ? "i, i+H on the groups of each" : "2i, 2i+1 in group i", y[0], y[4], y[8], y[12],
+          want[0][0], want[0][1], want[1][0], want[1][1]);
     be->release(d_qkv);
     be->release(d_y);
     free(qkv);
@@ -757,7 +797,8 @@ int main(int argc, char** argv) {
             test_attention(k, 1, 1024, 1, 64, 0, none);
             test_attention(k, 2, 70, 1, 128, 0, none);
         }
-        test_diff2_pairing();
+        test_diff2_pairing(ATTN_DIFF2);
+        test_diff2_pairing(ATTN_DIFF2_HALVES);
         test_lambda(4);
         test_lambda(32);
         test_optimizer(1);

@@ -165,10 +165,13 @@ static double attn_loss(void* p) {
     return weighted_sum(c->y, c->R, c->ny);
 }
 
-// M = 1 standard, M = 2 DIFF, M = 2 with shared_kv DIFF V2 (its per-token lambda columns are
+// Every variant over 2 sequences of 2 heads of width 4 (DIFF V2's per-token lambda columns are
 // part of qkv and so are checked with the rest of d_qkv)
-static void test_attention(int M, int shared_kv, int T) {
-    AttnShape shape = {2, T, 2, 4, M, shared_kv, shared_kv, 0, {0, QUANT_PER_TENSOR}};
+static void test_attention(AttentionKind kind, int T) {
+    AttnShape shape = attention_shape(&ATTN_VARIANTS[kind], 2, 4);
+    shape.B = 2;
+    shape.T = T;
+    int M = shape.M, shared_kv = shape.shared_kv;
     int QKV = attention_qkv_width(&shape), Dv = shared_kv ? 4 : M * 4, lam = attention_lambda_offset(&shape);
     size_t N = (size_t)shape.B * T, ny = N * shape.H * Dv;
     AttnCase c = {random_array(N * QKV, 1), random_array(ny, 1), random_array(N * shape.H * M, 1), random_array(ny, 1), 0.6f, shape, ny};
@@ -180,17 +183,20 @@ static void test_attention(int M, int shared_kv, int T) {
     float dlambda;
     be->attention_backward(dqkv, &dlambda, c.R, c.qkv, c.lse, &c.lambda, &shape, NO_HOOK);
     char what[96];
-    const char* name = M == 1 ? "standard" : shared_kv ? "diff2" : "diff";
+    const char* name = ATTN_VARIANTS[kind].name;
     snprintf(what, sizeof(what), "attention %s T=%d d_qkv", name, T);
     grad_check(what, attn_loss, &c, c.qkv, dqkv, N * QKV, 400, 1e-2, 1e-2, 1e-3);
     if (M == 2 && !shared_kv) {
         snprintf(what, sizeof(what), "attention %s T=%d d_lambda", name, T);
         grad_check(what, attn_loss, &c, &c.lambda, &dlambda, 1, 1, 1e-2, 1e-2, 1e-3);
     }
-    // hand case: the first query sees only the first key, so y[0] = v[0] (M=1) or (1 - lambda) v[0]
+    // hand case: the first query sees only the first key, so y[0] = v[0] (M=1) or v[0] - lambda v'[0],
+    // v' the value head of head 0's second map: head 0's own, or value head 1 when the halves
+    // pairing puts query head 2 (of 2 heads) on key/value group 1
     attn_loss(&c);
     float lambda0 = lam >= 0 ? c.qkv[lam] : c.lambda;
-    float expect = c.qkv[QKV - shape.H * Dv - (lam >= 0 ? shape.H : 0)] * (M == 2 ? 1.0f - lambda0 : 1.0f);
+    const float* v = c.qkv + QKV - shape.H * Dv - (lam >= 0 ? shape.H : 0);  // value head 0 of token 0
+    float expect = M == 2 ? v[0] - lambda0 * v[kind == ATTN_DIFF2_HALVES ? Dv : 0] : v[0];
     CHECK(fabsf(c.y[0] - expect) < 1e-5f, "attention %s position 0: %g vs %g", name, c.y[0], expect);
     free(c.qkv); free(c.y); free(c.lse); free(c.R); free(dqkv);
 }
@@ -246,13 +252,15 @@ int main(void) {
     test_rope();
     test_swiglu();
     test_crossentropy();
-    test_attention(1, 0, 5);
-    test_attention(1, 0, 70);
-    test_attention(2, 0, 5);
-    test_attention(2, 0, 70);
-    test_attention(2, 0, 130);
-    test_attention(2, 1, 5);
-    test_attention(2, 1, 130);
+    test_attention(ATTN_STANDARD, 5);
+    test_attention(ATTN_STANDARD, 70);
+    test_attention(ATTN_DIFF, 5);
+    test_attention(ATTN_DIFF, 70);
+    test_attention(ATTN_DIFF, 130);
+    test_attention(ATTN_DIFF2, 5);
+    test_attention(ATTN_DIFF2, 130);
+    test_attention(ATTN_DIFF2_HALVES, 5);
+    test_attention(ATTN_DIFF2_HALVES, 130);
     printf("model gradients (finite differences)\n");
     test_model(ATTN_STANDARD, 0, "schedule");
     test_model(ATTN_STANDARD, 1, "schedule");
@@ -261,5 +269,6 @@ int main(void) {
     test_model(ATTN_DIFF, 1, "0.5");
     test_model(ATTN_DIFF2, 0, "schedule");
     test_model(ATTN_DIFF2, 1, "schedule");
+    test_model(ATTN_DIFF2_HALVES, 0, "schedule");
     return check_summary();
 }

@@ -235,7 +235,7 @@ static void test_maps_times_v(int M, int shared_kv) {
     for (int h = 0; h < s.H; h++) {
         be->attention_maps(d_P, d_qkv, &s, h, no_hook);
         be->download(P, d_P, P_bytes);
-        int v_col = attention_v_col(&s, h);
+        int v_col = attention_v_col(&s, h, 0);
         for (int r = 0; r < rows; r++) {
             int t = s.q0 + r;
             float lam_r = M == 1 ? 0.0f : lam >= 0 ? qkv[(size_t)t * QKV + lam + h] : lambda;

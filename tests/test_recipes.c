@@ -152,7 +152,7 @@ static void test_needle(void) {
 }
 
 static void test_defaults(void) {
-    static const int expected[ATTN_VARIANT_COUNT] = {[ATTN_STANDARD] = 0, [ATTN_DIFF] = 1, [ATTN_DIFF2] = 0};
+    static const int expected[ATTN_VARIANT_COUNT] = {[ATTN_STANDARD] = 0, [ATTN_DIFF] = 1, [ATTN_DIFF2] = 0, [ATTN_DIFF2_HALVES] = 0};
     for (int k = 0; k < ATTN_VARIANT_COUNT; k++) {
         Config cfg;
         config_defaults(&cfg);

@@ -27,6 +27,7 @@ sql() { sqlite3 "$work/results/registry.sqlite" "$1"; }
 
 prepare_table6_corpus
 sed "s#^data = .*#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
+n_rows=$(grep -c '^\[row ' experiments/table6.ini)  # the table's rows, each trained once per seed
 run_table() { $bin table6 "$work/table6.ini" --preset smoke --results "$work/results" --plots "$work/plots"; }
 
 # 1. interrupted: SIGKILL once the first row has written a checkpoint
@@ -49,24 +50,24 @@ expect "rerun exits 0" test $? -eq 0
 expect "rerun reports the interrupted run" grep -q "marked 1 interrupted run(s) KILLED" "$work/resumed.log"
 expect "interrupted row resumed from its checkpoint" grep -q "resuming $ckpt from step" "$work/resumed.log"
 expect "killed attempt kept as KILLED" test "$(sql "SELECT status FROM runs WHERE row = 'transformer' AND attempt = 1")" = KILLED
-expect "every row FINISHED once" test "$(sql "SELECT COUNT(DISTINCT row) FROM runs WHERE status = 'FINISHED'")" = 8
-expect "evaluations stored" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('valid', 'arhit', 'others')")" = 24
+expect "every row FINISHED once" test "$(sql "SELECT COUNT(DISTINCT row) FROM runs WHERE status = 'FINISHED'")" = $n_rows
+expect "evaluations stored" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('valid', 'arhit', 'others')")" = $((3 * n_rows))
 expect "no validation step stored twice" test "$(sql "SELECT COUNT(*) FROM (SELECT r.row, m.step FROM metrics m JOIN runs r ON r.id = m.run_id WHERE m.key = 'val_loss' GROUP BY r.row, m.step HAVING COUNT(*) > 1)")" = 0
-expect "3 validation points per row" test "$(sql "SELECT COUNT(*) FROM metrics WHERE key = 'val_loss'")" = 24
+expect "3 validation points per row" test "$(sql "SELECT COUNT(*) FROM metrics WHERE key = 'val_loss'")" = $((3 * n_rows))
 # counted over FINISHED runs: the killed attempt may have finished training (and recorded its
 # shard) before the kill landed, as the smoke rows train in under a second
 finished_artifacts() { sql "SELECT COUNT(*) FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE r.status = 'FINISHED' AND $1"; }
-expect "checkpoint artifacts with sha256" test "$(finished_artifacts "kind = 'checkpoint' AND length(sha256) = 64")" = 8
-expect "every row's training data recorded by its sha256" test "$(finished_artifacts "kind = 'training_data' AND path = '$work/data/train.bin' AND sha256 = '$(sha256sum "$work/data/train.bin" | cut -c1-64)'")" = 8
+expect "checkpoint artifacts with sha256" test "$(finished_artifacts "kind = 'checkpoint' AND length(sha256) = 64")" = $n_rows
+expect "every row's training data recorded by its sha256" test "$(finished_artifacts "kind = 'training_data' AND path = '$work/data/train.bin' AND sha256 = '$(sha256sum "$work/data/train.bin" | cut -c1-64)'")" = $n_rows
 expect "provenance recorded" test "$(sql "SELECT COUNT(*) FROM runs WHERE git_commit != '' AND cpu_model != '' AND threads > 0 AND recipe_text LIKE '%attention = %'")" -ge 9
 # DIFF V2: 2 x 4 query heads on 4 key/value heads of 16, trained, parameters within 1% (else the run stops)
 expect "DIFF V2 row trained" bash -c "grep -qE '^\\| DIFF V2 \\(not in paper\\) \\| 4 \\| 16 \\| ✗ \\| 1 \\| [0-9.]+ .*not in the paper' '$work/results/table6_smoke.md'"
 expect "table written" grep -q "| DIFF | 2 | 16 | ✓ | 1 |" "$work/results/table6_smoke.md"
 expect "claims written" grep -q "DIFF beats Transformer overall" "$work/results/table6_smoke.md"
 expect "one seed: the claims' intervals say they cover the windows only" grep -q "covers the evaluation's sampling only" "$work/results/table6_smoke.md"
-expect "loss by position: 8 bins of 8 tokens for each of the 8 rows" bash -c "grep -q '^| Model | 1-8 | 9-16 | 17-24 | 25-32 | 33-40 | 41-48 | 49-56 | 57-64 |$' '$work/results/table6_smoke.md' &&
-    test \"\$(grep -cE '^\| [^|]+ \|( [0-9]\.[0-9]{3} \|){8}$' '$work/results/table6_smoke.md')\" = 8"
-expect "and each row against the first per bin, with intervals" test "$(grep -cE '^\| [^|]+ \|( [-+][0-9.]+ \[[-+0-9.]+, [-+0-9.]+\] \|){8}$' "$work/results/table6_smoke.md")" = 7
+expect "loss by position: 8 bins of 8 tokens for each of the $n_rows rows" bash -c "grep -q '^| Model | 1-8 | 9-16 | 17-24 | 25-32 | 33-40 | 41-48 | 49-56 | 57-64 |$' '$work/results/table6_smoke.md' &&
+    test \"\$(grep -cE '^\| [^|]+ \|( [0-9]\.[0-9]{3} \|){8}$' '$work/results/table6_smoke.md')\" = $n_rows"
+expect "and each row against the first per bin, with intervals" test "$(grep -cE '^\| [^|]+ \|( [-+][0-9.]+ \[[-+0-9.]+, [-+0-9.]+\] \|){8}$' "$work/results/table6_smoke.md")" = $((n_rows - 1))
 expect "the position figure is drawn" test -s "$work/plots/table6_smoke_positions.png"
 expect "each run's window losses are in the registry (64 windows x 10 slices)" test "$(sqlite3 "$work/results/registry.sqlite" "SELECT COUNT(*) FROM window_losses w JOIN runs r ON r.id = w.run_id WHERE r.row = 'diff'")" = 640
 expect "bar figure" test -s "$work/plots/table6_smoke.png"
@@ -78,7 +79,7 @@ expect "figures are PNG" bash -c "$(declare -f is_png); is_png '$work/plots/tabl
 run_table > "$work/again.log" 2>&1
 expect "finished rows are skipped" bash -c "! grep -q '^== ' '$work/again.log'"
 expect "table reprinted" grep -q "Table 6 (preset smoke)" "$work/again.log"
-expect "a rerun names the rows already finished" test "$(grep -c '^[a-z_0-9]*, seed 1000: already finished (run [0-9]*)$' "$work/again.log")" = 8
+expect "a rerun names the rows already finished" test "$(grep -c '^[a-z_0-9]*, seed 1000: already finished (run [0-9]*)$' "$work/again.log")" = $n_rows
 expect "the smoke table says it is a plumbing check" grep -q "^> \*\*A plumbing check.\*\*" "$work/results/table6_smoke.md"
 expect "AR-Hit's token count beside its fraction" grep -qE "% of evaluated tokens \([0-9]+ of 4096\)" "$work/results/table6_smoke.md"
 
@@ -111,7 +112,7 @@ for _ in $(seq 1 200); do [ -s "$work/results_lock/table6/smoke/.lock" ] && brea
 expect_fail "second table6 on one results folder" "table6 results folder '$work/results_lock/table6/smoke' is in use by another difftx process \(pid $first\)" \
     bash -c "$(declare -f lock_table); bin=$bin work=$work; lock_table"
 wait $first
-expect "the first finishes every row once" test "$(sqlite3 "$work/results_lock/registry.sqlite" "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = 8
+expect "the first finishes every row once" test "$(sqlite3 "$work/results_lock/registry.sqlite" "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = $n_rows
 
 # 6. a second preset in the same registry: every documented query (docs/registry.md) runs and
 #    answers for its own preset only
@@ -126,7 +127,7 @@ while IFS= read -r query; do
     expect "documented query $n runs" sqlite3 -bail "$work/results/registry.sqlite" "$query" > "$work/query$n.out"
 done < <(doc_queries)
 expect "7 documented queries" test $n = 7
-expect "the table query: 8 rows of one seed each" test "$(grep -c '|1|' "$work/query1.out")" = 8
+expect "the table query: $n_rows rows of one seed each" test "$(grep -c '|1|' "$work/query1.out")" = $n_rows
 expect "the curve query: one curve of 3 points, not two presets' interleaved" test "$(wc -l < "$work/query2.out")" = 3
 
 # 7. difftx eval: any checkpoint's Valid / AR-Hit / Others, equal to what the table recorded
@@ -153,7 +154,7 @@ expect "the header names the config" bash -c "head -c $((8 + header)) '$work/tra
 
 # 9. difftx runs and compare over the table's registry
 $bin runs --results "$work/results" --experiment table6 --preset smoke --status FINISHED > "$work/runs.log" 2>&1
-expect "runs lists the 8 finished rows of preset smoke" grep -q "^8 runs in $work/results/registry.sqlite" "$work/runs.log"
+expect "runs lists the $n_rows finished rows of preset smoke" grep -q "^$n_rows runs in $work/results/registry.sqlite" "$work/runs.log"
 expect "runs shows steps, final losses and loss or gradient-norm spikes" grep -qE "^ +[0-9]+  table6 +smoke +diff +1000 FINISHED +30/30 +[0-9.]+ +[0-9.]+ +[0-9]+ +[-0-9]+  20" "$work/runs.log"
 t_id=$(sql "SELECT r.id FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.preset = 'smoke' AND r.row = 'transformer' AND r.status = 'FINISHED'")
 d_id=$(sql "SELECT r.id FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.preset = 'smoke' AND r.row = 'diff' AND r.status = 'FINISHED'")
@@ -189,14 +190,14 @@ $bin table6 "$work/table6.ini" --preset smoke --results "$work/v300/results" --p
 rc=$?
 exec 9>&-
 v300_sql() { sqlite3 "$work/v300/results/registry.sqlite" "$1"; }
-expect "rows without AR-Hit tokens are FINISHED, not FAILED" test "$(v300_sql "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = 7
-expect "the table states it" test "$(grep -c '| no AR-Hit tokens |' "$work/v300/results/table6_smoke.md")" = 7
+expect "rows without AR-Hit tokens are FINISHED, not FAILED" test "$(v300_sql "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED'")" = $((n_rows - 1))
+expect "the table states it" test "$(grep -c '| no AR-Hit tokens |' "$work/v300/results/table6_smoke.md")" = $((n_rows - 1))
 expect "a claim on AR-Hit says there are no tokens" grep -q "DIFF beats Transformer on AR-Hit | n/a (no tokens) |" "$work/v300/results/table6_smoke.md"
 expect "the failed row is said to be left out" grep -q "row diff2 seed 1000: the table goes on without it" "$work/v300.log"
 expect "the table exits non-zero for the missing row (exit $rc)" test $rc -ne 0
 expect "the failed row's cells are empty" grep -qE '^\| DIFF V2 \(not in paper\) \| 4 \| 16 \| ✗ \| 0 \| - \| - \| - \|' "$work/v300/results/table6_smoke.md"
 expect "the override trained every row on its data, and the registry records it" \
-    test "$(v300_sql "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED' AND data_dir = '$work/v300/data' AND data_id LIKE 'tokenizer %'")" = 7
+    test "$(v300_sql "SELECT COUNT(*) FROM runs WHERE status = 'FINISHED' AND data_dir = '$work/v300/data' AND data_id LIKE 'tokenizer %'")" = $((n_rows - 1))
 expect_fail "an override of what the rows differ in" "override 'attention=diff': the rows of .* differ in 'attention'" \
     $bin table6 "$work/table6.ini" --preset smoke --results "$work/refused" attention=diff
 expect_fail "an override of a derived key" "override 'n_head=4': 'n_head' is derived for each row" \

@@ -4,9 +4,9 @@
 // Queries are processed in blocks of ATTN_BLOCK rows against all the keys they can see; the
 // probabilities of one block live in per-thread scratch (ATTN_BLOCK x T per map) and are
 // recomputed in the backward pass from the saved log-sum-exp, so nothing T x T is kept.
-// Both maps of a head are combined, P = P_0 - lambda P_1, before the single product with the
-// shared V block, so differential attention costs the same matmul FLOPs as standard
-// attention of equal width.
+// Where both maps of a head use the same values they are combined, P = P_0 - lambda P_1, before
+// the single product with the V block, so differential attention costs the same matmul FLOPs as
+// standard attention of equal width; DIFF V2's "halves" pairing multiplies each map by its own.
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +23,9 @@
 typedef struct {
     const AttnShape* s;
     int B, T, H, D, M, shared_kv, q0;
+    int share_v;  // both maps multiply the same values
+    int Vm;       // value products per head: 1, or M when the maps' values differ
+    int group;    // heads that share key/value heads (attention.h)
     int Dv;       // value width per head
     int HDv;      // output columns
     int lam;      // lambda columns offset, -1 without
@@ -47,6 +50,10 @@ static Dims dims_of(const AttnShape* s) {
     Dims d;
     d.s = s;
     d.B = s->B; d.T = s->T; d.H = s->H; d.D = s->D; d.M = s->M; d.shared_kv = s->shared_kv; d.q0 = s->q0;
+    if (s->H % attention_head_group(s)) die("attention: %d heads do not split into groups of %d", s->H, attention_head_group(s));
+    d.share_v = attention_maps_share_values(s);
+    d.Vm = d.share_v ? 1 : s->M;
+    d.group = attention_head_group(s);
     d.Dv = attention_value_width(s);
     d.HDv = s->H * d.Dv;
     d.lam = attention_lambda_offset(s);
@@ -57,7 +64,7 @@ static Dims dims_of(const AttnShape* s) {
 
 static size_t q_col(const Dims* d, int h, int m) { return (size_t)attention_q_col(d->s, h, m); }
 static size_t k_col(const Dims* d, int h, int m) { return (size_t)attention_k_col(d->s, h, m); }
-static size_t v_col(const Dims* d, int h) { return (size_t)attention_v_col(d->s, h); }
+static size_t v_col(const Dims* d, int h, int m) { return (size_t)attention_v_col(d->s, h, m); }
 
 // lambda of query row t of sequence b, head h: the token's, or the layer's
 static float row_lambda(const Dims* d, const float* qkv, const float* lambda, int b, int h, int t) {
@@ -142,7 +149,6 @@ void cpu_attention_forward(float* y, float* lse, const float* qkv, const float* 
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
             for (int h = 0; h < H; h++) {
-                const float* v = qkv + (size_t)b * T * d.QKV + v_col(&d, h);
                 float amax[2];
                 tensor_absmax_maps(amax, P, qkv, &d, &s->quant, b, h, block);
                 for (int i0 = d.q0; i0 < T; i0 += block) {
@@ -154,15 +160,24 @@ void cpu_attention_forward(float* y, float* lse, const float* qkv, const float* 
                         if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 0);
                         causal_softmax(S, i0, nq, kn, lse ? lse + (((size_t)b * H + h) * M + m) * T : NULL);
                     }
-                    if (M == 2) {
-                        const float* P1 = P + (size_t)block * T;
-                        for (int r = 0; r < nq; r++) {
-                            float lam = row_lambda(&d, qkv, lambda, b, h, i0 + r);
-                            for (int j = 0; j < kn; j++) P[(size_t)r * kn + j] -= lam * P1[(size_t)r * kn + j];
+                    // P_1 becomes -lambda P_1, added to P_0 where the maps share values
+                    float* P1 = P + (size_t)block * T;
+                    for (int r = 0; M == 2 && r < nq; r++) {
+                        float lam = row_lambda(&d, qkv, lambda, b, h, i0 + r);
+                        float* p0 = P + (size_t)r * kn;
+                        float* p1 = P1 + (size_t)r * kn;
+                        if (d.share_v) {
+                            for (int j = 0; j < kn; j++) p0[j] -= lam * p1[j];
+                        } else {
+                            for (int j = 0; j < kn; j++) p1[j] *= -lam;
                         }
                     }
                     float* out = y + ((size_t)b * rows + i0 - d.q0) * d.HDv + (size_t)h * d.Dv;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d.Dv, kn, 1.0f, P, kn, v, d.QKV, 0.0f, out, d.HDv);
+                    for (int m = 0; m < d.Vm; m++) {
+                        const float* v = qkv + (size_t)b * T * d.QKV + v_col(&d, h, m);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d.Dv, kn, 1.0f, P + (size_t)m * block * T, kn, v,
+                                    d.QKV, m ? 1.0f : 0.0f, out, d.HDv);
+                    }
                 }
             }
         }
@@ -187,82 +202,104 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
                             const float* lambda, const AttnShape* s, HookSite hook) {
     Dims d = dims_of(s);
     if (d.q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", d.q0);
-    int T = d.T, H = d.H, M = d.M, D = d.D;
+    int T = d.T, H = d.H, M = d.M, D = d.D, groups = H / d.group;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below
     #pragma omp parallel
     {
-        // P_m (M, block, T), dPV = dy V^T (block, T), the combined map for dV (block, T)
-        float* P = thread_scratch((size_t)(M + 2) * block * T);
+        // P_m (M, block, T), dPV_m = dy V_m^T (Vm, block, T), the map a value product takes (block, T)
+        float* P = thread_scratch((size_t)(M + d.Vm + 1) * block * T);
         float* dPV = P + (size_t)M * block * T;
-        float* Pc = dPV + (size_t)block * T;
+        float* Pc = dPV + (size_t)d.Vm * block * T;
         float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK];
+        // a thread owns a group of heads: their key/value gradients are summed here only
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
-            for (int h = 0; h < H; h++) {
+            for (int g = 0; g < groups; g++) {
                 const float* base = qkv + (size_t)b * T * d.QKV;
                 float* dbase = dqkv + (size_t)b * T * d.QKV;
-                const float* v = base + v_col(&d, h);
-                float* dv = dbase + v_col(&d, h);
-                // dK and dV of this head gather contributions from every query block
-                for (int t = 0; t < T; t++) {
-                    for (int m = 0; m < (d.shared_kv ? 1 : M); m++) memset(dbase + (size_t)t * d.QKV + k_col(&d, h, m), 0, D * sizeof(float));
-                    memset(dv + (size_t)t * d.QKV, 0, d.Dv * sizeof(float));
+                // dK and dV gather contributions from every query block of the group's heads
+                for (int h = g * d.group; h < (g + 1) * d.group; h++) {
+                    for (int t = 0; t < T; t++) {
+                        for (int m = 0; m < M; m++) memset(dbase + (size_t)t * d.QKV + k_col(&d, h, m), 0, D * sizeof(float));
+                        for (int m = 0; m < d.Vm; m++) memset(dbase + (size_t)t * d.QKV + v_col(&d, h, m), 0, d.Dv * sizeof(float));
+                    }
                 }
-                float dlambda = 0.0f, amax[2];
-                tensor_absmax_maps(amax, P, qkv, &d, &s->quant, b, h, block);
-                for (int i0 = 0; i0 < T; i0 += block) {
-                    int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
-                    const float* dyb = dy + ((size_t)b * T + i0) * d.HDv + (size_t)h * d.Dv;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d.Dv, 1.0f, dyb, d.HDv, v, d.QKV, 0.0f, dPV, kn);
-                    for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(&d, qkv, lambda, b, h, i0 + r);
-                    for (int m = 0; m < M; m++) {
-                        float* S = P + (size_t)m * block * T;
-                        const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
-                        block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
-                        quantize_block(S, i0, nq, kn, &s->quant, amax[m]);
-                        if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 1);
-                        for (int r = 0; r < nq; r++) {
-                            float* sr = S + (size_t)r * kn;
-                            const float* g = dPV + (size_t)r * kn;
-                            int visible = i0 + r + 1;
-                            exp_shifted(sr, sr, visible, 1.0f, row_lse[i0 + r]);
-                            float acc = dot_lanes(sr, g, visible);
-                            for (int j = visible; j < kn; j++) sr[j] = 0.0f;
-                            rowsum[r] = acc;
-                            if (m == 1) {
-                                // y = O_0 - lambda O_1, and rowsum = dy . O_1
-                                if (d.lam < 0) dlambda -= acc;
-                                else dbase[(size_t)(i0 + r) * d.QKV + d.lam + h] = -acc;
-                            }
+                for (int h = g * d.group; h < (g + 1) * d.group; h++) {
+                    float dlambda = 0.0f, amax[2];
+                    tensor_absmax_maps(amax, P, qkv, &d, &s->quant, b, h, block);
+                    for (int i0 = 0; i0 < T; i0 += block) {
+                        int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
+                        const float* dyb = dy + ((size_t)b * T + i0) * d.HDv + (size_t)h * d.Dv;
+                        for (int m = 0; m < d.Vm; m++) {
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d.Dv, 1.0f, dyb, d.HDv, base + v_col(&d, h, m),
+                                        d.QKV, 0.0f, dPV + (size_t)m * block * T, kn);
                         }
-                        if (m == 0) {
-                            memcpy(Pc, S, (size_t)nq * kn * sizeof(float));
-                        } else {
+                        for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(&d, qkv, lambda, b, h, i0 + r);
+                        for (int m = 0; m < M; m++) {
+                            float* S = P + (size_t)m * block * T;
+                            const float* G = dPV + (size_t)(d.share_v ? 0 : m) * block * T;
+                            const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
+                            block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
+                            quantize_block(S, i0, nq, kn, &s->quant, amax[m]);
+                            if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 1);
                             for (int r = 0; r < nq; r++) {
-                                for (int j = 0; j < kn; j++) Pc[(size_t)r * kn + j] -= lam[r] * S[(size_t)r * kn + j];
+                                float* sr = S + (size_t)r * kn;
+                                const float* gr = G + (size_t)r * kn;
+                                int visible = i0 + r + 1;
+                                exp_shifted(sr, sr, visible, 1.0f, row_lse[i0 + r]);
+                                float acc = dot_lanes(sr, gr, visible);
+                                for (int j = visible; j < kn; j++) sr[j] = 0.0f;
+                                rowsum[r] = acc;
+                                if (m == 1) {
+                                    // y = O_0 - lambda O_1, and rowsum = dy . O_1
+                                    if (d.lam < 0) dlambda -= acc;
+                                    else dbase[(size_t)(i0 + r) * d.QKV + d.lam + h] = -acc;
+                                }
+                            }
+                            // the map that multiplies V: P_0 - lambda P_1 when shared, else c_m P_m
+                            if (m == 0) {
+                                memcpy(Pc, S, (size_t)nq * kn * sizeof(float));
+                            } else {
+                                for (int r = 0; r < nq; r++) {
+                                    float* pr = Pc + (size_t)r * kn;
+                                    const float* sr = S + (size_t)r * kn;
+                                    if (d.share_v) {
+                                        for (int j = 0; j < kn; j++) pr[j] -= lam[r] * sr[j];
+                                    } else {
+                                        for (int j = 0; j < kn; j++) pr[j] = -lam[r] * sr[j];
+                                    }
+                                }
+                            }
+                            if (!d.share_v) {
+                                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d.Dv, nq, 1.0f, Pc, kn, dyb, d.HDv, 1.0f,
+                                            dbase + v_col(&d, h, m), d.QKV);
+                            }
+                            // dS_m = c_m P_m (dPV_m - rowsum), c_0 = 1, c_1 = -lambda
+                            for (int r = 0; r < nq; r++) {
+                                float c = m == 0 ? 1.0f : -lam[r];
+                                float* sr = S + (size_t)r * kn;
+                                const float* gr = G + (size_t)r * kn;
+                                for (int j = 0; j < kn; j++) sr[j] = c * sr[j] * (gr[j] - rowsum[r]);
                             }
                         }
-                        // dS_m = c_m P_m (dPV - rowsum), c_0 = 1, c_1 = -lambda
-                        for (int r = 0; r < nq; r++) {
-                            float c = m == 0 ? 1.0f : -lam[r];
-                            float* sr = S + (size_t)r * kn;
-                            const float* g = dPV + (size_t)r * kn;
-                            for (int j = 0; j < kn; j++) sr[j] = c * sr[j] * (g[j] - rowsum[r]);
+                        if (d.share_v) {
+                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d.Dv, nq, 1.0f, Pc, kn, dyb, d.HDv, 1.0f,
+                                        dbase + v_col(&d, h, 0), d.QKV);
+                        }
+                        // each query sub-head belongs to one (head, map): its dQ is written, not summed
+                        for (int m = 0; m < M; m++) {
+                            const float* dS = P + (size_t)m * block * T;
+                            const float* q = base + (size_t)i0 * d.QKV + q_col(&d, h, m);
+                            const float* k = base + k_col(&d, h, m);
+                            float* dq = dbase + (size_t)i0 * d.QKV + q_col(&d, h, m);
+                            float* dk = dbase + k_col(&d, h, m);
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d.scale, dS, kn, k, d.QKV, 0.0f, dq, d.QKV);
+                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d.scale, dS, kn, q, d.QKV, 1.0f, dk, d.QKV);
                         }
                     }
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d.Dv, nq, 1.0f, Pc, kn, dyb, d.HDv, 1.0f, dv, d.QKV);
-                    for (int m = 0; m < M; m++) {
-                        const float* dS = P + (size_t)m * block * T;
-                        const float* q = base + (size_t)i0 * d.QKV + q_col(&d, h, m);
-                        const float* k = base + k_col(&d, h, m);
-                        float* dq = dbase + (size_t)i0 * d.QKV + q_col(&d, h, m);
-                        float* dk = dbase + k_col(&d, h, m);
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d.scale, dS, kn, k, d.QKV, 0.0f, dq, d.QKV);
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d.scale, dS, kn, q, d.QKV, 1.0f, dk, d.QKV);
-                    }
+                    dlambda_part[b * H + h] = dlambda;
                 }
-                dlambda_part[b * H + h] = dlambda;
             }
         }
     }

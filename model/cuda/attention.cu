@@ -2,11 +2,12 @@
 //
 // Forward: a block takes ATT_BQ query rows of one (sequence, head) and walks the key/value
 // tiles of ATT_BK keys; each map keeps its own online-softmax state (running max, sum and
-// output) and both maps use the same V tile, so V is read once for DIFF's two maps. The
-// epilogue writes y = O_0 / l_0 - lambda O_1 / l_1 and the log-sum-exp of each map.
+// output) and both maps use the same V tile where they share values, so V is read once for
+// DIFF's two maps (DIFF V2's "halves" pairing loads one V tile per map). The epilogue writes
+// y = O_0 / l_0 - lambda O_1 / l_1 and the log-sum-exp of each map.
 // Backward, deterministic and without atomics: one kernel over query tiles forms each row's
-// D_m = dy . O_m and dQ; one over key tiles forms dK and dV, each key's sums owned by one warp
-// and added in a fixed order; lambda's gradient is -D_1 per row, summed in order per layer.
+// D_m = dy . O_m and dQ; one over key tiles of a group of heads (those sharing key/value heads,
+// attention.h) forms dK and dV, each key's sums owned by one warp and added in a fixed order; lambda's gradient is -D_1 per row, summed in order per layer.
 // The logits are computed by one function everywhere (dot products in the same order), so the
 // backward's recomputation and the quantization scales see exactly the forward's logits.
 //
@@ -45,6 +46,8 @@ struct Geo {
     AttnShape s;     // B, T, H, D, M, q0, shared_kv and the qkv layout of attention.h
     int Dv, QKV, HDv;
     int lam;         // per-token lambda columns, -1 without
+    int Vm;          // value heads per head: 1, or M when the maps' values differ
+    int group;       // heads sharing key/value heads
     int quant_levels;  // Q, 0: unquantized
     float scale;     // 1 / sqrt(D)
 };
@@ -56,6 +59,8 @@ static Geo geo_fields(const AttnShape* s) {
     g.QKV = attention_qkv_width(s);
     g.HDv = s->H * g.Dv;
     g.lam = attention_lambda_offset(s);
+    g.Vm = attention_maps_share_values(s) ? 1 : s->M;
+    g.group = attention_head_group(s);
     g.quant_levels = logit_quant_levels(s->quant.bits);
     g.scale = 1.0f / sqrtf((float)s->D);
     return g;
@@ -76,7 +81,7 @@ static Geo geo_of(const AttnShape* s) {
 // the qkv column offsets of attention.h
 __device__ __forceinline__ int q_col(const Geo& g, int h, int m) { return attention_q_col(&g.s, h, m); }
 __device__ __forceinline__ int k_col(const Geo& g, int h, int m) { return attention_k_col(&g.s, h, m); }
-__device__ __forceinline__ int v_col(const Geo& g, int h) { return attention_v_col(&g.s, h); }
+__device__ __forceinline__ int v_col(const Geo& g, int h, int m) { return attention_v_col(&g.s, h, m); }
 
 __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(FULL, x, o);
@@ -171,7 +176,7 @@ __device__ void load_query_rows(float* Qs, const float* base, const Geo& g, int 
     }
 }
 
-// Ks (M, BK, D + 1) and Vs (BK, Dv + 1): head h's keys and values j0 .. j0 + BK - 1, zero past T;
+// Ks (M, BK, D + 1) and Vs (Vm, BK, Dv + 1): head h's keys and values j0 .. j0 + BK - 1, zero past T;
 // rows padded by one float so that a warp reading a column hits 32 banks
 __device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo& g, int h, int j0) {
     const int D = g.s.D, Dv = g.Dv;
@@ -179,9 +184,9 @@ __device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo
         int d = idx % D, jj = idx / D % ATT_BK, m = idx / (D * ATT_BK), j = j0 + jj;
         Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < g.s.T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
     }
-    for (int idx = threadIdx.x; idx < ATT_BK * Dv; idx += blockDim.x) {
-        int c = idx % Dv, jj = idx / Dv, j = j0 + jj;
-        Vs[jj * (Dv + 1) + c] = j < g.s.T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
+    for (int idx = threadIdx.x; idx < g.Vm * ATT_BK * Dv; idx += blockDim.x) {
+        int c = idx % Dv, jj = idx / Dv % ATT_BK, m = idx / (Dv * ATT_BK), j = j0 + jj;
+        Vs[(m * ATT_BK + jj) * (Dv + 1) + c] = j < g.s.T ? base[(size_t)j * g.QKV + v_col(g, h, m) + c] : 0.0f;
     }
 }
 
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
     const int i0 = g.s.q0 + blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* Qs = smem;                          // (BQ, M, D)
     float* Ks = Qs + ATT_BQ * M * D;           // (M, BK, D + 1)
-    float* Vs = Ks + M * ATT_BK * (D + 1);     // (BK, Dv + 1)
+    float* Vs = Ks + M * ATT_BK * (D + 1);     // (Vm, BK, Dv + 1)
     const float* base = qkv + (size_t)b * T * g.QKV;
     load_query_rows(Qs, base, g, h, i0);
     float run_max[ATT_RPW][2], run_sum[ATT_RPW][2], acc[ATT_RPW][2][DV_SLOTS];
@@ -232,9 +237,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
                 run_max[k][m] = new_max;
 #pragma unroll
                 for (int t = 0; t < DV_SLOTS; t++) acc[k][m][t] *= correction;
+                const float* Vmap = Vs + (g.Vm > 1 ? m : 0) * ATT_BK * (Dv + 1);
                 for (int jj = 0; jj < ATT_BK; jj++) {
                     float pj = __shfl_sync(FULL, p, jj);
-                    const float* v = Vs + jj * (Dv + 1);
+                    const float* v = Vmap + jj * (Dv + 1);
 #pragma unroll
                     for (int t = 0; t < DV_SLOTS; t++) {
                         int c = lane + 32 * t;
@@ -269,7 +275,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
 }
 
 static size_t forward_smem(const Geo& g) {
-    return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)g.s.M * ATT_BK * (g.s.D + 1) + (size_t)ATT_BK * (g.Dv + 1));
+    return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)g.s.M * ATT_BK * (g.s.D + 1) + (size_t)g.Vm * ATT_BK * (g.Dv + 1));
 }
 
 // Kernels whose shared memory may pass the default 48 KiB say so once
@@ -350,7 +356,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
     float* Qs = smem;                          // (BQ, M, D)
     float* DYs = Qs + ATT_BQ * M * D;          // (BQ, Dv)
     float* Ks = DYs + ATT_BQ * Dv;             // (M, BK, D + 1)
-    float* Vs = Ks + M * ATT_BK * (D + 1);     // (BK, Dv + 1)
+    float* Vs = Ks + M * ATT_BK * (D + 1);     // (Vm, BK, Dv + 1)
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
     load_query_rows(Qs, base, g, h, i0);
@@ -382,7 +388,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
                 int r = warp * ATT_RPW + k, i = i0 + r;
                 if (i >= T || j0 > i) continue;
                 bool visible = j0 + lane <= i;
-                float gv = dotv(DYs + r * Dv, Vs + lane * (Dv + 1), Dv);  // dy_i . v_j
+                // dy_i . v_j, for each map's values
+                float gv[2];
+                gv[0] = dotv(DYs + r * Dv, Vs + lane * (Dv + 1), Dv);
+                gv[1] = g.Vm > 1 ? dotv(DYs + r * Dv, Vs + (ATT_BK + lane) * (Dv + 1), Dv) : gv[0];
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
                     if (m >= M) break;
@@ -390,11 +399,11 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
                     if (qstep) s = quantize(s, qstep[((size_t)bh * M + m) * T + i], g.quant_levels);
                     float p = visible ? expf(s - row_lse[k][m]) : 0.0f;
                     if (sweep == 0) {
-                        Dsum[k][m] = fmaf(p, gv, Dsum[k][m]);
+                        Dsum[k][m] = fmaf(p, gv[m], Dsum[k][m]);
                         continue;
                     }
                     float c = m == 0 ? 1.0f : -lam[k];
-                    float dS = c * p * (gv - Dsum[k][m]);
+                    float dS = c * p * (gv[m] - Dsum[k][m]);
                     for (int jj = 0; jj < ATT_BK; jj++) {
                         float ds = __shfl_sync(FULL, dS, jj);
                         const float* kr = Ks + (m * ATT_BK + jj) * (D + 1);
@@ -434,29 +443,31 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
     }
 }
 
-// Key tiles: each warp owns ATT_KPW keys and sums dK, dV over the query rows in order,
-// 32 rows (one per lane) at a time
+// Key tiles of a group of heads (attention.h: for each map, the same key and value heads): each
+// warp owns ATT_KPW keys and sums dK, dV over the group's heads and query rows in order, 32 rows
+// (one per lane) at a time. The value gradient's columns are those of the Vm value heads side
+// by side, VW = Vm Dv wide.
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(float* dqkv, const float* Drow, const float* dy,
                                                                                 const float* qkv, const float* lse, const float* lambda,
                                                                                 const float* qstep, Geo g) {
     extern __shared__ float smem[];
-    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T;
-    const int bh = blockIdx.y, b = bh / g.s.H, h = bh % g.s.H;
+    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T, VW = g.Vm * Dv, groups = g.s.H / g.group;
+    const int b = blockIdx.y / groups, h0 = blockIdx.y % groups * g.group;
     const int j0 = blockIdx.x * ATT_BKB, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* Kb = smem;                            // (BKB, M, D)
-    float* Vb = Kb + ATT_BKB * M * D;            // (BKB, Dv)
-    float* Qt = Vb + ATT_BKB * Dv;               // (M, 32, D + 1)
+    float* Vb = Kb + ATT_BKB * M * D;            // (BKB, VW)
+    float* Qt = Vb + ATT_BKB * VW;               // (M, 32, D + 1)
     float* DYt = Qt + M * 32 * (D + 1);          // (32, Dv + 1)
     float* rowv = DYt + 32 * (Dv + 1);           // (3 M + 1, 32): lse, D and step of each map, lambda
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
     for (int idx = threadIdx.x; idx < ATT_BKB * M * D; idx += blockDim.x) {
         int d = idx % D, m = idx / D % M, j = j0 + idx / (D * M);
-        Kb[idx] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
+        Kb[idx] = j < T ? base[(size_t)j * g.QKV + k_col(g, h0, m) + d] : 0.0f;
     }
-    for (int idx = threadIdx.x; idx < ATT_BKB * Dv; idx += blockDim.x) {
-        int c = idx % Dv, j = j0 + idx / Dv;
-        Vb[idx] = j < T ? base[(size_t)j * g.QKV + v_col(g, h) + c] : 0.0f;
+    for (int idx = threadIdx.x; idx < ATT_BKB * VW; idx += blockDim.x) {
+        int c = idx % Dv, m = idx / Dv % g.Vm, j = j0 + idx / VW;
+        Vb[idx] = j < T ? base[(size_t)j * g.QKV + v_col(g, h0, m) + c] : 0.0f;
     }
     float dv[ATT_KPW][DV_SLOTS], dk[ATT_KPW][2][D_SLOTS];
 #pragma unroll
@@ -469,66 +480,77 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
             for (int t = 0; t < D_SLOTS; t++) dk[kk][m][t] = 0.0f;
         }
     }
-    for (int r0 = j0; r0 < T; r0 += 32) {  // rows before the first key see none of the block's keys
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < M * 32 * D; idx += blockDim.x) {
-            int d = idx % D, rr = idx / D % 32, m = idx / (D * 32), i = r0 + rr;
-            Qt[(m * 32 + rr) * (D + 1) + d] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
-        }
-        for (int idx = threadIdx.x; idx < 32 * Dv; idx += blockDim.x) {
-            int c = idx % Dv, rr = idx / Dv, i = r0 + rr;
-            DYt[rr * (Dv + 1) + c] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
-        }
-        for (int idx = threadIdx.x; idx < 32; idx += blockDim.x) {
-            int i = min(r0 + idx, T - 1);
-            for (int m = 0; m < M; m++) {
-                rowv[(0 * M + m) * 32 + idx] = lse[((size_t)bh * M + m) * T + i];
-                rowv[(1 * M + m) * 32 + idx] = Drow[((size_t)bh * M + m) * T + i];
-                rowv[(2 * M + m) * 32 + idx] = qstep ? qstep[((size_t)bh * M + m) * T + i] : 0.0f;
+    for (int h = h0; h < h0 + g.group; h++) {
+        const int bh = b * g.s.H + h;
+        for (int r0 = j0; r0 < T; r0 += 32) {  // rows before the first key see none of the block's keys
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < M * 32 * D; idx += blockDim.x) {
+                int d = idx % D, rr = idx / D % 32, m = idx / (D * 32), i = r0 + rr;
+                Qt[(m * 32 + rr) * (D + 1) + d] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
             }
-            rowv[3 * M * 32 + idx] = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
-        }
-        __syncthreads();
-        int i = r0 + lane;
-        float lam = rowv[3 * M * 32 + lane];
-#pragma unroll
-        for (int kk = 0; kk < ATT_KPW; kk++) {
-            int key = warp * ATT_KPW + kk, j = j0 + key;
-            if (j >= T) continue;
-            bool visible = i >= j && i < T;
-            float gv = dotv(DYt + lane * (Dv + 1), Vb + key * Dv, Dv);
-            float p[2] = {0.0f, 0.0f}, dS[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int m = 0; m < 2; m++) {
-                if (m >= M) break;
-                float s = logit(Qt + (m * 32 + lane) * (D + 1), Kb + (key * M + m) * D, D, g.scale);
-                if (qstep) s = quantize(s, rowv[(2 * M + m) * 32 + lane], g.quant_levels);
-                p[m] = visible ? expf(s - rowv[m * 32 + lane]) : 0.0f;
-                dS[m] = (m == 0 ? 1.0f : -lam) * p[m] * (gv - rowv[(M + m) * 32 + lane]);
+            for (int idx = threadIdx.x; idx < 32 * Dv; idx += blockDim.x) {
+                int c = idx % Dv, rr = idx / Dv, i = r0 + rr;
+                DYt[rr * (Dv + 1) + c] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
             }
-            float pc = M == 2 ? p[0] - lam * p[1] : p[0];
-            for (int rr = 0; rr < 32; rr++) {
-                float pcr = __shfl_sync(FULL, pc, rr);
-                const float* dyr = DYt + rr * (Dv + 1);
-#pragma unroll
-                for (int t = 0; t < DV_SLOTS; t++) {
-                    int c = lane + 32 * t;
-                    if (c < Dv) dv[kk][t] = fmaf(pcr, dyr[c], dv[kk][t]);
+            for (int idx = threadIdx.x; idx < 32; idx += blockDim.x) {
+                int i = min(r0 + idx, T - 1);
+                for (int m = 0; m < M; m++) {
+                    rowv[(0 * M + m) * 32 + idx] = lse[((size_t)bh * M + m) * T + i];
+                    rowv[(1 * M + m) * 32 + idx] = Drow[((size_t)bh * M + m) * T + i];
+                    rowv[(2 * M + m) * 32 + idx] = qstep ? qstep[((size_t)bh * M + m) * T + i] : 0.0f;
                 }
+                rowv[3 * M * 32 + idx] = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
+            }
+            __syncthreads();
+            int i = r0 + lane;
+            float lam = rowv[3 * M * 32 + lane];
+#pragma unroll
+            for (int kk = 0; kk < ATT_KPW; kk++) {
+                int key = warp * ATT_KPW + kk, j = j0 + key;
+                if (j >= T) continue;
+                bool visible = i >= j && i < T;
+                // dy_i . v_j for each map's values
+                float gv[2];
+                gv[0] = dotv(DYt + lane * (Dv + 1), Vb + key * VW, Dv);
+                gv[1] = g.Vm > 1 ? dotv(DYt + lane * (Dv + 1), Vb + key * VW + Dv, Dv) : gv[0];
+                float p[2] = {0.0f, 0.0f}, dS[2] = {0.0f, 0.0f};
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
                     if (m >= M) break;
-                    float dsr = __shfl_sync(FULL, dS[m], rr);
-                    const float* qr = Qt + (m * 32 + rr) * (D + 1);
+                    float s = logit(Qt + (m * 32 + lane) * (D + 1), Kb + (key * M + m) * D, D, g.scale);
+                    if (qstep) s = quantize(s, rowv[(2 * M + m) * 32 + lane], g.quant_levels);
+                    p[m] = visible ? expf(s - rowv[m * 32 + lane]) : 0.0f;
+                    dS[m] = (m == 0 ? 1.0f : -lam) * p[m] * (gv[m] - rowv[(M + m) * 32 + lane]);
+                }
+                // the weight of each value column: P_0 - lambda P_1 on shared values, else P_0 on the
+                // first value head's columns and -lambda P_1 on the second's
+                float w0 = M == 2 && g.Vm == 1 ? p[0] - lam * p[1] : p[0], w1 = -lam * p[1];
+                for (int rr = 0; rr < 32; rr++) {
+                    float w0r = __shfl_sync(FULL, w0, rr), w1r = __shfl_sync(FULL, w1, rr);
+                    const float* dyr = DYt + rr * (Dv + 1);
 #pragma unroll
-                    for (int t = 0; t < D_SLOTS; t++) {
-                        int d = lane + 32 * t;
-                        if (d < D) dk[kk][m][t] = fmaf(dsr, qr[d], dk[kk][m][t]);
+                    for (int t = 0; t < DV_SLOTS; t++) {
+                        int c = lane + 32 * t;
+                        if (c < Dv) dv[kk][t] = fmaf(w0r, dyr[c], dv[kk][t]);
+                        else if (c < VW) dv[kk][t] = fmaf(w1r, dyr[c - Dv], dv[kk][t]);
+                    }
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        if (m >= M) break;
+                        float dsr = __shfl_sync(FULL, dS[m], rr);
+                        const float* qr = Qt + (m * 32 + rr) * (D + 1);
+#pragma unroll
+                        for (int t = 0; t < D_SLOTS; t++) {
+                            int d = lane + 32 * t;
+                            if (d < D) dk[kk][m][t] = fmaf(dsr, qr[d], dk[kk][m][t]);
+                        }
                     }
                 }
             }
         }
     }
+    // both maps' key gradients meet where they share a key head (DIFF V2's official pairing)
+    bool one_key_head = M == 2 && k_col(g, h0, 0) == k_col(g, h0, 1);
 #pragma unroll
     for (int kk = 0; kk < ATT_KPW; kk++) {
         int j = j0 + warp * ATT_KPW + kk;
@@ -537,17 +559,17 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
 #pragma unroll
         for (int t = 0; t < DV_SLOTS; t++) {
             int c = lane + 32 * t;
-            if (c < Dv) row[v_col(g, h) + c] = dv[kk][t];
+            if (c < VW) row[v_col(g, h0, c / Dv) + c % Dv] = dv[kk][t];
         }
 #pragma unroll
         for (int t = 0; t < D_SLOTS; t++) {
             int d = lane + 32 * t;
             if (d >= D) continue;
-            if (g.s.shared_kv) {  // both maps' gradients meet in the one key head
-                row[k_col(g, h, 0) + d] = g.scale * (M == 2 ? dk[kk][0][t] + dk[kk][1][t] : dk[kk][0][t]);
+            if (one_key_head) {
+                row[k_col(g, h0, 0) + d] = g.scale * (dk[kk][0][t] + dk[kk][1][t]);
             } else {
-                row[k_col(g, h, 0) + d] = g.scale * dk[kk][0][t];
-                if (M == 2) row[k_col(g, h, 1) + d] = g.scale * dk[kk][1][t];
+                row[k_col(g, h0, 0) + d] = g.scale * dk[kk][0][t];
+                if (M == 2) row[k_col(g, h0, 1) + d] = g.scale * dk[kk][1][t];
             }
         }
     }
@@ -567,10 +589,10 @@ __global__ void layer_dlambda_kernel(float* dlambda, const float* Drow, int BH, 
 
 static size_t dq_smem(const Geo& g) {
     return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)ATT_BQ * g.Dv + (size_t)g.s.M * ATT_BK * (g.s.D + 1) +
-                            (size_t)ATT_BK * (g.Dv + 1));
+                            (size_t)g.Vm * ATT_BK * (g.Dv + 1));
 }
 static size_t dkv_smem(const Geo& g) {
-    return sizeof(float) * ((size_t)ATT_BKB * g.s.M * g.s.D + (size_t)ATT_BKB * g.Dv + (size_t)g.s.M * 32 * (g.s.D + 1) +
+    return sizeof(float) * ((size_t)ATT_BKB * g.s.M * g.s.D + (size_t)ATT_BKB * g.Vm * g.Dv + (size_t)g.s.M * 32 * (g.s.D + 1) +
                             (size_t)32 * (g.Dv + 1) + (size_t)(3 * g.s.M + 1) * 32);
 }
 
@@ -580,7 +602,9 @@ int cuda_attention_supports(const AttnShape* s, const char** why) {
     static char msg[256];
     Geo g = geo_fields(s);
     size_t smem = std::max(forward_smem(g), std::max(dq_smem(g), dkv_smem(g)));
-    if (g.s.D > ATT_MAX_D) {
+    if (g.s.H % g.group) {
+        snprintf(msg, sizeof(msg), "the CUDA attention kernels take heads in groups of %d, not %d heads", g.group, g.s.H);
+    } else if (g.s.D > ATT_MAX_D) {
         snprintf(msg, sizeof(msg), "the CUDA attention kernels take head_dim up to %d, not %d", ATT_MAX_D, g.s.D);
     } else if ((long)g.s.B * g.s.H * g.s.M > 65535) {
         snprintf(msg, sizeof(msg), "the CUDA attention kernels take up to 65535 sequences x heads x maps per call, not %ld: "
@@ -620,7 +644,7 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
         allow_smem(attention_backward_dkv_kernel, smem);
         allowed_dkv = smem;
     }
-    dim3 grid_k(cuda_blocks(g.s.T, ATT_BKB), g.s.B * g.s.H);
+    dim3 grid_k(cuda_blocks(g.s.T, ATT_BKB), g.s.B * (g.s.H / g.group));
     attention_backward_dkv_kernel<<<grid_k, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, qkv, lse, lambda, qstep, g);
     cudaCheckLaunch();
     if (dlambda && g.s.M == 2 && g.lam < 0) {
