@@ -12,7 +12,7 @@
 //
 // In detail: the backend contract. Every operation of the backend table, on every backend built in,
 // through the table only (inputs uploaded, outputs downloaded), on random inputs at several shapes
-// (matmuls from 1×1×1 to 130×64×256; attention for standard, DIFF and DIFF V2 at T = 1, 5, 64, 70
+// (matmuls from 1×1×1 to 130×64×256; attention for every variant at T = 1, 5, 64, 70
 // and 130, so whole and partial 64-row query blocks, and decoding with 30 and 70 cached rows),
 // against plain references written in the test: naive loops accumulating in double, attention with
 // whole T × T maps and its gradient worked out by hand. Tolerance |got − ref| ≤ 1e-5 + 1e-4·|ref|
@@ -20,10 +20,12 @@
 // squared sum within 1e-12. A 0.1% scaling error or a flipped sign fails it. Attention again with
 // its logits quantized (4 bits per tensor across three query blocks and when decoding, 6 bits per
 // row), forward, backward and maps, against the reference quantizing in double; and the logits
-// every attention call shows its hook equal the reference's (quantized where asked). Dropping the
+// every attention call shows its hook equal the reference's (quantized where asked; a logit within
+// 1e-4 of a level of a rounding midpoint may take either level, as fp32 rounds it). Dropping the
 // quantization from the backward's recomputation, or scaling per row where per tensor is asked,
 // fails it. DIFF V2's pairing (query heads 2i and 2i+1 inside key/value group i, the official
-// code's) against two heads over two tokens written out by hand. Buffers: allocation zeroed, copies
+// code's) and its "halves" ablation (query heads i and i + H, each on its own key/value head)
+// against two heads over two tokens written out by hand. Buffers: allocation zeroed, copies
 // exact, `zero` clearing exactly its bytes, and a buffer past 2 MiB (the CPU maps those on huge
 // pages) zeroed after a written one is released and starting on a 2 MiB boundary.
 #include <math.h>
