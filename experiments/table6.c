@@ -288,7 +288,7 @@ static void check_rows(Table* t) {
         Row* row = &t->rows[i];
         const Config* cfg = &row->cfg[0];
         row->params = model_param_count(&cfg->model, data.tok.vocab_size);
-        printf("  %-18s %-9s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", row->name, config_attention_name(&cfg->model), cfg->model.n_head,
+        printf("  %-18s %-12s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", row->name, config_attention_name(&cfg->model), cfg->model.n_head,
                config_head_dim(&cfg->model), config_head_norm(&cfg->model) ? "yes" : "no", config_ffn_hidden(&cfg->model), row->params);
         size_t base = t->rows[0].params;
         if (fabs((double)row->params - (double)base) > 0.01 * base) {
