@@ -198,107 +198,111 @@ void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, H
     }
 }
 
+// Zeroes the key and value gradients of the heads of group g in sequence b (dbase: its rows of
+// dqkv), which gather contributions from every query block of the group's heads
+static void zero_group_kv_grads(float* dbase, const Dims* d, int g) {
+    for (int h = g * d->group; h < (g + 1) * d->group; h++) {
+        for (int t = 0; t < d->T; t++) {
+            float* row = dbase + (size_t)t * d->QKV;
+            for (int m = 0; m < d->M; m++) memset(row + k_col(d, h, m), 0, d->D * sizeof(float));
+            for (int m = 0; m < d->Vm; m++) memset(row + v_col(d, h, m), 0, d->Dv * sizeof(float));
+        }
+    }
+}
+
+// The backward of head h of sequence b over every query block: its dQ written, dK and dV added,
+// the per-token lambda columns written; returns this head's part of the layer lambda's gradient.
+// P: the thread's scratch, P_m (M, block, T), dPV_m = dy V_m^T (Vm, block, T) and the map a
+// value product takes (block, T).
+static float head_backward(float* dqkv, const float* dy, const float* qkv, const float* lse, const float* lambda, const Dims* d,
+                           int b, int h, int block, float* P, HookSite hook) {
+    int T = d->T, H = d->H, M = d->M, D = d->D;
+    float* dPV = P + (size_t)M * block * T;
+    float* Pc = dPV + (size_t)d->Vm * block * T;
+    const float* base = qkv + (size_t)b * T * d->QKV;
+    float* dbase = dqkv + (size_t)b * T * d->QKV;
+    float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK], dlambda = 0.0f, amax[2];
+    tensor_absmax_maps(amax, P, qkv, d, &d->s->quant, b, h, block);
+    for (int i0 = 0; i0 < T; i0 += block) {
+        int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
+        const float* dyb = dy + ((size_t)b * T + i0) * d->HDv + (size_t)h * d->Dv;
+        for (int m = 0; m < d->Vm; m++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dyb, d->HDv, base + v_col(d, h, m), d->QKV, 0.0f,
+                        dPV + (size_t)m * block * T, kn);
+        }
+        for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(d, qkv, lambda, b, h, i0 + r);
+        for (int m = 0; m < M; m++) {
+            float* S = P + (size_t)m * block * T;
+            const float* G = dPV + (size_t)(d->share_v ? 0 : m) * block * T;
+            const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
+            block_scores(S, qkv, d, b, h, m, i0, nq, kn);
+            quantize_block(S, i0, nq, kn, &d->s->quant, amax[m]);
+            if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 1);
+            for (int r = 0; r < nq; r++) {
+                float* sr = S + (size_t)r * kn;
+                int visible = i0 + r + 1;
+                exp_shifted(sr, sr, visible, 1.0f, row_lse[i0 + r]);
+                rowsum[r] = dot_lanes(sr, G + (size_t)r * kn, visible);
+                for (int j = visible; j < kn; j++) sr[j] = 0.0f;
+                if (m == 1) {
+                    // y = O_0 - lambda O_1, and rowsum = dy . O_1
+                    if (d->lam < 0) dlambda -= rowsum[r];
+                    else dbase[(size_t)(i0 + r) * d->QKV + d->lam + h] = -rowsum[r];
+                }
+            }
+            // the map a value product takes: c_m P_m, summed over the maps that share values
+            for (int r = 0; r < nq; r++) {
+                float c = m == 0 ? 1.0f : -lam[r];
+                float* pr = Pc + (size_t)r * kn;
+                const float* sr = S + (size_t)r * kn;
+                if (m == 0) memcpy(pr, sr, kn * sizeof(float));
+                else if (d->share_v) for (int j = 0; j < kn; j++) pr[j] -= lam[r] * sr[j];
+                else for (int j = 0; j < kn; j++) pr[j] = c * sr[j];
+            }
+            // dV once the last map on this value head is in
+            if (!d->share_v || m == M - 1) {
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, Pc, kn, dyb, d->HDv, 1.0f,
+                            dbase + v_col(d, h, m), d->QKV);
+            }
+            // dS_m = c_m P_m (dPV_m - rowsum), c_0 = 1, c_1 = -lambda
+            for (int r = 0; r < nq; r++) {
+                float c = m == 0 ? 1.0f : -lam[r];
+                float* sr = S + (size_t)r * kn;
+                const float* gr = G + (size_t)r * kn;
+                for (int j = 0; j < kn; j++) sr[j] = c * sr[j] * (gr[j] - rowsum[r]);
+            }
+        }
+        // each query sub-head belongs to one (head, map): its dQ is written, not summed
+        for (int m = 0; m < M; m++) {
+            const float* dS = P + (size_t)m * block * T;
+            const float* q = base + (size_t)i0 * d->QKV + q_col(d, h, m);
+            const float* k = base + k_col(d, h, m);
+            float* dq = dbase + (size_t)i0 * d->QKV + q_col(d, h, m);
+            float* dk = dbase + k_col(d, h, m);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d->scale, dS, kn, k, d->QKV, 0.0f, dq, d->QKV);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d->scale, dS, kn, q, d->QKV, 1.0f, dk, d->QKV);
+        }
+    }
+    return dlambda;
+}
+
 void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, const float* qkv, const float* lse,
                             const float* lambda, const AttnShape* s, HookSite hook) {
     Dims d = dims_of(s);
     if (d.q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", d.q0);
-    int T = d.T, H = d.H, M = d.M, D = d.D, groups = H / d.group;
+    int T = d.T, H = d.H, groups = H / d.group;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below
     #pragma omp parallel
     {
-        // P_m (M, block, T), dPV_m = dy V_m^T (Vm, block, T), the map a value product takes (block, T)
-        float* P = thread_scratch((size_t)(M + d.Vm + 1) * block * T);
-        float* dPV = P + (size_t)M * block * T;
-        float* Pc = dPV + (size_t)d.Vm * block * T;
-        float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK];
+        float* P = thread_scratch((size_t)(d.M + d.Vm + 1) * block * T);
         // a thread owns a group of heads: their key/value gradients are summed here only
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
             for (int g = 0; g < groups; g++) {
-                const float* base = qkv + (size_t)b * T * d.QKV;
-                float* dbase = dqkv + (size_t)b * T * d.QKV;
-                // dK and dV gather contributions from every query block of the group's heads
+                zero_group_kv_grads(dqkv + (size_t)b * T * d.QKV, &d, g);
                 for (int h = g * d.group; h < (g + 1) * d.group; h++) {
-                    for (int t = 0; t < T; t++) {
-                        for (int m = 0; m < M; m++) memset(dbase + (size_t)t * d.QKV + k_col(&d, h, m), 0, D * sizeof(float));
-                        for (int m = 0; m < d.Vm; m++) memset(dbase + (size_t)t * d.QKV + v_col(&d, h, m), 0, d.Dv * sizeof(float));
-                    }
-                }
-                for (int h = g * d.group; h < (g + 1) * d.group; h++) {
-                    float dlambda = 0.0f, amax[2];
-                    tensor_absmax_maps(amax, P, qkv, &d, &s->quant, b, h, block);
-                    for (int i0 = 0; i0 < T; i0 += block) {
-                        int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
-                        const float* dyb = dy + ((size_t)b * T + i0) * d.HDv + (size_t)h * d.Dv;
-                        for (int m = 0; m < d.Vm; m++) {
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d.Dv, 1.0f, dyb, d.HDv, base + v_col(&d, h, m),
-                                        d.QKV, 0.0f, dPV + (size_t)m * block * T, kn);
-                        }
-                        for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(&d, qkv, lambda, b, h, i0 + r);
-                        for (int m = 0; m < M; m++) {
-                            float* S = P + (size_t)m * block * T;
-                            const float* G = dPV + (size_t)(d.share_v ? 0 : m) * block * T;
-                            const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
-                            block_scores(S, qkv, &d, b, h, m, i0, nq, kn);
-                            quantize_block(S, i0, nq, kn, &s->quant, amax[m]);
-                            if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 1);
-                            for (int r = 0; r < nq; r++) {
-                                float* sr = S + (size_t)r * kn;
-                                const float* gr = G + (size_t)r * kn;
-                                int visible = i0 + r + 1;
-                                exp_shifted(sr, sr, visible, 1.0f, row_lse[i0 + r]);
-                                float acc = dot_lanes(sr, gr, visible);
-                                for (int j = visible; j < kn; j++) sr[j] = 0.0f;
-                                rowsum[r] = acc;
-                                if (m == 1) {
-                                    // y = O_0 - lambda O_1, and rowsum = dy . O_1
-                                    if (d.lam < 0) dlambda -= acc;
-                                    else dbase[(size_t)(i0 + r) * d.QKV + d.lam + h] = -acc;
-                                }
-                            }
-                            // the map that multiplies V: P_0 - lambda P_1 when shared, else c_m P_m
-                            if (m == 0) {
-                                memcpy(Pc, S, (size_t)nq * kn * sizeof(float));
-                            } else {
-                                for (int r = 0; r < nq; r++) {
-                                    float* pr = Pc + (size_t)r * kn;
-                                    const float* sr = S + (size_t)r * kn;
-                                    if (d.share_v) {
-                                        for (int j = 0; j < kn; j++) pr[j] -= lam[r] * sr[j];
-                                    } else {
-                                        for (int j = 0; j < kn; j++) pr[j] = -lam[r] * sr[j];
-                                    }
-                                }
-                            }
-                            if (!d.share_v) {
-                                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d.Dv, nq, 1.0f, Pc, kn, dyb, d.HDv, 1.0f,
-                                            dbase + v_col(&d, h, m), d.QKV);
-                            }
-                            // dS_m = c_m P_m (dPV_m - rowsum), c_0 = 1, c_1 = -lambda
-                            for (int r = 0; r < nq; r++) {
-                                float c = m == 0 ? 1.0f : -lam[r];
-                                float* sr = S + (size_t)r * kn;
-                                const float* gr = G + (size_t)r * kn;
-                                for (int j = 0; j < kn; j++) sr[j] = c * sr[j] * (gr[j] - rowsum[r]);
-                            }
-                        }
-                        if (d.share_v) {
-                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d.Dv, nq, 1.0f, Pc, kn, dyb, d.HDv, 1.0f,
-                                        dbase + v_col(&d, h, 0), d.QKV);
-                        }
-                        // each query sub-head belongs to one (head, map): its dQ is written, not summed
-                        for (int m = 0; m < M; m++) {
-                            const float* dS = P + (size_t)m * block * T;
-                            const float* q = base + (size_t)i0 * d.QKV + q_col(&d, h, m);
-                            const float* k = base + k_col(&d, h, m);
-                            float* dq = dbase + (size_t)i0 * d.QKV + q_col(&d, h, m);
-                            float* dk = dbase + k_col(&d, h, m);
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d.scale, dS, kn, k, d.QKV, 0.0f, dq, d.QKV);
-                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d.scale, dS, kn, q, d.QKV, 1.0f, dk, d.QKV);
-                        }
-                    }
-                    dlambda_part[b * H + h] = dlambda;
+                    dlambda_part[b * H + h] = head_backward(dqkv, dy, qkv, lse, lambda, &d, b, h, block, P, hook);
                 }
             }
         }

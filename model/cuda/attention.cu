@@ -7,7 +7,8 @@
 // y = O_0 / l_0 - lambda O_1 / l_1 and the log-sum-exp of each map.
 // Backward, deterministic and without atomics: one kernel over query tiles forms each row's
 // D_m = dy . O_m and dQ; one over key tiles of a group of heads (those sharing key/value heads,
-// attention.h) forms dK and dV, each key's sums owned by one warp and added in a fixed order; lambda's gradient is -D_1 per row, summed in order per layer.
+// attention.h) forms dK and dV, each key's sums owned by one warp and added in a fixed order;
+// lambda's gradient is -D_1 per row, summed in order per layer.
 // The logits are computed by one function everywhere (dot products in the same order), so the
 // backward's recomputation and the quantization scales see exactly the forward's logits.
 //
