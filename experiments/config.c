@@ -31,9 +31,11 @@ static const Key KEYS[] = {
     K_MODEL(n_layer, KEY_INT, "L, the number of layers"),
     K_MODEL(d_model, KEY_INT, "C, the model width"),
     K_MODEL(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps)"),
-    K_MODEL(head_dim, KEY_INT, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for diff, d_model / n_head otherwise"),
-    K_MODEL(head_norm, KEY_BOOL, "per-head RMSNorm (the paper's GroupNorm); unset: true for diff, false for the other variants; "
+    K_MODEL(head_dim, KEY_INT, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for diff and diff_grouped, d_model / n_head otherwise"),
+    K_MODEL(head_norm, KEY_BOOL, "per-head RMSNorm (the paper's GroupNorm); unset: true for diff and diff_grouped, false for the others; "
                            "checkpoints and the registry record the resolved value"),
+    K_MODEL(noise_group, KEY_INT, "G of `diff_grouped`: signal heads per shared noise sub-head (G:1), a divisor of n_head; "
+                              "must be stated for `diff_grouped` and 0 for the other variants"),
     K_MODEL(lambda_init, KEY_STRING, "`schedule` (0.8 - 0.6 exp(-0.3 (layer - 1))) or a constant such as 0.8"),
     K_MODEL(ffn_hidden, KEY_INT, "F, the SwiGLU width; 0: 8/3 d_model rounded up to a multiple of 64"),
     K_MODEL(rope_theta, KEY_FLOAT, "RoPE base"),

@@ -12,15 +12,19 @@
 //     wrong): query heads h and h + H are the maps of head h, each on its own key/value head
 //     (the grouped-query owner of that query head, (m H + h) / 2), so the two maps of a head
 //     use different keys and values, and heads 2g and 2g + 1 share their key/value heads.
+//   Grouped DIFF (noise_group = G, grouped differential attention): DIFF with H signal
+//     sub-heads and H / G noise sub-heads; signal heads gG .. gG + G - 1 share noise sub-head
+//     g (query and key), each keeps its own signal sub-head and its own 2D-wide values.
 // Layout of one token's row of qkv (N, QKV):
-//   [ q: M*H sub-heads of width D | k: KH heads of width D | v: H heads of width Dv | lambda: H ]
-// with KH = M*H (KH = H when shared_kv) and the lambda columns only for per-token lambda.
-// Without halves, query sub-head h*M + m is map m of head h (the official code's pairing 2i,
-// 2i+1); without shared_kv, key sub-head h*M + m pairs with it.
+//   [ q: QH sub-heads of width D | k: KH heads of width D | v: H heads of width Dv | lambda: H ]
+// with QH = M*H (H + H/G when grouped), KH = QH (H when shared_kv) and the lambda columns only
+// for per-token lambda. Query sub-head h*M + m is map m of head h (the official code's pairing
+// 2i, 2i+1), except with halves (m*H + h) and grouped (h, and H + h/G for the noise map);
+// without shared_kv, the key sub-head of the same index pairs with it.
 #ifndef ATTENTION_H
 #define ATTENTION_H
 
-typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2, ATTN_DIFF2_HALVES = 3, ATTN_VARIANT_COUNT } AttentionKind;
+typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2, ATTN_DIFF2_HALVES = 3, ATTN_DIFF_GROUPED = 4, ATTN_VARIANT_COUNT } AttentionKind;
 
 typedef enum {
     LAMBDA_NONE,       // one map
@@ -33,6 +37,7 @@ typedef struct {
     int maps;               // M
     int shared_kv;          // key/value heads of width D shared by query heads (DIFF V2)
     int halves;             // DIFF V2's "halves" pairing (above); needs an even head count
+    int grouped;            // noise sub-heads shared by groups of signal heads (the recipe key noise_group)
     LambdaKind lambda;
     int head_norm;          // default of the `head_norm` key: the paper's GroupNorm
     int head_norm_scaled;   // the head norm's output is multiplied by (1 - lambda_init)
@@ -72,10 +77,12 @@ typedef struct {
                     // cache of T - q0 new rows after q0 cached ones); 0 in training
     LogitQuant quant;  // of the logits before the softmax; bits 0: none
     int halves;     // DIFF V2's "halves" pairing (with shared_kv)
+    int noise_group;  // grouped: G signal heads per noise sub-head (G divides H); 0 otherwise
 } AttnShape;
 
-// The shape of a variant's attention for H heads of width D (B, T, q0 zero)
-AttnShape attention_shape(const AttnVariant* v, int H, int D);
+// The shape of a variant's attention for H heads of width D (B, T, q0 zero); noise_group is
+// the grouped variant's G and must be 0 for the others
+AttnShape attention_shape(const AttnVariant* v, int H, int D, int noise_group);
 
 // The qkv layout, compiled into every backend's code, the GPU's kernels included, so that it
 // is stated once
@@ -85,17 +92,23 @@ AttnShape attention_shape(const AttnVariant* v, int H, int D);
 #define ATTN_LAYOUT static inline
 #endif
 ATTN_LAYOUT int attention_value_width(const AttnShape* s) { return s->shared_kv ? s->D : s->M * s->D; }  // Dv
-ATTN_LAYOUT int attention_key_heads(const AttnShape* s) { return s->shared_kv ? s->H : s->M * s->H; }    // KH
+ATTN_LAYOUT int attention_query_heads(const AttnShape* s) { return s->noise_group ? s->H + s->H / s->noise_group : s->M * s->H; }  // QH
+ATTN_LAYOUT int attention_key_heads(const AttnShape* s) { return s->shared_kv ? s->H : attention_query_heads(s); }  // KH
 // Sub-heads RoPE rotates: the queries and the keys, from column 0 on
-ATTN_LAYOUT int attention_rope_heads(const AttnShape* s) { return s->M * s->H + attention_key_heads(s); }
+ATTN_LAYOUT int attention_rope_heads(const AttnShape* s) { return attention_query_heads(s) + attention_key_heads(s); }
+// Query sub-head of map m of head h (and its key sub-head without shared_kv)
+ATTN_LAYOUT int attention_query_head(const AttnShape* s, int h, int m) {
+    if (s->noise_group) return m ? s->H + h / s->noise_group : h;
+    return s->halves ? m * s->H + h : h * s->M + m;
+}
 // Key/value head of map m of head h when shared_kv: head h's own, or with halves the one of
 // query head m H + h under grouped-query sharing
 ATTN_LAYOUT int attention_kv_head(const AttnShape* s, int h, int m) { return s->halves ? (m * s->H + h) / 2 : h; }
 // Column offsets in a qkv row: query sub-head of map m of head h, its key sub-head, its value
 // columns (one value head for both maps unless halves)
-ATTN_LAYOUT int attention_q_col(const AttnShape* s, int h, int m) { return (s->halves ? m * s->H + h : h * s->M + m) * s->D; }
+ATTN_LAYOUT int attention_q_col(const AttnShape* s, int h, int m) { return attention_query_head(s, h, m) * s->D; }
 ATTN_LAYOUT int attention_k_col(const AttnShape* s, int h, int m) {
-    return (s->M * s->H + (s->shared_kv ? attention_kv_head(s, h, m) : h * s->M + m)) * s->D;
+    return (attention_query_heads(s) + (s->shared_kv ? attention_kv_head(s, h, m) : attention_query_head(s, h, m))) * s->D;
 }
 ATTN_LAYOUT int attention_v_col(const AttnShape* s, int h, int m) {
     return attention_rope_heads(s) * s->D + (s->shared_kv ? attention_kv_head(s, h, m) : h) * attention_value_width(s);
@@ -103,9 +116,11 @@ ATTN_LAYOUT int attention_v_col(const AttnShape* s, int h, int m) {
 // Whether both maps of a head multiply the same values: then the kernels combine the maps
 // first, P = P_0 - lambda P_1, and make one product with V
 ATTN_LAYOUT int attention_maps_share_values(const AttnShape* s) { return !s->halves; }
-// Heads in a group: consecutive heads whose maps use the same key/value heads, map by map,
-// and no others; a group's key/value gradients are summed in one place, in a fixed order
-ATTN_LAYOUT int attention_head_group(const AttnShape* s) { return s->halves ? 2 : 1; }
+// Heads in a group: consecutive heads that no head outside the group shares a query, key or
+// value sub-head with; the gradient of a sub-head its heads share is summed in one place, over
+// the group's heads in order. Within a group, a map's sub-heads are either the same for every
+// head (halves: keys and values; grouped: the noise query and key) or each head's own.
+ATTN_LAYOUT int attention_head_group(const AttnShape* s) { return s->noise_group ? s->noise_group : s->halves ? 2 : 1; }
 // First column after the value heads
 ATTN_LAYOUT int attention_values_end(const AttnShape* s) { return attention_rope_heads(s) * s->D + s->H * attention_value_width(s); }
 // Offset of the per-token lambda columns in a qkv row, -1 without them

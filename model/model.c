@@ -23,7 +23,7 @@ static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1
 // The one place that fixes the order of the parameter block. Run with base = NULL to count,
 // then once per block (parameters, gradients) to point p into it.
 static void layout(Model* m, float* base, Params* p) {
-    int L = m->L, C = m->C, HDv = m->H * m->Dv, QK = m->M * m->H * m->D, KW = m->KH * m->D;
+    int L = m->L, C = m->C, HDv = m->H * m->Dv, QK = attention_query_heads(&m->shape) * m->D, KW = m->KH * m->D;
     m->n_tensors = 0;
     m->n_params = 0;
     p->tok_embedding = add_tensor(m, base, "tok_embedding", m->V, C, INIT_MATRIX);
@@ -66,7 +66,7 @@ static void model_shape(Model* m, const ModelConfig* cfg, int vocab_size) {
     m->H = cfg->n_head;
     m->D = config_head_dim(cfg);
     m->head_norm = config_head_norm(cfg);
-    m->shape = attention_shape(m->variant, m->H, m->D);
+    m->shape = attention_shape(m->variant, m->H, m->D, cfg->noise_group);
     m->M = m->shape.M;
     m->KH = attention_key_heads(&m->shape);
     m->Dv = attention_value_width(&m->shape);

@@ -70,6 +70,15 @@ void model_config_validate(const ModelConfig* cfg) {
         die("key 'n_head': %d must be even for attention = %s (heads 2g and 2g + 1 share their key/value heads)", cfg->n_head,
             config_attention_name(cfg));
     }
+    int grouped = config_variant(cfg)->grouped;
+    if (grouped && (cfg->noise_group <= 0 || cfg->n_head % cfg->noise_group)) {
+        die("key 'noise_group': attention = %s needs the signal heads per noise sub-head, a divisor of n_head = %d, got %d",
+            config_attention_name(cfg), cfg->n_head, cfg->noise_group);
+    }
+    if (!grouped && cfg->noise_group) {
+        die("key 'noise_group' = %d: only attention = %s uses it, not %s", cfg->noise_group,
+            ATTN_VARIANTS[ATTN_DIFF_GROUPED].name, config_attention_name(cfg));
+    }
     if (cfg->ffn_hidden < 0) die("key 'ffn_hidden' must be 0 (automatic) or positive");
     if (!(cfg->rope_theta > 0)) die("key 'rope_theta' must be positive");
     float constant;

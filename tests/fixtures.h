@@ -28,7 +28,8 @@ static inline void write_test_corpus(const char* dir, int n_docs) {
     }
 }
 
-// Two layers, d_model 32, two heads, context 70: two query blocks of the CPU kernel
+// Two layers, d_model 32, two heads, context 70: two query blocks of the CPU kernel (grouped
+// DIFF's two heads share one noise sub-head)
 static inline Config tiny_model_config(AttentionKind kind) {
     Config cfg;
     config_defaults(&cfg);
@@ -36,6 +37,7 @@ static inline Config tiny_model_config(AttentionKind kind) {
     cfg.model.n_layer = 2;
     cfg.model.d_model = 32;
     cfg.model.n_head = 2;
+    cfg.model.noise_group = ATTN_VARIANTS[kind].grouped ? 2 : 0;
     cfg.model.seq_len = 70;
     cfg.batch_size = 2;
     cfg.model.init_std = 0.3f;

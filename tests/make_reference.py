@@ -28,6 +28,9 @@ CASES = {
     "diff_no_headnorm": dict(attention="diff", n_head=2, head_dim=8, head_norm=False, lambda_init="0.5"),
     "diff2": dict(attention="diff2", n_head=2, head_dim=16, head_norm=False, lambda_init="schedule"),
     "diff2_halves": dict(attention="diff2_halves", n_head=2, head_dim=16, head_norm=False, lambda_init="schedule"),
+    # grouped differential attention: 4 signal heads, 2 noise sub-heads, each shared by 2 heads
+    "diff_grouped": dict(attention="diff_grouped", n_head=4, head_dim=4, noise_group=2, head_norm=True,
+                         lambda_init="schedule"),
 }
 COMMON = dict(n_layer=2, d_model=32, ffn_hidden=64, rope_theta=10000.0, seq_len=T, batch_size=B, steps=STEPS,
               lr=1e-2, lr_final=1e-3, warmup_steps=2, beta1=0.9, beta2=0.98, adam_eps=1e-8, weight_decay=0.1,
@@ -54,22 +57,31 @@ def lambda_init_of(cfg, depth):
     return float(cfg["lambda_init"])
 
 
+def query_heads(cfg):
+    """Query sub-heads: one per map and head, or H signal and H / G noise ones when grouped."""
+    M = 1 if cfg["attention"] == "standard" else 2
+    if cfg["attention"] == "diff_grouped":
+        return cfg["n_head"] + cfg["n_head"] // cfg["noise_group"]
+    return M * cfg["n_head"]
+
+
 def param_shapes(cfg):
     M = 1 if cfg["attention"] == "standard" else 2
     v2 = cfg["attention"] in ("diff2", "diff2_halves")  # 2H query heads share H key/value heads of width D
     H, D, C, F = cfg["n_head"], cfg["head_dim"], cfg["d_model"], cfg["ffn_hidden"]
-    KH, Dv = (H, D) if v2 else (M * H, M * D)
+    QH = query_heads(cfg)
+    KH, Dv = (H, D) if v2 else (QH, M * D)
     shapes = {"tok_embedding": (V, C)}
     for l in range(cfg["n_layer"]):
         p = f"layer_{l:02d}/"
         shapes[p + "attn_norm"] = (C,)
-        shapes[p + "wq"] = (M * H * D, C)
+        shapes[p + "wq"] = (QH * D, C)
         shapes[p + "wk"] = (KH * D, C)
         shapes[p + "wv"] = (H * Dv, C)
         if v2:
             shapes[p + "w_lambda"] = (H, C)
         shapes[p + "wo"] = (C, H * Dv)
-        if cfg["attention"] == "diff":
+        if cfg["attention"] in ("diff", "diff_grouped"):
             for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
                 shapes[p + name] = (D,)
         if cfg["head_norm"]:
@@ -87,19 +99,25 @@ def forward(cfg, P, tokens, targets):
     M = 1 if cfg["attention"] == "standard" else 2
     v2 = cfg["attention"] in ("diff2", "diff2_halves")
     halves = cfg["attention"] == "diff2_halves"
+    grouped = cfg["attention"] == "diff_grouped"
     H, D = cfg["n_head"], cfg["head_dim"]
-    KH, Dv = (H, D) if v2 else (M * H, M * D)
+    QH = query_heads(cfg)
+    KH, Dv = (H, D) if v2 else (QH, M * D)
     Bn, Tn = tokens.shape
     x = P["tok_embedding"][tokens]
     causal = torch.ones(Tn, Tn, dtype=torch.bool).tril()
     for l in range(cfg["n_layer"]):
         p = lambda name: P[f"layer_{l:02d}/{name}"]
         h = rmsnorm(x, p("attn_norm"))
-        q = rope((h @ p("wq").T).view(Bn, Tn, M * H, D), cfg["rope_theta"]).transpose(1, 2)
+        q = rope((h @ p("wq").T).view(Bn, Tn, QH, D), cfg["rope_theta"]).transpose(1, 2)
         k = rope((h @ p("wk").T).view(Bn, Tn, KH, D), cfg["rope_theta"]).transpose(1, 2)
         v = (h @ p("wv").T).view(Bn, Tn, H, Dv).transpose(1, 2)
         if v2:  # query heads 2i and 2i+1 share key head i
             k = k.repeat_interleave(2, dim=1)
+        if grouped:  # signal sub-heads, then noise sub-heads repeated for the G heads sharing each
+            G = cfg["noise_group"]
+            q = torch.stack([q[:, :H], q[:, H:].repeat_interleave(G, dim=1)], dim=2).flatten(1, 2)
+            k = torch.stack([k[:, :H], k[:, H:].repeat_interleave(G, dim=1)], dim=2).flatten(1, 2)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         attn = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)  # (B, M*H, T, T)
         lam_init = lambda_init_of(cfg, l)
@@ -119,7 +137,7 @@ def forward(cfg, P, tokens, targets):
         if not halves:
             y = attn @ v  # (B, H, T, Dv)
         if cfg["head_norm"]:
-            y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if cfg["attention"] == "diff" else 1.0)
+            y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if cfg["attention"] in ("diff", "diff_grouped") else 1.0)
         x = x + y.transpose(1, 2).reshape(Bn, Tn, H * Dv) @ p("wo").T
         h = rmsnorm(x, p("ffn_norm"))
         x = x + (torch.nn.functional.silu(h @ p("w_gate").T) * (h @ p("w_up").T)) @ p("w_down").T

@@ -347,15 +347,22 @@ typedef struct {
 // Column offsets of map m of head h, written out here apart from attention.h. DIFF V2's official
 // pairing puts maps 0 and 1 of head h on query heads 2h and 2h + 1 over key/value head h; its
 // "halves" pairing on query heads h and h + H, each over the key/value head grouped-query
-// sharing gives it, (m H + h) / 2. The value heads follow the key heads.
+// sharing gives it, (m H + h) / 2. Grouped DIFF has H signal query (and key) sub-heads, then
+// H / G noise ones, noise sub-head g serving heads gG .. gG + G - 1. The value heads follow
+// the key heads.
 static int ref_kv_head(const AttnShape* s, int h, int m) { return s->halves ? (m * s->H + h) / 2 : h; }
-static int ref_q_col(const AttnShape* s, int h, int m) { return (s->halves ? m * s->H + h : h * s->M + m) * s->D; }
+static int ref_query_heads(const AttnShape* s) { return s->noise_group ? s->H + s->H / s->noise_group : s->M * s->H; }
+static int ref_q_head(const AttnShape* s, int h, int m) {
+    if (s->noise_group) return m == 0 ? h : s->H + h / s->noise_group;
+    return s->halves ? m * s->H + h : h * s->M + m;
+}
+static int ref_q_col(const AttnShape* s, int h, int m) { return ref_q_head(s, h, m) * s->D; }
 static int ref_k_col(const AttnShape* s, int h, int m) {
-    return (s->M * s->H + (s->shared_kv ? ref_kv_head(s, h, m) : h * s->M + m)) * s->D;
+    return (ref_query_heads(s) + (s->shared_kv ? ref_kv_head(s, h, m) : ref_q_head(s, h, m))) * s->D;
 }
 static int ref_v_col(const AttnShape* s, int h, int m) {
-    int keys = s->shared_kv ? s->H : s->M * s->H, Dv = s->shared_kv ? s->D : s->M * s->D;
-    return (s->M * s->H + keys) * s->D + (s->shared_kv ? ref_kv_head(s, h, m) : h) * Dv;
+    int keys = s->shared_kv ? s->H : ref_query_heads(s), Dv = s->shared_kv ? s->D : s->M * s->D;
+    return (ref_query_heads(s) + keys) * s->D + (s->shared_kv ? ref_kv_head(s, h, m) : h) * Dv;
 }
 
 static AttnRef attention_reference(const float* qkv, float lambda, const AttnShape* s, const float* dy) {
@@ -476,7 +483,8 @@ static void capture_logits(void* ctx, const Activation* a) {
 static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0, LogitQuant quant) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
     if (v->halves && H % 2) H *= 2;  // the halves pairing groups heads in twos
-    AttnShape s = attention_shape(v, H, D);
+    if (v->grouped) H *= 2;          // grouped DIFF: two signal heads per noise sub-head
+    AttnShape s = attention_shape(v, H, D, v->grouped ? 2 : 0);
     s.B = B;
     s.T = T;
     s.q0 = q0;
@@ -578,7 +586,7 @@ static void test_diff2_pairing(AttentionKind kind) {
     int halves = kind == ATTN_DIFF2_HALVES;
     const int(*qh)[2] = halves ? halves_q : official_q;
     const int(*kv)[2] = halves ? halves_kv : official_kv;
-    AttnShape s = attention_shape(&ATTN_VARIANTS[kind], 2, 4);
+    AttnShape s = attention_shape(&ATTN_VARIANTS[kind], 2, 4, 0);
     s.B = 1;
     s.T = 2;
     int QKV = attention_qkv_width(&s);
@@ -630,6 +638,57 @@ static void test_diff2_pairing(AttentionKind kind) {
     free(y);
 }
 
+// Grouped DIFF with one signal head per noise sub-head (G = 1) is the paper's DIFF with its
+// query and key sub-heads reordered: DIFF's sub-heads 2h and 2h + 1 (maps 0 and 1 of head h)
+// are grouped DIFF's h and H + h. Same inputs so reordered give the same outputs, lambda
+// gradient and (reordered back) qkv gradients.
+static void test_grouped_is_diff(void) {
+    AttnShape diff = attention_shape(&ATTN_VARIANTS[ATTN_DIFF], 3, 4, 0), grouped = attention_shape(&ATTN_VARIANTS[ATTN_DIFF_GROUPED], 3, 4, 1);
+    diff.B = grouped.B = 2;
+    diff.T = grouped.T = 70;
+    int H = 3, D = 4, QKV = attention_qkv_width(&diff), N = 2 * 70;
+    CHECK(QKV == attention_qkv_width(&grouped), "grouped DIFF with G = 1 has DIFF's row width (%d, %d)", QKV, attention_qkv_width(&grouped));
+    // column c of a DIFF row is column to_grouped[c] of a grouped row
+    int* to_grouped = mallocCheck(QKV * sizeof(int));
+    for (int c = 0; c < QKV; c++) {
+        int sub = c / D, region = sub / (2 * H), local = sub % (2 * H);  // region 0: queries, 1: keys, past: values
+        to_grouped[c] = region >= 2 ? c : (region * 2 * H + (local % 2) * H + local / 2) * D + c % D;
+    }
+    float *qkv = random_host((size_t)N * QKV, 1.2f), *qkv_g = mallocCheck((size_t)N * QKV * sizeof(float));
+    float lambda = 0.7f, *dy = random_host((size_t)N * H * 2 * D, 1);
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < QKV; c++) qkv_g[(size_t)n * QKV + to_grouped[c]] = qkv[(size_t)n * QKV + c];
+    }
+    const AttnShape* shapes[2] = {&diff, &grouped};
+    float* inputs[2] = {qkv, qkv_g};
+    float *y[2], *dqkv[2], dlambda[2];
+    size_t n_y = (size_t)N * H * 2 * D, n_lse = (size_t)N * H * 2;
+    for (int k = 0; k < 2; k++) {
+        float *d_qkv = to_backend(inputs[k], (size_t)N * QKV * 4), *d_lambda = to_backend(&lambda, 4), *d_dy = to_backend(dy, n_y * 4);
+        float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc(n_lse * 4), *d_dqkv = be->alloc((size_t)N * QKV * 4), *d_dlambda = be->alloc(4);
+        be->attention_forward(d_y, d_lse, d_qkv, d_lambda, shapes[k], NO_HOOK);
+        be->attention_backward(d_dqkv, d_dlambda, d_dy, d_qkv, d_lse, d_lambda, shapes[k], NO_HOOK);
+        y[k] = from_backend(d_y, n_y);
+        dqkv[k] = from_backend(d_dqkv, (size_t)N * QKV);
+        be->download(&dlambda[k], d_dlambda, 4);
+        be->release(d_qkv); be->release(d_lambda); be->release(d_dy); be->release(d_y); be->release(d_lse); be->release(d_dqkv);
+        be->release(d_dlambda);
+    }
+    double worst_y = 0, worst_dqkv = 0;
+    for (size_t i = 0; i < n_y; i++) worst_y = fmax(worst_y, fabs(y[0][i] - y[1][i]));
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < QKV; c++) worst_dqkv = fmax(worst_dqkv, fabs(dqkv[0][(size_t)n * QKV + c] - dqkv[1][(size_t)n * QKV + to_grouped[c]]));
+    }
+    CHECK(worst_y < 1e-6 && worst_dqkv < 1e-6 && fabsf(dlambda[0] - dlambda[1]) < 1e-5 * fabsf(dlambda[0]),
+          "%s grouped DIFF with G = 1 is DIFF with its sub-heads reordered: max |y diff| %.2g, |dqkv diff| %.2g, dlambda %.7g vs %.7g",
+          be->name, worst_y, worst_dqkv, dlambda[1], dlambda[0]);
+    for (int k = 0; k < 2; k++) {
+        free(y[k]);
+        free(dqkv[k]);
+    }
+    free(to_grouped); free(qkv); free(qkv_g); free(dy);
+}
+
 static void test_lambda(int D) {
     char what[32];
     snprintf(what, sizeof(what), "D=%d", D);
@@ -657,7 +716,7 @@ static void test_lambda(int D) {
     free(lam); free(dlam0); free(want_d); free(got_d);
     be->release(d_lam); be->release(d_out); be->release(d_dlam); be->release(d_dlambda);
 
-    AttnShape s = attention_shape(&ATTN_VARIANTS[ATTN_DIFF2], 3, D);
+    AttnShape s = attention_shape(&ATTN_VARIANTS[ATTN_DIFF2], 3, D, 0);
     int N = 37, QKV = attention_qkv_width(&s), off = attention_lambda_offset(&s);
     float *qkv = random_host((size_t)N * QKV, 2), *dqkv = random_host((size_t)N * QKV, 1);
     float *d_qkv = to_backend(qkv, (size_t)N * QKV * 4), *d_dqkv = to_backend(dqkv, (size_t)N * QKV * 4);
@@ -725,7 +784,7 @@ static void test_table(void) {
     const char* missing = backend_missing_entry(&broken);
     CHECK(missing && strcmp(missing, "attention_maps") == 0, "%s without attention_maps: the missing entry is named (%s)", be->name,
           missing ? missing : "none");
-    AttnShape s = attention_shape(&ATTN_VARIANTS[ATTN_DIFF], 2, 128);
+    AttnShape s = attention_shape(&ATTN_VARIANTS[ATTN_DIFF], 2, 128, 0);
     s.B = 4;
     s.T = 2048;
     const char* why = NULL;
@@ -801,6 +860,7 @@ int main(int argc, char** argv) {
         }
         test_diff2_pairing(ATTN_DIFF2);
         test_diff2_pairing(ATTN_DIFF2_HALVES);
+        test_grouped_is_diff();
         test_lambda(4);
         test_lambda(32);
         test_optimizer(1);

@@ -55,6 +55,7 @@ static const Variant VARIANTS[] = {
     {"diff, no head norm", ATTN_DIFF, 0, "schedule"},
     {"diff, lambda_init 0.8", ATTN_DIFF, 1, "0.8"},
     {"diff2", ATTN_DIFF2, 0, "schedule"},
+    {"diff_grouped, one noise sub-head for 2 heads", ATTN_DIFF_GROUPED, 1, "schedule"},
 };
 #define N_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
@@ -66,6 +67,7 @@ static Config variant_config(const Variant* v, const char* device) {
     cfg.model.n_layer = 2;
     cfg.model.d_model = 128;
     cfg.model.n_head = 2;
+    cfg.model.noise_group = ATTN_VARIANTS[v->kind].grouped ? 2 : 0;
     cfg.model.seq_len = 75;
     cfg.batch_size = 3;
     cfg.model.head_norm = v->head_norm;

@@ -166,9 +166,10 @@ static double attn_loss(void* p) {
 }
 
 // Every variant over 2 sequences of 2 heads of width 4 (DIFF V2's per-token lambda columns are
-// part of qkv and so are checked with the rest of d_qkv)
+// part of qkv and so are checked with the rest of d_qkv; grouped DIFF's 2 heads share one noise
+// sub-head)
 static void test_attention(AttentionKind kind, int T) {
-    AttnShape shape = attention_shape(&ATTN_VARIANTS[kind], 2, 4);
+    AttnShape shape = attention_shape(&ATTN_VARIANTS[kind], 2, 4, ATTN_VARIANTS[kind].grouped ? 2 : 0);
     shape.B = 2;
     shape.T = T;
     int M = shape.M, shared_kv = shape.shared_kv;
@@ -214,7 +215,8 @@ static double model_case_loss(void* p) {
 static void test_model(int attention, int head_norm, const char* lambda_init) {
     // init_std large enough that attention is far from uniform
     ModelConfig cfg = {.attention = attention, .n_layer = 2, .d_model = 16, .n_head = 2, .head_norm = head_norm,
-                       .rope_theta = 10000.0f, .seq_len = 256, .init_std = 0.3f};
+                       .noise_group = ATTN_VARIANTS[attention].grouped ? 2 : 0, .rope_theta = 10000.0f, .seq_len = 256,
+                       .init_std = 0.3f};
     snprintf(cfg.lambda_init, sizeof(cfg.lambda_init), "%s", lambda_init);
     model_config_validate(&cfg);
     Model model;
@@ -261,6 +263,8 @@ int main(void) {
     test_attention(ATTN_DIFF2, 130);
     test_attention(ATTN_DIFF2_HALVES, 5);
     test_attention(ATTN_DIFF2_HALVES, 130);
+    test_attention(ATTN_DIFF_GROUPED, 5);
+    test_attention(ATTN_DIFF_GROUPED, 130);
     printf("model gradients (finite differences)\n");
     test_model(ATTN_STANDARD, 0, "schedule");
     test_model(ATTN_STANDARD, 1, "schedule");
@@ -270,5 +274,6 @@ int main(void) {
     test_model(ATTN_DIFF2, 0, "schedule");
     test_model(ATTN_DIFF2, 1, "schedule");
     test_model(ATTN_DIFF2_HALVES, 0, "schedule");
+    test_model(ATTN_DIFF_GROUPED, 1, "schedule");
     return check_summary();
 }

@@ -120,7 +120,7 @@ static void test_replacing_hook(AttentionKind kind) {
     model_init_params(&hooked, 9);
     float* params = mallocCheck(hooked.n_params * sizeof(float));
     model_get_params(&hooked, params);
-    size_t q_rows = (size_t)hooked.M * hooked.H * hooked.D;  // wq leads each layer's wqkv
+    size_t q_rows = (size_t)attention_query_heads(&hooked.shape) * hooked.D;  // wq leads each layer's wqkv
     for (int i = 0; i < hooked.n_tensors; i++) {
         const ParamTensor* t = &hooked.tensors[i];
         if (strstr(t->name, "/wq")) for (size_t j = 0; j < q_rows * hooked.C; j++) params[t->offset + j] *= 2.0f;

@@ -38,6 +38,7 @@ static const RowSpec TABLE6[] = {
     {"diff_lambda05", "diff", 1, "0.5", "h/2", "d"},
     {"diff2", "diff2", 0, NULL, "h", "d"},
     {"diff2_halves", "diff2_halves", 0, NULL, "h", "d"},
+    {"diff_grouped", "diff_grouped", 1, "schedule", "h/2", "d"},
 };
 #define TABLE6_ROWS ((int)(sizeof(TABLE6) / sizeof(TABLE6[0])))
 
@@ -63,7 +64,7 @@ static void check_row(const char* path, const Section* preset, const Config* cfg
 static void test_table6(void) {
     const char* path = "experiments/table6.ini";
     Recipe* r = recipe_load(path, table6_extra_key);
-    CHECK(r->n_rows == TABLE6_ROWS, "%s holds the paper's 7 rows, DIFF V2 and its halves ablation (%d rows)", path, r->n_rows);
+    CHECK(r->n_rows == TABLE6_ROWS, "%s holds the paper's 7 rows, DIFF V2, its halves ablation and grouped DIFF (%d rows)", path, r->n_rows);
     for (int p = 0; p < r->n_presets; p++) {
         for (int i = 0; i < r->n_rows && i < TABLE6_ROWS; i++) {
             const RowSpec* spec = &TABLE6[i];
@@ -154,7 +155,7 @@ static void test_needle(void) {
 }
 
 static void test_defaults(void) {
-    static const int expected[ATTN_VARIANT_COUNT] = {[ATTN_STANDARD] = 0, [ATTN_DIFF] = 1, [ATTN_DIFF2] = 0, [ATTN_DIFF2_HALVES] = 0};
+    static const int expected[ATTN_VARIANT_COUNT] = {[ATTN_STANDARD] = 0, [ATTN_DIFF] = 1, [ATTN_DIFF2] = 0, [ATTN_DIFF2_HALVES] = 0, [ATTN_DIFF_GROUPED] = 1};
     for (int k = 0; k < ATTN_VARIANT_COUNT; k++) {
         Config cfg;
         config_defaults(&cfg);

@@ -13,7 +13,7 @@
 // attention maps, official semantics) and writes parameters, inputs, logits, loss, every gradient
 // and five AdamW steps' losses to `tests/ref/*.h5` (committed; the script reruns with Debian's
 // python3-torch). The C test matches standard, standard + head norm, DIFF, DIFF without head norm
-// with constant λ_init, DIFF V2 and DIFF V2 with the "halves" pairing: logits within 2e-5 (observed ≤ 1.2e-6), gradients within 2e-5
+// with constant λ_init, DIFF V2, DIFF V2 with the "halves" pairing and grouped DIFF: logits within 2e-5 (observed ≤ 1.2e-6), gradients within 2e-5
 // of each tensor's largest entry (observed ≤ 2e-6), AdamW losses within 1e-4 (observed ≤ 2.3e-5).
 #include <hdf5.h>
 #include <string.h>
@@ -122,5 +122,6 @@ int main(void) {
     test_case("diff_no_headnorm");
     test_case("diff2");
     test_case("diff2_halves");
+    test_case("diff_grouped");
     return check_summary();
 }

@@ -198,19 +198,22 @@ void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, H
     }
 }
 
-// Zeroes the key and value gradients of the heads of group g in sequence b (dbase: its rows of
-// dqkv), which gather contributions from every query block of the group's heads
-static void zero_group_kv_grads(float* dbase, const Dims* d, int g) {
+// Zeroes the query, key and value gradients of the heads of group g in sequence b (dbase: its
+// rows of dqkv): a sub-head the group's heads share gathers every head's contribution
+static void zero_group_grads(float* dbase, const Dims* d, int g) {
     for (int h = g * d->group; h < (g + 1) * d->group; h++) {
         for (int t = 0; t < d->T; t++) {
             float* row = dbase + (size_t)t * d->QKV;
-            for (int m = 0; m < d->M; m++) memset(row + k_col(d, h, m), 0, d->D * sizeof(float));
+            for (int m = 0; m < d->M; m++) {
+                memset(row + q_col(d, h, m), 0, d->D * sizeof(float));
+                memset(row + k_col(d, h, m), 0, d->D * sizeof(float));
+            }
             for (int m = 0; m < d->Vm; m++) memset(row + v_col(d, h, m), 0, d->Dv * sizeof(float));
         }
     }
 }
 
-// The backward of head h of sequence b over every query block: its dQ written, dK and dV added,
+// The backward of head h of sequence b over every query block: its dQ, dK and dV added,
 // the per-token lambda columns written; returns this head's part of the layer lambda's gradient.
 // P: the thread's scratch, P_m (M, block, T), dPV_m = dy V_m^T (Vm, block, T) and the map a
 // value product takes (block, T).
@@ -272,14 +275,13 @@ static float head_backward(float* dqkv, const float* dy, const float* qkv, const
                 for (int j = 0; j < kn; j++) sr[j] = c * sr[j] * (gr[j] - rowsum[r]);
             }
         }
-        // each query sub-head belongs to one (head, map): its dQ is written, not summed
         for (int m = 0; m < M; m++) {
             const float* dS = P + (size_t)m * block * T;
             const float* q = base + (size_t)i0 * d->QKV + q_col(d, h, m);
             const float* k = base + k_col(d, h, m);
             float* dq = dbase + (size_t)i0 * d->QKV + q_col(d, h, m);
             float* dk = dbase + k_col(d, h, m);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d->scale, dS, kn, k, d->QKV, 0.0f, dq, d->QKV);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d->scale, dS, kn, k, d->QKV, 1.0f, dq, d->QKV);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d->scale, dS, kn, q, d->QKV, 1.0f, dk, d->QKV);
         }
     }
@@ -296,11 +298,11 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
     #pragma omp parallel
     {
         float* P = thread_scratch((size_t)(d.M + d.Vm + 1) * block * T);
-        // a thread owns a group of heads: their key/value gradients are summed here only
+        // a thread owns a group of heads: the gradients of sub-heads they share are summed here only
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
             for (int g = 0; g < groups; g++) {
-                zero_group_kv_grads(dqkv + (size_t)b * T * d.QKV, &d, g);
+                zero_group_grads(dqkv + (size_t)b * T * d.QKV, &d, g);
                 for (int h = g * d.group; h < (g + 1) * d.group; h++) {
                     dlambda_part[b * H + h] = head_backward(dqkv, dy, qkv, lse, lambda, &d, b, h, block, P, hook);
                 }

@@ -5,9 +5,9 @@
 // output) and both maps use the same V tile where they share values, so V is read once for
 // DIFF's two maps (DIFF V2's "halves" pairing loads one V tile per map). The epilogue writes
 // y = O_0 / l_0 - lambda O_1 / l_1 and the log-sum-exp of each map.
-// Backward, deterministic and without atomics: one kernel over query tiles forms each row's
-// D_m = dy . O_m and dQ; one over key tiles of a group of heads (those sharing key/value heads,
-// attention.h) forms dK and dV, each key's sums owned by one warp and added in a fixed order;
+// Backward, deterministic and without atomics, both kernels over a group of heads (those sharing
+// sub-heads, attention.h): one over query tiles forms each row's D_m = dy . O_m and dQ; one over
+// key tiles forms dK and dV, each key's sums owned by one warp and added in a fixed order;
 // lambda's gradient is -D_1 per row, summed in order per layer.
 // The logits are computed by one function everywhere (dot products in the same order), so the
 // backward's recomputation and the quantization scales see exactly the forward's logits.
@@ -345,14 +345,21 @@ void cuda_attention_forward(float* y, float* lse, const float* qkv, const float*
 }
 
 // ---- backward ----
-// Query tiles: D_m (B, H, M, T) and dQ, in two sweeps over the keys (the first finds D_m,
-// which the second's dS needs); the lambda columns of dqkv get -D_1 per token
+// Whether head h's sum for a sub-head is complete: h is the last head of its group, or the group's
+// next head reads another sub-head for that column (attention_head_group: shared sub-heads are
+// the same for every head of a group, so a sub-head's heads are consecutive)
+__device__ __forceinline__ bool sum_complete(int col, int next_col, bool last_head) { return last_head || next_col != col; }
+
+// Query tiles of a group of heads: D_m (B, H, M, T) and dQ, in two sweeps over the keys per head
+// (the first finds D_m, which the second's dS needs); the lambda columns of dqkv get -D_1 per
+// token. A query sub-head the group's heads share (grouped DIFF's noise query) sums their dQ
+// in head order before it is written.
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(float* dqkv, float* Drow, const float* dy, const float* qkv,
                                                                                const float* lse, const float* lambda, const float* qstep,
                                                                                Geo g) {
     extern __shared__ float smem[];
-    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T;
-    const int bh = blockIdx.y, b = bh / g.s.H, h = bh % g.s.H;
+    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T, groups = g.s.H / g.group;
+    const int b = blockIdx.y / groups, h0 = blockIdx.y % groups * g.group;
     const int i0 = blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* Qs = smem;                          // (BQ, M, D)
     float* DYs = Qs + ATT_BQ * M * D;          // (BQ, Dv)
@@ -360,94 +367,110 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
     float* Vs = Ks + M * ATT_BK * (D + 1);     // (Vm, BK, Dv + 1)
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
-    load_query_rows(Qs, base, g, h, i0);
-    for (int idx = threadIdx.x; idx < ATT_BQ * Dv; idx += blockDim.x) {
-        int c = idx % Dv, i = i0 + idx / Dv;
-        DYs[idx] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
-    }
-    float Dsum[ATT_RPW][2], dq[ATT_RPW][2][D_SLOTS], lam[ATT_RPW], row_lse[ATT_RPW][2];
+    float dq[ATT_RPW][2][D_SLOTS];
 #pragma unroll
     for (int k = 0; k < ATT_RPW; k++) {
-        int i = min(i0 + warp * ATT_RPW + k, T - 1);
-        lam[k] = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
 #pragma unroll
         for (int m = 0; m < 2; m++) {
-            Dsum[k][m] = 0.0f;
-            row_lse[k][m] = m < M ? lse[((size_t)bh * M + m) * T + i] : 0.0f;
 #pragma unroll
             for (int t = 0; t < D_SLOTS; t++) dq[k][m][t] = 0.0f;
         }
     }
-    int last = min(T - 1, i0 + ATT_BQ - 1);
-    for (int sweep = 0; sweep < 2; sweep++) {
-        for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
-            __syncthreads();
-            load_key_tile(Ks, Vs, base, g, h, j0);
-            __syncthreads();
+    for (int h = h0; h < h0 + g.group; h++) {
+        const int bh = b * g.s.H + h;
+        __syncthreads();  // no warp reads the previous head's rows any more
+        load_query_rows(Qs, base, g, h, i0);
+        for (int idx = threadIdx.x; idx < ATT_BQ * Dv; idx += blockDim.x) {
+            int c = idx % Dv, i = i0 + idx / Dv;
+            DYs[idx] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
+        }
+        float Dsum[ATT_RPW][2], lam[ATT_RPW], row_lse[ATT_RPW][2];
 #pragma unroll
-            for (int k = 0; k < ATT_RPW; k++) {
-                int r = warp * ATT_RPW + k, i = i0 + r;
-                if (i >= T || j0 > i) continue;
-                bool visible = j0 + lane <= i;
-                // dy_i . v_j, for each map's values
-                float gv[2];
-                gv[0] = dotv(DYs + r * Dv, Vs + lane * (Dv + 1), Dv);
-                gv[1] = g.Vm > 1 ? dotv(DYs + r * Dv, Vs + (ATT_BK + lane) * (Dv + 1), Dv) : gv[0];
+        for (int k = 0; k < ATT_RPW; k++) {
+            int i = min(i0 + warp * ATT_RPW + k, T - 1);
+            lam[k] = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
 #pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    if (m >= M) break;
-                    float s = logit(Qs + (r * M + m) * D, Ks + (m * ATT_BK + lane) * (D + 1), D, g.scale);
-                    if (qstep) s = quantize(s, qstep[((size_t)bh * M + m) * T + i], g.quant_levels);
-                    float p = visible ? expf(s - row_lse[k][m]) : 0.0f;
-                    if (sweep == 0) {
-                        Dsum[k][m] = fmaf(p, gv[m], Dsum[k][m]);
-                        continue;
-                    }
-                    float c = m == 0 ? 1.0f : -lam[k];
-                    float dS = c * p * (gv[m] - Dsum[k][m]);
-                    for (int jj = 0; jj < ATT_BK; jj++) {
-                        float ds = __shfl_sync(FULL, dS, jj);
-                        const float* kr = Ks + (m * ATT_BK + jj) * (D + 1);
+            for (int m = 0; m < 2; m++) {
+                Dsum[k][m] = 0.0f;
+                row_lse[k][m] = m < M ? lse[((size_t)bh * M + m) * T + i] : 0.0f;
+            }
+        }
+        int last = min(T - 1, i0 + ATT_BQ - 1);
+        for (int sweep = 0; sweep < 2; sweep++) {
+            for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
+                __syncthreads();
+                load_key_tile(Ks, Vs, base, g, h, j0);
+                __syncthreads();
 #pragma unroll
-                        for (int t = 0; t < D_SLOTS; t++) {
-                            int d = lane + 32 * t;
-                            if (d < D) dq[k][m][t] = fmaf(ds, kr[d], dq[k][m][t]);
+                for (int k = 0; k < ATT_RPW; k++) {
+                    int r = warp * ATT_RPW + k, i = i0 + r;
+                    if (i >= T || j0 > i) continue;
+                    bool visible = j0 + lane <= i;
+                    // dy_i . v_j, for each map's values
+                    float gv[2];
+                    gv[0] = dotv(DYs + r * Dv, Vs + lane * (Dv + 1), Dv);
+                    gv[1] = g.Vm > 1 ? dotv(DYs + r * Dv, Vs + (ATT_BK + lane) * (Dv + 1), Dv) : gv[0];
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        if (m >= M) break;
+                        float s = logit(Qs + (r * M + m) * D, Ks + (m * ATT_BK + lane) * (D + 1), D, g.scale);
+                        if (qstep) s = quantize(s, qstep[((size_t)bh * M + m) * T + i], g.quant_levels);
+                        float p = visible ? expf(s - row_lse[k][m]) : 0.0f;
+                        if (sweep == 0) {
+                            Dsum[k][m] = fmaf(p, gv[m], Dsum[k][m]);
+                            continue;
+                        }
+                        float c = m == 0 ? 1.0f : -lam[k];
+                        float dS = c * p * (gv[m] - Dsum[k][m]);
+                        for (int jj = 0; jj < ATT_BK; jj++) {
+                            float ds = __shfl_sync(FULL, dS, jj);
+                            const float* kr = Ks + (m * ATT_BK + jj) * (D + 1);
+#pragma unroll
+                            for (int t = 0; t < D_SLOTS; t++) {
+                                int d = lane + 32 * t;
+                                if (d < D) dq[k][m][t] = fmaf(ds, kr[d], dq[k][m][t]);
+                            }
                         }
                     }
                 }
             }
-        }
-        if (sweep == 0) {
+            if (sweep == 0) {
 #pragma unroll
-            for (int k = 0; k < ATT_RPW; k++) {
+                for (int k = 0; k < ATT_RPW; k++) {
 #pragma unroll
-                for (int m = 0; m < 2; m++) Dsum[k][m] = warp_sum(Dsum[k][m]);
+                    for (int m = 0; m < 2; m++) Dsum[k][m] = warp_sum(Dsum[k][m]);
+                }
             }
         }
-    }
+        bool last_head = h + 1 == h0 + g.group;
 #pragma unroll
-    for (int k = 0; k < ATT_RPW; k++) {
-        int i = i0 + warp * ATT_RPW + k;
-        if (i >= T) continue;
+        for (int k = 0; k < ATT_RPW; k++) {
+            int i = i0 + warp * ATT_RPW + k;
 #pragma unroll
-        for (int m = 0; m < 2; m++) {
-            if (m >= M) break;
-            float* out = dbase + (size_t)i * g.QKV + q_col(g, h, m);
+            for (int m = 0; m < 2; m++) {
+                if (m >= M || !sum_complete(q_col(g, h, m), last_head ? -1 : q_col(g, h + 1, m), last_head)) continue;
+                float* out = dbase + (size_t)i * g.QKV + q_col(g, h, m);
 #pragma unroll
-            for (int t = 0; t < D_SLOTS; t++) {
-                int d = lane + 32 * t;
-                if (d < D) out[d] = g.scale * dq[k][m][t];
+                for (int t = 0; t < D_SLOTS; t++) {
+                    int d = lane + 32 * t;
+                    if (d < D && i < T) out[d] = g.scale * dq[k][m][t];
+                    dq[k][m][t] = 0.0f;
+                }
             }
-            if (lane == 0) Drow[((size_t)bh * M + m) * T + i] = Dsum[k][m];
+            if (i >= T) continue;
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                if (m < M && lane == 0) Drow[((size_t)bh * M + m) * T + i] = Dsum[k][m];
+            }
+            if (M == 2 && g.lam >= 0 && lane == 0) dbase[(size_t)i * g.QKV + g.lam + h] = -Dsum[k][1];
         }
-        if (M == 2 && g.lam >= 0 && lane == 0) dbase[(size_t)i * g.QKV + g.lam + h] = -Dsum[k][1];
     }
 }
 
-// Key tiles of a group of heads (attention.h: for each map, the same key and value heads): each
-// warp owns ATT_KPW keys and sums dK, dV over the group's heads and query rows in order, 32 rows
-// (one per lane) at a time. The value gradient's columns are those of the Vm value heads side
-// by side, VW = Vm Dv wide.
+// Key tiles of a group of heads: each warp owns ATT_KPW keys and sums dK, dV over the group's
+// heads and query rows in order, 32 rows (one per lane) at a time; a sum is written once the
+// last head reading its sub-head is in. The value gradient's columns are those of the Vm value
+// heads side by side, VW = Vm Dv wide.
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(float* dqkv, const float* Drow, const float* dy,
                                                                                 const float* qkv, const float* lse, const float* lambda,
                                                                                 const float* qstep, Geo g) {
@@ -462,14 +485,6 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
     float* rowv = DYt + 32 * (Dv + 1);           // (3 M + 1, 32): lse, D and step of each map, lambda
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
-    for (int idx = threadIdx.x; idx < ATT_BKB * M * D; idx += blockDim.x) {
-        int d = idx % D, m = idx / D % M, j = j0 + idx / (D * M);
-        Kb[idx] = j < T ? base[(size_t)j * g.QKV + k_col(g, h0, m) + d] : 0.0f;
-    }
-    for (int idx = threadIdx.x; idx < ATT_BKB * VW; idx += blockDim.x) {
-        int c = idx % Dv, m = idx / Dv % g.Vm, j = j0 + idx / VW;
-        Vb[idx] = j < T ? base[(size_t)j * g.QKV + v_col(g, h0, m) + c] : 0.0f;
-    }
     float dv[ATT_KPW][DV_SLOTS], dk[ATT_KPW][2][D_SLOTS];
 #pragma unroll
     for (int kk = 0; kk < ATT_KPW; kk++) {
@@ -483,6 +498,15 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
     }
     for (int h = h0; h < h0 + g.group; h++) {
         const int bh = b * g.s.H + h;
+        __syncthreads();  // no warp reads the previous head's keys and values any more
+        for (int idx = threadIdx.x; idx < ATT_BKB * M * D; idx += blockDim.x) {
+            int d = idx % D, m = idx / D % M, j = j0 + idx / (D * M);
+            Kb[idx] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
+        }
+        for (int idx = threadIdx.x; idx < ATT_BKB * VW; idx += blockDim.x) {
+            int c = idx % Dv, m = idx / Dv % g.Vm, j = j0 + idx / VW;
+            Vb[idx] = j < T ? base[(size_t)j * g.QKV + v_col(g, h, m) + c] : 0.0f;
+        }
         for (int r0 = j0; r0 < T; r0 += 32) {  // rows before the first key see none of the block's keys
             __syncthreads();
             for (int idx = threadIdx.x; idx < M * 32 * D; idx += blockDim.x) {
@@ -549,28 +573,42 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
                 }
             }
         }
-    }
-    // both maps' key gradients meet where they share a key head (DIFF V2's official pairing)
-    bool one_key_head = M == 2 && k_col(g, h0, 0) == k_col(g, h0, 1);
+        bool last_head = h + 1 == h0 + g.group;
+        // both maps' key gradients meet where they share a key head (DIFF V2's official pairing)
+        bool one_key_head = M == 2 && k_col(g, h, 0) == k_col(g, h, 1);
+        bool key_done[2], value_done[2];
 #pragma unroll
-    for (int kk = 0; kk < ATT_KPW; kk++) {
-        int j = j0 + warp * ATT_KPW + kk;
-        if (j >= T) continue;
-        float* row = dbase + (size_t)j * g.QKV;
-#pragma unroll
-        for (int t = 0; t < DV_SLOTS; t++) {
-            int c = lane + 32 * t;
-            if (c < VW) row[v_col(g, h0, c / Dv) + c % Dv] = dv[kk][t];
+        for (int m = 0; m < 2; m++) {
+            key_done[m] = m < M && sum_complete(k_col(g, h, m), last_head ? -1 : k_col(g, h + 1, m), last_head);
+            value_done[m] = m < g.Vm && sum_complete(v_col(g, h, m), last_head ? -1 : v_col(g, h + 1, m), last_head);
         }
 #pragma unroll
-        for (int t = 0; t < D_SLOTS; t++) {
-            int d = lane + 32 * t;
-            if (d >= D) continue;
-            if (one_key_head) {
-                row[k_col(g, h0, 0) + d] = g.scale * (dk[kk][0][t] + dk[kk][1][t]);
-            } else {
-                row[k_col(g, h0, 0) + d] = g.scale * dk[kk][0][t];
-                if (M == 2) row[k_col(g, h0, 1) + d] = g.scale * dk[kk][1][t];
+        for (int kk = 0; kk < ATT_KPW; kk++) {
+            int j = j0 + warp * ATT_KPW + kk;
+            float* row = dbase + (size_t)j * g.QKV;
+#pragma unroll
+            for (int t = 0; t < DV_SLOTS; t++) {
+                int c = lane + 32 * t;
+                if (c >= VW || !value_done[c / Dv]) continue;
+                if (j < T) row[v_col(g, h, c / Dv) + c % Dv] = dv[kk][t];
+                dv[kk][t] = 0.0f;
+            }
+#pragma unroll
+            for (int t = 0; t < D_SLOTS; t++) {
+                int d = lane + 32 * t;
+                if (d >= D) continue;
+                if (one_key_head) {
+                    if (!key_done[0]) continue;
+                    if (j < T) row[k_col(g, h, 0) + d] = g.scale * (dk[kk][0][t] + dk[kk][1][t]);
+                    dk[kk][0][t] = dk[kk][1][t] = 0.0f;
+                    continue;
+                }
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    if (!key_done[m]) continue;
+                    if (j < T) row[k_col(g, h, m) + d] = g.scale * dk[kk][m][t];
+                    dk[kk][m][t] = 0.0f;
+                }
             }
         }
     }
@@ -637,7 +675,7 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
         allow_smem(attention_backward_dq_kernel, smem);
         allowed_dq = smem;
     }
-    dim3 grid_q(cuda_blocks(g.s.T, ATT_BQ), g.s.B * g.s.H);
+    dim3 grid_q(cuda_blocks(g.s.T, ATT_BQ), g.s.B * (g.s.H / g.group));
     attention_backward_dq_kernel<<<grid_q, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, qkv, lse, lambda, qstep, g);
     cudaCheckLaunch();
     smem = dkv_smem(g);
