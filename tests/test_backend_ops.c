@@ -75,6 +75,21 @@ static void expect_close(const char* op, const char* what, const float* got, con
 
 static double* dzeros(size_t n) { return callocCheck(n, sizeof(double)); }
 
+// A sum of products in fp32 rounds each partial sum, so a result that cancels (small against its
+// terms) carries an error of the terms' size, not its own: mag[i] = sum |a b| over element i's
+// products widens its tolerance by DOT_EPS (a little under one fp32 rounding, 2^-23) of it
+#define DOT_EPS 1e-7
+static void expect_close_sum(const char* op, const char* what, const float* got, const double* ref, const double* mag, size_t n) {
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double excess = fabs(got[i] - ref[i]) / (ATOL + RTOL * fabs(ref[i]) + DOT_EPS * mag[i]);
+        if (excess > worst || isnan(got[i])) { worst = isnan(got[i]) ? INFINITY : excess; at = i; }
+    }
+    CHECK(worst <= 1.0, "%s %s [%s]: element %zu is %.8g, reference %.8g (its products' magnitudes sum to %.4g)", be->name, op, what,
+          at, n ? got[at] : 0.0, n ? ref[at] : 0.0, n ? mag[at] : 0.0);
+}
+
 // ---- buffers ----
 static void test_buffers(void) {
     size_t n = 1000;
@@ -128,18 +143,24 @@ static void test_matmul(int N, int IC, int OC) {
     for (int accumulate = 0; accumulate < 2; accumulate++) {
         be->upload(d_out, old, (size_t)N * OC * 4);
         be->matmul_forward(d_out, d_inp, d_w, N, IC, OC, accumulate);
-        double* ref = dzeros((size_t)N * OC);
+        double *ref = dzeros((size_t)N * OC), *mag = dzeros((size_t)N * OC);
         for (int n = 0; n < N; n++) {
             for (int o = 0; o < OC; o++) {
-                double s = accumulate ? old[(size_t)n * OC + o] : 0.0;
-                for (int i = 0; i < IC; i++) s += (double)inp[(size_t)n * IC + i] * w[(size_t)o * IC + i];
+                double s = accumulate ? old[(size_t)n * OC + o] : 0.0, a = fabs(s);
+                for (int i = 0; i < IC; i++) {
+                    double p = (double)inp[(size_t)n * IC + i] * w[(size_t)o * IC + i];
+                    s += p;
+                    a += fabs(p);
+                }
                 ref[(size_t)n * OC + o] = s;
+                mag[(size_t)n * OC + o] = a;
             }
         }
         float* got = from_backend(d_out, (size_t)N * OC);
-        expect_close(accumulate ? "matmul_forward (accumulate)" : "matmul_forward", what, got, ref, (size_t)N * OC, RTOL, ATOL);
+        expect_close_sum(accumulate ? "matmul_forward (accumulate)" : "matmul_forward", what, got, ref, mag, (size_t)N * OC);
         free(got);
         free(ref);
+        free(mag);
     }
     float *d_dout = to_backend(dout, (size_t)N * OC * 4), *d_dw = to_backend(dw0, (size_t)OC * IC * 4);
     float* garbage = random_host((size_t)N * IC, 3);  // dinp is overwritten, not accumulated
@@ -147,24 +168,35 @@ static void test_matmul(int N, int IC, int OC) {
     free(garbage);
     be->matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, IC, OC);
     double *ref_dinp = dzeros((size_t)N * IC), *ref_dw = dzeros((size_t)OC * IC);
+    double *mag_dinp = dzeros((size_t)N * IC), *mag_dw = dzeros((size_t)OC * IC);
     for (int n = 0; n < N; n++) {
         for (int i = 0; i < IC; i++) {
-            double s = 0;
-            for (int o = 0; o < OC; o++) s += (double)dout[(size_t)n * OC + o] * w[(size_t)o * IC + i];
+            double s = 0, a = 0;
+            for (int o = 0; o < OC; o++) {
+                double p = (double)dout[(size_t)n * OC + o] * w[(size_t)o * IC + i];
+                s += p;
+                a += fabs(p);
+            }
             ref_dinp[(size_t)n * IC + i] = s;
+            mag_dinp[(size_t)n * IC + i] = a;
         }
     }
     for (int o = 0; o < OC; o++) {
         for (int i = 0; i < IC; i++) {
-            double s = dw0[(size_t)o * IC + i];
-            for (int n = 0; n < N; n++) s += (double)dout[(size_t)n * OC + o] * inp[(size_t)n * IC + i];
+            double s = dw0[(size_t)o * IC + i], a = fabs(s);
+            for (int n = 0; n < N; n++) {
+                double p = (double)dout[(size_t)n * OC + o] * inp[(size_t)n * IC + i];
+                s += p;
+                a += fabs(p);
+            }
             ref_dw[(size_t)o * IC + i] = s;
+            mag_dw[(size_t)o * IC + i] = a;
         }
     }
     float *got_dinp = from_backend(d_dinp, (size_t)N * IC), *got_dw = from_backend(d_dw, (size_t)OC * IC);
-    expect_close("matmul_backward dinp", what, got_dinp, ref_dinp, (size_t)N * IC, RTOL, ATOL);
-    expect_close("matmul_backward dw (+=)", what, got_dw, ref_dw, (size_t)OC * IC, RTOL, ATOL);
-    free(inp); free(w); free(old); free(dout); free(dw0); free(ref_dinp); free(ref_dw); free(got_dinp); free(got_dw);
+    expect_close_sum("matmul_backward dinp", what, got_dinp, ref_dinp, mag_dinp, (size_t)N * IC);
+    expect_close_sum("matmul_backward dw (+=)", what, got_dw, ref_dw, mag_dw, (size_t)OC * IC);
+    free(inp); free(w); free(old); free(dout); free(dw0); free(ref_dinp); free(ref_dw); free(mag_dinp); free(mag_dw); free(got_dinp); free(got_dw);
     be->release(d_inp); be->release(d_w); be->release(d_out); be->release(d_dout); be->release(d_dw); be->release(d_dinp);
 }
 
