@@ -378,6 +378,43 @@ static void test_lambda_stats(void) {
     model_free(&m);
 }
 
+// A version 6 registry recorded configs without noise_group: opened now, their texts are
+// rewritten as today's config text records them, so the same config's finished run is found
+static void test_registry_v6_migration(void) {
+    const char* db = "build/test_train_v6.sqlite";
+    unlink(db);
+    Registry reg;
+    registry_open(&reg, db);
+    registry_close(&reg);
+    Config cfg;
+    config_defaults(&cfg);
+    char* text = config_to_text(&cfg);
+    char* v6_text = strdup(text);
+    char* line = strstr(v6_text, "noise_group = 0\n");
+    memmove(line, line + strlen("noise_group = 0\n"), strlen(line + strlen("noise_group = 0\n")) + 1);
+    sqlite3* old;
+    sqlite3_open(db, &old);
+    sqlite3_exec(old, "INSERT INTO experiments (id, name, preset, recipe_path, recipe_text, created) VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
+                      "PRAGMA user_version = 6;", NULL, NULL, NULL);
+    sqlite3_stmt* st;
+    sqlite3_prepare_v2(old, "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
+                            " ranks, device, pid, pid_start, recipe_text, out_dir, data_dir, data_id, started) VALUES (1, 'diff', 1000, 1,"
+                            " 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 'cpu', 1, 1, ?, 'o', '', '', 'now')", -1, &st, NULL);
+    sqlite3_bind_text(st, 1, v6_text, -1, SQLITE_TRANSIENT);
+    CHECK(sqlite3_step(st) == SQLITE_DONE, "a version 6 run without noise_group is written");
+    sqlite3_finalize(st);
+    sqlite3_close(old);
+    registry_open(&reg, db);
+    sqlite3_prepare_v2(reg.db, "SELECT recipe_text FROM runs WHERE id = 1", -1, &st, NULL);
+    int same = sqlite3_step(st) == SQLITE_ROW && strcmp((const char*)sqlite3_column_text(st, 0), text) == 0;
+    sqlite3_finalize(st);
+    CHECK(same && !strstr(v6_text, "noise_group"), "a version 6 config text gains noise_group = 0 and equals today's text of the same config");
+    registry_close(&reg);
+    free(text);
+    free(v6_text);
+    unlink(db);
+}
+
 int main(void) {
     write_test_corpus("build/test_train_corpus", 25);
     const char* inputs[1] = {"build/test_train_corpus"};
@@ -388,6 +425,7 @@ int main(void) {
     test_metrics_reconciled();
     test_cut_log_line();
     test_registry_migration();
+    test_registry_v6_migration();
     test_lambda_stats();
     return check_summary();
 }
