@@ -1,5 +1,6 @@
 #include "recipe.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,13 +217,14 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key) {
 }
 
 int recipe_shape_key(int is_row, const char* k) {
-    return is_row ? !strcmp(k, "heads") || !strcmp(k, "width") : !strcmp(k, "h") || !strcmp(k, "d");
+    return is_row ? !strcmp(k, "heads") || !strcmp(k, "width") || !strcmp(k, "match_params") : !strcmp(k, "h") || !strcmp(k, "d");
 }
 
 static void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* preset, const Section* row, const char* path) {
     const char* switches[6] = {"attention", "head_norm", "heads", "width"};
     int n = 4;
     if (config_variant(&cfg->model)->lambda == LAMBDA_PER_LAYER) switches[n++] = "lambda_init";
+    if (config_variant(&cfg->model)->grouped) switches[n++] = "noise_group";
     for (int i = 0; i < n; i++) {
         if (!section_get(row, switches[i])) {
             die("%s: [row %s] must state '%s' (a row states every switch that defines it)", path, row->name, switches[i]);
@@ -260,6 +262,17 @@ Config recipe_row_config(const Recipe* r, const Section* preset, const Section* 
     cfg.seed += seed_index;
     path_printf(cfg.out, sizeof(cfg.out), "%s/%s/%s/%s/seed%d", results, study, preset->name, row->name, cfg.seed);
     config_validate(&cfg);
+    const char* match = section_get(row, "match_params");
+    if (match && strcmp(match, "true") && strcmp(match, "false")) {
+        die("%s: [row %s] key 'match_params': '%s' is neither true nor false", path, row->name, match);
+    }
+    if (match && strcmp(match, "true") == 0 && row != &r->rows[0]) {
+        // one unit of ffn_hidden is 3 x d_model parameters per layer; the vocabulary cancels
+        Config reference = recipe_row_config(r, preset, &r->rows[0], seed_index, path, results, study, extra_key);
+        double missing = (double)model_param_count(&reference.model, 1) - (double)model_param_count(&cfg.model, 1);
+        cfg.model.ffn_hidden = config_ffn_hidden(&cfg.model) + (int)lround(missing / (3.0 * cfg.model.d_model * cfg.model.n_layer));
+        config_validate(&cfg);
+    }
     return cfg;
 }
 

@@ -68,8 +68,10 @@ void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
 // Transformer's head count and head width, and a row states its heads as `h` or `h/2` and its
 // head width as `d` or `2d`; this sets n_head, head_dim and d_model = h x d. Dies naming the
 // recipe and row, or the section that sets n_head, head_dim or d_model itself (it would be
-// overwritten). recipe_shape_key says whether k is a shape key (`heads`, `width` on a row;
-// `h`, `d` on a preset).
+// overwritten). A row with `match_params = true` gets the SwiGLU width that gives it the first
+// row's parameter count (a variant with smaller or larger attention projections pays or takes
+// the difference there). recipe_shape_key says whether k is a shape key (`heads`, `width`,
+// `match_params` on a row; `h`, `d` on a preset).
 Config recipe_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* path,
                          const char* results, const char* study, ExtraKey extra_key);
 int recipe_shape_key(int is_row, const char* k);

@@ -20,8 +20,7 @@
 #include "verdict.h"
 
 static int is_row_key(const char* k) {
-    return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "match_params") ||
-           !strcmp(k, "lr_scale");
+    return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "lr_scale");
 }
 static int is_preset_key(const char* k) {
     return recipe_shape_key(0, k) || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
@@ -57,28 +56,15 @@ static float lr_scale(const Section* row, const char* recipe) {
     return scale;
 }
 
-// The row's config; `match_params` widens its feed-forward to the parameter count of
-// `reference` (the first row's config of the same seed), which the first row itself ignores
-static Config resolve_row(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
-                          const char* results, const Config* reference) {
-    Config cfg = recipe_row_config(r, preset, row, seed_index, recipe, results, study_name(r, recipe), table6_extra_key);
-    float scale = lr_scale(row, recipe);
-    cfg.optim.lr *= scale;
-    cfg.optim.lr_final *= scale;
-    const char* match = section_get(row, "match_params");
-    if (reference && match && strcmp(match, "true") == 0) {
-        // one unit of ffn_hidden is 3 x d_model parameters per layer; the vocabulary cancels
-        double missing = (double)model_param_count(&reference->model, 1) - (double)model_param_count(&cfg.model, 1);
-        cfg.model.ffn_hidden = config_ffn_hidden(&cfg.model) + (int)lround(missing / (3.0 * cfg.model.d_model * cfg.model.n_layer));
-        config_validate(&cfg);
-    }
-    return cfg;
-}
-
+// The row's config (recipe_row_config, match_params included) with its learning-rate scale
 Config table6_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe,
                          const char* results) {
-    Config reference = resolve_row(r, preset, &r->rows[0], seed_index, recipe, results, NULL);
-    return row ? resolve_row(r, preset, &r->rows[row], seed_index, recipe, results, &reference) : reference;
+    const Section* section = &r->rows[row];
+    Config cfg = recipe_row_config(r, preset, section, seed_index, recipe, results, study_name(r, recipe), table6_extra_key);
+    float scale = lr_scale(section, recipe);
+    cfg.optim.lr *= scale;
+    cfg.optim.lr_final *= scale;
+    return cfg;
 }
 
 // The paper's Valid, AR-Hit and Others of a row, or NaN where it has no `paper` key
@@ -141,7 +127,7 @@ static void table_open(Table* t, const Table6Options* opt) {
         row->cfg = callocCheck(t->seeds, sizeof(Config));
         row->runs = callocCheck(t->seeds, sizeof(int64_t));
         for (int s = 0; s < t->seeds; s++) {
-            row->cfg[s] = resolve_row(t->recipe, t->preset, row->section, s, opt->recipe, opt->results, i ? &t->rows[0].cfg[s] : NULL);
+            row->cfg[s] = table6_row_config(t->recipe, t->preset, i, s, opt->recipe, opt->results);
         }
         const Config* cfg = &row->cfg[0];
         snprintf(row->title, sizeof(row->title), "%s %dx%d%s", section_get(row->section, "label"), cfg->model.n_head,

@@ -1,14 +1,17 @@
 # Table 2 figure. difftx needle --task table2 writes the data and runs this script on
 # the file `data` to `out`, with the numbers att1 .. att<n> (each model's colour, its
 # variant's, 0xRRGGBB) and paper1 .. paper<n> (the colour of the paper's row it is compared
-# with) and the strings names ('standard diff'), title_text and error_text (the
-# y label, saying what the error bars are: the seed std, or with one seed the standard error).
-# data: one line per (N, R) setting: "label" then per row: accuracy (mean over seeds), error bar, paper value
+# with) and the strings names ('standard diff'), papers (each row's paper row: 'Transformer',
+# 'DIFF' or 'none'), title_text and error_text (the y label, saying what the error bars are: the
+# seed std, or with one seed the standard error).
+# data: one line per (N, R) setting: "label" then per row: accuracy (mean over seeds), error bar,
+# paper value (nan for a row the paper has none for: no point, no key entry)
 
 set terminal pngcairo size 900,560 font "sans,11" noenhanced
 set output out
 load 'strings.gp'
 names = str('names')
+papers = str('papers')
 set title str('title_text')
 n = words(names)
 set style data histogram
@@ -28,4 +31,4 @@ plot for [i = 1:n] data using (column(3 * i - 1)):(column(3 * i)):xtic(1) lc rgb
          font ",9" offset 0, 0.5 notitle, \
      for [i = 1:n] data using (x(i) + 0.08):(column(3 * i + 1)) with points pt 12 ps 1.6 lw 2 \
          lc rgb value(sprintf("paper%d", i)) \
-         title sprintf("paper, 3B model at 4K context (%s)", value(sprintf("paper%d", i)) == 0 ? "Transformer" : "DIFF")
+         title (word(papers, i) eq "none" ? "" : sprintf("paper, 3B model at 4K context (%s)", word(papers, i)))

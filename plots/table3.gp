@@ -1,6 +1,7 @@
 # Table 3 and Figure 1. difftx needle --task table3 writes the files `data` and `fig1` and runs
 # this script to `out` and `out_fig1`, with the strings names ('standard diff'), papers
-# ('Transformer DIFF'), title_text and fig1_title, and the numbers att<i> and paper<i> (the
+# ('Transformer DIFF', 'none' for a row the paper has none for: its paper columns are nan and it
+# gets no paper key entry), title_text and fig1_title, and the numbers att<i> and paper<i> (the
 # colours, 0xRRGGBB, of each row's variant and of the paper's row it meets) and seeds.
 # data: one line per depth: "label" then per row: answer, noise (means over the seeds), the
 # paper's answer and noise, the seed std of answer and noise (drawn as error bars with seeds > 1)
@@ -26,12 +27,12 @@ set title "to the answer span (higher is better)"
 plot for [i = 1:n] data using 0:(column(6 * i - 4)):xtic(1) with linespoints pt 7 lw 2 lc rgb ours_colour(i) title word(names, i), \
      for [i = 1:n] data using 0:(column(6 * i - 4)):(seeds > 1 ? column(6 * i) : NaN) with yerrorbars pt -1 lw 1.5 lc rgb ours_colour(i) \
          title (seeds > 1 && i == n ? "seed std" : ""), \
-     for [i = 1:n] data using 0:(column(6 * i - 2)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title "paper ".word(papers, i)
+     for [i = 1:n] data using 0:(column(6 * i - 2)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title (word(papers, i) eq "none" ? "" : "paper ".word(papers, i))
 set title "to the noise context (lower is better)"
 plot for [i = 1:n] data using 0:(column(6 * i - 3)):xtic(1) with linespoints pt 7 lw 2 lc rgb ours_colour(i) title word(names, i), \
      for [i = 1:n] data using 0:(column(6 * i - 3)):(seeds > 1 ? column(6 * i + 1) : NaN) with yerrorbars pt -1 lw 1.5 lc rgb ours_colour(i) \
          title (seeds > 1 && i == n ? "seed std" : ""), \
-     for [i = 1:n] data using 0:(column(6 * i - 1)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title "paper ".word(papers, i)
+     for [i = 1:n] data using 0:(column(6 * i - 1)) with linespoints pt 6 dt 2 lc rgb paper_colour(i) title (word(papers, i) eq "none" ? "" : "paper ".word(papers, i))
 unset multiplot
 
 set yrange [*:*]

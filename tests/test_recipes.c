@@ -42,11 +42,14 @@ static const RowSpec TABLE6[] = {
 };
 #define TABLE6_ROWS ((int)(sizeof(TABLE6) / sizeof(TABLE6[0])))
 
-// docs/retrieval.md: standard h heads x d without per-head norm; diff h/2 heads, two d-wide maps
+// docs/retrieval.md: standard h heads x d without per-head norm; diff h/2 heads, two d-wide maps;
+// grouped DIFF (not in the paper) DIFF's shape
 static const RowSpec NEEDLE[] = {
     {"standard", "standard", 0, NULL, "h", "d"},
     {"diff", "diff", 1, "schedule", "h/2", "d"},
+    {"diff_grouped", "diff_grouped", 1, "schedule", "h/2", "d"},
 };
+#define NEEDLE_ROWS ((int)(sizeof(NEEDLE) / sizeof(NEEDLE[0])))
 
 static void check_row(const char* path, const Section* preset, const Config* cfg, const RowSpec* spec) {
     int h = section_int(preset, "h", path), d = section_int(preset, "d", path);
@@ -131,9 +134,9 @@ static void test_paired_init(void) {
 static void test_needle(void) {
     const char* path = "experiments/needle.ini";
     Recipe* r = recipe_load(path, needle_extra_key);
-    CHECK(r->n_rows == 2, "%s holds the two needle rows (%d)", path, r->n_rows);
+    CHECK(r->n_rows == NEEDLE_ROWS, "%s holds the paper's two needle rows and grouped DIFF (%d)", path, r->n_rows);
     for (int p = 0; p < r->n_presets; p++) {
-        for (int i = 0; i < r->n_rows && i < 2; i++) {
+        for (int i = 0; i < r->n_rows && i < NEEDLE_ROWS; i++) {
             CHECK(strcmp(r->rows[i].name, NEEDLE[i].row) == 0, "%s: row %d is %s", path, i, NEEDLE[i].row);
             Config cfg = needle_row_config(r, &r->presets[p], &r->rows[i], 0, path, "build/test_recipes");
             check_row(path, &r->presets[p], &cfg, &NEEDLE[i]);

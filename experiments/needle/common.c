@@ -144,18 +144,30 @@ void open_task_report(Report* rep, const char* task, int to_stdout, const Sectio
     provenance(rep, rows, n_rows, opt, samples);
 }
 
-// index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
-int paper_row(const Row* row) { return config_variant(&row->cfg.model)->maps == 1 ? 0 : 1; }
+// index of the paper's row a model stands beside: 0 Transformer, 1 DIFF, -1 none (a variant
+// the paper did not measure, such as DIFF V2 or grouped DIFF)
+int paper_row(const Row* row) {
+    int attention = row->cfg.model.attention;
+    return attention == ATTN_STANDARD ? 0 : attention == ATTN_DIFF ? 1 : -1;
+}
 
-// att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets
+// The paper's value v[p] for row p (paper_row), NaN for a row the paper has none for
+double paper_value(const double* transformer, const double* diff, int p) { return p == 0 ? *transformer : p == 1 ? *diff : NAN; }
+
+// att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets (its own
+// where it meets none); the string papers: each row's paper row, 'Transformer', 'DIFF' or 'none'
 void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds) {
+    char papers[512] = "";
     for (int g = 0; g < n_rows; g++) {
         char name[16];
+        int p = paper_row(&rows[g * seeds]), own = config_variant(&rows[g * seeds].cfg.model)->colour;
         snprintf(name, sizeof(name), "att%d", g + 1);
-        gnuplot_number(vars, name, config_variant(&rows[g * seeds].cfg.model)->colour);
+        gnuplot_number(vars, name, own);
         snprintf(name, sizeof(name), "paper%d", g + 1);
-        gnuplot_number(vars, name, ATTN_VARIANTS[paper_row(&rows[g * seeds]) ? ATTN_DIFF : ATTN_STANDARD].colour);
+        gnuplot_number(vars, name, p < 0 ? own : ATTN_VARIANTS[p ? ATTN_DIFF : ATTN_STANDARD].colour);
+        snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", g ? " " : "", p < 0 ? "none" : p ? "DIFF" : "Transformer");
     }
+    gnuplot_string(vars, "papers", papers);
 }
 
 // ---- seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] (spread_of, report.h) ----

@@ -159,7 +159,8 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
     for (int st = 0; st < N_SETTINGS; st++) {
         fprintf(bars.f, "\"N=%d, R=%d\"", SETTING_N[st], SETTING_R[st]);
         for (int g = 0; g < n_rows; g++) {
-            fprintf(bars.f, " %.4f %.4f %.2f", t->acc_s[g][st].mean, t->err[g][st], PAPER_TABLE2[paper_row(&rows[g * seeds])][st]);
+            int p = paper_row(&rows[g * seeds]);
+            fprintf(bars.f, " %.4f %.4f %.2f", t->acc_s[g][st].mean, t->err[g][st], paper_value(&PAPER_TABLE2[0][st], &PAPER_TABLE2[1][st], p));
         }
         fprintf(bars.f, "\n");
     }

@@ -240,8 +240,9 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
         fprintf(t3.f, "\"%.0f%%\"", 100 * DEPTHS[d]);
         for (int g = 0; g < n_rows; g++) {
             int p = paper_row(&rows[g * seeds]);
-            fprintf(t3.f, " %.4f %.4f %.2f %.2f %.4f %.4f", t->answer[g][d].mean, t->noise[g][d].mean, PAPER_ANSWER[p][d],
-                    PAPER_NOISE[p][d], t->answer[g][d].std, t->noise[g][d].std);
+            fprintf(t3.f, " %.4f %.4f %.2f %.2f %.4f %.4f", t->answer[g][d].mean, t->noise[g][d].mean,
+                    paper_value(&PAPER_ANSWER[0][d], &PAPER_ANSWER[1][d], p), paper_value(&PAPER_NOISE[0][d], &PAPER_NOISE[1][d], p),
+                    t->answer[g][d].std, t->noise[g][d].std);
         }
         fprintf(t3.f, "\n");
     }
@@ -251,11 +252,8 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
     }
     data_file_close(&t3);
     data_file_close(&g1);
-    char text[4400], names[512] = "", papers[512] = "";
-    for (int g = 0; g < n_rows; g++) {
-        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
-        snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", g ? " " : "", paper_row(&rows[g * seeds]) ? "DIFF" : "Transformer");
-    }
+    char text[4400], names[512] = "";
+    for (int g = 0; g < n_rows; g++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
@@ -263,7 +261,6 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
     attention_numbers(&vars, rows, n_rows, seeds);
     gnuplot_number(&vars, "seeds", seeds);
     gnuplot_string(&vars, "names", names);
-    gnuplot_string(&vars, "papers", papers);
     char png[4400], fig1_png[4400];
     preset_path(png, sizeof(png), opt->plots, "table3", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);

@@ -69,6 +69,7 @@ void open_task_report(Report* rep, const char* task, int to_stdout, const Sectio
                       const NeedleOptions* opt, int samples, const char* heading, ...) __attribute__((format(printf, 9, 10)));
 // index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
 int paper_row(const Row* row);
+double paper_value(const double* transformer, const double* diff, int p);
 // att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets
 void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds);
 // seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] (spread_of, report.h)
