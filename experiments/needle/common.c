@@ -151,8 +151,8 @@ int paper_row(const Row* row) {
     return attention == ATTN_STANDARD ? 0 : attention == ATTN_DIFF ? 1 : -1;
 }
 
-// The paper's value v[p] for row p (paper_row), NaN for a row the paper has none for
-double paper_value(const double* transformer, const double* diff, int p) { return p == 0 ? *transformer : p == 1 ? *diff : NAN; }
+// The paper's Transformer or DIFF value for paper row p (paper_row), NaN where it has none
+double paper_value(double transformer, double diff, int p) { return p == 0 ? transformer : p == 1 ? diff : NAN; }
 
 // att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets (its own
 // where it meets none); the string papers: each row's paper row, 'Transformer', 'DIFF' or 'none'

@@ -160,7 +160,7 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
         fprintf(bars.f, "\"N=%d, R=%d\"", SETTING_N[st], SETTING_R[st]);
         for (int g = 0; g < n_rows; g++) {
             int p = paper_row(&rows[g * seeds]);
-            fprintf(bars.f, " %.4f %.4f %.2f", t->acc_s[g][st].mean, t->err[g][st], paper_value(&PAPER_TABLE2[0][st], &PAPER_TABLE2[1][st], p));
+            fprintf(bars.f, " %.4f %.4f %.2f", t->acc_s[g][st].mean, t->err[g][st], paper_value(PAPER_TABLE2[0][st], PAPER_TABLE2[1][st], p));
         }
         fprintf(bars.f, "\n");
     }

@@ -241,7 +241,7 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
         for (int g = 0; g < n_rows; g++) {
             int p = paper_row(&rows[g * seeds]);
             fprintf(t3.f, " %.4f %.4f %.2f %.2f %.4f %.4f", t->answer[g][d].mean, t->noise[g][d].mean,
-                    paper_value(&PAPER_ANSWER[0][d], &PAPER_ANSWER[1][d], p), paper_value(&PAPER_NOISE[0][d], &PAPER_NOISE[1][d], p),
+                    paper_value(PAPER_ANSWER[0][d], PAPER_ANSWER[1][d], p), paper_value(PAPER_NOISE[0][d], PAPER_NOISE[1][d], p),
                     t->answer[g][d].std, t->noise[g][d].std);
         }
         fprintf(t3.f, "\n");

@@ -67,10 +67,13 @@ void episode_counts(const Records* rec, const Cell* cells, int n_cells, int samp
 // printf format), the preset's note and the provenance every task states
 void open_task_report(Report* rep, const char* task, int to_stdout, const Section* preset, const Row* rows, int n_rows,
                       const NeedleOptions* opt, int samples, const char* heading, ...) __attribute__((format(printf, 9, 10)));
-// index of the paper's row a model stands beside: 0 Transformer, 1 DIFF
+// index of the paper's row a model stands beside: 0 Transformer, 1 DIFF, -1 none (a variant the
+// paper did not measure)
 int paper_row(const Row* row);
-double paper_value(const double* transformer, const double* diff, int p);
-// att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets
+// The paper's Transformer or DIFF value for paper row p, NaN for p = -1
+double paper_value(double transformer, double diff, int p);
+// att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets (its own
+// where none); the string papers: each row's paper row ('Transformer', 'DIFF' or 'none')
 void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds);
 // seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] (spread_of, report.h)
 // What a table's ± means, for its caption

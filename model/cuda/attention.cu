@@ -345,9 +345,10 @@ void cuda_attention_forward(float* y, float* lse, const float* qkv, const float*
 }
 
 // ---- backward ----
-// Whether head h's sum for a sub-head is complete: h is the last head of its group, or the group's
-// next head reads another sub-head for that column (attention_head_group: shared sub-heads are
-// the same for every head of a group, so a sub-head's heads are consecutive)
+// Whether head h's sum for the sub-head at column col is complete: h is the last head of its
+// group, or the group's next head reads another sub-head there, next_col (attention_head_group:
+// shared sub-heads are the same for every head of a group, so a sub-head's heads are
+// consecutive). After the last head next_col is a column of no head: compared, never read.
 __device__ __forceinline__ bool sum_complete(int col, int next_col, bool last_head) { return last_head || next_col != col; }
 
 // Query tiles of a group of heads: D_m (B, H, M, T) and dQ, in two sweeps over the keys per head
@@ -448,7 +449,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
             int i = i0 + warp * ATT_RPW + k;
 #pragma unroll
             for (int m = 0; m < 2; m++) {
-                if (m >= M || !sum_complete(q_col(g, h, m), last_head ? -1 : q_col(g, h + 1, m), last_head)) continue;
+                if (m >= M || !sum_complete(q_col(g, h, m), q_col(g, h + 1, m), last_head)) continue;
                 float* out = dbase + (size_t)i * g.QKV + q_col(g, h, m);
 #pragma unroll
                 for (int t = 0; t < D_SLOTS; t++) {
@@ -579,8 +580,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
         bool key_done[2], value_done[2];
 #pragma unroll
         for (int m = 0; m < 2; m++) {
-            key_done[m] = m < M && sum_complete(k_col(g, h, m), last_head ? -1 : k_col(g, h + 1, m), last_head);
-            value_done[m] = m < g.Vm && sum_complete(v_col(g, h, m), last_head ? -1 : v_col(g, h + 1, m), last_head);
+            key_done[m] = m < M && sum_complete(k_col(g, h, m), k_col(g, h + 1, m), last_head);
+            value_done[m] = m < g.Vm && sum_complete(v_col(g, h, m), v_col(g, h + 1, m), last_head);
         }
 #pragma unroll
         for (int kk = 0; kk < ATT_KPW; kk++) {
