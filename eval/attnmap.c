@@ -95,7 +95,7 @@ void maps_of_text(Model* m, const int* tokens, int T, const int* layers, int n_l
                   MapsCallback maps_cb, void* ctx) {
     if (model_cache_size(m) < T) model_cache_init(m, T);
     model_forward_cached(m, tokens, T, 0);
-    HeadMaps maps = {T, T, m->M, 0, mallocCheck((size_t)m->M * T * T * sizeof(float)), mallocCheck(T * sizeof(float))};
+    HeadMaps maps = {T, T, m->M, 0, mallocCheck((size_t)m->M * T * T * sizeof(float)), mallocCheck(T * sizeof(float)), m->shape.integral};
     for (int i = 0; i < n_layers; i++) {
         for (int j = 0; j < n_heads; j++) {
             model_attention_maps(m, layers[i], heads[j], 0, T, maps.A, maps.lambda);
@@ -162,6 +162,7 @@ void maps_sample_open(MapsSample* s, const char* path, int sample) {
     s->attention = h5_read_string_attr(s->file, "attention", label);
     if (H5Aexists(s->file, "checkpoint") > 0) s->checkpoint = h5_read_string_attr(s->file, "checkpoint", label);
     s->maps = maps_per_head(s->file, s->attention, label);
+    s->integral = strcmp(s->attention, ATTN_VARIANTS[ATTN_DINT].name) == 0;
     h5_read_attr(s->file, "n_layer", H5T_NATIVE_INT, &s->n_layer, label);
     h5_read_attr(s->file, "n_head", H5T_NATIVE_INT, &s->n_head, label);
     if (s->n_layer < 1 || s->n_layer > ATTNMAP_MAX_INDEX || s->n_head < 1 || s->n_head > ATTNMAP_MAX_INDEX) {
@@ -222,10 +223,14 @@ void maps_sample_read(const MapsSample* s, int layer, int head, const char* map,
     }
     h5_read_dataset(s->group, name, H5T_NATIVE_FLOAT, (size_t)s->R * s->T, out, s->label);
     if (s->maps == 2 && strcmp(map, "map") == 0) return;  // A1 - λ A2: any sign
+    int less_integral = s->integral && strcmp(map, "A2") == 0;  // a softmax map less a mean of softmax maps
+    float low = less_integral ? -1 : 0;
     for (int r = 0; r < s->R; r++) {
         for (int k = 0; k <= s->rows[r]; k++) {
             float v = out[(size_t)r * s->T + k];
-            if (!(v >= 0 && v <= 1)) die("%s: %s/%s holds %g; softmax maps lie in [0, 1]", s->label, s->name, name, v);
+            if (!(v >= low && v <= 1)) {
+                die("%s: %s/%s holds %g; %s lie in [%g, 1]", s->label, s->name, name, v, less_integral ? "DINT's A2 less its integral term must" : "softmax maps", low);
+            }
         }
     }
 }
@@ -233,7 +238,7 @@ void maps_sample_read(const MapsSample* s, int layer, int head, const char* map,
 int maps_sample_noise(const MapsSample* s, const float* A, const float* lambda, Allocation* out) {
     *out = (Allocation){0};
     if (s->n_context < 0) return 0;  // which rows are the question's is not known
-    HeadMaps maps = {s->R, s->T, s->maps, 0, (float*)A, (float*)lambda};
+    HeadMaps maps = {s->R, s->T, s->maps, 0, (float*)A, (float*)lambda, s->integral};
     float* row = mallocCheck((size_t)s->T * sizeof(float));
     Allocation sum = {0};
     int n = 0, episode = s->N > 0;

@@ -11,7 +11,10 @@
 //   /sample_SSS/rows         int32 (R)      positions of the saved query rows
 //   /sample_SSS/layer_LL/head_HH/map     float32 (R, T)  one map per head: the softmax map; two:
 //                                                         the combined A1 - lambda A2 the forward uses
-//   /sample_SSS/layer_LL/head_HH/A1, A2  float32 (R, T)  two maps per head only, each a softmax map
+//   /sample_SSS/layer_LL/head_HH/A1, A2  float32 (R, T)  two maps per head only, each a softmax map;
+//                                                         for attention = dint, A2 is the noise map
+//                                                         less the integral term G (attention.h),
+//                                                         within [-1, 1], its rows summing to zero
 //   /sample_SSS/layer_LL/head_HH/lambda  float32 (R)     two maps per head only, lambda of each row
 // Row r of a map is query position rows[r]; entries beyond it are zero.
 #ifndef ATTNMAP_H
@@ -57,6 +60,7 @@ typedef struct {
     char label[4200], name[64];  // name: sample_SSS
     char *attention, *checkpoint;  // checkpoint: NULL where the file does not name one
     int n_layer, n_head, maps;   // maps: M, softmax maps per head (1 or 2)
+    int integral;                // attention = dint: A2 holds the noise map less the integral term
     int T, R, N;                 // tokens, saved rows, needles
     int n_context;               // BOS, haystack and needles: the question's rows start here (T for a
                                  // text); -1 where the sample does not say
@@ -69,7 +73,8 @@ void maps_sample_open(MapsSample* s, const char* path, int sample);
 // Whether the sample holds layer's head (`difftx maps --layers/--heads` keeps some)
 int maps_sample_has_head(const MapsSample* s, int layer, int head);
 // Reads one (R, T) map of a saved head: "map", or for M = 2 "A1", "A2"; or "lambda" (R). Softmax
-// maps (A1, A2, M = 1's map) must lie in [0, 1] on the causal entries and λ must be finite
+// maps (A1, A2, M = 1's map) must lie in [0, 1] on the causal entries (DINT's A2 in [-1, 1]) and
+// λ must be finite
 void maps_sample_read(const MapsSample* s, int layer, int head, const char* map, float* out);
 void maps_sample_close(MapsSample* s);
 // One saved head's attention-noise metrics (Allocation, eval/retrieval.h) averaged over the

@@ -115,7 +115,7 @@ void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float*
         return;
     }
     const float* a1 = a0 + (size_t)maps->rows * maps->T;
-    float lam = maps->lambda[row], norm = normalise ? 1.0f / (1.0f - lam) : 1.0f;  // x * 1.0f is x exactly
+    float lam = maps->lambda[row], norm = normalise && !maps->integral ? 1.0f / (1.0f - lam) : 1.0f;  // x * 1.0f is x exactly
     for (int j = 0; j < maps->T; j++) out[j] = (a0[j] - lam * a1[j]) * norm;
 }
 
@@ -127,6 +127,7 @@ Allocation episode_allocation(Model* m, const Episode* e, int all_rows, Allocati
     HeadMaps maps;
     maps.T = T;
     maps.M = m->M;
+    maps.integral = m->shape.integral;
     maps.first_row = all_rows ? 0 : e->n_context;
     maps.rows = T - maps.first_row;
     maps.A = mallocCheck((size_t)m->M * maps.rows * T * sizeof(float));

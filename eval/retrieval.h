@@ -45,12 +45,14 @@ Allocation allocation_of_row(const float* row, int visible, int context, int ans
 
 // Maps of one layer and head for the rows of question 0, read from the cache after
 // episode_allocation's forward: A (M, rows, T) softmax maps, lambda (rows) of each row
-// (DIFF: the layer's; DIFF V2: the token's; standard: 0).
+// (DIFF: the layer's; DIFF V2: the token's; standard: 0). DINT's map 1 is its noise map less the
+// integral term (model_attention_maps), each row summing to zero.
 typedef struct {
     int rows, T, M;
     int first_row;   // position of the first question token
     float* A;        // (M, rows, T)
     float* lambda;   // (rows)
+    int integral;    // DINT: map 1 less the integral term, so each combined row sums to one
 } HeadMaps;
 
 // Prefills context + question 0 (no decoding) and returns the allocation of the question's
@@ -65,7 +67,7 @@ void allocation_add(Allocation* sum, const Allocation* a);
 Allocation allocation_divide(Allocation a, double n);
 
 // The combined map of one row, A_0 - lambda A_1 (A_0 with one map): the weights the forward
-// pass applies to V; normalise divides by its sum 1 - lambda
+// pass applies to V; normalise divides by its sum, 1 - lambda (1 for DINT, whose rows sum to one)
 void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out);
 
 #endif

@@ -62,7 +62,9 @@ static void set(json_t* object, const char* key, json_t* value, const char* labe
 
 // Each saved head's maps, the causal entries only (row r holds keys 0..rows[r]), 8 bits against
 // the map's own largest entry, appended to *q (used bytes so far): the page draws and reads them
-// back from these. Returns the heads' list: layer, head, offset into *q, scale per map, λ per row
+// back from these. A map with negative entries (DINT's A2 less its integral term) is stored
+// around byte 128 (zero), 127 steps either way. Returns the heads' list: layer, head, offset into
+// *q, scale and zero per map, λ per row
 static json_t* pack_heads(const MapsSample* s, unsigned char** q, size_t* used) {
     const char* label = s->label;
     size_t tri = 0;
@@ -76,22 +78,29 @@ static json_t* pack_heads(const MapsSample* s, unsigned char** q, size_t* used) 
             if (!maps_sample_has_head(s, l, h)) continue;
             json_t* head = json_pack("{s:i, s:i, s:I}", "layer", l, "head", h, "offset", (json_int_t)*used);
             json_t* scales = json_array();
+            json_t* zeros = json_array();
             *q = realloc(*q, *used + (size_t)s->maps * tri);
             if (!*q) die("out of memory holding the maps of %s", label);
             for (int m = 0; m < s->maps; m++) {
                 float* Am = A + m * per_map;
                 maps_sample_read(s, l, h, s->maps == 2 ? (m ? "A2" : "A1") : "map", Am);
-                float top = 0;
+                float top = 0, bottom = 0;
                 for (int r = 0; r < s->R; r++) {
-                    for (int k = 0; k <= s->rows[r]; k++) top = fmaxf(top, Am[(size_t)r * s->T + k]);
+                    for (int k = 0; k <= s->rows[r]; k++) {
+                        top = fmaxf(top, fabsf(Am[(size_t)r * s->T + k]));
+                        bottom = fminf(bottom, Am[(size_t)r * s->T + k]);
+                    }
                 }
-                double scale = top > 0 ? top / 255.0 : 1.0;
+                int zero = bottom < 0 ? 128 : 0;
+                double scale = top > 0 ? top / (zero ? 127.0 : 255.0) : 1.0;
                 for (int r = 0; r < s->R; r++) {
-                    for (int k = 0; k <= s->rows[r]; k++) (*q)[(*used)++] = (unsigned char)lround(Am[(size_t)r * s->T + k] / scale);
+                    for (int k = 0; k <= s->rows[r]; k++) (*q)[(*used)++] = (unsigned char)(zero + lround(Am[(size_t)r * s->T + k] / scale));
                 }
                 append(scales, json_real(scale), label);
+                append(zeros, json_integer(zero), label);
             }
             set(head, "scale", scales, label);
+            set(head, "zero", zeros, label);
             if (s->maps == 2) {
                 maps_sample_read(s, l, h, "lambda", lambda);
                 json_t* lam = json_array();

@@ -39,8 +39,8 @@ static const Key KEYS[] = {
     K_MODEL(n_layer, KEY_INT, "L, the number of layers"),
     K_MODEL(d_model, KEY_INT, "C, the model width"),
     K_MODEL(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps)"),
-    K_MODEL(head_dim, KEY_INT, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for diff, diff_grouped and diff_shared, d_model / n_head otherwise"),
-    K_MODEL(head_norm, KEY_BOOL, "per-head RMSNorm (the paper's GroupNorm); unset: true for diff, diff_grouped and diff_shared, false for the others; "
+    K_MODEL(head_dim, KEY_INT, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for diff, diff_grouped, diff_shared and dint, d_model / n_head otherwise"),
+    K_MODEL(head_norm, KEY_BOOL, "per-head RMSNorm (the paper's GroupNorm); unset: true for diff, diff_grouped, diff_shared and dint, false for the others; "
                            "checkpoints and the registry record the resolved value"),
     K_SWITCH(noise_group, "G of `diff_grouped`: signal heads per shared noise sub-head (G:1), a divisor of n_head; "
                           "must be stated for `diff_grouped` and 0 for the other variants"),

@@ -15,6 +15,12 @@
 //   Grouped DIFF (noise_group = G, grouped differential attention): DIFF with H signal
 //     sub-heads and H / G noise sub-heads; signal heads gG .. gG + G - 1 share noise sub-head
 //     g (query and key), each keeps its own signal sub-head and its own 2D-wide values.
+//   DINT (integral): DIFF plus an integral term that brings back each key's global importance,
+//     head_h,i = (A_1 - lambda A_2 + lambda G)_i V, G_i = mean over rows j <= i of A_1's rows
+//     (the causal column mean of map 0); rows of A_1, A_2 and G each sum to one, so the one
+//     lambda keeps every row of the combined map summing to one. G V is the running mean of
+//     map 0's output A_1 V over the rows up to i, so the kernel hands out A_1 V (o1) and takes
+//     back an extra output gradient for map 0 (dy0); the running mean is integral_forward's.
 //   Shared DIFF (lowrank_qk, update_rank = r): DIFF whose two maps' query (and key)
 //     projections are one shared matrix plus a rank-r update per map, W_m = W + U_m V_m^T. The
 //     model composes W_m before the projection (model.c), so the attention is DIFF's, in the
@@ -30,7 +36,7 @@
 #ifndef ATTENTION_H
 #define ATTENTION_H
 
-typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2, ATTN_DIFF2_HALVES = 3, ATTN_DIFF_GROUPED = 4, ATTN_DIFF_SHARED = 5, ATTN_VARIANT_COUNT } AttentionKind;
+typedef enum { ATTN_STANDARD = 0, ATTN_DIFF = 1, ATTN_DIFF2 = 2, ATTN_DIFF2_HALVES = 3, ATTN_DIFF_GROUPED = 4, ATTN_DIFF_SHARED = 5, ATTN_DINT = 6, ATTN_VARIANT_COUNT } AttentionKind;
 
 typedef enum {
     LAMBDA_NONE,       // one map
@@ -45,6 +51,7 @@ typedef struct {
     int halves;             // DIFF V2's "halves" pairing (above); needs an even head count
     int grouped;            // noise sub-heads shared by groups of signal heads (the recipe key noise_group)
     int lowrank_qk;         // one query (key) projection shared by the maps, plus a low-rank update per map (update_rank)
+    int integral;           // DINT's integral term (above)
     LambdaKind lambda;
     int head_norm;          // default of the `head_norm` key: the paper's GroupNorm
     int head_norm_scaled;   // the head norm's output is multiplied by (1 - lambda_init)
@@ -85,6 +92,7 @@ typedef struct {
     LogitQuant quant;  // of the logits before the softmax; bits 0: none
     int halves;     // DIFF V2's "halves" pairing (with shared_kv)
     int noise_group;  // grouped: G signal heads per noise sub-head (G divides H); 1 for Shared DIFF; 0 otherwise
+    int integral;     // DINT: the kernels' o1 and dy0 (backend.h) are in use
 } AttnShape;
 
 // The shape of a variant's attention for H heads of width D (B, T, q0 zero); noise_group is

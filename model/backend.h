@@ -128,12 +128,24 @@ typedef struct {
     int (*supports)(const AttnShape* s, const char** why);
     // Attention over qkv (B*T, QKV), memory-linear in T. y (B*(T-q0), H*Dv); lse (B, H, M, T)
     // saved for backward, or NULL. lambda (1): the layer's lambda (LAMBDA_PER_LAYER), else NULL.
-    void (*attention_forward)(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+    // o1 (B*(T-q0), H*Dv): map 0's own output A_0 V where s->integral (DINT), else NULL.
+    void (*attention_forward)(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
                               HookSite hook);
     // q0 = 0 only. dqkv (N, QKV) overwritten, its lambda columns with dloss/dlambda
     // (LAMBDA_PER_TOKEN); dlambda (1) gets dloss/dlambda of the layer's lambda (LAMBDA_PER_LAYER).
-    void (*attention_backward)(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse,
-                               const float* lambda, const AttnShape* s, HookSite hook);
+    // dy0 (N, H*Dv): a gradient of map 0's own output A_0 V besides dy's, where s->integral, else NULL.
+    void (*attention_backward)(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
+                               const float* lse, const float* lambda, const AttnShape* s, HookSite hook);
+    // DINT's integral term. Per sequence b and head h, o1's rows (B*T, H*Dv) become their running
+    // sums, starting from prior (H*Dv: the sum over the rows before position pos; NULL: zero, which
+    // B > 1 needs), and y's row t gets lambda * sum_t / (pos + t + 1) added: the running mean of
+    // map 0's output, lambda (1) the layer's.
+    void (*integral_forward)(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos);
+    // From position 0: dy0 (B*T, H*Dv) = lambda * sum over t' >= t of dy_t' / (t' + 1), map 0's extra
+    // output gradient; dlambda (1) = the sum of dy_t . sums_t / (t + 1), sums the forward's running
+    // sums. Both overwritten.
+    void (*integral_backward)(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
+                              int Dv);
     // The softmax maps of head h for query rows q0..T-1 of sequence 0, each row zero beyond
     // its position: P (M, T-q0, T). Row i of the fused output is (P_0 - lambda_i P_1) V_h.
     void (*attention_maps)(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);

@@ -123,6 +123,7 @@ void model_build(Model* m, const ModelConfig* cfg, const Backend* be, int vocab_
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);
     m->lambda = m->be->alloc(m->L * sizeof(float));
     m->dlambda = m->be->alloc(sizeof(float));
+    m->dlambda_integral = m->shape.integral ? m->be->alloc(sizeof(float)) : NULL;
     m->params_memory = m->be->alloc(m->n_params * sizeof(float));
     m->grads_memory = m->be->alloc(m->n_params * sizeof(float));
     layout(m, m->params_memory, &m->params);
@@ -212,6 +213,8 @@ void model_free(Model* m) {
         be->release(m->grads_memory);
         be->release(m->lambda);
         be->release(m->dlambda);
+        be->release(m->dlambda_integral);
+        be->release(m->cache_sums);
         be->release(m->cache);
         be->release(m->cache_rope);
         be->release(m->maps_scratch);
@@ -242,9 +245,10 @@ static float* rope_table(const Model* m, int T) {
     return table;
 }
 
-// Sizes of the grad scratch: dres, dln (N, C); dgate_up (N, 2F); dh (N, F); dhn, dy (N, H*Dv); dqkv (N, QKV)
+// Sizes of the grad scratch: dres, dln (N, C); dgate_up (N, 2F); dh (N, F); dhn, dy (N, H*Dv); dqkv (N, QKV);
+// DINT's dy0 (N, H*Dv)
 static size_t grad_scratch_floats(const Model* m, size_t N) {
-    return N * (2 * (size_t)m->C + 3 * (size_t)m->F + 2 * (size_t)m->H * m->Dv + m->QKV);
+    return N * (2 * (size_t)m->C + 3 * (size_t)m->F + (2 + m->shape.integral) * (size_t)m->H * m->Dv + m->QKV);
 }
 
 // The one place that lays out the activations of N rows: a LayerActs per slot, then the final
@@ -264,6 +268,7 @@ static size_t place_acts(Model* m, float* base, size_t N, int slots) {
         a->qkv = TAKE(N * m->QKV);
         a->lse = TAKE(N * m->H * m->M);
         a->y = TAKE(N * HDv);
+        a->o1 = m->shape.integral ? TAKE(N * HDv) : NULL;
         a->hn = hn ? TAKE(N * HDv) : a->y;
         a->hn_rstd = TAKE(N * m->H * hn);
         a->mid = TAKE(N * C);
@@ -357,12 +362,20 @@ static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
     if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_forward(qkv, N, &m->shape);
     if (m->variant->lambda == LAMBDA_PER_LAYER) be->lambda_forward(m->lambda + l, p->lambda, m->lambda_init[l], m->D);
     if (pos < 0) {
-        be->attention_forward(a->y, a->lse, qkv, m->lambda + l, &m->shape, hook_site(m, l));
+        be->attention_forward(a->y, a->o1, a->lse, qkv, m->lambda + l, &m->shape, hook_site(m, l));
     } else {
         AttnShape shape = m->shape;
         shape.T = pos + m->T;
         shape.q0 = pos;
-        be->attention_forward(a->y, NULL, cache, m->lambda + l, &shape, hook_site(m, l));
+        be->attention_forward(a->y, a->o1, NULL, cache, m->lambda + l, &shape, hook_site(m, l));
+    }
+    if (m->shape.integral) {
+        // decoding continues the running sums of the positions before pos, kept per position
+        // so that a later call may start again from any of them
+        float* sums = pos < 0 ? NULL : m->cache_sums + (size_t)l * m->cache_T * HDv;
+        be->integral_forward(a->y, a->o1, pos > 0 ? sums + (size_t)(pos - 1) * HDv : NULL, m->lambda + l, m->B, m->T, m->H, m->Dv,
+                             pos < 0 ? 0 : pos);
+        if (sums) be->copy(sums + (size_t)pos * HDv, a->o1, (size_t)N * HDv * sizeof(float));
     }
     if (m->head_norm) be->rmsnorm_forward(a->hn, a->hn_rstd, a->y, p->head_norm, head_norm_scale(m, l), N * m->H, m->Dv);
     be->copy(a->mid, a->x, (size_t)N * C * sizeof(float));
@@ -412,6 +425,8 @@ void model_cache_init(Model* m, int max_T) {
     m->cache_T = max_T;
     m->cache = m->be->alloc((size_t)m->L * max_T * m->QKV * sizeof(float));
     m->cache_rope = rope_table(m, max_T);
+    m->be->release(m->cache_sums);
+    m->cache_sums = m->shape.integral ? m->be->alloc((size_t)m->L * max_T * m->H * m->Dv * sizeof(float)) : NULL;
 }
 
 int model_cache_size(const Model* m) { return m->cache ? m->cache_T : 0; }
@@ -437,6 +452,7 @@ static void layer_backward(Model* m, int l, float* dres) {
     float* dhn = dh + N * m->F;        // (N, H*Dv)
     float* dy = dhn + N * HDv;         // (N, H*Dv)
     float* dqkv = dy + N * HDv;        // (N, QKV)
+    float* dy0 = m->shape.integral ? dqkv + N * m->QKV : NULL;  // (N, H*Dv)
 
     be->matmul_backward(dh, g->w_down, dres, a->h, p->w_down, N, m->F, C);
     be->swiglu_backward(dgate_up, dh, a->gate_up, N, m->F);
@@ -450,7 +466,9 @@ static void layer_backward(Model* m, int l, float* dres) {
         dy = dhn;
     }
     int per_layer = m->variant->lambda == LAMBDA_PER_LAYER;
-    be->attention_backward(dqkv, per_layer ? m->dlambda : NULL, dy, a->qkv, a->lse, m->lambda + l, &m->shape, hook_site(m, l));
+    if (dy0) be->integral_backward(dy0, m->dlambda_integral, dy, a->o1, m->lambda + l, m->B, m->T, m->H, m->Dv);
+    be->attention_backward(dqkv, per_layer ? m->dlambda : NULL, dy, dy0, a->qkv, a->lse, m->lambda + l, &m->shape, hook_site(m, l));
+    if (dy0) be->add(m->dlambda, m->dlambda_integral, 1);
     if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_backward(dqkv, a->qkv, N, &m->shape);
     if (per_layer) be->lambda_backward(g->lambda, m->dlambda, p->lambda, m->D);
     be->rope_apply(dqkv, m->rope, N, m->T, attention_rope_heads(&m->shape), m->D, m->QKV, 1);
@@ -544,21 +562,47 @@ int model_lambda_stats(const Model* m, double* mean, double* std) {
     return 1;
 }
 
+// DINT: the maps of rows first_row..T-1 from those of every row (M, T, T), map 1 less the
+// integral term, G_i = the mean of map 0's rows 0..i
+static void fold_integral(float* A, const float* all, int first_row, int T) {
+    int rows = T - first_row;
+    double* column_sum = callocCheck(T, sizeof(double));
+    for (int i = 0; i < T; i++) {
+        const float* p0 = all + (size_t)i * T;
+        const float* p1 = all + ((size_t)T + i) * T;
+        for (int k = 0; k <= i; k++) column_sum[k] += p0[k];
+        if (i < first_row) continue;
+        float* a0 = A + (size_t)(i - first_row) * T;
+        float* a1 = A + ((size_t)rows + i - first_row) * T;
+        memcpy(a0, p0, T * sizeof(float));
+        for (int k = 0; k < T; k++) a1[k] = k <= i ? p1[k] - (float)(column_sum[k] / (i + 1)) : 0.0f;
+    }
+    free(column_sum);
+}
+
 void model_attention_maps(Model* m, int l, int h, int first_row, int T, float* A, float* lambda) {
     if (!m->cache || T > m->cache_T || first_row < 0 || first_row >= T) die("model_attention_maps: rows %d..%d of a cache of %d", first_row, T - 1, m->cache_T);
+    int from = m->shape.integral ? 0 : first_row;  // DINT's integral term takes map 0's rows from 0
     AttnShape shape = m->shape;
     shape.B = 1;
     shape.T = T;
-    shape.q0 = first_row;
+    shape.q0 = from;
     int rows = T - first_row;
-    size_t bytes = (size_t)m->M * rows * T * sizeof(float);
+    size_t bytes = (size_t)m->M * (T - from) * T * sizeof(float);
     if (bytes > m->maps_capacity) {
         m->be->release(m->maps_scratch);
         m->maps_scratch = m->be->alloc(bytes);
         m->maps_capacity = bytes;
     }
     m->be->attention_maps(m->maps_scratch, m->cache + (size_t)l * m->cache_T * m->QKV, &shape, h, hook_site(m, l));
-    m->be->download(A, m->maps_scratch, bytes);
+    if (m->shape.integral) {
+        float* all = mallocCheck(bytes);
+        m->be->download(all, m->maps_scratch, bytes);
+        fold_integral(A, all, first_row, T);
+        free(all);
+    } else {
+        m->be->download(A, m->maps_scratch, bytes);
+    }
     for (int r = 0; r < rows; r++) lambda[r] = model_lambda(m, l, h, first_row + r);
 }
 

@@ -61,6 +61,7 @@ typedef struct {
     float* qkv;        // (N, QKV), q and k after RoPE, per-token lambda after its sigmoid
     float* lse;        // (B, H, M, T)
     float* y;          // (N, H*Dv) attention output before the head norm
+    float* o1;         // (N, H*Dv) DINT: the running sums of map 0's output (attention.h); else NULL
     float* hn;         // (N, H*Dv) after the head norm; aliases y without head_norm
     float* hn_rstd;    // (N*H)
     float* mid;        // (N, C) residual after attention
@@ -81,6 +82,7 @@ typedef struct {
     float* lambda_init;  // (L) host
     float* lambda;       // (L) this forward's lambda per layer (per-layer lambda)
     float* dlambda;      // (1) backward scratch
+    float* dlambda_integral;  // (1) DINT: backward scratch, the integral term's part of dlambda
     int R;               // Shared DIFF's update rank r, else 0
     float* composed;     // (L, QKV, C) Shared DIFF's wqkv of every layer, composed from its parameters
     int composed_stale;  // the parameters changed since composed was made
@@ -112,6 +114,7 @@ typedef struct {
     int cache_T;
     float* cache;         // (L, cache_T, QKV)
     float* cache_rope;    // (cache_T, D/2, 2)
+    float* cache_sums;    // (L, cache_T, H*Dv) DINT: the running sums of map 0's output (its o1) per position
     float* maps_scratch;  // (M, rows, T) of the last model_attention_maps
     size_t maps_capacity;
     double loss;          // mean loss of the last forward, NaN without targets
@@ -178,7 +181,8 @@ int model_lambda_stats(const Model* model, double* mean, double* std);
 // The softmax maps of layer l, head h over cache positions 0..T-1 for query rows
 // first_row..T-1: A (M, T - first_row, T) host, each row zero beyond its position; lambda
 // (T - first_row) each row's lambda (0 with one map). The fused attention output of row i is
-// (A_0 - lambda_i A_1) V.
+// (A_0 - lambda_i A_1) V: for DINT, A_1 is the noise map less the integral term G (attention.h),
+// so its rows sum to zero.
 void model_attention_maps(Model* model, int l, int h, int first_row, int T, float* A, float* lambda);
 // The parameter (or gradient) block as host floats (n_params)
 void model_get_params(const Model* model, float* params);

@@ -34,7 +34,10 @@ CASES = {
     # Shared DIFF: one query and one key projection shared by both maps, plus a rank-3 update per map
     "diff_shared": dict(attention="diff_shared", n_head=2, head_dim=8, update_rank=3, head_norm=True,
                         lambda_init="schedule"),
+    # DINT: DIFF plus lambda times the causal column mean of map 0, as a T x T map
+    "dint": dict(attention="dint", n_head=2, head_dim=8, head_norm=True, lambda_init="schedule"),
 }
+PER_LAYER_LAMBDA = ("diff", "diff_grouped", "diff_shared", "dint")
 COMMON = dict(n_layer=2, d_model=32, ffn_hidden=64, rope_theta=10000.0, seq_len=T, batch_size=B, steps=STEPS,
               lr=1e-2, lr_final=1e-3, warmup_steps=2, beta1=0.9, beta2=0.98, adam_eps=1e-8, weight_decay=0.1,
               grad_clip=0.5)
@@ -91,7 +94,7 @@ def param_shapes(cfg):
         if v2:
             shapes[p + "w_lambda"] = (H, C)
         shapes[p + "wo"] = (C, H * Dv)
-        if cfg["attention"] in ("diff", "diff_grouped", "diff_shared"):
+        if cfg["attention"] in PER_LAYER_LAMBDA:
             for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
                 shapes[p + name] = (D,)
         if cfg["head_norm"]:
@@ -154,11 +157,15 @@ def forward(cfg, P, tokens, targets):
             attn = attn.view(Bn, H, 2, Tn, Tn)
             lam = (torch.exp(torch.dot(p("lambda_q1"), p("lambda_k1"))) -
                    torch.exp(torch.dot(p("lambda_q2"), p("lambda_k2"))) + lam_init)
-            attn = attn[:, :, 0] - lam * attn[:, :, 1]
+            integral = 0
+            if cfg["attention"] == "dint":  # G_i: the mean of map 0's rows 0..i
+                rows = torch.arange(1, Tn + 1, dtype=attn.dtype).view(Tn, 1)
+                integral = lam * attn[:, :, 0].cumsum(dim=-2) / rows
+            attn = attn[:, :, 0] - lam * attn[:, :, 1] + integral
         if not halves:
             y = attn @ v  # (B, H, T, Dv)
         if cfg["head_norm"]:
-            y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if cfg["attention"] in ("diff", "diff_grouped", "diff_shared") else 1.0)
+            y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if cfg["attention"] in PER_LAYER_LAMBDA else 1.0)
         x = x + y.transpose(1, 2).reshape(Bn, Tn, H * Dv) @ p("wo").T
         h = rmsnorm(x, p("ffn_norm"))
         x = x + (torch.nn.functional.silu(h @ p("w_gate").T) * (h @ p("w_up").T)) @ p("w_down").T

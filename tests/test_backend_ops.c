@@ -367,7 +367,9 @@ static void test_crossentropy(int N, int V) {
 
 // ---- attention ----
 // Naive attention of one shape in double: y (B*(T-q0), H*Dv), lse (B, H, M, T), the maps
-// P (B, H, M, T, T), and the gradient of sum(dy * y) w.r.t. qkv and the layer's lambda.
+// P (B, H, M, T, T), and the gradient of sum(dy * y) w.r.t. qkv and the layer's lambda. For
+// DINT, y is the whole of its attention, integral term included: (P_0 - lambda P_1 + lambda G) V
+// with G_i the mean of P_0's rows 0..i, formed here as a map, unlike the kernels.
 typedef struct {
     double *y, *lse, *P, *dqkv, dlambda;
     double* S;  // (B, H, M, T, T) the logits each softmax gets, quantized where asked
@@ -412,7 +414,9 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
             double* P = r.P + (((size_t)b * H + h) * M) * T * T;  // (M, T, T)
             for (int m = 0; m < M; m++) {
                 int q_col = ref_q_col(s, h, m), k_col = ref_k_col(s, h, m);
-                double tensor_max = 0;  // over the call's query rows q0..T-1
+                // over the call's query rows q0..T-1; the rows before them, which only DINT's integral
+                // term reads, as the call over rows 0..q0-1 that cached them quantized them
+                double tensor_max = 0, head_max = 0;
                 for (int i = 0; i < T; i++) {
                     double* Pr = P + ((size_t)m * T + i) * T;
                     for (int j = 0; j <= i; j++) {
@@ -420,6 +424,7 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
                         for (int c = 0; c < D; c++) dot += (double)base[(size_t)i * QKV + q_col + c] * base[(size_t)j * QKV + k_col + c];
                         Pr[j] = dot * scale;
                         if (i >= q0) tensor_max = fmax(tensor_max, fabs(Pr[j]));
+                        else head_max = fmax(head_max, fabs(Pr[j]));
                     }
                 }
                 for (int i = 0; i < T; i++) {
@@ -428,7 +433,7 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
                     if (Q) {  // S_hat = s clamp(round(S / s), -Q, Q), s = max|S| / Q
                         double row_max = 0;
                         for (int j = 0; j <= i; j++) row_max = fmax(row_max, fabs(Pr[j]));
-                        double step = (s->quant.scope == QUANT_PER_ROW ? row_max : tensor_max) / Q;
+                        double step = (s->quant.scope == QUANT_PER_ROW ? row_max : i < q0 ? head_max : tensor_max) / Q;
                         double* tie = r.S_tie + ((((size_t)b * H + h) * M + m) * T + i) * T;
                         for (int j = 0; j <= i; j++) {
                             double x = Pr[j] / step, level = nearbyint(x), near_mid = fabs(x - floor(x) - 0.5) < 1e-4;
@@ -465,6 +470,35 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
                         }
                     }
                 }
+            }
+            if (s->integral) {
+                int v_col = ref_v_col(s, h, 0);
+                double* column_sum = dzeros(T);  // of P_0's rows 0..i
+                double* later = dzeros(T);       // of lambda / (i' + 1) dy_i' . v_j over the rows i' >= i
+                for (int i = 0; i < T; i++) {
+                    for (int j = 0; j <= i; j++) column_sum[j] += P[(size_t)i * T + j];
+                    for (int j = 0; j <= i; j++) {
+                        double g = column_sum[j] / (i + 1);  // G_ij
+                        for (int c = 0; c < Dv; c++) {
+                            double v = base[(size_t)j * QKV + v_col + c];
+                            if (i >= q0) r.y[((size_t)b * rows + i - q0) * H * Dv + h * Dv + c] += lambda * g * v;
+                            if (!dy) continue;
+                            double d = dy[((size_t)b * T + i) * H * Dv + h * Dv + c];
+                            r.dqkv[((size_t)b * T + j) * QKV + v_col + c] += lambda * g * d;
+                            r.dlambda += g * d * v;
+                        }
+                    }
+                }
+                for (int i = T - 1; dy && i >= 0; i--) {  // G's gradient handed back to P_0
+                    for (int j = 0; j <= i; j++) {
+                        double dv = 0;
+                        for (int c = 0; c < Dv; c++) dv += dy[((size_t)b * T + i) * H * Dv + h * Dv + c] * base[(size_t)j * QKV + v_col + c];
+                        later[j] += lambda / (i + 1) * dv;
+                    }
+                    for (int j = 0; j <= i; j++) dPV[(size_t)i * T + j] += later[j];
+                }
+                free(column_sum);
+                free(later);
             }
             if (!dy) continue;
             for (int m = 0; m < M; m++) {
@@ -512,6 +546,51 @@ static void capture_logits(void* ctx, const Activation* a) {
     }
 }
 
+// The whole attention of shape s as the model runs it: for DINT the kernel, then its integral
+// term, which when decoding (B = 1) continues the running sums of rows 0..q0-1 from a call over
+// them. Returns DINT's running sums (B*(T-q0), H*Dv), the backward's input, else NULL.
+static float* whole_attention_forward(float* d_y, float* d_lse, const float* d_qkv, const float* d_lambda, const AttnShape* s, HookSite hook) {
+    if (!s->integral) {
+        be->attention_forward(d_y, NULL, d_lse, d_qkv, d_lambda, s, hook);
+        return NULL;
+    }
+    int Dv = attention_value_width(s), rows = s->T - s->q0;
+    size_t HDv = (size_t)s->H * Dv;
+    float* d_o1 = be->alloc((size_t)s->B * rows * HDv * 4);
+    be->attention_forward(d_y, d_o1, d_lse, d_qkv, d_lambda, s, hook);
+    float *d_head_y = NULL, *d_head_sums = NULL;
+    if (s->q0) {
+        if (s->B != 1) die("whole_attention_forward: decoding is for one sequence");
+        AttnShape head = *s;
+        head.T = s->q0;
+        head.q0 = 0;
+        d_head_y = be->alloc((size_t)s->q0 * HDv * 4);
+        d_head_sums = be->alloc((size_t)s->q0 * HDv * 4);
+        be->attention_forward(d_head_y, d_head_sums, NULL, d_qkv, d_lambda, &head, NO_HOOK);
+        be->integral_forward(d_head_y, d_head_sums, NULL, d_lambda, 1, s->q0, s->H, Dv, 0);
+    }
+    be->integral_forward(d_y, d_o1, d_head_sums ? d_head_sums + (size_t)(s->q0 - 1) * HDv : NULL, d_lambda, s->B, rows, s->H, Dv, s->q0);
+    be->release(d_head_y);
+    be->release(d_head_sums);
+    return d_o1;
+}
+
+// Its backward: DINT's integral term first, whose map-0 gradient the kernel takes
+static void whole_attention_backward(float* d_dqkv, float* d_dlambda, const float* d_dy, const float* d_sums, const float* d_qkv,
+                                     const float* d_lse, const float* d_lambda, const AttnShape* s) {
+    if (!s->integral) {
+        be->attention_backward(d_dqkv, d_dlambda, d_dy, NULL, d_qkv, d_lse, d_lambda, s, NO_HOOK);
+        return;
+    }
+    int Dv = attention_value_width(s);
+    float *d_dy0 = be->alloc((size_t)s->B * s->T * s->H * Dv * 4), *d_dlambda_integral = be->alloc(4);
+    be->integral_backward(d_dy0, d_dlambda_integral, d_dy, d_sums, d_lambda, s->B, s->T, s->H, Dv);
+    be->attention_backward(d_dqkv, d_dlambda, d_dy, d_dy0, d_qkv, d_lse, d_lambda, s, NO_HOOK);
+    be->add(d_dlambda, d_dlambda_integral, 1);
+    be->release(d_dy0);
+    be->release(d_dlambda_integral);
+}
+
 static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0, LogitQuant quant) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
     if (v->halves && H % 2) H *= 2;  // the halves pairing groups heads in twos
@@ -534,7 +613,7 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
     float *d_qkv = to_backend(qkv, n_qkv * 4), *d_lambda = to_backend(&lambda, 4);
     size_t n_lse = (size_t)B * H * M * T;
     float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc(n_lse * 4);
-    be->attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, NO_HOOK);
+    float* d_sums = whole_attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, NO_HOOK);
     float* dy = q0 == 0 ? random_host(n_y, 1) : NULL;
     AttnRef ref = attention_reference(qkv, lambda, &s, dy);
     // each call's outputs are read before the next call runs: the hooked call below writes
@@ -545,7 +624,7 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
         expect_close("attention_forward lse", what, got_lse, ref.lse, n_lse, RTOL, ATOL);
         float* garbage = random_host(n_qkv, 5);  // every column of dqkv must be written
         float *d_dqkv = to_backend(garbage, n_qkv * 4), *d_dy = to_backend(dy, n_y * 4), *d_dlambda = be->alloc(4);
-        be->attention_backward(d_dqkv, d_dlambda, d_dy, d_qkv, d_lse, d_lambda, &s, NO_HOOK);  // this backend's own lse
+        whole_attention_backward(d_dqkv, d_dlambda, d_dy, d_sums, d_qkv, d_lse, d_lambda, &s);  // this backend's own lse
         float* got_dqkv = from_backend(d_dqkv, n_qkv);
         expect_close("attention_backward dqkv", what, got_dqkv, ref.dqkv, n_qkv, RTOL, ATOL);
         if (v->lambda == LAMBDA_PER_LAYER) {
@@ -561,7 +640,7 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
     ActivationHook capture = {capture_logits, &cap};
     HookSite site = {&capture, 0};
     float *d_y_hooked = be->alloc(n_y * 4), *d_lse_hooked = be->alloc(n_lse * 4);
-    be->attention_forward(d_y_hooked, d_lse_hooked, d_qkv, d_lambda, &s, site);
+    be->release(whole_attention_forward(d_y_hooked, d_lse_hooked, d_qkv, d_lambda, &s, site));
     double worst = 0;
     for (int b = 0; b < B; b++) {
         for (int hm = 0; hm < H * M; hm++) {
@@ -601,7 +680,7 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
         be->release(d_P);
     }
     free(qkv); free(dy); free(got_y); free(got_lse); free(ref.y); free(ref.lse); free(ref.P); free(ref.dqkv); free(ref.S); free(ref.S_tie);
-    be->release(d_qkv); be->release(d_lambda); be->release(d_y); be->release(d_lse);
+    be->release(d_qkv); be->release(d_lambda); be->release(d_y); be->release(d_lse); be->release(d_sums);
 }
 
 // ---- lambda: per layer (DIFF) and per token (DIFF V2) ----
@@ -639,7 +718,7 @@ static void test_diff2_pairing(AttentionKind kind) {
     }
     float* d_qkv = to_backend(qkv, (size_t)2 * QKV * 4);
     float* d_y = be->alloc((size_t)2 * 2 * 4 * 4);
-    be->attention_forward(d_y, NULL, d_qkv, NULL, &s, NO_HOOK);
+    be->attention_forward(d_y, NULL, NULL, d_qkv, NULL, &s, NO_HOOK);
     float* y = from_backend(d_y, 2 * 2 * 4);  // (token, head, Dv)
     double want[2][2];
     for (int i = 0; i < 2; i++) {
@@ -698,8 +777,8 @@ static void test_grouped_is_diff(void) {
     for (int k = 0; k < 2; k++) {
         float *d_qkv = to_backend(inputs[k], (size_t)N * QKV * 4), *d_lambda = to_backend(&lambda, 4), *d_dy = to_backend(dy, n_y * 4);
         float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc(n_lse * 4), *d_dqkv = be->alloc((size_t)N * QKV * 4), *d_dlambda = be->alloc(4);
-        be->attention_forward(d_y, d_lse, d_qkv, d_lambda, shapes[k], NO_HOOK);
-        be->attention_backward(d_dqkv, d_dlambda, d_dy, d_qkv, d_lse, d_lambda, shapes[k], NO_HOOK);
+        be->attention_forward(d_y, NULL, d_lse, d_qkv, d_lambda, shapes[k], NO_HOOK);
+        be->attention_backward(d_dqkv, d_dlambda, d_dy, NULL, d_qkv, d_lse, d_lambda, shapes[k], NO_HOOK);
         y[k] = from_backend(d_y, n_y);
         dqkv[k] = from_backend(d_dqkv, (size_t)N * QKV);
         be->download(&dlambda[k], d_dlambda, 4);

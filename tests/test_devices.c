@@ -58,6 +58,7 @@ static const Variant VARIANTS[] = {
     {"diff2", ATTN_DIFF2, 0, "schedule"},
     {"diff_grouped, one noise sub-head for 2 heads", ATTN_DIFF_GROUPED, 1, "schedule"},
     {"diff_shared, rank-3 updates of shared Q/K projections", ATTN_DIFF_SHARED, 1, "schedule"},
+    {"dint, DIFF plus the integral term", ATTN_DINT, 1, "schedule"},
 };
 #define N_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 

@@ -159,16 +159,18 @@ static void test_crossentropy(void) {
 }
 
 // ---- attention ----
-typedef struct { float *qkv, *y, *lse, *R; float lambda; AttnShape shape; size_t ny; } AttnCase;
+// o1: DINT's map-0 output, which its integral term turns into running sums
+typedef struct { float *qkv, *y, *o1, *lse, *R; float lambda; AttnShape shape; size_t ny; } AttnCase;
 static double attn_loss(void* p) {
     AttnCase* c = p;
-    be->attention_forward(c->y, c->lse, c->qkv, &c->lambda, &c->shape, NO_HOOK);
+    be->attention_forward(c->y, c->o1, c->lse, c->qkv, &c->lambda, &c->shape, NO_HOOK);
+    if (c->o1) be->integral_forward(c->y, c->o1, NULL, &c->lambda, c->shape.B, c->shape.T, c->shape.H, attention_value_width(&c->shape), 0);
     return weighted_sum(c->y, c->R, c->ny);
 }
 
 // Every variant over 2 sequences of 2 heads of width 4 (DIFF V2's per-token lambda columns are
 // part of qkv and so are checked with the rest of d_qkv; grouped DIFF's 2 heads share one noise
-// sub-head)
+// sub-head; DINT's attention with its integral term, the two backward operations together)
 static void test_attention(AttentionKind kind, int T) {
     AttnShape shape = attention_shape(&ATTN_VARIANTS[kind], 2, 4, ATTN_VARIANTS[kind].grouped ? 2 : 0);
     shape.B = 2;
@@ -176,14 +178,18 @@ static void test_attention(AttentionKind kind, int T) {
     int M = shape.M, shared_kv = shape.shared_kv;
     int QKV = attention_qkv_width(&shape), Dv = shared_kv ? 4 : M * 4, lam = attention_lambda_offset(&shape);
     size_t N = (size_t)shape.B * T, ny = N * shape.H * Dv;
-    AttnCase c = {random_array(N * QKV, 1), random_array(ny, 1), random_array(N * shape.H * M, 1), random_array(ny, 1), 0.6f, shape, ny};
+    AttnCase c = {random_array(N * QKV, 1), random_array(ny, 1), shape.integral ? random_array(ny, 1) : NULL, random_array(N * shape.H * M, 1),
+                  random_array(ny, 1), 0.6f, shape, ny};
     for (size_t n = 0; lam >= 0 && n < N; n++) {
         for (int h = 0; h < shape.H; h++) c.qkv[n * QKV + lam + h] = 0.2f + 0.6f * rng_uniform(&rng_state);
     }
     attn_loss(&c);
     float* dqkv = random_array(N * QKV, 1);  // must be overwritten entirely
-    float dlambda;
-    be->attention_backward(dqkv, &dlambda, c.R, c.qkv, c.lse, &c.lambda, &shape, NO_HOOK);
+    float dlambda, dlambda_integral = 0.0f;
+    float* dy0 = shape.integral ? random_array(ny, 1) : NULL;  // must be overwritten entirely
+    if (dy0) be->integral_backward(dy0, &dlambda_integral, c.R, c.o1, &c.lambda, shape.B, T, shape.H, Dv);
+    be->attention_backward(dqkv, &dlambda, c.R, dy0, c.qkv, c.lse, &c.lambda, &shape, NO_HOOK);
+    dlambda += dlambda_integral;
     char what[96];
     const char* name = ATTN_VARIANTS[kind].name;
     snprintf(what, sizeof(what), "attention %s T=%d d_qkv", name, T);
@@ -194,13 +200,14 @@ static void test_attention(AttentionKind kind, int T) {
     }
     // hand case: the first query sees only the first key, so y[0] = v[0] (M=1) or v[0] - lambda v'[0],
     // v' the value head of head 0's second map: head 0's own, or value head 1 when the halves
-    // pairing puts query head 2 (of 2 heads) on key/value group 1
+    // pairing puts query head 2 (of 2 heads) on key/value group 1; DINT's integral term, the
+    // mean of map 0's one row, gives lambda v[0] back
     attn_loss(&c);
     float lambda0 = lam >= 0 ? c.qkv[lam] : c.lambda;
     const float* v = c.qkv + QKV - shape.H * Dv - (lam >= 0 ? shape.H : 0);  // value head 0 of token 0
-    float expect = M == 2 ? v[0] - lambda0 * v[kind == ATTN_DIFF2_HALVES ? Dv : 0] : v[0];
+    float expect = M == 2 && !shape.integral ? v[0] - lambda0 * v[kind == ATTN_DIFF2_HALVES ? Dv : 0] : v[0];
     CHECK(fabsf(c.y[0] - expect) < 1e-5f, "attention %s position 0: %g vs %g", name, c.y[0], expect);
-    free(c.qkv); free(c.y); free(c.lse); free(c.R); free(dqkv);
+    free(c.qkv); free(c.y); free(c.o1); free(c.lse); free(c.R); free(dqkv); free(dy0);
 }
 
 // ---- whole model ----
@@ -283,6 +290,8 @@ int main(void) {
     test_attention(ATTN_DIFF2_HALVES, 130);
     test_attention(ATTN_DIFF_GROUPED, 5);
     test_attention(ATTN_DIFF_GROUPED, 130);
+    test_attention(ATTN_DINT, 5);
+    test_attention(ATTN_DINT, 130);
     printf("model gradients (finite differences)\n");
     test_model(ATTN_STANDARD, 0, "schedule");
     test_model(ATTN_STANDARD, 1, "schedule");
@@ -294,5 +303,6 @@ int main(void) {
     test_model(ATTN_DIFF2_HALVES, 0, "schedule");
     test_model(ATTN_DIFF_GROUPED, 1, "schedule");
     test_model(ATTN_DIFF_SHARED, 1, "schedule");
+    test_model(ATTN_DINT, 1, "schedule");
     return check_summary();
 }

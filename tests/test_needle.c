@@ -156,11 +156,46 @@ static Config tiny(int attention) {
     cfg.model.attention = attention;
     cfg.model.n_layer = 2;
     cfg.model.d_model = 32;
-    cfg.model.n_head = attention == ATTN_DIFF ? 2 : 4;  // DIFF's heads are two maps wide
+    cfg.model.n_head = ATTN_VARIANTS[attention].maps == 2 && !ATTN_VARIANTS[attention].shared_kv ? 2 : 4;  // DIFF's heads are two maps wide
     cfg.model.head_dim = 8;
     cfg.model.seq_len = 96;
     config_validate(&cfg);
     return cfg;
+}
+
+// DINT's maps over a filled cache of T positions: map 1 less the integral term, so each row of
+// A_0 - lambda A_1 sums to one, A_1's rows to zero, row 0 is all on token 0 (its integral term
+// is map 0's one row), and rows asked from first_row on are those asked from row 0
+static void test_integral_maps(Model* m, int T) {
+    int first = 40, rows = T - first;
+    float *A = mallocCheck((size_t)2 * T * T * sizeof(float)), *lambda = mallocCheck(T * sizeof(float));
+    float *later = mallocCheck((size_t)2 * rows * T * sizeof(float)), *later_lambda = mallocCheck(rows * sizeof(float));
+    model_attention_maps(m, 1, 1, 0, T, A, lambda);
+    model_attention_maps(m, 1, 1, first, T, later, later_lambda);
+    double worst_sum = 0, worst_noise = 0, worst_later = 0;
+    for (int i = 0; i < T; i++) {
+        double sum = 0, noise = 0;
+        for (int k = 0; k < T; k++) {
+            sum += A[(size_t)i * T + k] - lambda[i] * A[((size_t)T + i) * T + k];
+            noise += A[((size_t)T + i) * T + k];
+        }
+        worst_sum = fmax(worst_sum, fabs(sum - 1));
+        worst_noise = fmax(worst_noise, fabs(noise));
+    }
+    for (int r = 0; r < rows; r++) {
+        for (int k = 0; k < T; k++) {
+            worst_later = fmax(worst_later, fabs(later[(size_t)r * T + k] - A[(size_t)(first + r) * T + k]));
+            worst_later = fmax(worst_later, fabs(later[((size_t)rows + r) * T + k] - A[((size_t)T + first + r) * T + k]));
+        }
+    }
+    CHECK(worst_sum < 1e-5 && worst_noise < 1e-5, "dint maps: rows of A_0 - lambda A_1 sum to one (worst %.1e), of A_1 to zero (%.1e)",
+          worst_sum, worst_noise);
+    CHECK(A[0] == 1.0f && A[(size_t)T * T] == 0.0f, "dint maps: row 0 is all on token 0 (A_0 %g, A_1 %g)", A[0], A[(size_t)T * T]);
+    CHECK(worst_later == 0, "dint maps: rows asked from %d on are those asked from 0 (max |diff| %.1e)", first, worst_later);
+    free(A);
+    free(lambda);
+    free(later);
+    free(later_lambda);
 }
 
 // Prefill in pieces, then one token at a time, gives the full forward pass's logits
@@ -201,6 +236,7 @@ static void test_cache(int attention) {
         for (int v = 0; v < m.V; v++) back = fmax(back, fabs(row[v] - full[(size_t)(80 + r) * m.V + v]));
     }
     CHECK(back < 2e-4, "%s: stepping the cache back gives the same logits (%.2e)", config_attention_name(&cfg.model), back);
+    if (m.shape.integral) test_integral_maps(&m, T);
     free(full);
     free(row);
     free(params);
@@ -210,7 +246,7 @@ static void test_cache(int attention) {
 // attention_maps' rows combined with lambda and multiplied by V equal attention_forward's
 // output for the same rows, q0 > 0 included
 static void test_maps_times_v(int M, int shared_kv) {
-    AttnShape s = {1, 80, 2, 8, M, shared_kv, shared_kv, 30, {0, QUANT_PER_TENSOR}, 0, 0};
+    AttnShape s = {1, 80, 2, 8, M, shared_kv, shared_kv, 30, {0, QUANT_PER_TENSOR}, 0, 0, 0};
     const Backend* be = backend_cpu();
     HookSite no_hook = {NULL, 0};
     int QKV = attention_qkv_width(&s), lam = attention_lambda_offset(&s);
@@ -228,7 +264,7 @@ static void test_maps_times_v(int M, int shared_kv) {
     be->upload(d_qkv, qkv, qkv_bytes);
     be->upload(d_lambda, &lambda, sizeof(float));
     float* y = mallocCheck(y_bytes);
-    be->attention_forward(d_y, NULL, d_qkv, d_lambda, &s, no_hook);
+    be->attention_forward(d_y, NULL, NULL, d_qkv, d_lambda, &s, no_hook);
     be->download(y, d_y, y_bytes);
     float* P = mallocCheck(P_bytes);
     double worst = 0, row_sum_err = 0;
@@ -308,7 +344,7 @@ static void test_allocation(void) {
           a.noise, a.question);
     // a DIFF row is normalised by 1 - lambda: A1 all on the answer, A2 uniform over 4 positions
     float A[2 * 4] = {0, 0, 1, 0, 0.25f, 0.25f, 0.25f, 0.25f}, lam = 0.5f, out[4];
-    HeadMaps maps = {1, 4, 2, 3, A, &lam};
+    HeadMaps maps = {1, 4, 2, 3, A, &lam, 0};
     head_maps_combined_row(&maps, 0, 1, out);
     Allocation d = allocation_of_row(out, 4, 3, 2, 1);
     CHECK(fabs(d.answer - 1.75) < 1e-6 && fabs(d.bos + 0.25) < 1e-6 && fabs(d.noise + 0.25) < 1e-6 &&
@@ -401,6 +437,7 @@ int main(void) {
     test_episodes(&eval_src, &train_src, &tok);
     test_sentence_ends(&eval_src, &tok);
     for (int a = 0; a < 3; a++) test_cache(a);
+    test_cache(ATTN_DINT);
     test_maps_times_v(1, 0);
     test_maps_times_v(2, 0);
     test_maps_times_v(2, 1);

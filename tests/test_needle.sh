@@ -27,7 +27,7 @@
 # for seeds 2024 and 2025 in their own run folders; Table 2 stating its two seeds, listing each
 # seed's accuracies and judging each gap from the spread (and, with one seed, every verdict "n/a");
 # Figure 1's DIFF answer share equal to the mean ± sample std of the registry's per-seed episode
-# means; `table5 --seeds 2` writing twelve statistics files and a Top-1 equal to the mean ± std of
+# means; `table5 --seeds 2` writing fourteen statistics files and a Top-1 equal to the mean ± std of
 # the registry's two values, and its Top-1 gap of `diff` over `transformer` the mean of the two
 # seeds' paired differences with the interval running from the smaller to the larger (one seed: no
 # interval).
@@ -51,18 +51,18 @@ task table2 > "$work/table2.log" 2>&1
 expect "table2 exits 0" test $? -eq 0
 expect "training mix made from the corpus" test -s "$work/mix/train.bin"
 expect "copy stage data made from the corpus" test -s "$work/mix/copy/train.bin" -a -s "$work/mix/copy/val.bin"
-expect "every row trained and FINISHED, each after its copy stage" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT row FROM runs WHERE status = 'FINISHED' ORDER BY id)")" = "standard_copy standard diff_copy diff diff_grouped_copy diff_grouped diff_shared_copy diff_shared"
+expect "every row trained and FINISHED, each after its copy stage" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT row FROM runs WHERE status = 'FINISHED' ORDER BY id)")" = "standard_copy standard diff_copy diff diff_grouped_copy diff_grouped diff_shared_copy diff_shared dint_copy dint"
 expect "copy stage: 64-token windows of copy practice at a constant lr" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff_copy'\" | grep -c '^seq_len = 64\$\|^lr_final = 0.002\$\|^steps = 4\$' | grep -qx 3 &&
     test \"\$(sqlite3 '$work/results/registry.sqlite' \"SELECT data_dir FROM runs WHERE row = 'diff_copy'\")\" = '$work/mix/copy'"
 expect "needle run starts from the copy stage's checkpoint" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff'\" | grep -qx 'init_from = $work/results/needle/smoke/diff_copy/seed2024/checkpoint.h5'"
 hash() { sha256sum "$1" | cut -c1-64; }
-expect "each stage's training data recorded by its sha256" test "$(sql "SELECT group_concat(ok, ' ') FROM (SELECT r.row || ':' || (a.sha256 = CASE WHEN r.row LIKE '%_copy' THEN '$(hash "$work/mix/copy/train.bin")' ELSE '$(hash "$work/mix/train.bin")' END) AS ok FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE a.kind = 'training_data' ORDER BY a.rowid)")" = "standard_copy:1 standard:1 diff_copy:1 diff:1 diff_grouped_copy:1 diff_grouped:1 diff_shared_copy:1 diff_shared:1"
-expect "copying check stored with its first-copy baseline" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('copy_score', 'copy_score_first') AND value BETWEEN 0 AND 1")" = 8
+expect "each stage's training data recorded by its sha256" test "$(sql "SELECT group_concat(ok, ' ') FROM (SELECT r.row || ':' || (a.sha256 = CASE WHEN r.row LIKE '%_copy' THEN '$(hash "$work/mix/copy/train.bin")' ELSE '$(hash "$work/mix/train.bin")' END) AS ok FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE a.kind = 'training_data' ORDER BY a.rowid)")" = "standard_copy:1 standard:1 diff_copy:1 diff:1 diff_grouped_copy:1 diff_grouped:1 diff_shared_copy:1 diff_shared:1 dint_copy:1 dint:1"
+expect "copying check stored with its first-copy baseline" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('copy_score', 'copy_score_first') AND value BETWEEN 0 AND 1")" = 10
 expect "table2 written" grep -q "| N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |" "$work/results/table2_smoke.md"
 expect "paper row beside" grep -q "| paper DIFF | 1.00 | 0.92 | 0.84 | 0.85 |" "$work/results/table2_smoke.md"
 # queries per row: 2 samples x 5 depths x (1 + 2 + 2 + 2)
 expect "every query stored" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table2' GROUP BY run_id" | sort -u)" = 70
-expect "outcomes are 0/1 with the decoded text" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table2' AND correct IN (0, 1) AND output IS NOT NULL")" = 280
+expect "outcomes are 0/1 with the decoded text" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table2' AND correct IN (0, 1) AND output IS NOT NULL")" = 350
 expect "answers are evaluation numbers of 7 digits" test "$(sql "SELECT COUNT(*) FROM episodes WHERE number < 1000000 OR number > 9999999")" = 0
 for row in standard diff; do
     acc=$(sql "SELECT printf('%.2f', AVG(e.correct)) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$row' AND e.task = 'table2' AND e.n_needles = 6")
@@ -76,7 +76,7 @@ expect "fig5 trains nothing again" bash -c "! grep -q '^== training' '$work/fig5
 expect "fig5: both models side by side in one figure" bash -c "$(declare -f is_png); is_png '$work/plots/fig5_smoke.png'"
 expect "fig5 sweeps 3 lengths x 5 depths" test "$(sql "SELECT COUNT(DISTINCT length || '/' || depth) FROM episodes WHERE task = 'fig5'")" = 15
 expect "fig5 has 8 needles" test "$(sql "SELECT DISTINCT n_needles FROM episodes WHERE task = 'fig5'")" = 8
-expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-9]+%|average) \|( [0-9.]+ \|){3}$' "$work/results/fig5_smoke.md")" = 24
+expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-9]+%|average) \|( [0-9.]+ \|){3}$' "$work/results/fig5_smoke.md")" = 30
 expect "fig5 judges DIFF against the Transformer at each of the 3 lengths, paired on episodes" \
     test "$(grep -cE '^\| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|same direction|opposite|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 3
 
@@ -86,15 +86,15 @@ expect "table3 written" grep -q "| paper DIFF | 0.27 | 0.30 | 0.31 | 0.32 | 0.40
 expect "table3 and fig1 figures" bash -c "$(declare -f is_png); is_png '$work/plots/table3_smoke.png' && is_png '$work/plots/fig1_smoke.png'"
 # per episode, answer + noise + question + BOS = 1 (rows are normalised)
 expect "allocations sum to 1" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3' AND abs(answer + noise + question + bos - 1) > 1e-4")" = 0
-expect "allocation of every episode stored" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3'")" = 160
+expect "allocation of every episode stored" test "$(sql "SELECT COUNT(*) FROM episodes WHERE task = 'table3'")" = 200
 # the noise metrics per head: each head's mean over the episodes, so their mean over the heads is
 # the episodes' mean share (every episode weighs alike)
 head_vs_episode() {  # ROW METRIC COLUMN: |mean over heads - mean over episodes|
     sql "SELECT abs((SELECT avg(v.value) FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = '$1' AND v.key LIKE 'table3\_$2\_l%' ESCAPE '\\')
         - (SELECT avg(e.$3) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$1' AND e.task = 'table3')) < 1e-9"
 }
-expect "noise metrics: 5 per head of each model in the registry (8 heads standard, 4 DIFF, grouped and Shared DIFF)" \
-    test "$(sql "SELECT group_concat(n) FROM (SELECT r.row, COUNT(*) AS n FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE v.key LIKE 'table3\_%\_l__\_h__' ESCAPE '\\' GROUP BY r.row ORDER BY r.row)")" = "20,20,20,40"
+expect "noise metrics: 5 per head of each model in the registry (8 heads standard, 4 DIFF, grouped DIFF, Shared DIFF and DINT)" \
+    test "$(sql "SELECT group_concat(n) FROM (SELECT r.row, COUNT(*) AS n FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE v.key LIKE 'table3\_%\_l__\_h__' ESCAPE '\\' GROUP BY r.row ORDER BY r.row)")" = "20,20,20,20,40"
 for row in standard diff; do
     expect "noise metrics ($row): the heads' answer, noise and sink shares average to the episodes'" \
         test "$(head_vs_episode $row answer answer)$(head_vs_episode $row noise noise)$(head_vs_episode $row sink bos)" = 111
@@ -102,7 +102,7 @@ done
 expect "noise metrics: no softmax head has negative mass, a DIFF head has" test "$(sql "SELECT (SELECT max(v.value) FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = 'standard' AND v.key LIKE 'table3_negative_%') || ',' || (SELECT max(v.value) > 0 FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = 'diff' AND v.key LIKE 'table3_negative_%')")" = "0.0,1"
 expect "noise metrics: the table per layer and its figure" bash -c "$(declare -f is_png); grep -qx '| Model | layer | sink | entropy | negative | answer | noise |' '$work/results/table3_smoke.md' && is_png '$work/plots/table3_noise_smoke.png'"
 maps="$work/results/needle/smoke/maps_diff.h5"
-expect "maps artifact recorded" test "$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'attention_maps' AND length(sha256) = 64")" = 4
+expect "maps artifact recorded" test "$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'attention_maps' AND length(sha256) = 64")" = 5
 expect "maps: 5 samples" test "$(h5ls "$maps" | grep -c sample_)" = 5
 expect "maps: DIFF keeps A1, A2, lambda and the map" bash -c "h5ls -r '$maps/sample_000/layer_00/head_03' | grep -c 'A1\|A2\|lambda\|map' | grep -qx 4"
 expect "maps: standard keeps the map only" bash -c "h5ls -r '$work/results/needle/smoke/maps_standard.h5/sample_000/layer_00/head_07' | grep -qx '/map .*'"
@@ -121,8 +121,8 @@ expect "fig8 table: 16 bits once, 8/6/4 per tensor and per row, per model" \
     test "$(grep -cE '^\| (standard|diff) \| (none \| 16|per tensor \| [864]|per row \| [864]) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' "$work/results/fig8_smoke.md")" = 14
 expect "fig8 stores the queries of every width and scale" test "$(sql "SELECT COUNT(DISTINCT task) FROM episodes WHERE task LIKE 'fig8_%'")" = 7
 # fig8's first sample per cell is table2's first sample (same seeds): unquantized, same answers
-expect "fig8 at 16 bits answers as table2 did" test "$(sql "SELECT SUM(a.output = b.output) || '/' || COUNT(*) FROM episodes a JOIN episodes b ON a.run_id = b.run_id AND a.seed = b.seed AND a.query = b.query WHERE a.task = 'fig8_tensor_16bit' AND b.task = 'table2'")" = "60/60"
-expect "fig8 metrics in the registry" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key LIKE 'fig8_%' AND value BETWEEN 0 AND 20")" = 112
+expect "fig8 at 16 bits answers as table2 did" test "$(sql "SELECT SUM(a.output = b.output) || '/' || COUNT(*) FROM episodes a JOIN episodes b ON a.run_id = b.run_id AND a.seed = b.seed AND a.query = b.query WHERE a.task = 'fig8_tensor_16bit' AND b.task = 'table2'")" = "75/75"
+expect "fig8 metrics in the registry" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key LIKE 'fig8_%' AND value BETWEEN 0 AND 20")" = 140
 loss16=$(sql "SELECT printf('%.4f', value) FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE r.row = 'diff' AND key = 'fig8_tensor_16bit_loss'")
 expect "fig8 table's 16-bit loss is the registry's" grep -qE "^\| diff \| none \| 16 \| $loss16 \|" "$work/results/fig8_smoke.md"
 expect "fig8 figure" is_png "$work/plots/fig8_smoke.png"
@@ -144,7 +144,7 @@ expect "table5 paper row" grep -q "| paper DIFF (3B) | Attention Logits | 38.8 |
 top1=$(sql "SELECT printf('%.2f', value) FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'needle' AND r.row = 'diff' AND key = 'table5_attention_logits_top1'")
 expect "table5 Top-1 is the registry's ($top1)" grep -qE "^\| needle/smoke/diff \| Attention Logits \| $top1 \|" "$work/results/table5_smoke_smoke.md"
 h5=$work/results/table5/needle_smoke_diff_seed2024.h5
-expect "table5 HDF5 per model, recorded as artifacts" test "$(ls "$work"/results/table5/*.h5 | wc -l)/$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'outlier_stats'")" = "6/6"
+expect "table5 HDF5 per model, recorded as artifacts" test "$(ls "$work"/results/table5/*.h5 | wc -l)/$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'outlier_stats'")" = "7/7"
 expect "table5 HDF5 layout: per layer (1 layer x 100) and pooled" bash -c "h5ls -r '$h5' | grep -c 'attention_logits/top .*{1, 100}\|hidden_states/histogram .*{1, 65536}\|attention_logits/pooled_top .*{100}' | grep -qx 3"
 # the needle smoke model: 1 layer, 4 heads x 2 maps, 3 windows of 768: 3 x 8 x 768 x 769 / 2 logits
 expect "table5 counts every causal logit of both maps" bash -c "h5dump -d attention_logits/pooled_count '$h5' | grep -q '(0): 7087104'"
@@ -164,7 +164,7 @@ expect "--seeds 2: table2 and table3 exit 0" test $? -eq 0
 sqls() { sqlite3 "$work/seeds/registry.sqlite" "$1"; }
 expect "--seeds 2 trains both stages of every row for seeds 2024 and 2025" \
     test "$(sqls "SELECT group_concat(row || ' ' || seed, ', ') FROM (SELECT row, seed FROM runs WHERE status = 'FINISHED' ORDER BY row, seed)")" = \
-    "diff 2024, diff 2025, diff_copy 2024, diff_copy 2025, diff_grouped 2024, diff_grouped 2025, diff_grouped_copy 2024, diff_grouped_copy 2025, diff_shared 2024, diff_shared 2025, diff_shared_copy 2024, diff_shared_copy 2025, standard 2024, standard 2025, standard_copy 2024, standard_copy 2025"
+    "diff 2024, diff 2025, diff_copy 2024, diff_copy 2025, diff_grouped 2024, diff_grouped 2025, diff_grouped_copy 2024, diff_grouped_copy 2025, diff_shared 2024, diff_shared 2025, diff_shared_copy 2024, diff_shared_copy 2025, dint 2024, dint 2025, dint_copy 2024, dint_copy 2025, standard 2024, standard 2025, standard_copy 2024, standard_copy 2025"
 expect "each seed in its own run folder" test -s "$work/seeds/needle/smoke/diff/seed2025/checkpoint.h5" -a -s "$work/seeds/needle/smoke/diff_copy/seed2025/checkpoint.h5"
 expect "table2 states its seeds and lists each seed's accuracy" bash -c "grep -q 'mean ± sample standard deviation over 2 seeds' '$work/seeds/table2_smoke.md' &&
     test \"\$(grep -cE '^\| (standard|diff) \| 202[45] \|' '$work/seeds/table2_smoke.md')\" = 4"
@@ -182,7 +182,7 @@ expect "Figure 1's diff answer share is the seeds' mean ± std of the registry's
 expect "the seed figures are drawn" bash -c "head -c 4 '$work/seeds_plots/table2_smoke.png' | grep -q PNG && head -c 4 '$work/seeds_plots/table3_smoke.png' | grep -q PNG"
 $bin table5 "$work/table6.ini" --preset smoke --needle "$work/needle.ini" --needle-preset smoke --seeds 2 --results "$work/seeds" \
     --plots "$work/seeds_plots" > "$work/seeds_table5.log" 2>&1
-expect "table5 --seeds 2: 12 models, each with its statistics file" test "$(ls "$work"/seeds/table5/*_seed*.h5 | wc -l)" = 12
+expect "table5 --seeds 2: 14 models, each with its statistics file" test "$(ls "$work"/seeds/table5/*_seed*.h5 | wc -l)" = 14
 top=$(sqls "SELECT e.value FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'table6' AND r.row = 'diff' AND e.key = 'table5_attention_logits_top1'" |
     awk '{v[NR] = $1; m += $1} END {m /= NR; for (i = 1; i <= NR; i++) s += (v[i] - m)^2; printf "%.2f ± %.2f", m, sqrt(s / (NR - 1))}')
 expect "table5's Top-1 of table6/smoke/diff is its two seeds' mean ± std ($top)" \

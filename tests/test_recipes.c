@@ -40,6 +40,7 @@ static const RowSpec TABLE6[] = {
     {"diff2_halves", "diff2_halves", 0, NULL, "h", "d"},
     {"diff_grouped", "diff_grouped", 1, "schedule", "h/2", "d"},
     {"diff_shared", "diff_shared", 1, "schedule", "h/2", "d"},
+    {"dint", "dint", 1, "schedule", "h/2", "d"},
 };
 #define TABLE6_ROWS ((int)(sizeof(TABLE6) / sizeof(TABLE6[0])))
 
@@ -50,6 +51,7 @@ static const RowSpec NEEDLE[] = {
     {"diff", "diff", 1, "schedule", "h/2", "d"},
     {"diff_grouped", "diff_grouped", 1, "schedule", "h/2", "d"},
     {"diff_shared", "diff_shared", 1, "schedule", "h/2", "d"},
+    {"dint", "dint", 1, "schedule", "h/2", "d"},
 };
 #define NEEDLE_ROWS ((int)(sizeof(NEEDLE) / sizeof(NEEDLE[0])))
 
@@ -161,7 +163,7 @@ static void test_needle(void) {
 
 static void test_defaults(void) {
     static const int expected[ATTN_VARIANT_COUNT] = {[ATTN_STANDARD] = 0, [ATTN_DIFF] = 1, [ATTN_DIFF2] = 0, [ATTN_DIFF2_HALVES] = 0, [ATTN_DIFF_GROUPED] = 1,
-                                                    [ATTN_DIFF_SHARED] = 1};
+                                                    [ATTN_DIFF_SHARED] = 1, [ATTN_DINT] = 1};
     for (int k = 0; k < ATTN_VARIANT_COUNT; k++) {
         Config cfg;
         config_defaults(&cfg);

@@ -124,5 +124,6 @@ int main(void) {
     test_case("diff2_halves");
     test_case("diff_grouped");
     test_case("diff_shared");
+    test_case("dint");
     return check_summary();
 }

@@ -13,7 +13,8 @@
 # value at four cells against the HDF5 file (within the stated 8-bit step; one cell above 0.05 so
 # zeros cannot pass), four heads drawing four different views named with their λ, the text lines, no
 # resource and no request in the browser's network log (which does show the request of a page that
-# makes one), token text holding `</script><script>` shown as text, and two screenshots. The noise
+# makes one), token text holding `</script><script>` shown as text, a DINT page's signed A2 - G read
+# back below zero, and two screenshots. The noise
 # metrics beside each head: on a hand-made file (write_fixture hand_maps) sink -0.25, negative
 # mass 0.75, answer 1.75, noise -0.25 and entropy 0.9404480 as worked out by hand; none negative
 # for softmax; the page showing what its data holds.
@@ -186,6 +187,21 @@ expect "DIFF V2 page: the selected head's metrics as the page's data holds them 
 expect "DIFF V2 page: λ per token" grep -qE '^layer 1, head 3   λ per token: [0-9.]+ at the query, [0-9.]+ to [0-9.]+ over the rows$' <<<"$(jq -r '.selections[1]' <<<"$out")"
 out=$(browse "$work/needle.html" '{"select": [0]}')
 expect "needle page opens and draws" test "$(jq -r '.digests | length' <<<"$out")" = 1
+# the DINT page: A2 less the integral term, stored around byte 128, read back with its sign. Row 1's
+# entries of A2 - G sum to zero, so of keys 0 and 1 one is negative (or both zero)
+"$bin" maps "$needle/dint/seed2024/checkpoint.h5" --text "$work/text.txt" --heads 0 -o "$work/dint.h5" > /dev/null 2>&1
+"$bin" view "$work/dint.h5" -o "$work/dint.html" > /dev/null 2>&1
+out=$(browse "$work/dint.html" '{"cells": [[0, 1, 0], [0, 1, 1]], "select": [0]}')
+lowest=1
+for k in 0 1; do
+    shown=$(jq -r ".cells[$k]" <<<"$out")
+    a2=$(h5val "$work/dint.h5" /sample_000/layer_00/head_00/A2 "1,$k" "1,1") map=$(h5val "$work/dint.h5" /sample_000/layer_00/head_00/map "1,$k" "1,1")
+    read -r s2 s3 <<<"$(sed -n 's/^A1 [-0-9.]*   A2 − G \([-0-9.]*\)   A1 − λ·(A2 − G) \([-0-9.]*\)   λ [-0-9.]*$/\1 \2/p' <<<"$shown")"
+    expect "DINT page, query 1, key $k: A2 - G $a2 and the combined map $map as the file holds them: '$shown'" \
+        awk -v s2="${s2:-x}" -v s3="${s3:-x}" -v a2="$a2" -v m="$map" 'BEGIN { t = 1 / 254 + 5e-5; exit !(s2 != "x" && (s2 - a2) ^ 2 < t * t && (s3 - m) ^ 2 < (3 * t) ^ 2) }'
+    lowest=$(awk -v a="$a2" -v b="$lowest" 'BEGIN { print (a < b ? a : b) }')
+done
+expect "DINT page: one of those entries is below zero ($lowest), so the sign is what was read back" awk -v a="$lowest" 'BEGIN { exit !(a < -0.001) }'
 # screenshots of what a user sees: the DIFF text page with a query picked, the needle episode
 q=$((T - 3))
 run_browser --window-size=1500,1100 --screenshot="$work/view_diff.png" "file://$work/diff.html#probe=%7B%22query%22%3A$q%7D" > /dev/null 2>&1

@@ -107,7 +107,7 @@ static void hand_maps(const char* path) {
     float A[2 * T * T] = {1, 0, 0, 0, 0.5f, 0.5f, 0, 0, 0.2f, 0.3f, 0.5f, 0, 0, 0, 1, 0,                       // A1
                           1, 0, 0, 0, 0.5f, 0.5f, 0, 0, 0.25f, 0.25f, 0.5f, 0, 0.25f, 0.25f, 0.25f, 0.25f};  // A2
     float lambda[T] = {0.5f, 0.5f, 0.5f, 0.5f};
-    HeadMaps maps = {T, T, 2, 0, A, lambda};
+    HeadMaps maps = {T, T, 2, 0, A, lambda, 0};
     maps_file_head(&f, 0, 0, &maps);
     maps_file_close(&f);
     model_free(&m);

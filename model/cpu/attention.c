@@ -139,7 +139,7 @@ static void causal_softmax(float* S, int i0, int nq, int kn, float* row_lse) {
     }
 }
 
-void cpu_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
+void cpu_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
     Dims d = dims_of(s);
     int T = d.T, H = d.H, M = d.M, rows = T - d.q0;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
@@ -159,6 +159,10 @@ void cpu_attention_forward(float* y, float* lse, const float* qkv, const float* 
                         quantize_block(S, i0, nq, kn, &s->quant, amax[m]);
                         if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 0);
                         causal_softmax(S, i0, nq, kn, lse ? lse + (((size_t)b * H + h) * M + m) * T : NULL);
+                    }
+                    if (o1) {  // DINT: map 0's own output, before the maps are combined
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d.Dv, kn, 1.0f, P, kn, qkv + (size_t)b * T * d.QKV + v_col(&d, h, 0),
+                                    d.QKV, 0.0f, o1 + ((size_t)b * rows + i0 - d.q0) * d.HDv + (size_t)h * d.Dv, d.HDv);
                     }
                     // P_1 becomes -lambda P_1, added to P_0 where the maps share values
                     float* P1 = P + (size_t)block * T;
@@ -213,30 +217,39 @@ static void zero_group_grads(float* dbase, const Dims* d, int g) {
     }
 }
 
+// dP_m = dy V_m^T takes one slot per value head, and one per map where map 0's output has its
+// own extra gradient dy0 (DINT)
+static int dpv_slots(const Dims* d, const float* dy0) { return dy0 ? d->M : d->Vm; }
+
 // The backward of head h of sequence b over every query block: its dQ, dK and dV added,
 // the per-token lambda columns written; returns this head's part of the layer lambda's gradient.
-// P: the thread's scratch, P_m (M, block, T), dPV_m = dy V_m^T (Vm, block, T) and the map a
-// value product takes (block, T).
-static float head_backward(float* dqkv, const float* dy, const float* qkv, const float* lse, const float* lambda, const Dims* d,
-                           int b, int h, int block, float* P, HookSite hook) {
-    int T = d->T, H = d->H, M = d->M, D = d->D;
+// P: the thread's scratch, P_m (M, block, T), dPV_m = dy V_m^T (dpv_slots, block, T; map 0's
+// with dy + dy0) and the map a value product takes (block, T).
+static float head_backward(float* dqkv, const float* dy, const float* dy0, const float* qkv, const float* lse, const float* lambda,
+                           const Dims* d, int b, int h, int block, float* P, HookSite hook) {
+    int T = d->T, H = d->H, M = d->M, D = d->D, slots = dpv_slots(d, dy0);
     float* dPV = P + (size_t)M * block * T;
-    float* Pc = dPV + (size_t)d->Vm * block * T;
+    float* Pc = dPV + (size_t)slots * block * T;
     const float* base = qkv + (size_t)b * T * d->QKV;
     float* dbase = dqkv + (size_t)b * T * d->QKV;
     float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK], dlambda = 0.0f, amax[2];
     tensor_absmax_maps(amax, P, qkv, d, &d->s->quant, b, h, block);
     for (int i0 = 0; i0 < T; i0 += block) {
         int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
-        const float* dyb = dy + ((size_t)b * T + i0) * d->HDv + (size_t)h * d->Dv;
-        for (int m = 0; m < d->Vm; m++) {
+        size_t at = ((size_t)b * T + i0) * d->HDv + (size_t)h * d->Dv;
+        const float* dyb = dy + at;
+        for (int m = 0; m < slots; m++) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dyb, d->HDv, base + v_col(d, h, m), d->QKV, 0.0f,
                         dPV + (size_t)m * block * T, kn);
+        }
+        if (dy0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dy0 + at, d->HDv, base + v_col(d, h, 0), d->QKV, 1.0f,
+                        dPV, kn);
         }
         for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(d, qkv, lambda, b, h, i0 + r);
         for (int m = 0; m < M; m++) {
             float* S = P + (size_t)m * block * T;
-            const float* G = dPV + (size_t)(d->share_v ? 0 : m) * block * T;
+            const float* G = dPV + (size_t)(slots == 1 ? 0 : m) * block * T;
             const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
             block_scores(S, qkv, d, b, h, m, i0, nq, kn);
             quantize_block(S, i0, nq, kn, &d->s->quant, amax[m]);
@@ -261,6 +274,10 @@ static float head_backward(float* dqkv, const float* dy, const float* qkv, const
                 if (m == 0) memcpy(pr, sr, kn * sizeof(float));
                 else if (d->share_v) for (int j = 0; j < kn; j++) pr[j] -= lam[r] * sr[j];
                 else for (int j = 0; j < kn; j++) pr[j] = c * sr[j];
+            }
+            if (dy0 && m == 0) {  // map 0's own output's gradient: P_0^T dy0
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, S, kn, dy0 + at, d->HDv, 1.0f,
+                            dbase + v_col(d, h, 0), d->QKV);
             }
             // dV once the last map on this value head is in
             if (!d->share_v || m == M - 1) {
@@ -288,23 +305,24 @@ static float head_backward(float* dqkv, const float* dy, const float* qkv, const
     return dlambda;
 }
 
-void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, const float* qkv, const float* lse,
+void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, const float* dy0, const float* qkv, const float* lse,
                             const float* lambda, const AttnShape* s, HookSite hook) {
     Dims d = dims_of(s);
     if (d.q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", d.q0);
+    if (!dy0 != !s->integral) die("attention_backward: dy0 is given exactly for DINT's integral term");
     int T = d.T, H = d.H, groups = H / d.group;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below
     #pragma omp parallel
     {
-        float* P = thread_scratch((size_t)(d.M + d.Vm + 1) * block * T);
+        float* P = thread_scratch((size_t)(d.M + dpv_slots(&d, dy0) + 1) * block * T);
         // a thread owns a group of heads: the gradients of sub-heads they share are summed here only
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
             for (int g = 0; g < groups; g++) {
                 zero_group_grads(dqkv + (size_t)b * T * d.QKV, &d, g);
                 for (int h = g * d.group; h < (g + 1) * d.group; h++) {
-                    dlambda_part[b * H + h] = head_backward(dqkv, dy, qkv, lse, lambda, &d, b, h, block, P, hook);
+                    dlambda_part[b * H + h] = head_backward(dqkv, dy, dy0, qkv, lse, lambda, &d, b, h, block, P, hook);
                 }
             }
         }
@@ -313,6 +331,52 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
     for (int i = 0; i < d.B * H; i++) dlambda += dlambda_part[i];
     free(dlambda_part);
     if (dlambda_out) *dlambda_out = dlambda;
+}
+
+void cpu_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos) {
+    float lam = *lambda;
+    size_t HDv = (size_t)H * Dv;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            for (int t = 0; t < T; t++) {
+                float* sum = o1 + ((size_t)b * T + t) * HDv + (size_t)h * Dv;
+                const float* before = t ? sum - HDv : prior ? prior + (size_t)h * Dv : NULL;
+                float* out = y + ((size_t)b * T + t) * HDv + (size_t)h * Dv;
+                float weight = lam / (float)(pos + t + 1);
+                for (int c = 0; c < Dv; c++) {
+                    if (before) sum[c] += before[c];
+                    out[c] += weight * sum[c];
+                }
+            }
+        }
+    }
+}
+
+void cpu_integral_backward(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
+                           int Dv) {
+    float lam = *lambda;
+    size_t HDv = (size_t)H * Dv;
+    float* part = callocCheck((size_t)B * H, sizeof(float));  // summed in fixed order below
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            float acc = 0.0f;
+            for (int t = T - 1; t >= 0; t--) {
+                size_t at = ((size_t)b * T + t) * HDv + (size_t)h * Dv;
+                float inv = 1.0f / (float)(t + 1);
+                for (int c = 0; c < Dv; c++) {
+                    dy0[at + c] = (t + 1 < T ? dy0[at + HDv + c] : 0.0f) + lam * inv * dy[at + c];  // the rows from t on
+                    acc += inv * dy[at + c] * sums[at + c];
+                }
+            }
+            part[b * H + h] = acc;
+        }
+    }
+    float total = 0.0f;
+    for (int i = 0; i < B * H; i++) total += part[i];
+    free(part);
+    *dlambda = total;
 }
 
 static float dot(const float* a, const float* b, int n) {

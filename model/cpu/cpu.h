@@ -26,10 +26,13 @@ void cpu_crossentropy_backward(float* probs_inout, const int* targets, float dlo
 float cpu_softmax_inplace(float* x, int n);
 
 // attention.c
-void cpu_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
-void cpu_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse,
+void cpu_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
+void cpu_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
                             const float* lambda, const AttnShape* s, HookSite hook);
 void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
+void cpu_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos);
+void cpu_integral_backward(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
+                           int Dv);
 void cpu_lambda_forward(float* lambda, const float* lam, float lambda_init, int D);
 void cpu_lambda_backward(float* dlam, const float* dlambda, const float* lam, int D);
 void cpu_token_lambda_forward(float* qkv, int N, const AttnShape* s);

@@ -4,7 +4,7 @@
 // tiles of ATT_BK keys; each map keeps its own online-softmax state (running max, sum and
 // output) and both maps use the same V tile where they share values, so V is read once for
 // DIFF's two maps (DIFF V2's "halves" pairing loads one V tile per map). The epilogue writes
-// y = O_0 / l_0 - lambda O_1 / l_1 and the log-sum-exp of each map.
+// y = O_0 / l_0 - lambda O_1 / l_1 and the log-sum-exp of each map (and DINT's o1 = O_0 / l_0).
 // Backward, deterministic and without atomics, both kernels over a group of heads (those sharing
 // sub-heads, attention.h): one over query tiles forms each row's D_m = dy . O_m and dQ; one over
 // key tiles forms dK and dV, each key's sums owned by one warp and added in a fixed order;
@@ -202,8 +202,8 @@ __device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo
 }
 
 // ---- forward ----
-__global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float* y, float* lse, const float* qkv, const float* lambda,
-                                                                           const float* qstep, Geo g) {
+__global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float* y, float* o1, float* lse, const float* qkv,
+                                                                           const float* lambda, const float* qstep, Geo g) {
     extern __shared__ float smem[];
     const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T;
     const int bh = blockIdx.y, b = bh / g.s.H, h = bh % g.s.H;
@@ -266,14 +266,15 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
         int i = i0 + warp * ATT_RPW + k;
         if (i >= T) continue;
         float lam = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
-        float* out = y + ((size_t)b * rows + i - g.s.q0) * g.HDv + (size_t)h * Dv;
+        size_t at = ((size_t)b * rows + i - g.s.q0) * g.HDv + (size_t)h * Dv;
 #pragma unroll
         for (int t = 0; t < DV_SLOTS; t++) {
             int c = lane + 32 * t;
             if (c >= Dv) continue;
             float o = acc[k][0][t] / run_sum[k][0];
+            if (o1) o1[at + c] = o;
             if (M == 2) o -= lam * (acc[k][1][t] / run_sum[k][1]);
-            out[c] = o;
+            y[at + c] = o;
         }
         if (lse && lane == 0) {
 #pragma unroll
@@ -296,7 +297,7 @@ static void allow_smem(Kernel kernel, size_t bytes) {
 
 // ---- the hook's path: the CPU kernel on host copies ----
 struct HostAttention {
-    float *qkv, *y, *lse, *dy, *dqkv, lambda, dlambda;
+    float *qkv, *y, *o1, *lse, *dy, *dy0, *dqkv, lambda, dlambda;
 };
 
 static float* host_copy(const float* d, size_t n) {
@@ -305,39 +306,43 @@ static float* host_copy(const float* d, size_t n) {
     return h;
 }
 
-static void staged_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
+static void staged_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
     Geo g = geo_of(s);
     size_t n_qkv = (size_t)g.s.B * g.s.T * g.QKV, n_y = (size_t)g.s.B * (g.s.T - g.s.q0) * g.HDv, n_lse = (size_t)g.s.B * g.s.H * g.s.M * g.s.T;
     HostAttention h = {host_copy(qkv, n_qkv), (float*)mallocCheck(n_y * sizeof(float) + 1),
-                       lse ? (float*)mallocCheck(n_lse * sizeof(float)) : NULL, NULL, NULL, 0.0f, 0.0f};
+                       o1 ? (float*)mallocCheck(n_y * sizeof(float) + 1) : NULL, lse ? (float*)mallocCheck(n_lse * sizeof(float)) : NULL,
+                       NULL, NULL, NULL, 0.0f, 0.0f};
     if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
-    backend_named("cpu")->attention_forward(h.y, h.lse, h.qkv, &h.lambda, s, hook);
+    backend_named("cpu")->attention_forward(h.y, h.o1, h.lse, h.qkv, &h.lambda, s, hook);
     cuda_upload(y, h.y, n_y * sizeof(float));
+    if (o1) cuda_upload(o1, h.o1, n_y * sizeof(float));
     if (lse) cuda_upload(lse, h.lse, n_lse * sizeof(float));
     free(h.qkv);
     free(h.y);
+    free(h.o1);
     free(h.lse);
 }
 
-static void staged_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse, const float* lambda,
-                            const AttnShape* s, HookSite hook) {
+static void staged_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+                            const float* lambda, const AttnShape* s, HookSite hook) {
     Geo g = geo_of(s);
     size_t n_qkv = (size_t)g.s.B * g.s.T * g.QKV, n_y = (size_t)g.s.B * g.s.T * g.HDv, n_lse = (size_t)g.s.B * g.s.H * g.s.M * g.s.T;
-    HostAttention h = {host_copy(qkv, n_qkv), NULL, host_copy(lse, n_lse), host_copy(dy, n_y),
+    HostAttention h = {host_copy(qkv, n_qkv), NULL, NULL, host_copy(lse, n_lse), host_copy(dy, n_y), dy0 ? host_copy(dy0, n_y) : NULL,
                        (float*)mallocCheck(n_qkv * sizeof(float)), 0.0f, 0.0f};
     if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
-    backend_named("cpu")->attention_backward(h.dqkv, dlambda ? &h.dlambda : NULL, h.dy, h.qkv, h.lse, &h.lambda, s, hook);
+    backend_named("cpu")->attention_backward(h.dqkv, dlambda ? &h.dlambda : NULL, h.dy, h.dy0, h.qkv, h.lse, &h.lambda, s, hook);
     cuda_upload(dqkv, h.dqkv, n_qkv * sizeof(float));
     if (dlambda) cuda_upload(dlambda, &h.dlambda, sizeof(float));
     free(h.qkv);
     free(h.lse);
     free(h.dy);
+    free(h.dy0);
     free(h.dqkv);
 }
 
-void cuda_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
+void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
     if (hook.hook) {
-        staged_forward(y, lse, qkv, lambda, s, hook);
+        staged_forward(y, o1, lse, qkv, lambda, s, hook);
         return;
     }
     Geo g = geo_of(s);
@@ -349,7 +354,7 @@ void cuda_attention_forward(float* y, float* lse, const float* qkv, const float*
         allowed = smem;
     }
     dim3 grid(cuda_blocks(g.s.T - g.s.q0, ATT_BQ), g.s.B * g.s.H);
-    attention_forward_kernel<<<grid, 32 * ATT_WARPS, smem>>>(y, lse, qkv, lambda, qstep, g);
+    attention_forward_kernel<<<grid, 32 * ATT_WARPS, smem>>>(y, o1, lse, qkv, lambda, qstep, g);
     cudaCheckLaunch();
 }
 
@@ -364,16 +369,17 @@ __device__ __forceinline__ bool sum_complete(int col, int next_col, bool last_he
 // (the first finds D_m, which the second's dS needs); the lambda columns of dqkv get -D_1 per
 // token. A query sub-head the group's heads share (grouped DIFF's noise query) sums their dQ
 // in head order before it is written.
-__global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(float* dqkv, float* Drow, const float* dy, const float* qkv,
-                                                                               const float* lse, const float* lambda, const float* qstep,
-                                                                               Geo g) {
+__global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(float* dqkv, float* Drow, const float* dy, const float* dy0,
+                                                                               const float* qkv, const float* lse, const float* lambda,
+                                                                               const float* qstep, Geo g) {
     extern __shared__ float smem[];
     const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T, groups = g.s.H / g.group;
     const int b = blockIdx.y / groups, h0 = blockIdx.y % groups * g.group;
     const int i0 = blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* Qs = smem;                          // (BQ, M, D)
     float* DYs = Qs + ATT_BQ * M * D;          // (BQ, Dv)
-    float* Ks = DYs + ATT_BQ * Dv;             // (M, BK, D + 1)
+    float* DY0s = DYs + ATT_BQ * Dv;           // (BQ, Dv) DINT's dy0, when given
+    float* Ks = DY0s + (dy0 ? ATT_BQ * Dv : 0);  // (M, BK, D + 1)
     float* Vs = Ks + M * ATT_BK * (D + 1);     // (Vm, BK, Dv + 1)
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
@@ -393,6 +399,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
         for (int idx = threadIdx.x; idx < ATT_BQ * Dv; idx += blockDim.x) {
             int c = idx % Dv, i = i0 + idx / Dv;
             DYs[idx] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
+            if (dy0) DY0s[idx] = i < T ? dy0[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
         }
         float Dsum[ATT_RPW][2], lam[ATT_RPW], row_lse[ATT_RPW][2];
 #pragma unroll
@@ -416,10 +423,11 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
                     int r = warp * ATT_RPW + k, i = i0 + r;
                     if (i >= T || j0 > i) continue;
                     bool visible = j0 + lane <= i;
-                    // dy_i . v_j, for each map's values
+                    // dy_i . v_j, for each map's values, and dy0_i . v_j for map 0 where given
                     float gv[2];
                     gv[0] = dotv(DYs + r * Dv, Vs + lane * (Dv + 1), Dv);
                     gv[1] = g.Vm > 1 ? dotv(DYs + r * Dv, Vs + (ATT_BK + lane) * (Dv + 1), Dv) : gv[0];
+                    if (dy0) gv[0] += dotv(DY0s + r * Dv, Vs + lane * (Dv + 1), Dv);
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
                         if (m >= M) break;
@@ -481,8 +489,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
 // last head reading its sub-head is in. The value gradient's columns are those of the Vm value
 // heads side by side, VW = Vm Dv wide.
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(float* dqkv, const float* Drow, const float* dy,
-                                                                                const float* qkv, const float* lse, const float* lambda,
-                                                                                const float* qstep, Geo g) {
+                                                                                const float* dy0, const float* qkv, const float* lse,
+                                                                                const float* lambda, const float* qstep, Geo g) {
     extern __shared__ float smem[];
     const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T, VW = g.Vm * Dv, groups = g.s.H / g.group;
     const int b = blockIdx.y / groups, h0 = blockIdx.y % groups * g.group;
@@ -491,7 +499,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
     float* Vb = Kb + ATT_BKB * M * D;            // (BKB, VW)
     float* Qt = Vb + ATT_BKB * VW;               // (M, 32, D + 1)
     float* DYt = Qt + M * 32 * (D + 1);          // (32, Dv + 1)
-    float* rowv = DYt + 32 * (Dv + 1);           // (3 M + 1, 32): lse, D and step of each map, lambda
+    float* DY0t = DYt + 32 * (Dv + 1);           // (32, Dv + 1) DINT's dy0, when given
+    float* rowv = DY0t + (dy0 ? 32 * (Dv + 1) : 0);  // (3 M + 1, 32): lse, D and step of each map, lambda
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
     float dv[ATT_KPW][DV_SLOTS], dk[ATT_KPW][2][D_SLOTS];
@@ -525,6 +534,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
             for (int idx = threadIdx.x; idx < 32 * Dv; idx += blockDim.x) {
                 int c = idx % Dv, rr = idx / Dv, i = r0 + rr;
                 DYt[rr * (Dv + 1) + c] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
+                if (dy0) DY0t[rr * (Dv + 1) + c] = i < T ? dy0[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
             }
             for (int idx = threadIdx.x; idx < 32; idx += blockDim.x) {
                 int i = min(r0 + idx, T - 1);
@@ -543,10 +553,11 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
                 int key = warp * ATT_KPW + kk, j = j0 + key;
                 if (j >= T) continue;
                 bool visible = i >= j && i < T;
-                // dy_i . v_j for each map's values
+                // dy_i . v_j for each map's values, and dy0_i . v_j for map 0 where given
                 float gv[2];
                 gv[0] = dotv(DYt + lane * (Dv + 1), Vb + key * VW, Dv);
                 gv[1] = g.Vm > 1 ? dotv(DYt + lane * (Dv + 1), Vb + key * VW + Dv, Dv) : gv[0];
+                if (dy0) gv[0] += dotv(DY0t + lane * (Dv + 1), Vb + key * VW, Dv);
                 float p[2] = {0.0f, 0.0f}, dS[2] = {0.0f, 0.0f};
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
@@ -557,16 +568,18 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
                     dS[m] = (m == 0 ? 1.0f : -lam) * p[m] * (gv[m] - rowv[(M + m) * 32 + lane]);
                 }
                 // the weight of each value column: P_0 - lambda P_1 on shared values, else P_0 on the
-                // first value head's columns and -lambda P_1 on the second's
+                // first value head's columns and -lambda P_1 on the second's; P_0 on dy0 besides
                 float w0 = M == 2 && g.Vm == 1 ? p[0] - lam * p[1] : p[0], w1 = -lam * p[1];
                 for (int rr = 0; rr < 32; rr++) {
-                    float w0r = __shfl_sync(FULL, w0, rr), w1r = __shfl_sync(FULL, w1, rr);
+                    float w0r = __shfl_sync(FULL, w0, rr), w1r = __shfl_sync(FULL, w1, rr), p0r = __shfl_sync(FULL, p[0], rr);
                     const float* dyr = DYt + rr * (Dv + 1);
+                    const float* dy0r = DY0t + rr * (Dv + 1);
 #pragma unroll
                     for (int t = 0; t < DV_SLOTS; t++) {
                         int c = lane + 32 * t;
                         if (c < Dv) dv[kk][t] = fmaf(w0r, dyr[c], dv[kk][t]);
                         else if (c < VW) dv[kk][t] = fmaf(w1r, dyr[c - Dv], dv[kk][t]);
+                        if (dy0 && c < Dv) dv[kk][t] = fmaf(p0r, dy0r[c], dv[kk][t]);
                     }
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
@@ -635,13 +648,14 @@ __global__ void layer_dlambda_kernel(float* dlambda, const float* Drow, int BH, 
     *dlambda = total;
 }
 
+// DINT's dy0 takes a tile beside dy's
 static size_t dq_smem(const Geo& g) {
-    return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)ATT_BQ * g.Dv + (size_t)g.s.M * ATT_BK * (g.s.D + 1) +
-                            (size_t)g.Vm * ATT_BK * (g.Dv + 1));
+    return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)(1 + g.s.integral) * ATT_BQ * g.Dv +
+                            (size_t)g.s.M * ATT_BK * (g.s.D + 1) + (size_t)g.Vm * ATT_BK * (g.Dv + 1));
 }
 static size_t dkv_smem(const Geo& g) {
     return sizeof(float) * ((size_t)ATT_BKB * g.s.M * g.s.D + (size_t)ATT_BKB * g.Vm * g.Dv + (size_t)g.s.M * 32 * (g.s.D + 1) +
-                            (size_t)32 * (g.Dv + 1) + (size_t)(3 * g.s.M + 1) * 32);
+                            (size_t)(1 + g.s.integral) * 32 * (g.Dv + 1) + (size_t)(3 * g.s.M + 1) * 32);
 }
 
 // The kernels' limits: head widths up to ATT_MAX_D (registers), sequences x heads x maps up to
@@ -667,11 +681,12 @@ int cuda_attention_supports(const AttnShape* s, const char** why) {
     return 0;
 }
 
-void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse, const float* lambda,
-                             const AttnShape* s, HookSite hook) {
+void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+                             const float* lambda, const AttnShape* s, HookSite hook) {
     if (s->q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", s->q0);
+    if (!dy0 != !s->integral) die("attention_backward: dy0 is given exactly for DINT's integral term");
     if (hook.hook) {
-        staged_backward(dqkv, dlambda, dy, qkv, lse, lambda, s, hook);
+        staged_backward(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
         return;
     }
     Geo g = geo_of(s);
@@ -685,7 +700,7 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
         allowed_dq = smem;
     }
     dim3 grid_q(cuda_blocks(g.s.T, ATT_BQ), g.s.B * (g.s.H / g.group));
-    attention_backward_dq_kernel<<<grid_q, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, qkv, lse, lambda, qstep, g);
+    attention_backward_dq_kernel<<<grid_q, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
     cudaCheckLaunch();
     smem = dkv_smem(g);
     if (smem > allowed_dkv) {
@@ -693,7 +708,7 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
         allowed_dkv = smem;
     }
     dim3 grid_k(cuda_blocks(g.s.T, ATT_BKB), g.s.B * (g.s.H / g.group));
-    attention_backward_dkv_kernel<<<grid_k, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, qkv, lse, lambda, qstep, g);
+    attention_backward_dkv_kernel<<<grid_k, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
     cudaCheckLaunch();
     if (dlambda && g.s.M == 2 && g.lam < 0) {
         layer_dlambda_kernel<<<1, 1>>>(dlambda, Drow, g.s.B * g.s.H, g.s.T);
@@ -828,5 +843,58 @@ void cuda_token_lambda_forward(float* qkv, int N, const AttnShape* s) {
 void cuda_token_lambda_backward(float* dqkv, const float* qkv, int N, const AttnShape* s) {
     token_lambda_kernel<<<cuda_blocks((size_t)N * s->H, CUDA_THREADS), CUDA_THREADS>>>(dqkv, qkv, N, s->H, attention_qkv_width(s),
                                                                                       attention_lambda_offset(s), 1);
+    cudaCheckLaunch();
+}
+
+// ---- DINT's integral term: one thread per (sequence, column of H*Dv), down or up the rows ----
+__global__ void integral_forward_kernel(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int HDv, int pos) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * HDv) return;
+    int b = (int)(idx / HDv), col = (int)(idx % HDv);
+    float lam = *lambda, sum = prior ? prior[col] : 0.0f;
+    for (int t = 0; t < T; t++) {
+        size_t at = ((size_t)b * T + t) * HDv + col;
+        sum += o1[at];
+        o1[at] = sum;
+        y[at] += lam / (float)(pos + t + 1) * sum;
+    }
+}
+
+void cuda_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos) {
+    integral_forward_kernel<<<cuda_blocks((size_t)B * H * Dv, CUDA_THREADS), CUDA_THREADS>>>(y, o1, prior, lambda, B, T, H * Dv, pos);
+    cudaCheckLaunch();
+}
+
+// part (B, H*Dv): each column's share of dlambda
+__global__ void integral_backward_kernel(float* dy0, float* part, const float* dy, const float* sums, const float* lambda, int B, int T,
+                                         int HDv) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * HDv) return;
+    int b = (int)(idx / HDv), col = (int)(idx % HDv);
+    float lam = *lambda, later = 0.0f, acc = 0.0f;
+    for (int t = T - 1; t >= 0; t--) {
+        size_t at = ((size_t)b * T + t) * HDv + col;
+        float inv = 1.0f / (float)(t + 1);
+        later += lam * inv * dy[at];
+        dy0[at] = later;
+        acc += inv * dy[at] * sums[at];
+    }
+    part[idx] = acc;
+}
+
+// the columns' shares summed in order, as the layer's dlambda
+__global__ void sum_in_order_kernel(float* total, const float* part, size_t n) {
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++) acc += part[i];
+    *total = acc;
+}
+
+void cuda_integral_backward(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
+                            int Dv) {
+    size_t n = (size_t)B * H * Dv;
+    float* part = (float*)cuda_scratch(SCRATCH_C, n * sizeof(float));
+    integral_backward_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(dy0, part, dy, sums, lambda, B, T, H * Dv);
+    cudaCheckLaunch();
+    sum_in_order_kernel<<<1, 1>>>(dlambda, part, n);
     cudaCheckLaunch();
 }

@@ -230,6 +230,8 @@ static Backend table(void) {
     b.supports = cuda_attention_supports;
     b.attention_forward = cuda_attention_forward;
     b.attention_backward = cuda_attention_backward;
+    b.integral_forward = cuda_integral_forward;
+    b.integral_backward = cuda_integral_backward;
     b.attention_maps = cuda_attention_maps;
     b.lambda_forward = cuda_lambda_forward;
     b.lambda_backward = cuda_lambda_backward;

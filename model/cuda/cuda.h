@@ -66,9 +66,12 @@ void cuda_adamw_update(float* p, const float* g, float* m, float* v, size_t n, c
 
 // ---- attention.cu ----
 int cuda_attention_supports(const AttnShape* s, const char** why);
-void cuda_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
-void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lse,
+void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
+void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
                              const float* lambda, const AttnShape* s, HookSite hook);
+void cuda_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos);
+void cuda_integral_backward(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
+                            int Dv);
 void cuda_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
 void cuda_lambda_forward(float* lambda, const float* lam, float lambda_init, int D);
 void cuda_lambda_backward(float* dlam, const float* dlambda, const float* lam, int D);
