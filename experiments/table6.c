@@ -20,7 +20,7 @@
 #include "verdict.h"
 
 static int is_row_key(const char* k) {
-    return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "lr_scale");
+    return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "lr_scale") || !strcmp(k, "against");
 }
 static int is_preset_key(const char* k) {
     return recipe_shape_key(0, k) || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
@@ -108,6 +108,13 @@ typedef struct {
     int n_rows;
 } Table;
 
+static const Row* row_named(const Table* t, const char* name) {
+    for (int i = 0; i < t->n_rows; i++) {
+        if (strcmp(t->rows[i].name, name) == 0) return &t->rows[i];
+    }
+    return NULL;
+}
+
 static void table_open(Table* t, const Table6Options* opt) {
     if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);
     t->opt = opt;
@@ -134,6 +141,12 @@ static void table_open(Table* t, const Table6Options* opt) {
                  config_head_dim(&cfg->model), config_head_norm(&cfg->model) ? " GN" : "");
         paper_values(row->section, row->paper, opt->recipe);
     }
+    for (int i = 0; i < t->n_rows; i++) {
+        const char* base = section_get(t->rows[i].section, "against");
+        if (base && (!row_named(t, base) || strcmp(base, t->rows[i].name) == 0)) {
+            die("%s: [row %s] key 'against': '%s' is not another row of this recipe", opt->recipe, t->rows[i].name, base);
+        }
+    }
 }
 
 static void table_close(Table* t) {
@@ -144,13 +157,6 @@ static void table_close(Table* t) {
     }
     free(t->rows);
     free(t->recipe);
-}
-
-static const Row* row_named(const Table* t, const char* name) {
-    for (int i = 0; i < t->n_rows; i++) {
-        if (strcmp(t->rows[i].name, name) == 0) return &t->rows[i];
-    }
-    return NULL;
 }
 
 // ---- compute: train (resuming) and evaluate each (row, seed) the registry lacks ----
@@ -490,6 +496,36 @@ static void write_claims(const Table* t, Report* rep) {
                   interval_note(t->seeds, "windows"));
 }
 
+// Rows not in the paper, each against the row its `against` names (DIFF for a DIFF variant):
+// the same paired gaps, intervals and verdict policy as the claims, on all three metrics
+static void write_against(const Table* t, Report* rep) {
+    int any = 0;
+    for (int i = 0; i < t->n_rows; i++) {
+        const char* base = section_get(t->rows[i].section, "against");
+        if (!base) continue;
+        if (!any) {
+            report_printf(rep, "\n### Rows against the row each is read against (`against`)\n\n");
+            report_printf(rep, "| row | against | Valid gap | 95%% interval | verdict | AR-Hit gap | 95%% interval | verdict | "
+                          "Others gap | 95%% interval | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+            any = 1;
+        }
+        const Row* b = row_named(t, base);
+        char a_label[2 * CONFIG_STR], b_label[2 * CONFIG_STR];
+        markdown_cell(a_label, sizeof(a_label), t->rows[i].title);
+        markdown_cell(b_label, sizeof(b_label), b->title);
+        report_printf(rep, "| %s | %s |", a_label, b_label);
+        static const int metrics[] = {VALID, ARHIT, OTHERS};
+        for (int k = 0; k < 3; k++) {
+            GapInterval g = row_gap(t, &t->rows[i], b, metrics[k]);
+            char interval[64];
+            if (isnan(g.gap)) report_printf(rep, " n/a | n/a | %s |", gap_verdict(g, NAN));
+            else report_printf(rep, " %+.4f | %s | %s |", g.gap, interval_text(interval, sizeof(interval), g, 4), gap_verdict(g, NAN));
+        }
+        report_printf(rep, "\n");
+    }
+    if (any) report_printf(rep, "\nGap = the row minus the row it is read against (negative = lower loss), paired and resampled as the claims above.\n");
+}
+
 // The header of a table with a column per position bin, named by its token range or its number
 static void position_header(Report* rep, int T, int ranges) {
     report_printf(rep, "| Model |");
@@ -683,6 +719,7 @@ int table6_main(const Table6Options* opt) {
     write_rows(&t, &rep);
     write_health(&t, &reg, &rep);
     write_claims(&t, &rep);
+    write_against(&t, &rep);
     write_positions(&t, &rep);
     report_close(&rep);
     char png[4400], curves_png[4400], positions_png[4400];

@@ -64,6 +64,10 @@ expect "provenance recorded" test "$(sql "SELECT COUNT(*) FROM runs WHERE git_co
 expect "DIFF V2 row trained" bash -c "grep -qE '^\\| DIFF V2 \\(not in paper\\) \\| 4 \\| 16 \\| ✗ \\| 1 \\| [0-9.]+ .*not in the paper' '$work/results/table6_smoke.md'"
 expect "table written" grep -q "| DIFF | 2 | 16 | ✓ | 1 |" "$work/results/table6_smoke.md"
 expect "claims written" grep -q "DIFF beats Transformer overall" "$work/results/table6_smoke.md"
+n_against=$(grep -c '^against = ' experiments/table6.ini)
+expect "each of the $n_against rows with \`against\` gets its paired gaps on three metrics, with intervals and verdicts" \
+    test "$(grep -cE '^\| [^|]+ \| [^|]+ \|( [-+][0-9.]+ \| (\[[-+0-9.]+, [-+0-9.]+\]|n/a) \| (within noise|lower|higher|n/a \(no interval\)) \|){3}$' "$work/results/table6_smoke.md")" = $n_against
+expect "DINT is read against DIFF" grep -qE '^\| DINT \(not in paper\) 2x16 GN \| DIFF 2x16 GN \|' "$work/results/table6_smoke.md"
 expect "one seed: the claims' intervals say they cover the windows only" grep -q "covers the evaluation's sampling only" "$work/results/table6_smoke.md"
 expect "loss by position: 8 bins of 8 tokens for each of the $n_rows rows" bash -c "grep -q '^| Model | 1-8 | 9-16 | 17-24 | 25-32 | 33-40 | 41-48 | 49-56 | 57-64 |$' '$work/results/table6_smoke.md' &&
     test \"\$(grep -cE '^\| [^|]+ \|( [0-9]\.[0-9]{3} \|){8}$' '$work/results/table6_smoke.md')\" = $n_rows"
@@ -100,6 +104,9 @@ expect "a label's '|' is escaped in its Markdown cell" grep -qE '^\| Transformer
 expect "every row of the Markdown table has the header's columns" \
     test "$(sed -n '/^| Model | #Heads/,/^$/p' "$work/results_abs/table6_smoke.md" | sed 's/\\|//g' | awk -F'|' 'NF { print NF }' | sort -u)" = 14
 expect "claims against it have no paper gap, and a verdict from the windows' interval" grep -qE "DIFF beats Transformer overall \(Valid\) \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| n/a \(not in the paper\) \| (within noise|lower|higher) \|$" "$work/results_abs/table6_smoke.md"
+sed 's/^against = diff2$/against = diff3/' "$work/table6.ini" > "$work/bad_against.ini"
+expect_fail "an \`against\` naming no row" "bad_against.ini: \[row diff2_halves\] key 'against': 'diff3' is not another row of this recipe" \
+    $bin table6 "$work/bad_against.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
 sed 's/^paper = 3.062 0.880 3.247$/paper = 3.062 high/' "$work/table6.ini" > "$work/bad_paper.ini"
 expect_fail "a malformed paper value" "bad_paper.ini: \[row diff\] key 'paper': '3.062 high' is not three numbers" \
     $bin table6 "$work/bad_paper.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
