@@ -239,8 +239,13 @@ static float head_backward(float* dqkv, const float* dy, const float* dy0, const
         size_t at = ((size_t)b * T + i0) * d->HDv + (size_t)h * d->Dv;
         const float* dyb = dy + at;
         for (int m = 0; m < slots; m++) {
+            float* dst = dPV + (size_t)m * block * T;
+            if (m && d->share_v) {  // DINT: map 1's dy V^T is map 0's before dy0's part is added
+                memcpy(dst, dPV, (size_t)nq * kn * sizeof(float));
+                continue;
+            }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dyb, d->HDv, base + v_col(d, h, m), d->QKV, 0.0f,
-                        dPV + (size_t)m * block * T, kn);
+                        dst, kn);
         }
         if (dy0) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dy0 + at, d->HDv, base + v_col(d, h, 0), d->QKV, 1.0f,
