@@ -571,7 +571,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
                 // first value head's columns and -lambda P_1 on the second's; P_0 on dy0 besides
                 float w0 = M == 2 && g.Vm == 1 ? p[0] - lam * p[1] : p[0], w1 = -lam * p[1];
                 for (int rr = 0; rr < 32; rr++) {
-                    float w0r = __shfl_sync(FULL, w0, rr), w1r = __shfl_sync(FULL, w1, rr), p0r = __shfl_sync(FULL, p[0], rr);
+                    float w0r = __shfl_sync(FULL, w0, rr), w1r = __shfl_sync(FULL, w1, rr);
+                    float p0r = dy0 ? __shfl_sync(FULL, p[0], rr) : 0.0f;  // dy0 is the same for the whole warp
                     const float* dyr = DYt + rr * (Dv + 1);
                     const float* dy0r = DY0t + rr * (Dv + 1);
 #pragma unroll
