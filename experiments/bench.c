@@ -12,6 +12,17 @@
 #include "runs.h"
 #include "train.h"
 
+static int compare_doubles(const void* x, const void* y) {
+    double a = *(const double*)x, b = *(const double*)y;
+    return (a > b) - (a < b);
+}
+
+// the median of x (n >= 1), sorted in place
+static double median(double* x, int n) {
+    qsort(x, n, sizeof(double), compare_doubles);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 void bench_run(const Config* cfg, const Backend* be, int vocab, int steps, int forward_only, const char* results,
                const char* recipe_path) {
     train_check_memory(cfg, be, vocab);
@@ -30,7 +41,14 @@ void bench_run(const Config* cfg, const Backend* be, int vocab, int steps, int f
         inputs[i] = (int)(rng_next(&rng) % vocab);
         targets[i] = (int)(rng_next(&rng) % vocab);
     }
-    double timed = 0.0;
+    // After each timed training step the backend's matmul rate is measured again, and MFU is the
+    // median over steps of each step's FLOP rate against the rate measured right after it: on a
+    // shared machine whose speed drifts, a step and the product it is read against then ran under
+    // the same conditions (one rate measured once, as the best of a few products, set a lucky
+    // moment against ten ordinary steps and moved MFU by 5 points from run to run).
+    double timed = 0.0, peak = 0.0, flops = model_flops_per_token(&model, T);
+    double* ratio = mallocCheck((size_t)steps * sizeof(double));
+    double* rate = mallocCheck((size_t)steps * sizeof(double));
     for (int s = 0; s < steps; s++) {
         double t0 = wall_time();
         if (forward_only) {
@@ -41,10 +59,17 @@ void bench_run(const Config* cfg, const Backend* be, int vocab, int steps, int f
             train_step(&model, &opt, cfg, &share, s, inputs, targets);
         }
         model.be->synchronize();  // the step's work is done, not only issued
-        if (s > 0) timed += wall_time() - t0;
+        double dt = wall_time() - t0;
+        if (s == 0) continue;
+        timed += dt;
+        // the step's own peak: read before any matmul rate measurement adds its operands
+        if (s == 1) peak = model.be->peak_memory_bytes() / (1024.0 * 1024.0);
+        if (!forward_only) {
+            rate[s - 1] = model.be->matmul_rate();
+            ratio[s - 1] = flops * N / dt / 1e9 / rate[s - 1];
+        }
     }
     double step_s = timed / (steps - 1), tok_s = N / step_s;
-    double peak = model.be->peak_memory_bytes() / (1024.0 * 1024.0);
     const char* peak_what = model.be->host_memory ? "RSS" : "device memory";
     printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d device=%s\n",
            forward_only ? "forward" : "train", config_attention_name(&cfg->model), model.L, model.C,
@@ -53,14 +78,15 @@ void bench_run(const Config* cfg, const Backend* be, int vocab, int steps, int f
     if (forward_only) {
         printf("  %.3f s per forward pass, %.0f tokens/s, peak %s %.0f MiB\n", step_s, tok_s, peak_what, peak);
     } else {
-        double flops = model_flops_per_token(&model, T), sgemm = model.be->matmul_rate();
+        double sgemm = median(rate, steps - 1);
         char how[256];
         double device_peak = model.be->peak_rate(how, sizeof(how));
         double achieved = flops * tok_s / 1e9;
-        mfu = 100.0 * achieved / sgemm;
+        mfu = 100.0 * median(ratio, steps - 1);
         printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s, peak %s %.0f MiB\n", tok_s, step_s,
                flops / 1e6, achieved, peak_what, peak);
-        printf("  MFU %.0f%% of the measured matmul rate %.1f GFLOP/s\n", mfu, sgemm);
+        printf("  MFU %.0f%% of the measured matmul rate %.1f GFLOP/s (the median, over %d timed step%s, of each step's "
+               "rate against the rate measured right after it)\n", mfu, sgemm, steps - 1, steps > 2 ? "s" : "");
         if (device_peak > 0) {
             mfu_peak = 100.0 * achieved / device_peak;
             printf("  MFU %.0f%% of the device's peak %.1f GFLOP/s = %s; the matmul rate is %.0f%% of it\n", mfu_peak,
@@ -78,6 +104,8 @@ void bench_run(const Config* cfg, const Backend* be, int vocab, int steps, int f
         adamw_free(&opt);
     }
     runs_record_bench(results, recipe_path, cfg, model.be, forward_only, tok_s, mfu, mfu_peak, peak);
+    free(ratio);
+    free(rate);
     free(inputs);
     free(targets);
     model_free(&model);

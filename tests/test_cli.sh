@@ -491,7 +491,7 @@ if [ "$(uname -m)" = x86_64 ] && [ "${BUILD:-build}" != build/san ] && [ "$best"
     expect "bench says the user's kernel is narrower than the CPU allows" \
         grep -q "note: OPENBLAS_CORETYPE=Prescott is set; this CPU's instructions allow $best (unset it to let difftx choose)" <<<"$out"
     expect "bench reports MFU against the measured matmul rate and the CPU's peak, with how the clock was found" \
-        bash -c "grep -qE '^  MFU [0-9]+% of the measured matmul rate [0-9.]+ GFLOP/s$' <<<\"\$1\" &&
+        bash -c "grep -qE '^  MFU [0-9]+% of the measured matmul rate [0-9.]+ GFLOP/s \\(the median, over 1 timed step, of each step.s rate against the rate measured right after it\\)$' <<<\"\$1\" &&
                  grep -qE '^  MFU [0-9]+% of the device.s peak [0-9.]+ GFLOP/s = 2 threads x .* GHz \(measured by dependent adds\)' <<<\"\$1\"" _ "$out"
     if [ "$best" != Sandybridge ]; then  # a CPU with FMA, whose peak the SSE3 kernel reaches a fraction of
         expect "bench warns when the sgemm rate is far below the CPU's peak, naming the kernel" grep -qE \
