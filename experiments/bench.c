@@ -12,14 +12,9 @@
 #include "runs.h"
 #include "train.h"
 
-static int compare_doubles(const void* x, const void* y) {
-    double a = *(const double*)x, b = *(const double*)y;
-    return (a > b) - (a < b);
-}
-
 // the median of x (n >= 1), sorted in place
 static double median(double* x, int n) {
-    qsort(x, n, sizeof(double), compare_doubles);
+    sort_doubles(x, n);
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 

@@ -20,11 +20,6 @@ static double seed_gap(const Paired* p, int s, const int* pick) {
     return ad > 0 && bd > 0 ? an / ad - bn / bd : NAN;
 }
 
-static int compare_doubles(const void* x, const void* y) {
-    double a = *(const double*)x, b = *(const double*)y;
-    return (a > b) - (a < b);
-}
-
 GapInterval paired_gap(const Paired* p) {
     GapInterval g = {0, NAN, NAN};
     for (int s = 0; s < p->seeds; s++) g.gap += seed_gap(p, s, NULL) / p->seeds;
@@ -44,7 +39,7 @@ GapInterval paired_gap(const Paired* p) {
         if (!isnan(sum)) draws[n++] = sum / p->seeds;
     }
     if (n >= BOOTSTRAP_DRAWS / 2) {
-        qsort(draws, n, sizeof(double), compare_doubles);
+        sort_doubles(draws, n);
         g.lo = draws[(int)floor(0.025 * (n - 1))];
         g.hi = draws[(int)ceil(0.975 * (n - 1))];
     }

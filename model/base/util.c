@@ -309,6 +309,13 @@ double wall_time(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+static int compare_doubles(const void* x, const void* y) {
+    double a = *(const double*)x, b = *(const double*)y;
+    return (a > b) - (a < b);
+}
+
+void sort_doubles(double* x, size_t n) { qsort(x, n, sizeof(double), compare_doubles); }
+
 void format_duration(char* buf, size_t n, double seconds) {
     long s = (long)seconds;
     if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, s / 60 % 60);

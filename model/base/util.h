@@ -67,6 +67,7 @@ void refuse_replacing_foreign_folder(const char* what, const char* path, const c
 void printable_text(char* out, size_t n, const char* text);
 
 double wall_time(void);
+void sort_doubles(double* x, size_t n);  // ascending, in place
 // A file of the source tree the program was built in (plots/attn.gp, data/cities.txt), found
 // from the executable: <its folder>/../<relative> (build/difftx) or ../../ (build/san/difftx),
 // so that any working folder will do. Dies naming what is missing.
