@@ -883,19 +883,12 @@ __global__ void integral_backward_kernel(float* dy0, float* part, const float* d
     part[idx] = acc;
 }
 
-// the columns' shares summed in order, as the layer's dlambda
-__global__ void sum_in_order_kernel(float* total, const float* part, size_t n) {
-    float acc = 0.0f;
-    for (size_t i = 0; i < n; i++) acc += part[i];
-    *total = acc;
-}
-
 void cuda_integral_backward(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
                             int Dv) {
     size_t n = (size_t)B * H * Dv;
     float* part = (float*)cuda_scratch(SCRATCH_C, n * sizeof(float));
     integral_backward_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(dy0, part, dy, sums, lambda, B, T, H * Dv);
     cudaCheckLaunch();
-    sum_in_order_kernel<<<1, 1>>>(dlambda, part, n);
+    sum_in_order_kernel<float><<<1, 1>>>(dlambda, part, n);  // the columns' shares, as the layer's dlambda
     cudaCheckLaunch();
 }

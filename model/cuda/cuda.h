@@ -46,6 +46,16 @@ void cuda_download(void* host, const void* src, size_t bytes);
 void cuda_sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float* A, int lda,
                 const float* B, int ldb, float beta, float* C, int ldc);
 
+// ---- a kernel both layers.cu and attention.cu launch ----
+// *out = x[0] + x[1] + ... + x[n-1], added in that order on one thread: the order of the CPU
+// backend's serial sums, so that a result is the same bits on both (launched on 1 thread)
+template <typename Real>
+__global__ void sum_in_order_kernel(Real* out, const Real* x, size_t n) {
+    Real acc = 0;
+    for (size_t i = 0; i < n; i++) acc += x[i];
+    *out = acc;
+}
+
 // ---- layers.cu ----
 void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
 void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);

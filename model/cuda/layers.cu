@@ -292,12 +292,6 @@ __global__ void sum_squares_partial_kernel(double* partial, const float* x, size
     if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
 }
 
-__global__ void sum_in_order_kernel(double* out, const double* partial, size_t n) {
-    double acc = 0.0;
-    for (size_t i = 0; i < n; i++) acc += partial[i];
-    *out = acc;
-}
-
 double cuda_sum_squares(const float* x, size_t n) {
     size_t chunks = (n + SQ_CHUNK - 1) / SQ_CHUNK;
     double* partial = (double*)cuda_scratch(SCRATCH_A, (chunks + 1) * sizeof(double));
@@ -305,7 +299,7 @@ double cuda_sum_squares(const float* x, size_t n) {
         sum_squares_partial_kernel<<<(unsigned)chunks, CUDA_THREADS>>>(partial + 1, x, n);
         cudaCheckLaunch();
     }
-    sum_in_order_kernel<<<1, 1>>>(partial, partial + 1, chunks);
+    sum_in_order_kernel<double><<<1, 1>>>(partial, partial + 1, chunks);
     cudaCheckLaunch();
     double sum;
     cuda_download(&sum, partial, sizeof(double));
