@@ -155,9 +155,10 @@ int paper_row(const Row* row) {
 double paper_value(double transformer, double diff, int p) { return p == 0 ? transformer : p == 1 ? diff : NAN; }
 
 // att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets (its own
-// where it meets none); the string papers: each row's paper row, 'Transformer', 'DIFF' or 'none'
+// where it meets none); the strings names: the rows' names, and papers: each row's paper row,
+// 'Transformer', 'DIFF' or 'none'
 void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds) {
-    char papers[512] = "";
+    char names[512] = "", papers[512] = "";
     for (int g = 0; g < n_rows; g++) {
         char name[16];
         int p = paper_row(&rows[g * seeds]), own = config_variant(&rows[g * seeds].cfg.model)->colour;
@@ -165,8 +166,10 @@ void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds
         gnuplot_number(vars, name, own);
         snprintf(name, sizeof(name), "paper%d", g + 1);
         gnuplot_number(vars, name, p < 0 ? own : ATTN_VARIANTS[p ? ATTN_DIFF : ATTN_STANDARD].colour);
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
         snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", g ? " " : "", p < 0 ? "none" : p ? "DIFF" : "Transformer");
     }
+    gnuplot_string(vars, "names", names);
     gnuplot_string(vars, "papers", papers);
 }
 

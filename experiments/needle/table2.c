@@ -165,12 +165,10 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
         fprintf(bars.f, "\n");
     }
     data_file_close(&bars);
-    char text[4400], names[512] = "";
-    for (int g = 0; g < n_rows; g++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
+    char text[4400];
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
-    gnuplot_string(&vars, "names", names);
     attention_numbers(&vars, rows, n_rows, seeds);
     char png[4400];
     preset_path(png, sizeof(png), opt->plots, "table2", opt->preset, ".png");

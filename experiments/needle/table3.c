@@ -252,15 +252,13 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
     }
     data_file_close(&t3);
     data_file_close(&g1);
-    char text[4400], names[512] = "";
-    for (int g = 0; g < n_rows; g++) snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
+    char text[4400];
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "data", dat);
     gnuplot_input(&vars, "fig1", fig1);
     attention_numbers(&vars, rows, n_rows, seeds);
     gnuplot_number(&vars, "seeds", seeds);
-    gnuplot_string(&vars, "names", names);
     char png[4400], fig1_png[4400];
     preset_path(png, sizeof(png), opt->plots, "table3", opt->preset, ".png");
     gnuplot_output(&vars, "out", png);

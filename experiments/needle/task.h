@@ -73,7 +73,8 @@ int paper_row(const Row* row);
 // The paper's Transformer or DIFF value for paper row p, NaN for p = -1
 double paper_value(double transformer, double diff, int p);
 // att<i>: the colour of each row's variant, paper<i>: that of the paper's row it meets (its own
-// where none); the string papers: each row's paper row ('Transformer', 'DIFF' or 'none')
+// where none); the strings names: the rows' names, and papers: each row's paper row
+// ('Transformer', 'DIFF' or 'none')
 void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds);
 // seeds: row g's models are rows[g * seeds .. g * seeds + seeds - 1] (spread_of, report.h)
 // What a table's ± means, for its caption
