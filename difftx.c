@@ -59,13 +59,18 @@ static void bad_option(char** argv, const struct option* opts) {
 
 // Recipe file, then key=value overrides, then validation; returns the backend of the device key,
 // resolved here so that a device that cannot run stops the command before anything is written
-static const Backend* load_config(Config* cfg, int argc, char** argv, int first) {
-    if (first >= argc) die("missing RECIPE argument\n%s", USAGE);
+// The recipe at path under the key=value overrides argv[first_override..]
+static const Backend* load_recipe(Config* cfg, const char* path, int argc, char** argv, int first_override) {
     config_defaults(cfg);
-    config_load_file(cfg, argv[first]);
-    for (int i = first + 1; i < argc; i++) config_apply_override(cfg, argv[i]);
+    config_load_file(cfg, path);
+    for (int i = first_override; i < argc; i++) config_apply_override(cfg, argv[i]);
     config_validate(cfg);
     return backend_of_device(cfg->device);
+}
+
+static const Backend* load_config(Config* cfg, int argc, char** argv, int first) {
+    if (first >= argc) die("missing RECIPE argument\n%s", USAGE);
+    return load_recipe(cfg, argv[first], argc, argv, first + 1);
 }
 
 static int parse_int_arg(const char* flag, const char* value) {
@@ -181,22 +186,32 @@ static int cmd_sample(int argc, char** argv) {
 static int cmd_bench(int argc, char** argv) {
     int vocab = 4096, steps = 6, forward_only = 0;
     const char* results = "results";
+    const char* versus = NULL;
     static struct option opts[] = {{"vocab", required_argument, 0, 'v'}, {"steps", required_argument, 0, 's'},
                                    {"forward", no_argument, 0, 'f'}, {"results", required_argument, 0, 'r'},
-                                   {0, 0, 0, 0}};
+                                   {"vs", required_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'v') vocab = parse_int_arg("--vocab", optarg);
         else if (c == 's') steps = parse_int_arg("--steps", optarg);
         else if (c == 'f') forward_only = 1;
         else if (c == 'r') results = optarg;
+        else if (c == 'V') versus = optarg;
         else bad_option(argv, opts);
     }
-    Config cfg;
-    const Backend* be = load_config(&cfg, argc, argv, optind);
+    Config cfg[2];
+    const Backend* be = load_config(&cfg[0], argc, argv, optind);
+    const char* paths[2] = {argv[optind], versus};
+    if (versus) {
+        if (load_recipe(&cfg[1], versus, argc, argv, optind + 1) != be) {  // the same overrides as the first
+            die("option --vs: %s runs on device %s and %s on device %s: alternated steps compare two models on one device",
+                argv[optind], BACKEND_DEVICES[cfg[0].device], versus, BACKEND_DEVICES[cfg[1].device]);
+        }
+    }
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
     if (vocab < 2 || vocab > 65536) die("option --vocab: must lie in 2..65536, got %d", vocab);
-    bench_run(&cfg, be, vocab, steps, forward_only, results, argv[optind]);
+    const Config* cfgs[2] = {&cfg[0], &cfg[1]};
+    bench_run(cfgs, paths, versus ? 2 : 1, be, vocab, steps, forward_only, results);
     return 0;
 }
 
@@ -632,8 +647,8 @@ static const Command COMMANDS[] = {
     {"train", cmd_train, "RECIPE [key=value ...] [--until STEP] [--results DIR]",
      "train (resumes from OUT/checkpoint.h5 if present), recorded in DIR/registry.sqlite (default results)"},
     {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT (\"\")] [--tokens N (200)] [--temperature X (0.8)] [--seed S (1)] [--device cpu|cuda (cpu)]", "generate text"},
-    {"bench", cmd_bench, "RECIPE [key=value ...] [--vocab N] [--steps N] [--forward] [--results DIR]",
-     "speed and peak memory on random tokens"},
+    {"bench", cmd_bench, "RECIPE [key=value ...] [--vs RECIPE2] [--vocab N] [--steps N] [--forward] [--results DIR]",
+     "speed and peak memory on random tokens; --vs: two recipes' steps in turn, compared"},
     {"table6", cmd_table6, "RECIPE [key=value ...] [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "the paper's Table 6 ablations (make table6)"},
     {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--seeds N] [--results DIR] [--plots DIR]",

@@ -31,15 +31,18 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
 // naming a run that recorded no lambda (a standard run, or one trained before it was recorded).
 void runs_lambda(const char* results, const int64_t* ids, int n, const char* png);
 
-// `difftx bench` as a run of experiment "bench" (preset: the recipe's file name, row: train or
-// forward) with its config and the evaluations tokens_per_second, mfu (percent of the measured
-// matmul rate; training only), mfu_peak (percent of the device's peak, where the backend has a
-// model of it; training only) and peak_rss_mib (device = cpu) or peak_device_mib (a GPU's memory)
 // The validation windows of seq_len tokens a recorded run of the run folder run_dir was evaluated
 // on (a Table 6 row's `eval_tokens`), from results/registry.sqlite read-only; 0 when none is
 // recorded there
 int runs_recorded_windows(const char* results, const char* run_dir, int seq_len);
-void runs_record_bench(const char* results, const char* recipe_path, const Config* cfg, const Backend* be,
+
+// `difftx bench` as a run of experiment "bench" (preset: the recipe's file name; row: train or
+// forward, or train-alternated or forward-alternated when two recipes' steps took turns) with its
+// config and the evaluations tokens_per_second, mfu (percent of the measured matmul rate;
+// training only), mfu_peak (percent of the device's peak, where the backend has a model of it;
+// training only) and peak_rss_mib (device = cpu) or peak_device_mib (a GPU's memory), left out
+// where peak_mib < 0
+void runs_record_bench(const char* results, const char* recipe_path, const char* row, const Config* cfg, const Backend* be,
                        int forward_only, double tokens_per_second, double mfu, double mfu_peak, double peak_mib);
 
 #endif

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# make bench: training speed, MFU and peak memory of both attention variants at the reference
-# shape (d_model 256, 6 layers, context 256, batch 16, vocabulary 4096), the memory bounds at
-# long context, and PyTorch's speed on the same model where python3-torch is installed.
+# make bench: training speed and MFU of both attention variants at the reference shape (d_model
+# 256, 6 layers, context 256, batch 16, vocabulary 4096), their steps alternated and compared pair
+# by pair; peak memory and its bounds at long context; PyTorch's speed on the same model where
+# python3-torch is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 bin=${BUILD:-build}/difftx  # make bench CUDA=1 benches build/cuda/difftx
-echo "== training speed (first step is warm-up, not timed)"
-"$bin" bench experiments/bench_standard.ini --steps 11
-"$bin" bench experiments/bench_diff.ini --steps 11
+echo "== training speed, the two variants' steps alternated (the first of each is a warm-up, not timed)"
+"$bin" bench experiments/bench_standard.ini --vs experiments/bench_diff.ini --steps 11
 echo "== memory: one training step at context 4096, batch 1 (bound: 2 GiB)"
 "$bin" bench experiments/bench_standard.ini seq_len=4096 batch_size=1 --steps 2
 "$bin" bench experiments/bench_diff.ini seq_len=4096 batch_size=1 --steps 2

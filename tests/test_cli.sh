@@ -333,6 +333,20 @@ expect_fail "a resume on data with one token changed stops with both identities"
     $bin train "$work/recipes/nested/rel.ini" steps=5 data="$work/data_edited" --results "$work/rel_reg"
 $bin bench "$work/ok.ini" --steps 2 --vocab 300 --results "$work/tracked_reg" > /dev/null 2>&1
 expect "a benchmark is recorded with its throughput" bash -c "'$bin' runs --results '$work/tracked_reg' --experiment bench | grep -qE '^ +3  bench +ok +train +1337 FINISHED .* [0-9]+  20'"
+# two recipes benched in turn, step by step, under the same overrides, and compared pair by pair
+recipe "$work/ok_standard.ini"
+sed -i 's/^attention = diff$/attention = standard/' "$work/ok_standard.ini"
+out=$($bin bench "$work/ok_standard.ini" seq_len=8 --vs "$work/ok.ini" --steps 3 --vocab 300 --results "$work/alternated_reg" 2>&1)
+expect "bench --vs benches both recipes under the overrides given" \
+    bash -c "test \$(grep -cE '^bench train: attention=(standard|diff) L=1 C=32 .* T=8 B=2 V=300 ' <<<\"\$1\") = 2 &&
+             test \"\$(grep -oE '^bench train: attention=[a-z]+' <<<\"\$1\" | tr '\\n' ' ')\" = 'bench train: attention=standard bench train: attention=diff '" _ "$out"
+expect "bench --vs compares the second with the first, pair of steps by pair, with an interval" \
+    grep -qE "^$work/ok.ini against $work/ok_standard.ini, step pair by step pair: tokens/s [+-][0-9]+\.[0-9]% \[[+-][0-9]+\.[0-9]%, [+-][0-9]+\.[0-9]%\] \(geometric mean over 2 alternated pairs of timed steps; 95% bootstrap interval over the pairs\)$" <<<"$out"
+expect "bench --vs states the peak memory of both models together, not of either" \
+    bash -c "grep -qE '^both models in one process, their steps alternated: peak RSS [0-9]+ MiB together$' <<<\"\$1\" && ! grep -q ', peak RSS' <<<\"\$1\"" _ "$out"
+expect "bench --vs records both runs as alternated, with no peak memory of their own" \
+    test "$(sqlite3 "$work/alternated_reg/registry.sqlite" "SELECT group_concat(r.row || ':' || (SELECT COUNT(*) FROM evaluations e WHERE e.run_id = r.id AND e.key = 'tokens_per_second') || ':' || (SELECT COUNT(*) FROM evaluations e WHERE e.run_id = r.id AND e.key LIKE 'peak%'), ' ') FROM runs r")" = "train-alternated:1:0 train-alternated:1:0"
+expect_fail "bench --vs names a recipe it cannot read" "$work/missing.ini" $bin bench "$work/ok.ini" --vs "$work/missing.ini" --steps 2 --results "$work/alternated_reg"
 expect "metrics carry the wall-clock time they were measured at" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics WHERE time > strftime('%s', 'now') - 3600 AND time <= strftime('%s', 'now') + 1")" = "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics")"
 
 # no output over its own input (paths resolved: ./, .. and symbolic links count), and an output

@@ -43,13 +43,16 @@ void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
     // result never depends on the thread count
     #pragma omp parallel for schedule(static)
     for (int i0 = 0; i0 < W; i0 += 16) {
-        int i1 = i0 + 16 < W ? i0 + 16 : W;
+        int n = i0 + 16 < W ? 16 : W - i0;
+        float sum[16];  // the chunk's sums in registers: through dweight, each row's adds would wait on the last row's stores
+        memcpy(sum, dweight + i0, n * sizeof(float));
         for (int r = 0; r < rows; r++) {
-            const float* x = inp + (size_t)r * W;
-            const float* d = dout + (size_t)r * W;
+            const float* x = inp + (size_t)r * W + i0;
+            const float* d = dout + (size_t)r * W + i0;
             float k = rstd[r] * out_scale;
-            for (int i = i0; i < i1; i++) dweight[i] += d[i] * x[i] * k;
+            for (int i = 0; i < n; i++) sum[i] += d[i] * x[i] * k;
         }
+        memcpy(dweight + i0, sum, n * sizeof(float));
     }
 }
 
