@@ -57,9 +57,9 @@ static void bad_option(char** argv, const struct option* opts) {
     die("unknown option '%s'\n%s", word, USAGE);
 }
 
-// Recipe file, then key=value overrides, then validation; returns the backend of the device key,
-// resolved here so that a device that cannot run stops the command before anything is written
-// The recipe at path under the key=value overrides argv[first_override..]
+// The recipe file at path, then the key=value overrides argv[first_override..], then validation;
+// returns the backend of the device key, resolved here so that a device that cannot run stops
+// the command before anything is written
 static const Backend* load_recipe(Config* cfg, const char* path, int argc, char** argv, int first_override) {
     config_defaults(cfg);
     config_load_file(cfg, path);
@@ -68,6 +68,7 @@ static const Backend* load_recipe(Config* cfg, const char* path, int argc, char*
     return backend_of_device(cfg->device);
 }
 
+// load_recipe of the command's RECIPE argument argv[first], its overrides after it
 static const Backend* load_config(Config* cfg, int argc, char** argv, int first) {
     if (first >= argc) die("missing RECIPE argument\n%s", USAGE);
     return load_recipe(cfg, argv[first], argc, argv, first + 1);
