@@ -157,8 +157,8 @@ static void bench_compare(const Bench* a, const Bench* b, int timed) {
     GapInterval g = paired_gap(&p);
     printf("%s against %s, step pair by step pair: tokens/s %+.1f%%", b->recipe_path, a->recipe_path, 100.0 * expm1(g.gap));
     if (isnan(g.lo)) printf(" (one pair: no interval)\n");
-    else printf(" [%+.1f%%, %+.1f%%] (geometric mean over %d alternated pairs of timed steps; 95%% bootstrap interval over the pairs)\n",
-                100.0 * expm1(g.lo), 100.0 * expm1(g.hi), timed);
+    else printf(" [%+.1f%%, %+.1f%%] (geometric mean over %d alternated pairs of timed steps; 95%% bootstrap interval over "
+                "the pairs)\n", 100.0 * expm1(g.lo), 100.0 * expm1(g.hi), timed);
     free(log_a);
     free(log_b);
 }
@@ -177,8 +177,10 @@ void bench_run(const Config* const* cfgs, const char* const* recipe_paths, int n
     if (n_recipes == 1) {
         bench_report(&b[0], steps - 1, forward_only, peak, row, results);
     } else {
-        for (int r = 0; r < n_recipes; r++) bench_report(&b[r], steps - 1, forward_only, -1.0, forward_only ? "forward-alternated" : "train-alternated", results);
-        printf("both models in one process, their steps alternated: peak %s %.0f MiB together\n", be->host_memory ? "RSS" : "device memory", peak);
+        const char* alternated = forward_only ? "forward-alternated" : "train-alternated";
+        for (int r = 0; r < n_recipes; r++) bench_report(&b[r], steps - 1, forward_only, -1.0, alternated, results);
+        printf("both models in one process, their steps alternated: peak %s %.0f MiB together\n",
+               be->host_memory ? "RSS" : "device memory", peak);
         bench_compare(&b[0], &b[1], steps - 1);
     }
     for (int r = 0; r < n_recipes; r++) bench_close(&b[r], forward_only);
