@@ -27,7 +27,6 @@ typedef struct {
     double flops;   // per token
     double* dt;     // (steps - 1) seconds of each timed step
     double* rate;   // (steps - 1) the matmul rate measured right after it (training)
-    double* ratio;  // (steps - 1) the step's FLOP rate against that rate (training)
 } Bench;
 
 // the median of x (n >= 1), sorted in place
@@ -56,7 +55,6 @@ static void bench_open(Bench* b, const Config* cfg, const char* recipe_path, con
     b->flops = model_flops_per_token(&b->model, cfg->model.seq_len);
     b->dt = mallocCheck((size_t)steps * sizeof(double));
     b->rate = mallocCheck((size_t)steps * sizeof(double));
-    b->ratio = mallocCheck((size_t)steps * sizeof(double));
 }
 
 // Step s (0: the warm-up, not kept). After each timed training step the backend's matmul rate
@@ -79,10 +77,7 @@ static void bench_step(Bench* b, int s, int forward_only) {
     double dt = wall_time() - t0;
     if (s == 0) return;
     b->dt[s - 1] = dt;
-    if (!forward_only) {
-        b->rate[s - 1] = b->model.be->matmul_rate();
-        b->ratio[s - 1] = b->flops * b->N / dt / 1e9 / b->rate[s - 1];
-    }
+    if (!forward_only) b->rate[s - 1] = b->model.be->matmul_rate();
 }
 
 static double bench_tokens_per_second(const Bench* b, int timed) {
@@ -107,11 +102,14 @@ static void bench_report(Bench* b, int timed, int forward_only, double peak, con
     if (forward_only) {
         printf("  %.3f s per forward pass, %.0f tokens/s%s\n", step_s, tok_s, memory);
     } else {
+        double* ratio = mallocCheck((size_t)timed * sizeof(double));  // each step's FLOP rate against its matmul rate
+        for (int s = 0; s < timed; s++) ratio[s] = b->flops * b->N / b->dt[s] / 1e9 / b->rate[s];
+        mfu = 100.0 * median(ratio, timed);
+        free(ratio);
         double sgemm = median(b->rate, timed);
         char how[256];
         double device_peak = m->be->peak_rate(how, sizeof(how));
         double achieved = b->flops * tok_s / 1e9;
-        mfu = 100.0 * median(b->ratio, timed);
         printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s%s\n", tok_s, step_s, b->flops / 1e6,
                achieved, memory);
         printf("  MFU %.0f%% of the measured matmul rate %.1f GFLOP/s (the median, over %d timed step%s, of each step's "
@@ -138,7 +136,6 @@ static void bench_close(Bench* b, int forward_only) {
     if (!forward_only) adamw_free(&b->opt);
     free(b->dt);
     free(b->rate);
-    free(b->ratio);
     free(b->inputs);
     free(b->targets);
     model_free(&b->model);
