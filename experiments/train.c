@@ -208,16 +208,20 @@ static void diverged(int step, double loss, float norm, const char* ckpt, FILE* 
         loss, norm, ckpt, access(ckpt, F_OK) == 0 ? "" : " (none was written yet)");
 }
 
-void train_check_memory(const Config* cfg, const Backend* be, int vocab_size) {
+double train_check_memory(const Config* cfg, const Backend* be, int vocab_size, double held) {
     double activations, need = model_training_bytes(&cfg->model, vocab_size, cfg->batch_size, &activations);
-    double have = be->memory_bytes();
+    double have = be->memory_bytes() - held;
     double gib = 1024.0 * 1024 * 1024;
     if (need > have) {
-        die("training needs %.1f GiB, more than the %.1f GiB of device %s: %.1f GiB of parameters with their gradients and AdamW "
-            "moments (keys 'n_layer' = %d, 'd_model' = %d, 'ffn_hidden' and the vocabulary of %d) and %.1f GiB of one "
+        char beside[96] = "";
+        if (held > 0) snprintf(beside, sizeof(beside), " left beside the %.1f GiB of the recipe it alternates with", held / gib);
+        die("training needs %.1f GiB, more than the %.1f GiB of device %s%s: %.1f GiB of parameters with their gradients and "
+            "AdamW moments (keys 'n_layer' = %d, 'd_model' = %d, 'ffn_hidden' and the vocabulary of %d) and %.1f GiB of one "
             "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib, be->device_name(),
-            (need - activations) / gib, cfg->model.n_layer, cfg->model.d_model, vocab_size, activations / gib, cfg->batch_size, cfg->model.seq_len);
+            beside, (need - activations) / gib, cfg->model.n_layer, cfg->model.d_model, vocab_size, activations / gib,
+            cfg->batch_size, cfg->model.seq_len);
     }
+    return need;
 }
 
 BatchShare batch_share(const Config* cfg, int rank, int ranks) {
@@ -289,7 +293,7 @@ static void open_run(Run* r, const Config* cfg) {
             "more text or lower 'seq_len'", cfg->data, r->data.val.n_tokens, T + 1);
     }
     r->be = backend_of_device(cfg->device);  // the one place a run resolves its device
-    train_check_memory(cfg, r->be, r->data.tok.vocab_size);
+    train_check_memory(cfg, r->be, r->data.tok.vocab_size, 0.0);
     if (r->root) {
         mkdir_p(cfg->out);
         r->lock = lock_folder(cfg->out, "run folder");

@@ -35,9 +35,10 @@ double train_run(const Config* cfg, int until, const TrainObserver* observer);
 // rank 0 finishes
 void train_follow(void);
 
-// Dies, naming the keys, when training cfg needs more memory than the machine has (before
-// anything is allocated)
-void train_check_memory(const Config* cfg, const Backend* be, int vocab_size);
+// Dies, naming the keys, when training cfg needs more memory than the machine has beside
+// `held` bytes that another model of the same process needs (0: none), before anything is
+// allocated; returns the bytes cfg needs
+double train_check_memory(const Config* cfg, const Backend* be, int vocab_size, double held);
 
 // `difftx train`: trains cfg (from recipe_path) up to `until` as a run of experiment "train",
 // preset the recipe's file name, row its out folder, in results/registry.sqlite; FINISHED at

@@ -347,6 +347,14 @@ expect "bench --vs states the peak memory of both models together, not of either
 expect "bench --vs records both runs as alternated, with no peak memory of their own" \
     test "$(sqlite3 "$work/alternated_reg/registry.sqlite" "SELECT group_concat(r.row || ':' || (SELECT COUNT(*) FROM evaluations e WHERE e.run_id = r.id AND e.key = 'tokens_per_second') || ':' || (SELECT COUNT(*) FROM evaluations e WHERE e.run_id = r.id AND e.key LIKE 'peak%'), ' ') FROM runs r")" = "train-alternated:1:0 train-alternated:1:0"
 expect_fail "bench --vs names a recipe it cannot read" "$work/missing.ini" $bin bench "$work/ok.ini" --vs "$work/missing.ini" --steps 2 --results "$work/alternated_reg"
+# the two models share one process, so each must fit beside the other: rows enough for 60% of
+# the machine's memory (from the refusal of a batch far too large) fit once, not twice
+probe=$($bin bench "$work/ok.ini" batch_size=400000 seq_len=256 --results "$work/alternated_reg" 2>&1)
+rows=$(sed -nE 's/.*more than the ([0-9.]+) GiB of device .* and ([0-9.]+) GiB of one micro-batch.*/\1 \2/p' <<<"$probe" |
+       awk '{ printf "%d", 0.6 * $1 * 400000 / $2 }')
+expect_fail "bench --vs refuses two models that fit in memory only one at a time" \
+    "training needs [0-9.]+ GiB, more than the [0-9.]+ GiB of device cpu \(OpenBLAS [A-Za-z0-9]+\) left beside the [0-9.]+ GiB of the recipe it alternates with: .*'batch_size' = $rows, 'seq_len' = 256\)" \
+    $bin bench "$work/ok.ini" --vs "$work/ok_standard.ini" batch_size=$rows seq_len=256 --results "$work/alternated_reg"
 expect "metrics carry the wall-clock time they were measured at" test "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics WHERE time > strftime('%s', 'now') - 3600 AND time <= strftime('%s', 'now') + 1")" = "$(sqlite3 "$work/tracked_reg/registry.sqlite" "SELECT COUNT(*) FROM metrics")"
 
 # no output over its own input (paths resolved: ./, .. and symbolic links count), and an output
