@@ -27,6 +27,7 @@ typedef struct {
     double flops;   // per token
     double* dt;     // (steps - 1) seconds of each timed step
     double* rate;   // (steps - 1) the matmul rate measured right after it (training)
+    double matmul_seconds, matmul_flops;  // the weights' products in the timed steps (matmul_spent)
 } Bench;
 
 // the median of x (n >= 1), sorted in place
@@ -52,6 +53,7 @@ static void bench_open(Bench* b, const Config* cfg, const char* recipe_path, con
         b->targets[i] = (int)(rng_next(&rng) % vocab);
     }
     b->flops = model_flops_per_token(&b->model, cfg->model.seq_len);
+    b->matmul_seconds = b->matmul_flops = 0.0;
     b->dt = mallocCheck((size_t)steps * sizeof(double));
     b->rate = mallocCheck((size_t)steps * sizeof(double));
 }
@@ -73,8 +75,11 @@ static void bench_step(Bench* b, int s, int forward_only) {
         train_step(&b->model, &b->opt, b->cfg, &b->share, s, b->inputs, b->targets);
     }
     b->model.be->synchronize();  // the step's work is done, not only issued
-    double dt = wall_time() - t0;
+    double dt = wall_time() - t0, matmul_seconds, matmul_flops;
+    b->model.be->matmul_spent(&matmul_seconds, &matmul_flops);
     if (s == 0) return;
+    b->matmul_seconds += matmul_seconds;
+    b->matmul_flops += matmul_flops;
     b->dt[s - 1] = dt;
     if (!forward_only) b->rate[s - 1] = b->model.be->matmul_rate();
 }
@@ -83,6 +88,23 @@ static double bench_tokens_per_second(const Bench* b, int timed) {
     double total = 0.0;
     for (int s = 0; s < timed; s++) total += b->dt[s];
     return b->N * timed / total;
+}
+
+// Where the step's time goes: in the weights' products, at what rate, and the rest; nothing
+// where the backend cannot time its products (*share NAN). sgemm: the measured matmul rate, 0
+// where none was measured.
+static void report_products(const Bench* b, int timed, int forward_only, double step_s, double sgemm, double* share,
+                            double* gflops) {
+    double per_step = b->matmul_seconds / timed;
+    *share = 100.0 * per_step / step_s;
+    *gflops = b->matmul_flops / b->matmul_seconds / 1e9;
+    if (isnan(*share)) return;
+    printf("  the weights' products (projections, MLP, LM head): %.0f ms of the %.0f ms %s (%.0f%%), %.1f GFLOP at %.1f "
+           "GFLOP/s", 1e3 * per_step, 1e3 * step_s, forward_only ? "forward pass" : "step", *share, b->matmul_flops / timed / 1e9,
+           *gflops);
+    if (sgemm > 0) printf(" = %.0f%% of the matmul rate", 100.0 * *gflops / sgemm);
+    printf("; the rest (attention, norms, element-wise passes%s): %.0f ms\n", forward_only ? "" : ", AdamW",
+           1e3 * (step_s - per_step));
 }
 
 // Prints the bench of b and records it in the registry; peak < 0: not recorded (two models
@@ -97,9 +119,10 @@ static void bench_report(Bench* b, int timed, int forward_only, double peak, con
            b->cfg->batch_size, m->V, m->n_params, omp_get_max_threads(), m->be->device_name());
     char memory[96] = "";
     if (peak >= 0) snprintf(memory, sizeof(memory), ", peak %s %.0f MiB", peak_what, peak);
-    double mfu = 0, mfu_peak = 0;
+    double mfu = 0, mfu_peak = 0, share, gflops;
     if (forward_only) {
         printf("  %.3f s per forward pass, %.0f tokens/s%s\n", step_s, tok_s, memory);
+        report_products(b, timed, forward_only, step_s, 0.0, &share, &gflops);
     } else {
         double* ratio = mallocCheck((size_t)timed * sizeof(double));  // each step's FLOP rate against its matmul rate
         for (int s = 0; s < timed; s++) ratio[s] = b->flops * b->N / b->dt[s] / 1e9 / b->rate[s];
@@ -125,10 +148,12 @@ static void bench_report(Bench* b, int timed, int forward_only, double peak, con
         } else {
             printf("  (no MFU against the device's peak: %s)\n", how);
         }
+        report_products(b, timed, forward_only, step_s, sgemm, &share, &gflops);
         const char* note = m->be->host_memory ? backend_blas_kernel_note() : NULL;  // OpenBLAS's, on the CPU
         if (note) printf("  note: %s\n", note);
     }
-    runs_record_bench(results, b->recipe_path, row, b->cfg, m->be, forward_only, tok_s, mfu, mfu_peak, peak);
+    BenchNumbers numbers = {tok_s, mfu, mfu_peak, peak, share, gflops};
+    runs_record_bench(results, b->recipe_path, row, b->cfg, m->be, forward_only, &numbers);
 }
 
 static void bench_close(Bench* b, int forward_only) {

@@ -354,15 +354,19 @@ int runs_recorded_windows(const char* results, const char* run_dir, int seq_len)
 }
 
 void runs_record_bench(const char* results, const char* recipe_path, const char* row, const Config* cfg, const Backend* be,
-                       int forward_only, double tokens_per_second, double mfu, double mfu_peak, double peak_mib) {
+                       int forward_only, const BenchNumbers* n) {
     Registry reg;
     int64_t experiment = recipe_file_experiment(&reg, results, "bench", recipe_path);
     int64_t run = registry_begin_run(&reg, experiment, row, cfg->seed, cfg, be->device_name(), NULL);
-    registry_evaluation(&reg, run, "tokens_per_second", tokens_per_second);
-    if (!forward_only) registry_evaluation(&reg, run, "mfu", mfu);
-    if (!forward_only && mfu_peak > 0) registry_evaluation(&reg, run, "mfu_peak", mfu_peak);
+    registry_evaluation(&reg, run, "tokens_per_second", n->tokens_per_second);
+    if (!forward_only) registry_evaluation(&reg, run, "mfu", n->mfu);
+    if (!forward_only && n->mfu_peak > 0) registry_evaluation(&reg, run, "mfu_peak", n->mfu_peak);
+    if (!isnan(n->matmul_share)) {
+        registry_evaluation(&reg, run, "matmul_share", n->matmul_share);
+        registry_evaluation(&reg, run, "matmul_gflops", n->matmul_gflops);
+    }
     // the host's resident set, or a device's memory: named apart, so a query never mixes them
-    if (peak_mib >= 0) registry_evaluation(&reg, run, be->host_memory ? "peak_rss_mib" : "peak_device_mib", peak_mib);
+    if (n->peak_mib >= 0) registry_evaluation(&reg, run, be->host_memory ? "peak_rss_mib" : "peak_device_mib", n->peak_mib);
     registry_end_run(&reg, run, RUN_FINISHED);
     printf("recorded as run %lld in %s\n", (long long)run, reg.path);
     registry_close(&reg);

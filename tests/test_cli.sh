@@ -333,6 +333,18 @@ expect_fail "a resume on data with one token changed stops with both identities"
     $bin train "$work/recipes/nested/rel.ini" steps=5 data="$work/data_edited" --results "$work/rel_reg"
 $bin bench "$work/ok.ini" --steps 2 --vocab 300 --results "$work/tracked_reg" > /dev/null 2>&1
 expect "a benchmark is recorded with its throughput" bash -c "'$bin' runs --results '$work/tracked_reg' --experiment bench | grep -qE '^ +3  bench +ok +train +1337 FINISHED .* [0-9]+  20'"
+# the weights' products timed apart from the rest of the step. Their FLOPs by hand, for the bench
+# recipe (L 6, C 256, QKV 768, H x Dv 256, F 704, V 4096) at one row of 256 tokens: 2 x
+# (6 x (256 x 768 + 256 x 256 + 256 x 1408 + 704 x 256) + 256 x 4096) = 11,730,944 a token
+# forward, three times that with the backward: 9.0 GFLOP a step
+out=$($bin bench experiments/bench_diff.ini --steps 3 batch_size=1 --results "$work/products_reg" 2>&1)
+products='^  the weights. products \(projections, MLP, LM head\): ([0-9]+) ms of the ([0-9]+) ms step \([0-9]+%\), 9\.0 GFLOP at [0-9.]+ GFLOP/s = [0-9]+% of the matmul rate; the rest \(attention, norms, element-wise passes, AdamW\): ([0-9]+) ms$'
+expect "bench times the weights' products, their FLOPs counted as by hand" grep -qE "$products" <<<"$out"
+read -r products_ms step_ms rest_ms < <(sed -nE "s#$products#\\1 \\2 \\3#p" <<<"$out")
+expect "bench's products and the rest add up to the step, to a millisecond of rounding" \
+    test -n "$step_ms" -a $((products_ms + rest_ms - step_ms)) -ge -1 -a $((products_ms + rest_ms - step_ms)) -le 1
+expect "bench records the products' share of the step and their rate" \
+    test "$(sqlite3 "$work/products_reg/registry.sqlite" "SELECT COUNT(*) FROM evaluations WHERE (key = 'matmul_share' AND value > 0 AND value < 100) OR (key = 'matmul_gflops' AND value > 0)")" = 2
 # two recipes benched in turn, step by step, under the same overrides, and compared pair by pair
 recipe "$work/ok_standard.ini"
 sed -i 's/^attention = diff$/attention = standard/' "$work/ok_standard.ini"

@@ -138,6 +138,7 @@ static const Backend CPU = {
     .add = cpu_add,
     .sum_across_ranks = dist_sum_floats,  // MPI reduces host memory in place
     .adamw_update = cpu_adamw_update,
+    .matmul_spent = cpu_matmul_spent,
     .matmul_rate = cpu_matmul_rate,
     .peak_rate = cpu_peak,
 };

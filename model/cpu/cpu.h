@@ -10,6 +10,7 @@
 const Backend* backend_cpu(void);
 
 // layers.c
+void cpu_matmul_spent(double* seconds, double* flops);
 void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
 void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
 void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W);

@@ -4,17 +4,34 @@
 #include <math.h>
 #include <string.h>
 
+#include "../base/util.h"
 #include "lanes.h"
 #include "vecmath.h"
 
+// The weights' products, timed for matmul_spent (backend.h); the model calls them from one
+// thread, each one parallel inside OpenBLAS
+static double matmul_seconds, matmul_flops;
+
+void cpu_matmul_spent(double* seconds, double* flops) {
+    *seconds = matmul_seconds;
+    *flops = matmul_flops;
+    matmul_seconds = matmul_flops = 0.0;
+}
+
 void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+    double t0 = wall_time();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
                 accumulate ? 1.0f : 0.0f, out, OC);
+    matmul_seconds += wall_time() - t0;
+    matmul_flops += 2.0 * N * IC * (double)OC;
 }
 
 void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
+    double t0 = wall_time();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    matmul_seconds += wall_time() - t0;
+    matmul_flops += 4.0 * N * IC * (double)OC;
 }
 
 void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {

@@ -242,6 +242,7 @@ static Backend table(void) {
     b.add = cuda_add;
     b.sum_across_ranks = cuda_sum_across_ranks;
     b.adamw_update = cuda_adamw_update;
+    b.matmul_spent = cuda_matmul_spent;
     b.matmul_rate = cuda_matmul_rate;
     b.peak_rate = cuda_peak_rate;
     return b;

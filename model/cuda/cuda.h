@@ -57,6 +57,7 @@ __global__ void sum_in_order_kernel(Real* out, const Real* x, size_t n) {
 }
 
 // ---- layers.cu ----
+void cuda_matmul_spent(double* seconds, double* flops);
 void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
 void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
 void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W);

@@ -12,13 +12,25 @@ extern "C" {
 }
 
 // ---- matmuls: row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X ----
+// Their FLOPs for matmul_spent (backend.h); their time is not known here: a call returns
+// once the product is queued
+static double matmul_flops;
+
+void cuda_matmul_spent(double* seconds, double* flops) {
+    *seconds = NAN;
+    *flops = matmul_flops;
+    matmul_flops = 0.0;
+}
+
 void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
     cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, w, IC, inp, IC, accumulate ? 1.0f : 0.0f, out, OC);
+    matmul_flops += 2.0 * N * IC * (double)OC;
 }
 
 void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
     cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, w, IC, dout, OC, 0.0f, dinp, IC);
     cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC);
+    matmul_flops += 4.0 * N * IC * (double)OC;
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
