@@ -90,15 +90,13 @@ static double bench_tokens_per_second(const Bench* b, int timed) {
     return b->N * timed / total;
 }
 
-// Where the step's time goes: in the weights' products, at what rate, and the rest; nothing
-// where the backend cannot time its products (*share NAN). sgemm: the measured matmul rate, 0
-// where none was measured.
+// Where the step's time goes: in the weights' products, at what rate, and the rest. sgemm: the
+// measured matmul rate, 0 where none was measured.
 static void report_products(const Bench* b, int timed, int forward_only, double step_s, double sgemm, double* share,
                             double* gflops) {
     double per_step = b->matmul_seconds / timed;
     *share = 100.0 * per_step / step_s;
     *gflops = b->matmul_flops / b->matmul_seconds / 1e9;
-    if (isnan(*share)) return;
     printf("  the weights' products (projections, MLP, LM head): %.0f ms of the %.0f ms %s (%.0f%%), %.1f GFLOP at %.1f "
            "GFLOP/s", 1e3 * per_step, 1e3 * step_s, forward_only ? "forward pass" : "step", *share, b->matmul_flops / timed / 1e9,
            *gflops);

@@ -361,10 +361,8 @@ void runs_record_bench(const char* results, const char* recipe_path, const char*
     registry_evaluation(&reg, run, "tokens_per_second", n->tokens_per_second);
     if (!forward_only) registry_evaluation(&reg, run, "mfu", n->mfu);
     if (!forward_only && n->mfu_peak > 0) registry_evaluation(&reg, run, "mfu_peak", n->mfu_peak);
-    if (!isnan(n->matmul_share)) {
-        registry_evaluation(&reg, run, "matmul_share", n->matmul_share);
-        registry_evaluation(&reg, run, "matmul_gflops", n->matmul_gflops);
-    }
+    registry_evaluation(&reg, run, "matmul_share", n->matmul_share);
+    registry_evaluation(&reg, run, "matmul_gflops", n->matmul_gflops);
     // the host's resident set, or a device's memory: named apart, so a query never mixes them
     if (n->peak_mib >= 0) registry_evaluation(&reg, run, be->host_memory ? "peak_rss_mib" : "peak_device_mib", n->peak_mib);
     registry_end_run(&reg, run, RUN_FINISHED);

@@ -42,16 +42,15 @@ typedef struct {
     double mfu;            // percent of the measured matmul rate; training only
     double mfu_peak;       // percent of the device's peak; 0 where the backend has no model of it
     double peak_mib;       // < 0: not the model's own (two models shared the process)
-    double matmul_share;   // percent of the step spent in the weights' products; NAN where not timed
+    double matmul_share;   // percent of the step spent in the weights' products
     double matmul_gflops;  // the rate of those products
 } BenchNumbers;
 
 // `difftx bench` as a run of experiment "bench" (preset: the recipe's file name; row: train or
 // forward, or train-alternated or forward-alternated when two recipes' steps took turns) with its
 // config and the evaluations tokens_per_second, mfu (training only), mfu_peak (training only,
-// where the backend has a model of the peak), matmul_share and matmul_gflops (where the backend
-// times its products), and peak_rss_mib (device = cpu) or peak_device_mib (a GPU's memory), left
-// out where peak_mib < 0
+// where the backend has a model of the peak), matmul_share and matmul_gflops, and peak_rss_mib
+// (device = cpu) or peak_device_mib (a GPU's memory), left out where peak_mib < 0
 void runs_record_bench(const char* results, const char* recipe_path, const char* row, const Config* cfg, const Backend* be,
                        int forward_only, const BenchNumbers* n);
 

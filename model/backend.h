@@ -170,9 +170,9 @@ typedef struct {
     // one AdamW update of n parameters p with gradients g and moments m, v
     void (*adamw_update)(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
 
-    // Wall seconds and FLOPs of the matmul_forward and matmul_backward calls since the last
-    // call, which starts the count again: the weights' products, where most of a step's FLOPs
-    // are. Seconds are NAN where a call returns before its work is done (a GPU's queue).
+    // Seconds and FLOPs of the matmul_forward and matmul_backward calls since the last call,
+    // which starts the count again: the weights' products, where most of a step's FLOPs are.
+    // The time each product took on the device (a GPU's own clock, not the host's wait).
     void (*matmul_spent)(double* seconds, double* flops);
     // GFLOP/s of a large fp32 matmul measured on this backend: what MFU is measured against
     double (*matmul_rate)(void);

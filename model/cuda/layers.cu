@@ -12,25 +12,61 @@ extern "C" {
 }
 
 // ---- matmuls: row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X ----
-// Their FLOPs for matmul_spent (backend.h); their time is not known here: a call returns
-// once the product is queued
+// Timed for matmul_spent (backend.h) on the GPU's clock: an event before and after each call,
+// read back only when asked, so a step is never made to wait. The pairs grow with the calls
+// between two reads (a few hundred in a step).
+static cudaEvent_t* matmul_events;  // (2 * capacity) start, stop of each call since the last read
+static int matmul_calls, matmul_capacity, matmul_created;
 static double matmul_flops;
 
+static void matmul_begin(void) {
+    if (matmul_calls == matmul_capacity) {
+        int capacity = matmul_capacity ? 2 * matmul_capacity : 64;
+        cudaEvent_t* events = (cudaEvent_t*)mallocCheck(2 * (size_t)capacity * sizeof(cudaEvent_t));
+        if (matmul_created) memcpy(events, matmul_events, 2 * (size_t)matmul_created * sizeof(cudaEvent_t));
+        free(matmul_events);
+        matmul_events = events;
+        matmul_capacity = capacity;
+    }
+    if (matmul_calls == matmul_created) {
+        cudaCheck(cudaEventCreate(&matmul_events[2 * matmul_calls]));
+        cudaCheck(cudaEventCreate(&matmul_events[2 * matmul_calls + 1]));
+        matmul_created++;
+    }
+    cudaCheck(cudaEventRecord(matmul_events[2 * matmul_calls], 0));
+}
+
+static void matmul_end(double flops) {
+    cudaCheck(cudaEventRecord(matmul_events[2 * matmul_calls + 1], 0));
+    matmul_calls++;
+    matmul_flops += flops;
+}
+
 void cuda_matmul_spent(double* seconds, double* flops) {
-    *seconds = NAN;
+    double ms = 0.0;
+    if (matmul_calls) cudaCheck(cudaEventSynchronize(matmul_events[2 * matmul_calls - 1]));
+    for (int i = 0; i < matmul_calls; i++) {
+        float call_ms;
+        cudaCheck(cudaEventElapsedTime(&call_ms, matmul_events[2 * i], matmul_events[2 * i + 1]));
+        ms += call_ms;
+    }
+    *seconds = ms / 1e3;
     *flops = matmul_flops;
+    matmul_calls = 0;
     matmul_flops = 0.0;
 }
 
 void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+    matmul_begin();
     cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, w, IC, inp, IC, accumulate ? 1.0f : 0.0f, out, OC);
-    matmul_flops += 2.0 * N * IC * (double)OC;
+    matmul_end(2.0 * N * IC * (double)OC);
 }
 
 void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
+    matmul_begin();
     cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, w, IC, dout, OC, 0.0f, dinp, IC);
     cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC);
-    matmul_flops += 4.0 * N * IC * (double)OC;
+    matmul_end(4.0 * N * IC * (double)OC);
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
