@@ -208,6 +208,21 @@ static void test_matmul(int N, int IC, int OC) {
     be->release(d_inp); be->release(d_w); be->release(d_out); be->release(d_dout); be->release(d_dw); be->release(d_dinp);
 }
 
+// More products between two reads than a backend keeps a record of each (the CUDA backend's
+// event pairs fold into a sum every 1024 calls): every one still counted, the result still right
+static void test_matmul_spent_many(int calls) {
+    float two = 2.0f, three = 3.0f, out = 0.0f;
+    float *d_two = to_backend(&two, 4), *d_three = to_backend(&three, 4), *d_out = to_backend(&out, 4);
+    double seconds, flops;
+    be->matmul_spent(&seconds, &flops);
+    for (int c = 0; c < calls; c++) be->matmul_forward(d_out, d_two, d_three, 1, 1, 1, 1);
+    be->matmul_spent(&seconds, &flops);
+    be->download(&out, d_out, 4);
+    CHECK(flops == 2.0 * calls && seconds >= 0 && seconds < 60 && out == 6.0f * calls,
+          "%s matmul_spent over %d calls: %.0f FLOPs, %g s, sum %g", be->name, calls, flops, seconds, out);
+    be->release(d_two); be->release(d_three); be->release(d_out);
+}
+
 // ---- rmsnorm ----
 static void test_rmsnorm(int rows, int W, float scale) {
     char what[64];
@@ -954,6 +969,7 @@ int main(int argc, char** argv) {
         test_matmul(7, 13, 5);
         test_matmul(64, 96, 33);
         test_matmul(130, 64, 256);
+        test_matmul_spent_many(2500);
         test_rmsnorm(1, 1, 1.0f);
         test_rmsnorm(9, 16, 1.0f);
         test_rmsnorm(33, 64, 0.7f);

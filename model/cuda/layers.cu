@@ -13,21 +13,26 @@ extern "C" {
 
 // ---- matmuls: row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X ----
 // Timed for matmul_spent (backend.h) on the GPU's clock: an event before and after each call,
-// read back only when asked, so a step is never made to wait. The pairs grow with the calls
-// between two reads (a few hundred in a step).
-static cudaEvent_t* matmul_events;  // (2 * capacity) start, stop of each call since the last read
-static int matmul_calls, matmul_capacity, matmul_created;
-static double matmul_flops;
+// read back when asked or when the pairs run out (then the host waits for the last product, once
+// in MATMUL_EVENT_PAIRS calls), so training, which never asks, holds a bounded number of events.
+#define MATMUL_EVENT_PAIRS 1024
+static cudaEvent_t matmul_events[2 * MATMUL_EVENT_PAIRS];  // start, stop of each call since the last read
+static int matmul_calls, matmul_created;
+static double matmul_ms, matmul_flops;
+
+// Adds the recorded calls' times to matmul_ms and frees their events for reuse
+static void matmul_fold(void) {
+    if (matmul_calls) cudaCheck(cudaEventSynchronize(matmul_events[2 * matmul_calls - 1]));
+    for (int i = 0; i < matmul_calls; i++) {
+        float call_ms;
+        cudaCheck(cudaEventElapsedTime(&call_ms, matmul_events[2 * i], matmul_events[2 * i + 1]));
+        matmul_ms += call_ms;
+    }
+    matmul_calls = 0;
+}
 
 static void matmul_begin(void) {
-    if (matmul_calls == matmul_capacity) {
-        int capacity = matmul_capacity ? 2 * matmul_capacity : 64;
-        cudaEvent_t* events = (cudaEvent_t*)mallocCheck(2 * (size_t)capacity * sizeof(cudaEvent_t));
-        if (matmul_created) memcpy(events, matmul_events, 2 * (size_t)matmul_created * sizeof(cudaEvent_t));
-        free(matmul_events);
-        matmul_events = events;
-        matmul_capacity = capacity;
-    }
+    if (matmul_calls == MATMUL_EVENT_PAIRS) matmul_fold();
     if (matmul_calls == matmul_created) {
         cudaCheck(cudaEventCreate(&matmul_events[2 * matmul_calls]));
         cudaCheck(cudaEventCreate(&matmul_events[2 * matmul_calls + 1]));
@@ -43,17 +48,10 @@ static void matmul_end(double flops) {
 }
 
 void cuda_matmul_spent(double* seconds, double* flops) {
-    double ms = 0.0;
-    if (matmul_calls) cudaCheck(cudaEventSynchronize(matmul_events[2 * matmul_calls - 1]));
-    for (int i = 0; i < matmul_calls; i++) {
-        float call_ms;
-        cudaCheck(cudaEventElapsedTime(&call_ms, matmul_events[2 * i], matmul_events[2 * i + 1]));
-        ms += call_ms;
-    }
-    *seconds = ms / 1e3;
+    matmul_fold();
+    *seconds = matmul_ms / 1e3;
     *flops = matmul_flops;
-    matmul_calls = 0;
-    matmul_flops = 0.0;
+    matmul_ms = matmul_flops = 0.0;
 }
 
 void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
