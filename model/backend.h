@@ -173,6 +173,8 @@ typedef struct {
     // Seconds and FLOPs of the matmul_forward and matmul_backward calls since the last call,
     // which starts the count again: the weights' products, where most of a step's FLOPs are.
     // The time each product took on the device (a GPU's own clock, not the host's wait).
+    // Counting begins at the first call (which returns zeros): a run that never asks is not
+    // timed at all.
     void (*matmul_spent)(double* seconds, double* flops);
     // GFLOP/s of a large fp32 matmul measured on this backend: what MFU is measured against
     double (*matmul_rate)(void);

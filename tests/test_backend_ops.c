@@ -141,7 +141,7 @@ static void test_matmul(int N, int IC, int OC) {
     float *d_inp = to_backend(inp, (size_t)N * IC * 4), *d_w = to_backend(w, (size_t)OC * IC * 4);
     float* d_out = to_backend(old, (size_t)N * OC * 4);
     double seconds, flops;
-    be->matmul_spent(&seconds, &flops);  // what earlier tests spent, so the count starts here
+    be->matmul_spent(&seconds, &flops);  // the count starts here
     for (int accumulate = 0; accumulate < 2; accumulate++) {
         be->upload(d_out, old, (size_t)N * OC * 4);
         be->matmul_forward(d_out, d_inp, d_w, N, IC, OC, accumulate);
@@ -206,6 +206,19 @@ static void test_matmul(int N, int IC, int OC) {
     CHECK(flops == 0 && seconds == 0, "%s matmul_spent starts again at 0 after a call", be->name);
     free(inp); free(w); free(old); free(dout); free(dw0); free(ref_dinp); free(ref_dw); free(mag_dinp); free(mag_dw); free(got_dinp); free(got_dw);
     be->release(d_inp); be->release(d_w); be->release(d_out); be->release(d_dout); be->release(d_dw); be->release(d_dinp);
+}
+
+// Before its first matmul_spent a backend times nothing (a training run never asks): a product
+// then is not counted by that first call
+static void test_matmul_untimed(void) {
+    float two = 2.0f, out = 0.0f;
+    float *d_two = to_backend(&two, 4), *d_out = to_backend(&out, 4);
+    be->matmul_forward(d_out, d_two, d_two, 1, 1, 1, 0);
+    double seconds, flops;
+    be->matmul_spent(&seconds, &flops);
+    CHECK(flops == 0 && seconds == 0, "%s matmul_spent counted %.0f FLOPs, %g s before it was first called", be->name, flops,
+          seconds);
+    be->release(d_two); be->release(d_out);
 }
 
 // More products between two reads than a backend keeps a record of each (the CUDA backend's
@@ -965,6 +978,7 @@ int main(int argc, char** argv) {
         int before = checks_passed + checks_failed;
         test_table();
         test_buffers();
+        test_matmul_untimed();
         test_matmul(1, 1, 1);
         test_matmul(7, 13, 5);
         test_matmul(64, 96, 33);

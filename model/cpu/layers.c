@@ -8,30 +8,39 @@
 #include "lanes.h"
 #include "vecmath.h"
 
-// The weights' products, timed for matmul_spent (backend.h); the model calls them from one
-// thread, each one parallel inside OpenBLAS
+// The weights' products, timed for matmul_spent (backend.h) once it has been called; the model
+// calls them from one thread, each one parallel inside OpenBLAS
+static int matmul_timing;
 static double matmul_seconds, matmul_flops;
 
 void cpu_matmul_spent(double* seconds, double* flops) {
     *seconds = matmul_seconds;
     *flops = matmul_flops;
     matmul_seconds = matmul_flops = 0.0;
+    matmul_timing = 1;
+}
+
+// t0: wall_time() before the product, or 0 when nobody asks for the time
+static double matmul_begin(void) { return matmul_timing ? wall_time() : 0.0; }
+
+static void matmul_end(double t0, double flops) {
+    if (!matmul_timing) return;
+    matmul_seconds += wall_time() - t0;
+    matmul_flops += flops;
 }
 
 void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
-    double t0 = wall_time();
+    double t0 = matmul_begin();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
                 accumulate ? 1.0f : 0.0f, out, OC);
-    matmul_seconds += wall_time() - t0;
-    matmul_flops += 2.0 * N * IC * (double)OC;
+    matmul_end(t0, 2.0 * N * IC * (double)OC);
 }
 
 void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
-    double t0 = wall_time();
+    double t0 = matmul_begin();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
-    matmul_seconds += wall_time() - t0;
-    matmul_flops += 4.0 * N * IC * (double)OC;
+    matmul_end(t0, 4.0 * N * IC * (double)OC);
 }
 
 void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {

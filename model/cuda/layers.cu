@@ -12,12 +12,13 @@ extern "C" {
 }
 
 // ---- matmuls: row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X ----
-// Timed for matmul_spent (backend.h) on the GPU's clock: an event before and after each call,
-// read back when asked or when the pairs run out (then the host waits for the last product, once
-// in MATMUL_EVENT_PAIRS calls), so training, which never asks, holds a bounded number of events.
+// Timed for matmul_spent (backend.h) once it has been called, on the GPU's clock: an event
+// before and after each call, read back when asked or when the pairs run out (then the host
+// waits for the last product, once in MATMUL_EVENT_PAIRS calls). Training, which never asks,
+// records no events and never waits.
 #define MATMUL_EVENT_PAIRS 1024
 static cudaEvent_t matmul_events[2 * MATMUL_EVENT_PAIRS];  // start, stop of each call since the last read
-static int matmul_calls, matmul_created;
+static int matmul_timing, matmul_calls, matmul_created;
 static double matmul_ms, matmul_flops;
 
 // Adds the recorded calls' times to matmul_ms and frees their events for reuse
@@ -32,6 +33,7 @@ static void matmul_fold(void) {
 }
 
 static void matmul_begin(void) {
+    if (!matmul_timing) return;
     if (matmul_calls == MATMUL_EVENT_PAIRS) matmul_fold();
     if (matmul_calls == matmul_created) {
         cudaCheck(cudaEventCreate(&matmul_events[2 * matmul_calls]));
@@ -42,6 +44,7 @@ static void matmul_begin(void) {
 }
 
 static void matmul_end(double flops) {
+    if (!matmul_timing) return;
     cudaCheck(cudaEventRecord(matmul_events[2 * matmul_calls + 1], 0));
     matmul_calls++;
     matmul_flops += flops;
@@ -52,6 +55,7 @@ void cuda_matmul_spent(double* seconds, double* flops) {
     *seconds = matmul_ms / 1e3;
     *flops = matmul_flops;
     matmul_ms = matmul_flops = 0.0;
+    matmul_timing = 1;
 }
 
 void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
