@@ -104,6 +104,7 @@ typedef struct {
     float* lnf;           // (N, C)
     float* lnf_rstd;      // (N)
     float* logits;        // (N, V) logits, then probabilities, then dlogits
+    int first_logit;      // rows first_logit..N-1 of the last forward have logits
     float* row_loss;      // (N)
     float* rope;          // (T, D/2, 2)
     float* grad_scratch;  // backward-only buffers for one layer
@@ -147,7 +148,7 @@ void model_cache_init(Model* model, int max_T);
 int model_cache_size(const Model* model);  // max_T, 0 before model_cache_init
 // tokens (n) at positions pos..pos+n-1 of the cached sequence, whose rows 0..pos-1 hold an
 // earlier call's tokens (rows from pos on are overwritten, so pos may step back to reuse a
-// prefix); logits of rows 0..n-1 from model_logits.
+// prefix); the logits of the last row, n - 1, from model_logits (the other rows have none).
 void model_forward_cached(Model* model, const int* tokens, int n, int pos);
 // Accumulates (+=) dloss/dparams into the gradients; dloss_scale multiplies the mean loss
 // gradient (1 / grad_accum for gradient accumulation).
