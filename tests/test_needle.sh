@@ -20,7 +20,9 @@
 # quantization costs DIFF minus what it costs the Transformer, 2 scales × 3 widths × 2 settings;
 # "n/a (neither retrieves)" where no model answers right, as in Table 2 and Figure 5), the 4-bit N =
 # 1 gap equal to the difference of differences of the registry's answers. `fig5`: one paired verdict
-# per context length. `table5`: trains only Table 6's `transformer` and `diff` rows (smoke), writes
+# per context length. Table 2, Figure 5 and Table 3 read each row not in the paper against `diff`
+# (its `against` key; Table 3's dint-minus-diff answer gap equal to the seeds' mean paired
+# difference of the registry's episodes), and an `against` naming no row is refused. `table5`: trains only Table 6's `transformer` and `diff` rows (smoke), writes
 # both kinds for four models beside the paper's rows, Top-1 equal to the registry's, one HDF5 file
 # per model with the documented shapes and the exact count of causal logits, a PNG, and a rerun that
 # trains nothing. With `--seeds 2` (a results folder of its own): both stages of every row trained
@@ -69,6 +71,8 @@ for row in standard diff; do
     expect "$row: N=6 cell equals the database" bash -c "grep -E '^\\| $row \\|' '$work/results/table2_smoke.md' | head -1 | grep -qE '\\| $acc ± [0-9.]+ \\[[0-9.]+\\] \\|\$'"
 done
 expect "table2 figure is PNG" is_png "$work/plots/table2_smoke.png"
+expect "table2 reads each row not in the paper against diff (its against key), in each setting" \
+    test "$(grep -cE '^\| (diff_grouped|diff_shared|dint) \| diff \| N=[1246], R=[12] \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/table2_smoke.md")" = 12
 
 task fig5 > "$work/fig5.log" 2>&1
 expect "fig5 exits 0" test $? -eq 0
@@ -79,6 +83,8 @@ expect "fig5 has 8 needles" test "$(sql "SELECT DISTINCT n_needles FROM episodes
 expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-9]+%|average) \|( [0-9.]+ \|){3}$' "$work/results/fig5_smoke.md")" = 30
 expect "fig5 judges DIFF against the Transformer at each of the 3 lengths, paired on episodes" \
     test "$(grep -cE '^\| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|same direction|opposite|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 3
+expect "fig5 reads each row not in the paper against diff at each length" \
+    test "$(grep -cE '^\| (diff_grouped|diff_shared|dint) \| diff \| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 9
 
 task table3 > "$work/table3.log" 2>&1
 expect "table3 exits 0" test $? -eq 0
@@ -171,8 +177,17 @@ expect "table2 states its seeds and lists each seed's accuracy" bash -c "grep -q
 # the smoke models answer nothing, so Table 2 has no verdict to make; Table 3's come from the spread
 expect "table2 makes no verdict where neither row retrieves" bash -c "
     test \"\$(grep -c '^| standard |.* 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] |$' '$work/seeds/table2_smoke.md')\" = 1 &&
-    test \"\$(grep -cE '\| n/a \(neither retrieves\) \|$' '$work/seeds/table2_smoke.md')\" = 4"
+    test \"\$(grep -cE '\| n/a \(neither retrieves\) \|$' '$work/seeds/table2_smoke.md')\" = 16"
 expect "table3's verdicts come from the paired interval" test "$(grep -cE '\| (answer|noise) \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+ \| (within noise|same direction|opposite) \|$' "$work/seeds/table3_smoke.md")" = 2
+# a row not in the paper against diff: the paired gap is the mean over the seeds of the rows'
+# differences in the registry's episodes (both rows answer the same episodes)
+gap=$(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'dint' GROUP BY r.seed ORDER BY r.seed" |
+    paste - <(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'diff' GROUP BY r.seed ORDER BY r.seed") |
+    awk '{m += $1 - $2} END {printf "%+.3f", m / NR}')
+expect "table3: dint minus diff in the answer share is the seeds' mean paired difference ($gap), with its interval" \
+    grep -qE "^\| dint \| diff \| answer \| \\$gap \| \[[-+0-9.]+, [-+0-9.]+\] \| (within noise|higher|lower) \|$" "$work/seeds/table3_smoke.md"
+expect "table3 reads the three rows not in the paper against diff in both shares" \
+    test "$(grep -cE '^\| (diff_grouped|diff_shared|dint) \| diff \| (answer|noise) \| ' "$work/seeds/table3_smoke.md")" = 6
 # Figure 1's answer share of the diff row, from the registry's episodes: per seed the mean over
 # Table 3's episodes, then mean and sample std over the two seeds
 want=$(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'diff' GROUP BY r.seed" |
@@ -222,6 +237,9 @@ expect_fail "needle: context too short" "context of 40 tokens has no room" $bin 
 sed 's/^seq_len = 768/seq_len = 512/' "$work/needle.ini" > "$work/other_len.ini"
 expect_fail "needle: mix cut for another seq_len" "holds needle blocks of 768 tokens but the recipe trains at seq_len 512" \
     $bin needle "$work/other_len.ini" --preset smoke --task table2 --results "$work/results"
+sed 's/^against = diff$/against = nothing/' "$work/needle.ini" > "$work/bad_against.ini"
+expect_fail "needle: against names no row" "\\[row diff_grouped\\] key 'against': 'nothing' is not another row" \
+    $bin needle "$work/bad_against.ini" --preset smoke --task table2 --results "$work/results"
 grep -v '^copy_steps' "$work/needle.ini" > "$work/no_copy.ini"
 expect_fail "needle: copy stage unset" "\\[smoke\\] needs 'copy_steps' as a positive integer" \
     $bin needle "$work/no_copy.ini" --preset smoke --task table2 --results "$work/results"

@@ -190,6 +190,23 @@ int paper_group(const Row* rows, int n_rows, int seeds, int p) {
     return -1;
 }
 
+int task_comparisons(const Row* rows, int n_rows, int seeds, Comparison* out) {
+    int n = 0, base = paper_group(rows, n_rows, seeds, 0), diff = paper_group(rows, n_rows, seeds, 1);
+    if (base >= 0 && diff >= 0) out[n++] = (Comparison){diff, base, 1};
+    for (int g = 0; g < n_rows; g++) {
+        if (rows[g * seeds].against >= 0) out[n++] = (Comparison){g, rows[g * seeds].against, 0};
+    }
+    return n;
+}
+
+void against_heading(Report* f, const Comparison* c, int k, const char* what, const char* columns) {
+    if (k > 0 && !c[k - 1].paper) return;
+    report_printf(f, "\nRows not in the paper, each minus the row it is read against (`against`), %s; the verdict reads "
+                  "the direction (higher or lower) where the interval excludes 0:\n\n| row | against | %s |\n|---|---|", what, columns);
+    for (const char* s = columns; *s; s++) report_printf(f, "%s", *s == '|' ? "---|" : "");
+    report_printf(f, "---|\n");
+}
+
 TaskModels task_models(Row* rows, int n_rows, int seeds, const Section* preset, const NeedleOptions* opt) {
     return (TaskModels){rows, n_rows, seeds, n_rows * seeds, section_int(preset, "context", opt->recipe),
                         section_int(preset, "samples", opt->recipe)};

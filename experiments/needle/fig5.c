@@ -21,35 +21,52 @@ typedef struct {
     double *right, *asked;
 } Fig5;
 
-// DIFF minus Transformer in accuracy averaged over the depths, at each length, paired on the episodes
-static void write_verdicts(Report* md, const Fig5* t) {
+// Row group a minus row group b in accuracy averaged over the depths at length l, paired on the
+// episodes; pick: four (seeds, units) buffers; *retrieves: a model of either answered a query right
+static GapInterval length_gap(const Fig5* t, int a, int b, int l, double* pick[4], int* retrieves) {
     int seeds = t->seeds, units = t->units;
-    int base = paper_group(t->rows, t->n_rows, seeds, 0), diff = paper_group(t->rows, t->n_rows, seeds, 1);
-    if (base < 0 || diff < 0) return;
     size_t per_seed = (size_t)t->n_lengths * units;
-    double* pick[4];  // DIFF's right and asked, then the Transformer's, for one length: (seeds, units)
-    for (int k = 0; k < 4; k++) pick[k] = mallocCheck((size_t)seeds * units * sizeof(double));
-    report_printf(md, "DIFF (%s) minus Transformer (%s) in accuracy averaged over the depths; the paper has DIFF ahead at "
-                  "every length (its 3B models from 8K to 64K):\n\n| context | gap (ours) | 95%% interval | verdict |\n|---|---|---|---|\n",
-                  t->rows[diff * seeds].name, t->rows[base * seeds].name);
-    for (int l = 0; l < t->n_lengths; l++) {
-        for (int s = 0; s < seeds; s++) {
-            const int model[2] = {diff * seeds + s, base * seeds + s};
-            for (int r = 0; r < 2; r++) {
-                size_t at = model[r] * per_seed + (size_t)l * units;
-                memcpy(pick[2 * r] + (size_t)s * units, t->right + at, units * sizeof(double));
-                memcpy(pick[2 * r + 1] + (size_t)s * units, t->asked + at, units * sizeof(double));
-            }
+    for (int s = 0; s < seeds; s++) {
+        const int model[2] = {a * seeds + s, b * seeds + s};
+        for (int r = 0; r < 2; r++) {
+            size_t at = model[r] * per_seed + (size_t)l * units;
+            memcpy(pick[2 * r] + (size_t)s * units, t->right + at, units * sizeof(double));
+            memcpy(pick[2 * r + 1] + (size_t)s * units, t->asked + at, units * sizeof(double));
         }
-        Paired p = {seeds, units, pick[0], pick[1], pick[2], pick[3]};
-        GapInterval g = paired_gap(&p);
-        int retrieves = 0;
-        for (size_t i = 0; i < (size_t)seeds * units; i++) retrieves |= pick[0][i] > 0 || pick[2][i] > 0;
-        char interval[64];
-        report_printf(md, "| %d | %+.2f | %s | %s |\n", t->lengths[l], g.gap, interval_text(interval, sizeof(interval), g, 2),
-                      retrieval_verdict(g, PAPER_DIFF_AHEAD, retrieves));
     }
-    report_printf(md, "\n%s\n\n", interval_note(seeds, "episodes"));
+    Paired p = {seeds, units, pick[0], pick[1], pick[2], pick[3]};
+    *retrieves = 0;
+    for (size_t i = 0; i < (size_t)seeds * units; i++) *retrieves |= pick[0][i] > 0 || pick[2][i] > 0;
+    return paired_gap(&p);
+}
+
+// DIFF minus Transformer at each length, where the paper has DIFF ahead; then each row not in the
+// paper minus the row it is read against
+static void write_verdicts(Report* md, const Fig5* t) {
+    int seeds = t->seeds;
+    Comparison c[RECIPE_SECTIONS + 1];
+    int n = task_comparisons(t->rows, t->n_rows, seeds, c);
+    double* pick[4];  // row a's right and asked, then row b's, for one length: (seeds, units)
+    for (int k = 0; k < 4; k++) pick[k] = mallocCheck((size_t)seeds * t->units * sizeof(double));
+    for (int i = 0; i < n; i++) {
+        const char *a = t->rows[c[i].a * seeds].name, *b = t->rows[c[i].b * seeds].name;
+        if (c[i].paper) {
+            report_printf(md, "DIFF (%s) minus Transformer (%s) in accuracy averaged over the depths; the paper has DIFF ahead at "
+                          "every length (its 3B models from 8K to 64K):\n\n| context | gap (ours) | 95%% interval | verdict |\n"
+                          "|---|---|---|---|\n", a, b);
+        } else {
+            against_heading(md, c, i, "in accuracy averaged over the depths", "context | gap | 95% interval | verdict");
+        }
+        for (int l = 0; l < t->n_lengths; l++) {
+            int retrieves;
+            GapInterval g = length_gap(t, c[i].a, c[i].b, l, pick, &retrieves);
+            char interval[64];
+            if (!c[i].paper) report_printf(md, "| %s | %s ", a, b);
+            report_printf(md, "| %d | %+.2f | %s | %s |\n", t->lengths[l], g.gap, interval_text(interval, sizeof(interval), g, 2),
+                          retrieval_verdict(g, c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves));
+        }
+    }
+    if (n) report_printf(md, "\n%s\n\n", interval_note(seeds, "episodes"));
     for (int k = 0; k < 4; k++) free(pick[k]);
 }
 

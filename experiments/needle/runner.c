@@ -19,6 +19,7 @@ int needle_extra_key(int place, const char* k) {
                                  "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens"};
     if (place == RECIPE_OUTSIDE) return 0;
     if (recipe_shape_key(place == RECIPE_ROW, k)) return 1;
+    if (place == RECIPE_ROW && strcmp(k, "against") == 0) return 1;
     for (size_t i = 0; place == RECIPE_PRESET && i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strcmp(k, keys[i]) == 0) return 1;
     }
@@ -86,6 +87,16 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
 
 // The rows of the recipe with their configs, parameter counts checked and the training mix
 // made; nothing trained yet
+// The index of the row a row's `against` key names, -1 without one
+static int against_row(const Recipe* r, const Section* row, const char* recipe) {
+    const char* name = section_get(row, "against");
+    if (!name) return -1;
+    for (int g = 0; g < r->n_rows; g++) {
+        if (strcmp(r->rows[g].name, name) == 0 && &r->rows[g] != row) return g;
+    }
+    die("%s: [row %s] key 'against': '%s' is not another row of this recipe", recipe, row->name, name);
+}
+
 static Row* configure_rows(const NeedleOptions* opt, const Recipe* r, const Section* preset) {
     if (r->n_rows < 1) die("%s: no [row NAME] sections", opt->recipe);
     if (opt->seeds < 1 || r->n_rows * opt->seeds > RECIPE_SECTIONS) {
@@ -95,6 +106,7 @@ static Row* configure_rows(const NeedleOptions* opt, const Recipe* r, const Sect
     for (int i = 0; i < r->n_rows * opt->seeds; i++) {
         const Section* section = &r->rows[i / opt->seeds];
         snprintf(rows[i].name, sizeof(rows[i].name), "%s", section->name);
+        rows[i].against = against_row(r, section, opt->recipe);
         rows[i].seed_index = i % opt->seeds;
         rows[i].cfg = needle_row_config(r, preset, section, rows[i].seed_index, opt->recipe, opt->results);
         rows[i].copy_cfg = copy_stage_config(&rows[i].cfg, preset, opt->recipe);

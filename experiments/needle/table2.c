@@ -78,25 +78,44 @@ static void accuracies(Table2* t) {
     }
 }
 
-// DIFF minus the Transformer per setting, paired on the episodes
-static void write_verdicts(Report* f, const Table2* t) {
+// Row group a minus row group b in setting st, paired on the episodes; *retrieves: a model of
+// either row answered a query right
+static GapInterval setting_gap(const Table2* t, int a, int b, int st, int* retrieves) {
     int seeds = t->m.seeds, units = t->units, n_models = t->m.n_models;
-    int base = paper_group(t->m.rows, t->m.n_rows, seeds, 0), diff = paper_group(t->m.rows, t->m.n_rows, seeds, 1);
-    if (base < 0 || diff < 0) return;
-    report_printf(f, "\nDIFF (%s) minus Transformer (%s), against the paper's gap:\n\n| setting | gap (ours) | 95%% interval | "
-                  "paper gap | verdict |\n|---|---|---|---|---|\n", t->m.rows[diff * seeds].name, t->m.rows[base * seeds].name);
-    for (int st = 0; st < N_SETTINGS; st++) {
-        size_t at_diff = ((size_t)st * n_models + diff * seeds) * units, at_base = ((size_t)st * n_models + base * seeds) * units;
-        Paired p = {seeds, units, t->right + at_diff, t->asked + at_diff, t->right + at_base, t->asked + at_base};
-        GapInterval g = paired_gap(&p);
-        double paper_gap = PAPER_TABLE2[1][st] - PAPER_TABLE2[0][st];
-        int retrieves = t->acc_s[diff][st].mean > 0 || t->acc_s[base][st].mean > 0;
-        char interval[64];
-        report_printf(f, "| N=%d, R=%d | %+.2f | %s | %+.2f | %s |\n", SETTING_N[st], SETTING_R[st], g.gap,
-                      interval_text(interval, sizeof(interval), g, 2), paper_gap, retrieval_verdict(g, paper_gap, retrieves));
+    size_t at_a = ((size_t)st * n_models + a * seeds) * units, at_b = ((size_t)st * n_models + b * seeds) * units;
+    Paired p = {seeds, units, t->right + at_a, t->asked + at_a, t->right + at_b, t->asked + at_b};
+    *retrieves = t->acc_s[a][st].mean > 0 || t->acc_s[b][st].mean > 0;
+    return paired_gap(&p);
+}
+
+// DIFF minus the Transformer per setting against the paper's gap, then each row not in the
+// paper minus the row it is read against
+static void write_verdicts(Report* f, const Table2* t) {
+    int seeds = t->m.seeds;
+    const Row* rows = t->m.rows;
+    Comparison c[RECIPE_SECTIONS + 1];
+    int n = task_comparisons(rows, t->m.n_rows, seeds, c);
+    for (int k = 0; k < n; k++) {
+        if (c[k].paper) {
+            report_printf(f, "\nDIFF (%s) minus Transformer (%s), against the paper's gap:\n\n| setting | gap (ours) | 95%% interval | "
+                          "paper gap | verdict |\n|---|---|---|---|---|\n", rows[c[k].a * seeds].name, rows[c[k].b * seeds].name);
+        } else {
+            against_heading(f, c, k, "in accuracy", "setting | gap | 95% interval | verdict");
+        }
+        for (int st = 0; st < N_SETTINGS; st++) {
+            int retrieves;
+            GapInterval g = setting_gap(t, c[k].a, c[k].b, st, &retrieves);
+            double paper_gap = c[k].paper ? PAPER_TABLE2[1][st] - PAPER_TABLE2[0][st] : NAN;
+            char interval[64];
+            if (c[k].paper) report_printf(f, "| N=%d, R=%d | %+.2f | %s | %+.2f |", SETTING_N[st], SETTING_R[st], g.gap,
+                                          interval_text(interval, sizeof(interval), g, 2), paper_gap);
+            else report_printf(f, "| %s | %s | N=%d, R=%d | %+.2f | %s |", rows[c[k].a * seeds].name, rows[c[k].b * seeds].name,
+                               SETTING_N[st], SETTING_R[st], g.gap, interval_text(interval, sizeof(interval), g, 2));
+            report_printf(f, " %s |\n", retrieval_verdict(g, paper_gap, retrieves));
+        }
     }
-    report_printf(f, "\n%s Where no model of either row answers a query right there is no verdict (models that retrieve "
-                  "nothing agree exactly, which says nothing about the paper's gap).\n", interval_note(seeds, "episodes"));
+    if (n) report_printf(f, "\n%s Where no model of either row answers a query right there is no verdict (models that retrieve "
+                         "nothing agree exactly, which says nothing about the paper's gap).\n", interval_note(seeds, "episodes"));
 }
 
 static void write_table(const Table2* t, const Section* preset, const NeedleOptions* opt, char* md, size_t md_size) {

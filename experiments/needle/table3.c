@@ -135,26 +135,40 @@ static void spread_over_seeds(Table3* t) {
     }
 }
 
-// DIFF minus the Transformer in each share, mean over depths, paired on the episodes
+// DIFF minus the Transformer in each share, mean over depths, paired on the episodes, against the
+// paper's gap; then each row not in the paper minus the row it is read against
 static void write_verdicts(Report* f, const Table3* t) {
     int seeds = t->m.seeds, units = t->units;
-    int base = paper_group(t->m.rows, t->m.n_rows, seeds, 0), diff = paper_group(t->m.rows, t->m.n_rows, seeds, 1);
-    if (base < 0 || diff < 0) return;
-    report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
-                  "95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n", t->m.rows[diff * seeds].name, t->m.rows[base * seeds].name);
-    for (int k = 0; k < 2; k++) {
-        const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
-        const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
-        double paper_gap = 0;
-        for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
-        const double* share = t->shares + (size_t)k * t->m.n_models * units;
-        Paired p = {seeds, units, share + (size_t)diff * seeds * units, NULL, share + (size_t)base * seeds * units, NULL};
-        GapInterval g = paired_gap(&p);
-        char interval[64];
-        report_printf(f, "| %s | %+.3f | %s | %+.3f | %s |\n", k ? "noise" : "answer", g.gap,
-                      interval_text(interval, sizeof(interval), g, 3), paper_gap, gap_verdict(g, paper_gap));
+    const Row* rows = t->m.rows;
+    Comparison c[RECIPE_SECTIONS + 1];
+    int n = task_comparisons(rows, t->m.n_rows, seeds, c);
+    for (int i = 0; i < n; i++) {
+        if (c[i].paper) {
+            report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
+                          "95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n", rows[c[i].a * seeds].name, rows[c[i].b * seeds].name);
+        } else {
+            against_heading(f, c, i, "mean over depths", "share | gap | 95% interval | verdict");
+        }
+        for (int k = 0; k < 2; k++) {
+            double paper_gap = NAN;
+            if (c[i].paper) {
+                const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
+                const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
+                paper_gap = 0;
+                for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
+            }
+            const double* share = t->shares + (size_t)k * t->m.n_models * units;
+            Paired p = {seeds, units, share + (size_t)c[i].a * seeds * units, NULL, share + (size_t)c[i].b * seeds * units, NULL};
+            GapInterval g = paired_gap(&p);
+            char interval[64];
+            if (c[i].paper) report_printf(f, "| %s | %+.3f | %s | %+.3f |", k ? "noise" : "answer", g.gap,
+                                          interval_text(interval, sizeof(interval), g, 3), paper_gap);
+            else report_printf(f, "| %s | %s | %s | %+.3f | %s |", rows[c[i].a * seeds].name, rows[c[i].b * seeds].name,
+                               k ? "noise" : "answer", g.gap, interval_text(interval, sizeof(interval), g, 3));
+            report_printf(f, " %s |\n", gap_verdict(g, paper_gap));
+        }
     }
-    report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
+    if (n) report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
 }
 
 // Row g's noise metric k in layer l: the mean over the layer's heads, spread over the row's seeds

@@ -24,6 +24,7 @@ extern const double PAPER_ANSWER[2][N_DEPTHS], PAPER_NOISE[2][N_DEPTHS];
 
 typedef struct {
     char name[64];    // the recipe's row
+    int against;      // the row (group) its `against` key names, that the verdicts read it against; -1 none
     int seed_index;   // of NeedleOptions.seeds: the row's seed_index-th model
     Config copy_cfg;  // the copy stage, whose checkpoint starts cfg (init_from)
     Config cfg;
@@ -81,6 +82,17 @@ void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds
 void seeds_caption(Report* f, int seeds);
 // The first row (group) standing beside the paper's Transformer (p = 0) or DIFF (p = 1), or -1
 int paper_group(const Row* rows, int n_rows, int seeds, int p);
+// The pairs of rows (groups) a task's verdicts compare, a minus b: DIFF minus the Transformer
+// (paper = 1: against the paper's gap) when the recipe has both, then each row minus the row its
+// `against` key names (paper = 0: the paper has no number, the verdict reads the direction).
+// Returns how many, at most n_rows + 1.
+typedef struct {
+    int a, b, paper;
+} Comparison;
+int task_comparisons(const Row* rows, int n_rows, int seeds, Comparison* out);
+// The heading of the table of `against` comparisons, once before its first row (k: the
+// comparison's index, c: all of them); columns names the table's columns after 'row | against'
+void against_heading(Report* f, const Comparison* c, int k, const char* what, const char* columns);
 // A retrieval gap's verdict (gap_verdict), or "n/a (neither retrieves)" when no model of either
 // row answered a query right: models that retrieve nothing agree exactly, which says nothing
 // about the paper's gap
