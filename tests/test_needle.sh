@@ -134,6 +134,8 @@ expect "fig8 table's 16-bit loss is the registry's" grep -qE "^\| diff \| none \
 expect "fig8 figure" is_png "$work/plots/fig8_smoke.png"
 expect "fig8 judges what quantization costs DIFF against the Transformer: 2 scales x 3 widths x 2 settings" \
     test "$(grep -cE '^\| per (tensor|row) \| [864] \| [14], [12] \| [+-][0-9.]+ \| \[[^]]+\] \| (within noise|same direction|opposite|n/a \(neither retrieves\)) \|$' "$work/results/fig8_smoke.md")" = 12
+expect "fig8 reads each row not in the paper against diff at every scale, width and setting" \
+    test "$(grep -cE '^\| (diff_grouped|diff_shared|dint) \| diff \| per (tensor|row) \| [864] \| [14], [12] \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/fig8_smoke.md")" = 36
 # the gap from the registry's answers: (DIFF 4-bit - DIFF 16-bit) - (Transformer 4-bit - Transformer 16-bit), N = 1
 acc() { echo "(SELECT AVG(e.correct) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$1' AND e.task = 'fig8_tensor_$2bit' AND e.n_needles = 1)"; }
 gap4=$(sql "SELECT printf('%+.3f', ($(acc diff 4) - $(acc diff 16)) - ($(acc standard 4) - $(acc standard 16)))")

@@ -80,50 +80,66 @@ typedef struct {
     double lo[2], hi[2];
 } Fig8;
 
-// What quantization costs DIFF minus what it costs the Transformer, in retrieval accuracy
-// (quantized minus unquantized, so a positive gap is DIFF losing less, the paper's claim),
-// paired on the episodes, which are the same at every width and scope
-static void write_verdicts(Report* f, const Fig8* t) {
-    const Row* rows = t->rows;
-    int seeds = t->seeds, samples = t->samples;
-    int base = paper_group(rows, t->n_rows, seeds, 0), diff = paper_group(rows, t->n_rows, seeds, 1);
-    if (base < 0 || diff < 0) return;
-    int units = N_DEPTHS * samples;
-    double* change[4];  // DIFF's change and queries, then the Transformer's: (seeds, units)
-    for (int k = 0; k < 4; k++) change[k] = mallocCheck((size_t)seeds * units * sizeof(double));
-    report_printf(f, "\nWhat quantization costs DIFF (%s) minus what it costs the Transformer (%s): each model's retrieval "
-                  "accuracy quantized minus its own unquantized, DIFF's change minus the Transformer's; positive is DIFF "
-                  "losing less, which the paper reports.\n\n| scale | bits | N, R | gap (ours) | 95%% interval | verdict |\n"
-                  "|---|---|---|---|---|---|\n", rows[diff * seeds].name, rows[base * seeds].name);
-    for (int scope = 0; scope < 2; scope++) {
-        for (int b = 1; b < FIG8_WIDTHS; b++) {
-            for (int st = 0; st < FIG8_SETTINGS; st++) {
-                int retrieves = 0;
-                for (int s = 0; s < seeds; s++) {
-                    const int model[2] = {diff * seeds + s, base * seeds + s};
-                    for (int r = 0; r < 2; r++) {
-                        const QuantResult *q = &t->res[model[r]][scope][b], *full = &t->res[model[r]][0][0];
-                        for (int u = 0; u < units; u++) {
-                            size_t at = (size_t)st * units + u, to = (size_t)s * units + u;
-                            change[2 * r][to] = q->right[at] - full->right[at];
-                            change[2 * r + 1][to] = q->asked[at];
-                            retrieves |= q->right[at] > 0 || full->right[at] > 0;
-                        }
-                    }
-                }
-                Paired p = {seeds, units, change[0], change[1], change[2], change[3]};
-                GapInterval g = paired_gap(&p);
-                char interval[64];
-                report_printf(f, "| %s | %d | %d, %d | %+.3f | %s | %s |\n", SCOPE_NAMES[scope], FIG8_BITS[b], FIG8_N[st],
-                              FIG8_R[st], g.gap, interval_text(interval, sizeof(interval), g, 3),
-                              retrieval_verdict(g, PAPER_DIFF_AHEAD, retrieves));
+// What quantization costs row group a minus what it costs row group b at one scope, width and
+// setting, paired on the episodes (the same at every width and scope); change: four (seeds,
+// units) buffers; *retrieves: a model of either answered a query right
+static GapInterval quantization_gap(const Fig8* t, int a, int b, int scope, int width, int st, double* change[4], int* retrieves) {
+    int seeds = t->seeds, units = N_DEPTHS * t->samples;
+    *retrieves = 0;
+    for (int s = 0; s < seeds; s++) {
+        const int model[2] = {a * seeds + s, b * seeds + s};
+        for (int r = 0; r < 2; r++) {
+            const QuantResult *q = &t->res[model[r]][scope][width], *full = &t->res[model[r]][0][0];
+            for (int u = 0; u < units; u++) {
+                size_t at = (size_t)st * units + u, to = (size_t)s * units + u;
+                change[2 * r][to] = q->right[at] - full->right[at];
+                change[2 * r + 1][to] = q->asked[at];
+                *retrieves |= q->right[at] > 0 || full->right[at] > 0;
             }
         }
     }
-    report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
-    for (int k = 0; k < 4; k++) free(change[k]);
+    Paired p = {seeds, units, change[0], change[1], change[2], change[3]};
+    return paired_gap(&p);
 }
 
+// What quantization costs DIFF minus what it costs the Transformer, in retrieval accuracy
+// (quantized minus unquantized, so a positive gap is DIFF losing less, the paper's claim); then
+// the same for each row not in the paper against the row it is read against
+static void write_verdicts(Report* f, const Fig8* t) {
+    const Row* rows = t->rows;
+    int seeds = t->seeds;
+    Comparison c[RECIPE_SECTIONS + 1];
+    int n = task_comparisons(rows, t->n_rows, seeds, c);
+    double* change[4];  // row a's change and queries, then row b's: (seeds, units)
+    for (int k = 0; k < 4; k++) change[k] = mallocCheck((size_t)seeds * N_DEPTHS * t->samples * sizeof(double));
+    for (int i = 0; i < n; i++) {
+        const char *a = rows[c[i].a * seeds].name, *b = rows[c[i].b * seeds].name;
+        if (c[i].paper) {
+            report_printf(f, "\nWhat quantization costs DIFF (%s) minus what it costs the Transformer (%s): each model's retrieval "
+                          "accuracy quantized minus its own unquantized, DIFF's change minus the Transformer's; positive is DIFF "
+                          "losing less, which the paper reports.\n\n| scale | bits | N, R | gap (ours) | 95%% interval | verdict |\n"
+                          "|---|---|---|---|---|---|\n", a, b);
+        } else {
+            against_heading(f, c, i, "in what quantization costs each (its retrieval accuracy quantized minus unquantized)",
+                            "scale | bits | N, R | gap | 95% interval | verdict");
+        }
+        for (int scope = 0; scope < 2; scope++) {
+            for (int w = 1; w < FIG8_WIDTHS; w++) {
+                for (int st = 0; st < FIG8_SETTINGS; st++) {
+                    int retrieves;
+                    GapInterval g = quantization_gap(t, c[i].a, c[i].b, scope, w, st, change, &retrieves);
+                    char interval[64];
+                    if (!c[i].paper) report_printf(f, "| %s | %s ", a, b);
+                    report_printf(f, "| %s | %d | %d, %d | %+.3f | %s | %s |\n", SCOPE_NAMES[scope], FIG8_BITS[w], FIG8_N[st],
+                                  FIG8_R[st], g.gap, interval_text(interval, sizeof(interval), g, 3),
+                                  retrieval_verdict(g, c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves));
+                }
+            }
+        }
+    }
+    if (n) report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
+    for (int k = 0; k < 4; k++) free(change[k]);
+}
 
 static void measure_models(Fig8* t, const NeedleSource* src, const Tokenizer* tok, const Shard* val, Registry* reg) {
     for (int i = 0; i < t->n_models; i++) {
