@@ -79,6 +79,7 @@ int recipe_shape_key(int is_row, const char* k);
 // A trained row of a recipe, as another study (Table 5, Figure 8) takes it
 typedef struct {
     char name[64];
+    char against[64];  // the row its `against` key names, "" without one
     Config cfg;
     char checkpoint[CONFIG_STR + 16];
     int64_t run;  // the registry's FINISHED run

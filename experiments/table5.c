@@ -119,35 +119,51 @@ static int row_of(const Studied* models, int n_rows, int seeds, const char* sour
     return -1;
 }
 
-// DIFF minus Transformer of each source in Top-1 and in Top-1 / median, paired by seed. The
-// statistics are maxima over every position, which do not split into units to resample, so
-// the interval is a bootstrap over seeds alone and one seed has none.
+// Row group a minus row group b in each activation type's Top-1 and Top-1 / median, paired by
+// seed, against the paper's gaps when paper (NaN otherwise: the verdict reads the direction)
+static void write_gap_rows(Report* f, const Studied* models, int seeds, int a, int b, int paper) {
+    static const ModelValue VALUES[2] = {stat_of, ratio_of};
+    for (int k = 0; k < OUTLIER_KINDS; k++) {
+        report_printf(f, "| %s − %s | %s |", models[a * seeds].label, models[b * seeds].label, KIND_LABELS[k]);
+        for (int v = 0; v < 2; v++) {
+            double x[MAX_MODELS], y[MAX_MODELS];
+            for (int s = 0; s < seeds; s++) {
+                x[s] = VALUES[v](&models[a * seeds + s], k, -1, 0);
+                y[s] = VALUES[v](&models[b * seeds + s], k, -1, 0);
+            }
+            Paired p = {seeds, 1, x, NULL, y, NULL};
+            GapInterval g = paired_gap(&p);
+            double paper_gap = !paper ? NAN
+                               : v == 0 ? PAPER[1][k][0] - PAPER[0][k][0]
+                                        : PAPER[1][k][0] / PAPER[1][k][N_TOPS] - PAPER[0][k][0] / PAPER[0][k][N_TOPS];
+            char interval[64];
+            report_printf(f, " %+.2f | %s | %s |", g.gap, interval_text(interval, sizeof(interval), g, 2), gap_verdict(g, paper_gap));
+        }
+        report_printf(f, "\n");
+    }
+}
+
+// DIFF minus Transformer of each source in Top-1 and in Top-1 / median, then each row not in
+// the paper minus the row its `against` key names, paired by seed. The statistics are maxima over
+// every position, which do not split into units to resample, so the interval is a bootstrap over
+// seeds alone and one seed has none.
 static void write_verdicts(Report* f, const Studied* models, int n_rows, int seeds) {
     static const char* const SOURCES[2] = {"table6", "needle"};
-    static const ModelValue VALUES[2] = {stat_of, ratio_of};
     report_printf(f, "\nDIFF minus Transformer, rows paired by seed (the same data order and validation text); 95%% interval: "
-                  "percentile bootstrap over the seeds (%d draws), none from one seed; the paper's DIFF is lower in both.\n\n"
+                  "percentile bootstrap over the seeds (%d draws), none from one seed; the paper's DIFF is lower in both. Then "
+                  "each row not in the paper minus the row it is read against (`against`), the verdict reading the direction "
+                  "(higher or lower) where the interval excludes 0.\n\n"
                   "| models | activation type | Top-1 gap | 95%% interval | verdict | Top-1 / median gap | 95%% interval | verdict |\n"
                   "|---|---|---|---|---|---|---|---|\n", BOOTSTRAP_DRAWS);
     for (int src = 0; src < 2; src++) {
         int base = row_of(models, n_rows, seeds, SOURCES[src], 1), diff = row_of(models, n_rows, seeds, SOURCES[src], 2);
-        if (base < 0 || diff < 0) continue;
-        for (int k = 0; k < OUTLIER_KINDS; k++) {
-            report_printf(f, "| %s − %s | %s |", models[diff * seeds].label, models[base * seeds].label, KIND_LABELS[k]);
-            for (int v = 0; v < 2; v++) {
-                double a[MAX_MODELS], b[MAX_MODELS];
-                for (int s = 0; s < seeds; s++) {
-                    a[s] = VALUES[v](&models[diff * seeds + s], k, -1, 0);
-                    b[s] = VALUES[v](&models[base * seeds + s], k, -1, 0);
-                }
-                Paired p = {seeds, 1, a, NULL, b, NULL};
-                GapInterval g = paired_gap(&p);
-                double paper = v == 0 ? PAPER[1][k][0] - PAPER[0][k][0]
-                                      : PAPER[1][k][0] / PAPER[1][k][N_TOPS] - PAPER[0][k][0] / PAPER[0][k][N_TOPS];
-                char interval[64];
-                report_printf(f, " %+.2f | %s | %s |", g.gap, interval_text(interval, sizeof(interval), g, 2), gap_verdict(g, paper));
-            }
-            report_printf(f, "\n");
+        if (base >= 0 && diff >= 0) write_gap_rows(f, models, seeds, diff, base, 1);
+    }
+    for (int g = 0; g < n_rows; g++) {
+        const Studied* m = &models[g * seeds];
+        for (int h = 0; m->row.against[0] && h < n_rows; h++) {
+            const Studied* other = &models[h * seeds];
+            if (strcmp(other->source, m->source) == 0 && strcmp(other->row.name, m->row.against) == 0) write_gap_rows(f, models, seeds, g, h, 0);
         }
     }
 }

@@ -258,6 +258,8 @@ void table6_trained_rows(const Table6Options* opt, const char* const* names, int
         for (int s = 0; s < t.seeds; s++) {
             TrainedRow* trained = &out[k * t.seeds + s];
             snprintf(trained->name, sizeof(trained->name), "%s", row->name);
+            const char* against = section_get(row->section, "against");
+            snprintf(trained->against, sizeof(trained->against), "%s", against ? against : "");
             trained->cfg = row->cfg[s];
             trained->run = train_row(opt, &reg, experiment, row->name, &trained->cfg, t.eval_windows);
             if (!trained->run) die("%s: row %s (preset %s) did not train", opt->recipe, row->name, opt->preset);

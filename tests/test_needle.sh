@@ -212,6 +212,14 @@ gap=$(sqls "SELECT d.value - t.value FROM evaluations d JOIN runs rd ON rd.id = 
     awk '{v[NR] = $1; m += $1} END {lo = v[1] < v[2] ? v[1] : v[2]; hi = v[1] < v[2] ? v[2] : v[1]; printf "%+.2f | [%+.2f, %+.2f]", m / NR, lo, hi}')
 expect "table5's Top-1 gap of diff over transformer is the seeds' paired differences with their range ($gap)" \
     grep -qF "| table6/smoke/diff − table6/smoke/transformer | Attention Logits | $gap |" "$work/seeds/table5_smoke_smoke.md"
+gap=$(sqls "SELECT d.value - t.value FROM evaluations d JOIN runs rd ON rd.id = d.run_id JOIN experiments xd ON xd.id = rd.experiment_id
+            JOIN runs rt ON rt.seed = rd.seed AND rt.experiment_id = rd.experiment_id JOIN evaluations t ON t.run_id = rt.id AND t.key = d.key
+            WHERE xd.name = 'needle' AND rd.row = 'dint' AND rt.row = 'diff' AND d.key = 'table5_attention_logits_top1' ORDER BY rd.seed" |
+    awk '{v[NR] = $1; m += $1} END {lo = v[1] < v[2] ? v[1] : v[2]; hi = v[1] < v[2] ? v[2] : v[1]; printf "%+.2f | [%+.2f, %+.2f]", m / NR, lo, hi}')
+expect "table5 reads dint against diff (its against key): the seeds' paired differences with their range ($gap)" \
+    grep -qF "| needle/smoke/dint − needle/smoke/diff | Attention Logits | $gap |" "$work/seeds/table5_smoke_smoke.md"
+expect "table5 reads the three needle rows not in the paper against diff, both activation types" \
+    test "$(grep -cE '^\| needle/smoke/(diff_grouped|diff_shared|dint) − needle/smoke/diff \| (Attention Logits|Hidden States) \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|' "$work/results/table5_smoke_smoke.md")" = 6
 expect "table5 with one seed gives no interval" \
     grep -qE "^\| table6/smoke/diff − table6/smoke/transformer \| Attention Logits \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|" "$work/results/table5_smoke_smoke.md"
 

@@ -143,6 +143,7 @@ int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows)
     for (int i = 0; i < n; i++) {
         train_row(&rows[i], &reg, experiment);
         snprintf(out[i].name, sizeof(out[i].name), "%s", rows[i].name);
+        snprintf(out[i].against, sizeof(out[i].against), "%s", rows[i].against >= 0 ? r->rows[rows[i].against].name : "");
         out[i].cfg = rows[i].cfg;
         path_printf(out[i].checkpoint, sizeof(out[i].checkpoint), "%s", rows[i].checkpoint);
         out[i].run = rows[i].run;
