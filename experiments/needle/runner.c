@@ -85,8 +85,6 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
     data_close(&data);
 }
 
-// The rows of the recipe with their configs, parameter counts checked and the training mix
-// made; nothing trained yet
 // The index of the row a row's `against` key names, -1 without one
 static int against_row(const Recipe* r, const Section* row, const char* recipe) {
     const char* name = section_get(row, "against");
@@ -97,6 +95,8 @@ static int against_row(const Recipe* r, const Section* row, const char* recipe) 
     die("%s: [row %s] key 'against': '%s' is not another row of this recipe", recipe, row->name, name);
 }
 
+// The rows of the recipe with their configs, parameter counts checked and the training mix
+// made; nothing trained yet
 static Row* configure_rows(const NeedleOptions* opt, const Recipe* r, const Section* preset) {
     if (r->n_rows < 1) die("%s: no [row NAME] sections", opt->recipe);
     if (opt->seeds < 1 || r->n_rows * opt->seeds > RECIPE_SECTIONS) {
