@@ -183,9 +183,9 @@ expect "table2 makes no verdict where neither row retrieves" bash -c "
 expect "table3's verdicts come from the paired interval" test "$(grep -cE '\| (answer|noise) \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+ \| (within noise|same direction|opposite) \|$' "$work/seeds/table3_smoke.md")" = 2
 # a row not in the paper against diff: the paired gap is the mean over the seeds of the rows'
 # differences in the registry's episodes (both rows answer the same episodes)
-gap=$(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'dint' GROUP BY r.seed ORDER BY r.seed" |
-    paste - <(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'diff' GROUP BY r.seed ORDER BY r.seed") |
-    awk '{m += $1 - $2} END {printf "%+.3f", m / NR}')
+# (one sqlite3 at a time: two opening the registry at once can meet a lock and print nothing)
+share() { echo "(SELECT r.seed, avg(e.answer) AS m FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = '$1' GROUP BY r.seed)"; }
+gap=$(sqls "SELECT printf('%+.3f', avg(a.m - b.m)) FROM $(share dint) a JOIN $(share diff) b ON a.seed = b.seed")
 expect "table3: dint minus diff in the answer share is the seeds' mean paired difference ($gap), with its interval" \
     grep -qE "^\| dint \| diff \| answer \| \\$gap \| \[[-+0-9.]+, [-+0-9.]+\] \| (within noise|higher|lower) \|$" "$work/seeds/table3_smoke.md"
 expect "table3 reads the three rows not in the paper against diff in both shares" \

@@ -199,12 +199,31 @@ int task_comparisons(const Row* rows, int n_rows, int seeds, Comparison* out) {
     return n;
 }
 
-void against_heading(Report* f, const Comparison* c, int k, const char* what, const char* columns) {
+// caption, then a Markdown table's header row of columns ("a | b | c") and its rule
+static void table_heading(Report* f, const char* caption, const char* columns) {
+    report_printf(f, "\n%s\n\n| %s |\n|---|", caption, columns);
+    for (const char* s = columns; *s; s++) {
+        if (*s == '|') report_printf(f, "---|");
+    }
+    report_printf(f, "\n");
+}
+
+void comparison_heading(Report* f, const Comparison* c, int k, const char* paper_caption, const char* paper_columns,
+                        const char* what, const char* columns) {
+    if (c[k].paper) {
+        table_heading(f, paper_caption, paper_columns);
+        return;
+    }
     if (k > 0 && !c[k - 1].paper) return;
-    report_printf(f, "\nRows not in the paper, each minus the row it is read against (`against`), %s; the verdict reads "
-                  "the direction (higher or lower) where the interval excludes 0:\n\n| row | against | %s |\n|---|---|", what, columns);
-    for (const char* s = columns; *s; s++) report_printf(f, "%s", *s == '|' ? "---|" : "");
-    report_printf(f, "---|\n");
+    char caption[512], against_columns[256];
+    snprintf(caption, sizeof(caption), "Rows not in the paper, each minus the row it is read against (`against`), %s; the "
+             "verdict reads the direction (higher or lower) where the interval excludes 0:", what);
+    snprintf(against_columns, sizeof(against_columns), "row | against | %s", columns);
+    table_heading(f, caption, against_columns);
+}
+
+void comparison_row(Report* f, const Row* rows, int seeds, Comparison c) {
+    if (!c.paper) report_printf(f, "| %s | %s ", rows[c.a * seeds].name, rows[c.b * seeds].name);
 }
 
 TaskModels task_models(Row* rows, int n_rows, int seeds, const Section* preset, const NeedleOptions* opt) {

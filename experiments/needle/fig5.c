@@ -49,19 +49,16 @@ static void write_verdicts(Report* md, const Fig5* t) {
     double* pick[4];  // row a's right and asked, then row b's, for one length: (seeds, units)
     for (int k = 0; k < 4; k++) pick[k] = mallocCheck((size_t)seeds * t->units * sizeof(double));
     for (int i = 0; i < n; i++) {
-        const char *a = t->rows[c[i].a * seeds].name, *b = t->rows[c[i].b * seeds].name;
-        if (c[i].paper) {
-            report_printf(md, "DIFF (%s) minus Transformer (%s) in accuracy averaged over the depths; the paper has DIFF ahead at "
-                          "every length (its 3B models from 8K to 64K):\n\n| context | gap (ours) | 95%% interval | verdict |\n"
-                          "|---|---|---|---|\n", a, b);
-        } else {
-            against_heading(md, c, i, "in accuracy averaged over the depths", "context | gap | 95% interval | verdict");
-        }
+        char caption[512];
+        snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s) in accuracy averaged over the depths; the paper has "
+                 "DIFF ahead at every length (its 3B models from 8K to 64K):", t->rows[c[i].a * seeds].name, t->rows[c[i].b * seeds].name);
+        comparison_heading(md, c, i, caption, "context | gap (ours) | 95% interval | verdict", "in accuracy averaged over the depths",
+                           "context | gap | 95% interval | verdict");
         for (int l = 0; l < t->n_lengths; l++) {
             int retrieves;
             GapInterval g = length_gap(t, c[i].a, c[i].b, l, pick, &retrieves);
             char interval[64];
-            if (!c[i].paper) report_printf(md, "| %s | %s ", a, b);
+            comparison_row(md, t->rows, seeds, c[i]);
             report_printf(md, "| %d | %+.2f | %s | %s |\n", t->lengths[l], g.gap, interval_text(interval, sizeof(interval), g, 2),
                           retrieval_verdict(g, c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves));
         }

@@ -113,23 +113,20 @@ static void write_verdicts(Report* f, const Fig8* t) {
     double* change[4];  // row a's change and queries, then row b's: (seeds, units)
     for (int k = 0; k < 4; k++) change[k] = mallocCheck((size_t)seeds * N_DEPTHS * t->samples * sizeof(double));
     for (int i = 0; i < n; i++) {
-        const char *a = rows[c[i].a * seeds].name, *b = rows[c[i].b * seeds].name;
-        if (c[i].paper) {
-            report_printf(f, "\nWhat quantization costs DIFF (%s) minus what it costs the Transformer (%s): each model's retrieval "
-                          "accuracy quantized minus its own unquantized, DIFF's change minus the Transformer's; positive is DIFF "
-                          "losing less, which the paper reports.\n\n| scale | bits | N, R | gap (ours) | 95%% interval | verdict |\n"
-                          "|---|---|---|---|---|---|\n", a, b);
-        } else {
-            against_heading(f, c, i, "in what quantization costs each (its retrieval accuracy quantized minus unquantized)",
-                            "scale | bits | N, R | gap | 95% interval | verdict");
-        }
+        char caption[512];
+        snprintf(caption, sizeof(caption), "What quantization costs DIFF (%s) minus what it costs the Transformer (%s): each model's "
+                 "retrieval accuracy quantized minus its own unquantized, DIFF's change minus the Transformer's; positive is DIFF "
+                 "losing less, which the paper reports.", rows[c[i].a * seeds].name, rows[c[i].b * seeds].name);
+        comparison_heading(f, c, i, caption, "scale | bits | N, R | gap (ours) | 95% interval | verdict",
+                           "in what quantization costs each (its retrieval accuracy quantized minus unquantized)",
+                           "scale | bits | N, R | gap | 95% interval | verdict");
         for (int scope = 0; scope < 2; scope++) {
             for (int w = 1; w < FIG8_WIDTHS; w++) {
                 for (int st = 0; st < FIG8_SETTINGS; st++) {
                     int retrieves;
                     GapInterval g = quantization_gap(t, c[i].a, c[i].b, scope, w, st, change, &retrieves);
                     char interval[64];
-                    if (!c[i].paper) report_printf(f, "| %s | %s ", a, b);
+                    comparison_row(f, rows, seeds, c[i]);
                     report_printf(f, "| %s | %d | %d, %d | %+.3f | %s | %s |\n", SCOPE_NAMES[scope], FIG8_BITS[w], FIG8_N[st],
                                   FIG8_R[st], g.gap, interval_text(interval, sizeof(interval), g, 3),
                                   retrieval_verdict(g, c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves));

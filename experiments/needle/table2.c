@@ -96,21 +96,19 @@ static void write_verdicts(Report* f, const Table2* t) {
     Comparison c[RECIPE_SECTIONS + 1];
     int n = task_comparisons(rows, t->m.n_rows, seeds, c);
     for (int k = 0; k < n; k++) {
-        if (c[k].paper) {
-            report_printf(f, "\nDIFF (%s) minus Transformer (%s), against the paper's gap:\n\n| setting | gap (ours) | 95%% interval | "
-                          "paper gap | verdict |\n|---|---|---|---|---|\n", rows[c[k].a * seeds].name, rows[c[k].b * seeds].name);
-        } else {
-            against_heading(f, c, k, "in accuracy", "setting | gap | 95% interval | verdict");
-        }
+        char caption[512];
+        snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s), against the paper's gap:", rows[c[k].a * seeds].name,
+                 rows[c[k].b * seeds].name);
+        comparison_heading(f, c, k, caption, "setting | gap (ours) | 95% interval | paper gap | verdict", "in accuracy",
+                           "setting | gap | 95% interval | verdict");
         for (int st = 0; st < N_SETTINGS; st++) {
             int retrieves;
             GapInterval g = setting_gap(t, c[k].a, c[k].b, st, &retrieves);
             double paper_gap = c[k].paper ? PAPER_TABLE2[1][st] - PAPER_TABLE2[0][st] : NAN;
             char interval[64];
-            if (c[k].paper) report_printf(f, "| N=%d, R=%d | %+.2f | %s | %+.2f |", SETTING_N[st], SETTING_R[st], g.gap,
-                                          interval_text(interval, sizeof(interval), g, 2), paper_gap);
-            else report_printf(f, "| %s | %s | N=%d, R=%d | %+.2f | %s |", rows[c[k].a * seeds].name, rows[c[k].b * seeds].name,
-                               SETTING_N[st], SETTING_R[st], g.gap, interval_text(interval, sizeof(interval), g, 2));
+            comparison_row(f, rows, seeds, c[k]);
+            report_printf(f, "| N=%d, R=%d | %+.2f | %s |", SETTING_N[st], SETTING_R[st], g.gap, interval_text(interval, sizeof(interval), g, 2));
+            if (c[k].paper) report_printf(f, " %+.2f |", paper_gap);
             report_printf(f, " %s |\n", retrieval_verdict(g, paper_gap, retrieves));
         }
     }

@@ -143,12 +143,11 @@ static void write_verdicts(Report* f, const Table3* t) {
     Comparison c[RECIPE_SECTIONS + 1];
     int n = task_comparisons(rows, t->m.n_rows, seeds, c);
     for (int i = 0; i < n; i++) {
-        if (c[i].paper) {
-            report_printf(f, "\nDIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:\n\n| share | gap (ours) | "
-                          "95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n", rows[c[i].a * seeds].name, rows[c[i].b * seeds].name);
-        } else {
-            against_heading(f, c, i, "mean over depths", "share | gap | 95% interval | verdict");
-        }
+        char caption[512];
+        snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:",
+                 rows[c[i].a * seeds].name, rows[c[i].b * seeds].name);
+        comparison_heading(f, c, i, caption, "share | gap (ours) | 95% interval | paper gap | verdict", "mean over depths",
+                           "share | gap | 95% interval | verdict");
         for (int k = 0; k < 2; k++) {
             double paper_gap = NAN;
             if (c[i].paper) {
@@ -161,10 +160,9 @@ static void write_verdicts(Report* f, const Table3* t) {
             Paired p = {seeds, units, share + (size_t)c[i].a * seeds * units, NULL, share + (size_t)c[i].b * seeds * units, NULL};
             GapInterval g = paired_gap(&p);
             char interval[64];
-            if (c[i].paper) report_printf(f, "| %s | %+.3f | %s | %+.3f |", k ? "noise" : "answer", g.gap,
-                                          interval_text(interval, sizeof(interval), g, 3), paper_gap);
-            else report_printf(f, "| %s | %s | %s | %+.3f | %s |", rows[c[i].a * seeds].name, rows[c[i].b * seeds].name,
-                               k ? "noise" : "answer", g.gap, interval_text(interval, sizeof(interval), g, 3));
+            comparison_row(f, rows, seeds, c[i]);
+            report_printf(f, "| %s | %+.3f | %s |", k ? "noise" : "answer", g.gap, interval_text(interval, sizeof(interval), g, 3));
+            if (c[i].paper) report_printf(f, " %+.3f |", paper_gap);
             report_printf(f, " %s |\n", gap_verdict(g, paper_gap));
         }
     }

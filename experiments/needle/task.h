@@ -90,9 +90,13 @@ typedef struct {
     int a, b, paper;
 } Comparison;
 int task_comparisons(const Row* rows, int n_rows, int seeds, Comparison* out);
-// The heading of the table of `against` comparisons, once before its first row (k: the
-// comparison's index, c: all of them); columns names the table's columns after 'row | against'
-void against_heading(Report* f, const Comparison* c, int k, const char* what, const char* columns);
+// The heading of comparison k's table: for DIFF minus the Transformer paper_caption and
+// paper_columns ("a | b | c"); for the rows read against another row, one table for all of them,
+// once before the first, comparing them in `what`, its columns 'row | against | ' + columns
+void comparison_heading(Report* f, const Comparison* c, int k, const char* paper_caption, const char* paper_columns,
+                        const char* what, const char* columns);
+// A comparison's table row starts with the two rows' names where it reads a row against another
+void comparison_row(Report* f, const Row* rows, int seeds, Comparison c);
 // A retrieval gap's verdict (gap_verdict), or "n/a (neither retrieves)" when no model of either
 // row answered a query right: models that retrieve nothing agree exactly, which says nothing
 // about the paper's gap
