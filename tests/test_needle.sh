@@ -206,16 +206,16 @@ expect "table5's Top-1 of table6/smoke/diff is its two seeds' mean ± std ($top)
     grep -qE "^\| table6/smoke/diff \| Attention Logits \| $top \|" "$work/seeds/table5_smoke_smoke.md"
 # the verdict's gap is the mean of the seeds' paired differences, and with two seeds the
 # bootstrap's interval runs from the smaller seed difference to the larger
-gap=$(sqls "SELECT d.value - t.value FROM evaluations d JOIN runs rd ON rd.id = d.run_id JOIN experiments xd ON xd.id = rd.experiment_id
-            JOIN runs rt ON rt.seed = rd.seed AND rt.experiment_id = rd.experiment_id JOIN evaluations t ON t.run_id = rt.id AND t.key = d.key
-            WHERE xd.name = 'table6' AND rd.row = 'diff' AND rt.row = 'transformer' AND d.key = 'table5_attention_logits_top1' ORDER BY rd.seed" |
-    awk '{v[NR] = $1; m += $1} END {lo = v[1] < v[2] ? v[1] : v[2]; hi = v[1] < v[2] ? v[2] : v[1]; printf "%+.2f | [%+.2f, %+.2f]", m / NR, lo, hi}')
+top1_gap() {  # EXPERIMENT ROW BASE: the mean of the seeds' paired Top-1 differences | [smaller, larger]
+    sqls "SELECT d.value - t.value FROM evaluations d JOIN runs rd ON rd.id = d.run_id JOIN experiments xd ON xd.id = rd.experiment_id
+          JOIN runs rt ON rt.seed = rd.seed AND rt.experiment_id = rd.experiment_id JOIN evaluations t ON t.run_id = rt.id AND t.key = d.key
+          WHERE xd.name = '$1' AND rd.row = '$2' AND rt.row = '$3' AND d.key = 'table5_attention_logits_top1' ORDER BY rd.seed" |
+        awk '{v[NR] = $1; m += $1} END {lo = v[1] < v[2] ? v[1] : v[2]; hi = v[1] < v[2] ? v[2] : v[1]; printf "%+.2f | [%+.2f, %+.2f]", m / NR, lo, hi}'
+}
+gap=$(top1_gap table6 diff transformer)
 expect "table5's Top-1 gap of diff over transformer is the seeds' paired differences with their range ($gap)" \
     grep -qF "| table6/smoke/diff − table6/smoke/transformer | Attention Logits | $gap |" "$work/seeds/table5_smoke_smoke.md"
-gap=$(sqls "SELECT d.value - t.value FROM evaluations d JOIN runs rd ON rd.id = d.run_id JOIN experiments xd ON xd.id = rd.experiment_id
-            JOIN runs rt ON rt.seed = rd.seed AND rt.experiment_id = rd.experiment_id JOIN evaluations t ON t.run_id = rt.id AND t.key = d.key
-            WHERE xd.name = 'needle' AND rd.row = 'dint' AND rt.row = 'diff' AND d.key = 'table5_attention_logits_top1' ORDER BY rd.seed" |
-    awk '{v[NR] = $1; m += $1} END {lo = v[1] < v[2] ? v[1] : v[2]; hi = v[1] < v[2] ? v[2] : v[1]; printf "%+.2f | [%+.2f, %+.2f]", m / NR, lo, hi}')
+gap=$(top1_gap needle dint diff)
 expect "table5 reads dint against diff (its against key): the seeds' paired differences with their range ($gap)" \
     grep -qF "| needle/smoke/dint − needle/smoke/diff | Attention Logits | $gap |" "$work/seeds/table5_smoke_smoke.md"
 expect "table5 reads the three needle rows not in the paper against diff, both activation types" \
