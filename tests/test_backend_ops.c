@@ -991,10 +991,12 @@ int main(int argc, char** argv) {
         test_matmul(64, 96, 33);
         test_matmul(130, 64, 256);
         test_matmul(1, 256, 1514);  // a decoding step's row through a feed-forward's width
+        test_matmul(331, 40, 197);  // rows (forward, input gradient) and output channels (weight gradient) in uneven bands
         test_matmul_spent_many(2500);
         test_rmsnorm(1, 1, 1.0f);
         test_rmsnorm(9, 16, 1.0f);
         test_rmsnorm(33, 64, 0.7f);
+        test_rmsnorm(150, 40, 0.9f);  // the weight gradient over three row blocks, the last one partial
         test_rope(6, 3, 2, 4, 10);
         test_rope(70, 70, 5, 8, 48);
         test_swiglu(1, 1);
