@@ -35,8 +35,8 @@ run test_cli tests/test_cli.sh
 
 # The pinned numbers are bitwise only under the golden files' OpenBLAS kernel, and OpenBLAS picks
 # its kernel by CPU model: a CPU whose own pick differs but which has that kernel's instructions
-# computes the golden numbers bitwise when given it (measured: all 256 on a CPU-family-26 EPYC
-# VM). So the runs that leave the pinned numbers get that kernel wherever the CPU has its
+# computes the golden numbers bitwise when given it (measured, when the files were Cooperlake's:
+# all of them on a CPU-family-26 EPYC VM). So the runs that leave the pinned numbers get that kernel wherever the CPU has its
 # instructions, whatever OPENBLAS_CORETYPE the environment sets (one VM set Haswell).
 kernel_instructions() {  # the /proc/cpuinfo flags an OpenBLAS x86-64 kernel executes
     case $1 in

@@ -11,7 +11,7 @@
 #
 # In detail: the numbers of each experiment's smallest preset (Table 6 smoke; the needle training
 # with Table 2, Figure 5 and Table 3; Figure 8; Table 5), as the two runs above leave them in their
-# registries, against `tests/golden/*.txt` (256 values: evaluations, final losses, episode
+# registries, against `tests/golden/*.txt` (740 values: evaluations, final losses, episode
 # outcomes). Each golden file names the machine facts that decide bitwise equality (threads,
 # OpenBLAS's kernel, CPU model, the instruction sets the build targets and the CPU offers, compiler,
 # build; a build without AVX-512, or glibc's libm kept off FMA, moves every Table 6 smoke row in its
@@ -19,10 +19,10 @@
 # digits; elsewhere losses and statistics are held to 1e-3 relative and accuracies and counts to
 # 0.1, and the test says it checked with tolerance. OpenBLAS's kernel is the fact that most often
 # differs, and `make test` removes it: the three tests run under the golden files' kernel
-# (`OPENBLAS_CORETYPE`) wherever the CPU has that kernel's instructions (AVX-512 with BF16 for
-# Cooperlake), so the check is bitwise on such a CPU whatever kernel OpenBLAS or the environment
-# would pick (a CPU-family-26 EPYC VM whose environment set `Haswell`: all 256 values bitwise
-# equal). A one-ulp change of RMSNorm's scale fails all four files. A change to a golden number is a
+# (`OPENBLAS_CORETYPE`) wherever the CPU has that kernel's instructions (AVX2 with FMA for the
+# files' Zen, written on a CPU-family-25 EPYC), so the check is bitwise on a machine of the same
+# facts whatever kernel OpenBLAS or the environment would pick (when the files were Cooperlake's, a
+# CPU-family-26 EPYC VM whose environment set `Haswell` matched all of them bitwise). A one-ulp change of RMSNorm's scale fails all four files. A change to a golden number is a
 # decision: `tests/test_pinned.sh --update` rewrites the files, committed with the reason.
 set -u
 cd "$(dirname "$0")/.."
