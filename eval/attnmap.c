@@ -244,7 +244,7 @@ int maps_sample_noise(const MapsSample* s, const float* A, const float* lambda, 
     int n = 0, episode = s->N > 0;
     for (int r = 0; r < s->R; r++) {
         if (episode && s->rows[r] < s->n_context) continue;
-        head_maps_combined_row(&maps, r, 1, row);
+        if (!head_maps_combined_row(&maps, r, 1, row)) continue;
         Allocation a = allocation_of_row(row, s->rows[r] + 1, s->n_context, episode ? s->needles[0] : 0, episode ? s->needles[1] : 0);
         allocation_add(&sum, &a);
         n++;

@@ -108,15 +108,18 @@ Allocation allocation_divide(Allocation a, double n) {
     return (Allocation){a.answer / n, a.noise / n, a.question / n, a.bos / n, a.entropy / n, a.negative / n};
 }
 
-void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out) {
+int head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out) {
     const float* a0 = maps->A + (size_t)row * maps->T;
     if (maps->M == 1) {
         memcpy(out, a0, maps->T * sizeof(float));
-        return;
+        return 1;
     }
     const float* a1 = a0 + (size_t)maps->rows * maps->T;
-    float lam = maps->lambda[row], norm = normalise && !maps->integral ? 1.0f / (1.0f - lam) : 1.0f;  // x * 1.0f is x exactly
+    float lam = maps->lambda[row];
+    int defined = !(normalise && !maps->integral && lam == 1.0f);
+    float norm = normalise && !maps->integral && defined ? 1.0f / (1.0f - lam) : 1.0f;  // x * 1.0f is x exactly
     for (int j = 0; j < maps->T; j++) out[j] = (a0[j] - lam * a1[j]) * norm;
+    return defined;
 }
 
 Allocation episode_allocation(Model* m, const Episode* e, int all_rows, Allocation* per_head, MapsCallback maps_cb, void* ctx) {
@@ -134,24 +137,28 @@ Allocation episode_allocation(Model* m, const Episode* e, int all_rows, Allocati
     maps.lambda = mallocCheck(maps.rows * sizeof(float));
     float* row = mallocCheck(T * sizeof(float));
     Allocation total = {0};
+    int total_rows = 0;
     for (int l = 0; l < m->L; l++) {
         for (int h = 0; h < m->H; h++) {
             model_attention_maps(m, l, h, maps.first_row, T, maps.A, maps.lambda);
             Allocation head = {0};
+            int head_rows = 0;
             for (int r = 0; r < maps.rows; r++) {
                 int t = maps.first_row + r;
-                if (t < e->n_context) continue;
-                head_maps_combined_row(&maps, r, 1, row);
+                if (t < e->n_context || !head_maps_combined_row(&maps, r, 1, row)) continue;
                 Allocation a = allocation_of_row(row, t + 1, e->n_context, e->start[0], e->len[0]);
                 if (per_head) allocation_add(&head, &a);
                 allocation_add(&total, &a);
+                head_rows++;
             }
-            if (per_head) per_head[l * m->H + h] = allocation_divide(head, e->question_len[0]);
+            total_rows += head_rows;
+            // a head whose every question row has lambda exactly 1 has no shares: NaN, not 0
+            if (per_head) per_head[l * m->H + h] = allocation_divide(head, head_rows ? head_rows : NAN);
             if (maps_cb) maps_cb(ctx, l, h, &maps);
         }
     }
     free(row);
     free(maps.A);
     free(maps.lambda);
-    return allocation_divide(total, (double)m->L * m->H * e->question_len[0]);
+    return allocation_divide(total, total_rows ? total_rows : NAN);
 }

@@ -67,7 +67,10 @@ void allocation_add(Allocation* sum, const Allocation* a);
 Allocation allocation_divide(Allocation a, double n);
 
 // The combined map of one row, A_0 - lambda A_1 (A_0 with one map): the weights the forward
-// pass applies to V; normalise divides by its sum, 1 - lambda (1 for DINT, whose rows sum to one)
-void head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out);
+// pass applies to V; normalise divides by its sum, 1 - lambda (1 for DINT, whose rows sum to one).
+// Returns 0, with the row not divided, where normalising is asked and lambda is exactly 1 (DIFF
+// V2's sigmoid saturates there in float32; DIFF's lambda is unbounded): that row sums to zero and
+// has no shares, so the metrics over rows leave it out; 1 otherwise.
+int head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out);
 
 #endif

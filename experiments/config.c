@@ -162,13 +162,15 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
     switch (key->type) {
     case KEY_INT: {
         long v = strtol(value, &end, 10);
-        if (end == value || *end || v < -2147483647L || v > 2147483647L) break;
+        if (!plain_number(value, 0) || end == value || *end || v < -2147483647L || v > 2147483647L) break;
         *(int*)field = (int)v;
         return NULL;
     }
     case KEY_FLOAT: {
+        // a value float rounds to a subnormal or to zero is not the value the recipe states
         float v = strtof(value, &end);
-        if (end == value || *end || !isfinite(v)) break;
+        if (!plain_number(value, 1) || end == value || *end || !isfinite(v) || (v != 0 && !isnormal(v)) ||
+            (v == 0 && strtod(value, NULL) != 0)) break;
         *(float*)field = v;
         return NULL;
     }
@@ -198,7 +200,8 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
         for (int i = 0; choice_name(key, i); i++) n += snprintf(msg + n, sizeof(msg) - n, "%s %s", i ? "," : "", choice_name(key, i));
         return msg;
     }
-    static const char* expected[] = {"an integer", "a finite number", "true or false", "a string under " STRINGIFY(CONFIG_STR) " bytes"};
+    static const char* expected[] = {"a decimal integer", "a decimal number in float's normal range (0, or 1.2e-38 to 3.4e38 either side)",
+                                     "true or false", "a string under " STRINGIFY(CONFIG_STR) " bytes"};
     snprintf(msg, sizeof(msg), "key '%s': '%.100s' is not %s", name, value, expected[key->type]);
     return msg;
 }

@@ -59,10 +59,30 @@ static const char* on_line(void* user, const char* section, const char* key, con
         }
         if (!key) {  // the section line itself
             const char* name = section + (is_row ? 4 : 7);
-            if (plain_name(name)) return NULL;
-            snprintf(r->error, sizeof(r->error), "section [%.200s]: a %s name is a folder of the results: letters, digits, "
-                     "'_', '-' and '.' only, and not '.' or '..'", section, is_row ? "row" : "preset");
-            return r->error;
+            size_t len = strlen(name);
+            if (!plain_name(name)) {
+                snprintf(r->error, sizeof(r->error), "section [%.200s]: a %s name is a folder of the results: letters, digits, "
+                         "'_', '-' and '.' only, and not '.' or '..'", section, is_row ? "row" : "preset");
+                return r->error;
+            }
+            // the needle runner trains each row's copy stage as row <name>_copy, in <name>_copy/
+            if (is_row && len >= 5 && strcmp(name + len - 5, "_copy") == 0) {
+                snprintf(r->error, sizeof(r->error), "section [%.200s]: a row name ending in '_copy' is reserved (the needle "
+                         "runner's copy stage of row '%.*s' takes it)", section, (int)(len - 5), name);
+                return r->error;
+            }
+            // a preset defined both here and in the file `presets_from` names: which one runs would
+            // depend on the order of the lines
+            const Section* list = is_row ? r->rows : r->presets;
+            int n = is_row ? r->n_rows : r->n_presets;
+            for (int i = 0; !is_row && i < n; i++) {
+                if (strcmp(list[i].name, name) == 0) {
+                    snprintf(r->error, sizeof(r->error), "section [%.200s]: a preset of this name is defined already (here, "
+                             "or in the file 'presets_from' names); rename one of them", section);
+                    return r->error;
+                }
+            }
+            return NULL;
         }
         Section* list = is_row ? r->rows : r->presets;
         int* n = is_row ? &r->n_rows : &r->n_presets;

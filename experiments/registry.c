@@ -62,6 +62,13 @@ static sqlite3_stmt* prepare(Registry* reg, const char* sql) {
     return st;
 }
 
+int registry_row(Registry* reg, sqlite3_stmt* st, const char* what) {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) return 1;
+    if (rc != SQLITE_DONE) die("registry '%s': %s: %s", reg->path, what, sqlite3_errmsg(reg->db));
+    return 0;
+}
+
 static void step_done(Registry* reg, sqlite3_stmt* st, const char* what) {
     sql_check(reg, sqlite3_step(st), what);
     sqlite3_finalize(st);
@@ -98,7 +105,7 @@ static void add_column(Registry* reg, const char* table, const char* column, con
     sqlite3_stmt* st = prepare(reg, "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?");
     sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
-    int present = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+    int present = registry_row(reg, st, "read the schema") && sqlite3_column_int(st, 0) > 0;
     sqlite3_finalize(st);
     if (present) return;
     char sql[256];
@@ -133,7 +140,7 @@ static void canonical_configs(Registry* reg) {
     int n = 0, cap = 64;
     int64_t* ids = mallocCheck(cap * sizeof(int64_t));
     char** texts = mallocCheck(cap * sizeof(char*));
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (registry_row(reg, st, "read params")) {
         if (n == cap) {
             cap *= 2;
             ids = realloc(ids, cap * sizeof(int64_t));
@@ -184,14 +191,14 @@ void registry_open(Registry* reg, const char* path) {
     exec(reg, "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;");
     exec(reg, "BEGIN IMMEDIATE;");
     sqlite3_stmt* st = prepare(reg, "PRAGMA user_version");
-    int version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+    int version = registry_row(reg, st, "read the schema version") ? sqlite3_column_int(st, 0) : 0;
     sqlite3_finalize(st);
     if (version > REGISTRY_SCHEMA) {
         die("registry '%s' has schema version %d, newer than this program's %d: use the difftx that wrote it, or a newer "
             "one", path, version, REGISTRY_SCHEMA);
     }
     st = prepare(reg, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs'");
-    int existing = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+    int existing = registry_row(reg, st, "read the schema") && sqlite3_column_int(st, 0) > 0;
     sqlite3_finalize(st);
     exec(reg, SCHEMA);
     if (existing && version < 2) {
@@ -301,7 +308,7 @@ int registry_reap(Registry* reg) {
     sqlite3_stmt* st = prepare(reg, "SELECT id, pid, pid_start FROM runs WHERE status = 'RUNNING' AND host = ?");
     sqlite3_bind_text(st, 1, host, -1, SQLITE_TRANSIENT);
     int reaped = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (registry_row(reg, st, "find interrupted runs")) {
         int64_t id = sqlite3_column_int64(st, 0);
         if (process_start(sqlite3_column_int(st, 1)) == sqlite3_column_int64(st, 2)) continue;  // still running
         sqlite3_stmt* up = prepare(reg, "UPDATE runs SET status = 'KILLED', ended = ? WHERE id = ?");
@@ -345,7 +352,7 @@ static int checkpoint_is_runs(Registry* reg, int64_t run, const char* row, int s
     sqlite3_stmt* st = prepare(reg, "SELECT sha256 FROM artifacts WHERE run_id = ? AND kind = 'checkpoint' ORDER BY rowid DESC LIMIT 1");
     sqlite3_bind_int64(st, 1, run);
     char recorded[2 * EVP_MAX_MD_SIZE + 1] = "";
-    if (sqlite3_step(st) == SQLITE_ROW) snprintf(recorded, sizeof(recorded), "%s", (const char*)sqlite3_column_text(st, 0));
+    if (registry_row(reg, st, "read an artifact")) snprintf(recorded, sizeof(recorded), "%s", (const char*)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
     const char* why = NULL;
     if (!recorded[0]) why = "recorded no checkpoint";
@@ -368,7 +375,7 @@ int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, seed);
     sqlite3_bind_text(st, 4, text, -1, SQLITE_TRANSIENT);
-    int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    int64_t id = registry_row(reg, st, "find a finished run") ? sqlite3_column_int64(st, 0) : 0;
     sqlite3_finalize(st);
     free(text);
     return id && checkpoint_is_runs(reg, id, row, seed, cfg) ? id : 0;

@@ -18,6 +18,10 @@ typedef struct {
 
 typedef enum { RUN_RUNNING, RUN_FINISHED, RUN_FAILED, RUN_KILLED } RunStatus;
 
+// Steps a query: 1 for a row, 0 at its end; any other outcome (a damaged file, SQLITE_CORRUPT,
+// an I/O error) dies naming the registry and `what`, so a damaged registry never reads as empty
+int registry_row(Registry* reg, sqlite3_stmt* st, const char* what);
+
 // The schema's version (PRAGMA user_version): older registries are migrated on opening, newer
 // ones refused
 #define REGISTRY_SCHEMA 8

@@ -172,6 +172,8 @@ void gnuplot(const char* script, GnuplotVars* v) {
             die("gnuplot %s: outputs '%s' and '%s' are in different folders", script, v->output_path[0], v->output_path[i]);
         }
     }
+    // a figure replaces only a regular file (rename would put it in place of a FIFO or a device)
+    for (int i = 0; i < v->n_outputs; i++) refuse_replacing_non_file("figure", v->output_path[i]);
     static int registered;
     if (!registered++) atexit(remove_work_dir);
     path_printf(work_dir, sizeof(work_dir), "%s/.gnuplot.XXXXXX", dir);

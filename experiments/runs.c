@@ -60,7 +60,7 @@ static void require_known(Registry* reg, const char* column, const char* value) 
     sqlite3_stmt* st = query(reg, sql);
     char* names[256];
     int n = 0, found = 0;
-    while (sqlite3_step(st) == SQLITE_ROW && n < 256) {
+    while (registry_row(reg, st, "read the registry") && n < 256) {
         names[n] = strdup((const char*)sqlite3_column_text(st, 0));
         found |= strcmp(names[n], value) == 0;
         n++;
@@ -92,7 +92,7 @@ void runs_list(const RunFilter* f) {
     printf("%5s  %-10s %-10s %-28s %6s %-9s %11s %8s %8s %6s %9s  %s\n", "id", "experiment", "preset", "row", "seed", "status",
            "steps", "train", "val", "spikes", "tok/s", "started");
     int n = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (registry_row(&reg, st, "list runs")) {
         char steps[32], train[32], val[32], rate[32];
         snprintf(steps, sizeof(steps), "%d/%d", sqlite3_column_int(st, 6), sqlite3_column_int(st, 7));
         number(train, sizeof(train), st, 8, "%.4f");
@@ -113,22 +113,35 @@ static char* param(Registry* reg, int64_t run, const char* key) {
     sqlite3_stmt* st = query(reg, "SELECT CAST(value AS TEXT) FROM params WHERE run_id = ? AND key = ?");
     sqlite3_bind_int64(st, 1, run);
     sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-    char* value = strdup(sqlite3_step(st) == SQLITE_ROW ? (const char*)sqlite3_column_text(st, 0) : "");
+    char* value = strdup(registry_row(reg, st, "read a parameter") ? (const char*)sqlite3_column_text(st, 0) : "");
     sqlite3_finalize(st);
     return value;
 }
 
-// results/<png's file name without .png>.dat: where a figure's data goes
-static void figure_data_path(char* dat, size_t n, const char* results, const char* png) {
+// results/<png's file name without .png>.dat: where a figure's data goes. The figure and its
+// data replace only regular files, and never the registry they are drawn from.
+static void figure_data_path(char* dat, size_t n, const Registry* reg, const char* results, const char* png) {
     char name[256];
     const char* base = strrchr(png, '/') ? strrchr(png, '/') + 1 : png;
     snprintf(name, sizeof(name), "%.*s", (int)(strstr(base, ".png") ? strstr(base, ".png") - base : (long)strlen(base)), base);
     path_printf(dat, n, "%s/%s.dat", results, name);
+    char wal[4200], shm[4200];
+    path_printf(wal, sizeof(wal), "%s-wal", reg->path);
+    path_printf(shm, sizeof(shm), "%s-shm", reg->path);
+    const char* inputs[] = {reg->path, wal, shm};
+    refuse_output_over_input("--out", png, inputs, 3);
+    refuse_output_over_input("the figure's data", dat, inputs, 3);
+    const char* figure[] = {png};
+    refuse_output_over_input("the figure's data", dat, figure, 1);
+    refuse_replacing_non_file("--out", png);
+    refuse_replacing_non_file("the figure's data", dat);
 }
 
 void runs_compare(const char* results, const int64_t* ids, int n, const char* png) {
     Registry reg;
     open_registry(&reg, results);
+    char dat[4200];
+    figure_data_path(dat, sizeof(dat), &reg, results, png);
     char labels[16][160];
     printf("%-18s", "run");
     for (int i = 0; i < n; i++) printf(" | %-22lld", (long long)ids[i]);
@@ -140,7 +153,7 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
     for (int i = 0; i < n; i++) {
         sqlite3_stmt* st = query(&reg, RUN_COLUMNS "WHERE r.id = ?");
         sqlite3_bind_int64(st, 1, ids[i]);
-        if (sqlite3_step(st) != SQLITE_ROW) die("compare: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
+        if (!registry_row(&reg, st, "read a run")) die("compare: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
         for (int c = 0; c < 3; c++) snprintf(cells[c][i], sizeof(cells[c][i]), "%s", sqlite3_column_text(st, c + 1));
         snprintf(cells[3][i], sizeof(cells[3][i]), "%d", sqlite3_column_int(st, 4));
         snprintf(cells[4][i], sizeof(cells[4][i]), "%s", sqlite3_column_text(st, 5));
@@ -158,11 +171,16 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         for (int i = 0; i < n; i++) printf(" | %-22s", cells[k][i]);
         printf("\n");
     }
-    // the config keys whose values differ, in the first run's order
-    sqlite3_stmt* keys = query(&reg, "SELECT key FROM params WHERE run_id = ? ORDER BY rowid");
-    sqlite3_bind_int64(keys, 1, ids[0]);
+    // the config keys whose values differ: every key any listed run sets (a run from before a
+    // key existed lacks it), in the order of the first run that sets it
+    char sql[1024] = "WITH listed (run, pos) AS (VALUES ";
+    for (int i = 0; i < n; i++) snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql), "%s(?, %d)", i ? ", " : "", i);
+    snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql),
+             ") SELECT p.key FROM params p JOIN listed l ON l.run = p.run_id GROUP BY p.key ORDER BY MIN(l.pos * 4294967296 + p.rowid)");
+    sqlite3_stmt* keys = query(&reg, sql);
+    for (int i = 0; i < n; i++) sqlite3_bind_int64(keys, i + 1, ids[i]);
     int differ = 0;
-    while (sqlite3_step(keys) == SQLITE_ROW) {
+    while (registry_row(&reg, keys, "read a run's keys")) {
         const char* key = (const char*)sqlite3_column_text(keys, 0);
         char* values[16];
         int same = 1;
@@ -173,7 +191,7 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         if (!same) {
             if (!differ++) printf("config where the runs differ:\n");
             printf("%-18s", key);
-            for (int i = 0; i < n; i++) printf(" | %-22s", values[i]);
+            for (int i = 0; i < n; i++) printf(" | %-22s", values[i][0] ? values[i] : "(not recorded)");
             printf("\n");
         }
         for (int i = 0; i < n; i++) free(values[i]);
@@ -198,8 +216,6 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
         registry_close(&reg);
         return;
     }
-    char dat[4200];
-    figure_data_path(dat, sizeof(dat), results, png);
     DataFile out;
     data_file_open(&out, dat);
     FILE* f = out.f;
@@ -267,7 +283,7 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
     Registry reg;
     open_registry(&reg, results);
     char dat[4200];
-    figure_data_path(dat, sizeof(dat), results, png);
+    figure_data_path(dat, sizeof(dat), &reg, results, png);
     DataFile out;
     data_file_open(&out, dat);
     FILE* f = out.f;
@@ -275,7 +291,7 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
     for (int i = 0; i < n; i++) {
         sqlite3_stmt* st = query(&reg, "SELECT r.row, r.seed, r.recipe_text FROM runs r WHERE r.id = ?");
         sqlite3_bind_int64(st, 1, ids[i]);
-        if (sqlite3_step(st) != SQLITE_ROW) die("lambda: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
+        if (!registry_row(&reg, st, "read a run")) die("lambda: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
         char row[160], origin[64];
         snprintf(row, sizeof(row), "%.100s seed %d", sqlite3_column_text(st, 0), sqlite3_column_int(st, 1));
         snprintf(origin, sizeof(origin), "run %lld's config", (long long)ids[i]);
@@ -341,11 +357,13 @@ int runs_recorded_windows(const char* results, const char* run_dir, int seq_len)
         // the folders as recorded may be spelled otherwise (relative, through links): compared resolved
         if (sqlite3_prepare_v2(db, "SELECT r.out_dir, e.value FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE"
                                    " e.key = 'eval_tokens' AND r.status = 'FINISHED' ORDER BY r.id DESC", -1, &st, NULL) == SQLITE_OK) {
-            while (!windows && sqlite3_step(st) == SQLITE_ROW) {
+            int rc;
+            while (!windows && (rc = sqlite3_step(st)) == SQLITE_ROW) {
                 char got[PATH_MAX];
                 const char* dir = (const char*)sqlite3_column_text(st, 0);
                 if (dir && realpath(dir, got) && strcmp(got, want) == 0) windows = (int)(sqlite3_column_double(st, 1) / seq_len);
             }
+            if (!windows && rc != SQLITE_DONE) die("registry '%s': find a run's evaluation: %s", path, sqlite3_errmsg(db));
             sqlite3_finalize(st);
         }
     }

@@ -41,6 +41,8 @@ static const char* study_name(const Recipe* r, const char* recipe) {
     int ok = study[0] && strlen(study) < 64;
     for (const char* c = study; *c; c++) ok &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
     if (!ok) die("%s: key 'study': '%s' is not a name of 1 to 63 lowercase letters, digits and '_'", recipe, study);
+    // another recipe under Table 6's name would write its rows, tables and figures over Table 6's
+    if (strcmp(study, "table6") == 0) die("%s: key 'study': 'table6' is Table 6's own study (a recipe without 'study'); name this one otherwise", recipe);
     return study;
 }
 
@@ -50,7 +52,7 @@ static float lr_scale(const Section* row, const char* recipe) {
     if (!text) return 1.0f;
     char* end;
     float scale = strtof(text, &end);
-    if (end == text || *end || !isfinite(scale) || !(scale > 0)) {
+    if (!plain_number(text, 1) || end == text || *end || !isnormal(scale) || !(scale > 0)) {
         die("%s: [row %s] key 'lr_scale': '%s' is not a positive number", recipe, row->name, text);
     }
     return scale;
@@ -197,15 +199,17 @@ static void evaluate_run(Registry* reg, int64_t run, const char* row, const Conf
     model_free(&model);
 }
 
-// One (row, seed) in a worker: train (resuming), evaluate, record
-static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows) {
+// One (row, seed) in a worker: train (resuming), evaluate, record; or, for a run that finished
+// (`finished`), evaluate it again
+static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows,
+                    int64_t finished) {
     Registry reg;
     char path[4096];
     path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
     registry_open(&reg, path);
-    int64_t run = train_registry_row(&reg, experiment, row, cfg, 0);  // ended after its evaluation
+    int64_t run = finished ? finished : train_registry_row(&reg, experiment, row, cfg, 0);  // ended after its evaluation
     evaluate_run(&reg, run, row, cfg, eval_windows);
-    registry_end_run(&reg, run, RUN_FINISHED);
+    if (!finished) registry_end_run(&reg, run, RUN_FINISHED);
     registry_close(&reg);
 }
 
@@ -215,24 +219,23 @@ static void run_row(const Table6Options* opt, int64_t experiment, const char* ro
 // there takes the job down. A finished run whose evaluation did not record the preset's
 // eval_windows window sums (one from before they were recorded, or from a recipe with another
 // eval_windows, which is not part of a run's config) is evaluated again, so its numbers and the
-// windows its intervals resample are the table's.
+// windows its intervals resample are the table's. Every model runs in a worker: this process
+// never computes, since a child forked after an OpenMP team has run waits forever in its first
+// parallel product.
 static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
                          int eval_windows) {
-    int64_t run = train_finished_row(reg, experiment, row, cfg);
-    if (run) {
-        if (registry_window_count(reg, run) != eval_windows) evaluate_run(reg, run, row, cfg, eval_windows);
-        return run;
-    }
-    printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
+    int64_t finished = train_finished_row(reg, experiment, row, cfg);
+    if (finished && registry_window_count(reg, finished) == eval_windows) return finished;
+    if (!finished) printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
     fflush(stdout);
     if (dist_ranks() > 1) {
-        run_row(opt, experiment, row, cfg, eval_windows);
+        run_row(opt, experiment, row, cfg, eval_windows, finished);
         return registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
     }
     pid_t pid = fork();
     if (pid < 0) die("fork failed");
     if (pid == 0) {
-        run_row(opt, experiment, row, cfg, eval_windows);
+        run_row(opt, experiment, row, cfg, eval_windows, finished);
         exit(0);
     }
     int status;

@@ -4,17 +4,36 @@
 # lib.tar.gz (gzip, which every machine has, unlike xz; OpenBLAS's kernels for every CPU alone
 # take 35 MiB; gpu-check.sh unpacks them into its working folder); the bench recipes and
 # PyTorch script; gpu-check.sh. Written as OUT.tmp and renamed.
+# OUT and the programs are read from where the command is run; OUT (and OUT.tmp) is replaced only
+# when it is absent, empty or a bundle this script made (it holds the file .gpu-bundle).
 # usage: tests/make_gpu_bundle.sh OUT PROGRAM...
 set -euo pipefail
-cd "$(dirname "$0")/.."
-out=$1
+if [ $# -lt 2 ]; then
+    echo "usage: tests/make_gpu_bundle.sh OUT PROGRAM..." >&2
+    exit 2
+fi
+absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+out=$(absolute "$1")
 shift
+programs=()
+for p in "$@"; do programs+=("$(absolute "$p")"); done
+ours() {  # a folder this script may replace: absent, empty or a bundle (marked, or of the
+          # shape bundles had before the mark)
+    [ ! -e "$1" ] && [ ! -L "$1" ] && return 0
+    [ -d "$1" ] && [ ! -L "$1" ] || return 1
+    [ -e "$1/.gpu-bundle" ] || [ -z "$(ls -A "$1")" ] || { [ -f "$1/COMMIT" ] && [ -f "$1/gpu-check.sh" ] && [ -f "$1/lib.tar.gz" ]; }
+}
+for d in "$out" "$out.tmp"; do
+    ours "$d" || { echo "error: '$d' exists and is not a GPU bundle this script made (no .gpu-bundle in it): choose another OUT" >&2; exit 1; }
+done
+cd "$(dirname "$0")/.."
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp/bin" "$out.tmp/lib" "$out.tmp/experiments"
-cp "$@" "$out.tmp/bin/"
+touch "$out.tmp/.gpu-bundle"
+cp "${programs[@]}" "$out.tmp/bin/"
 # glibc's parts, the driver, and the CUDA toolkit's libraries stay behind
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so)'
-for p in "$@"; do
+for p in "${programs[@]}"; do
     ldd "$p" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
     [[ $name =~ $skip ]] || cp -L "$path" "$out.tmp/lib/$name"

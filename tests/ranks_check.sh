@@ -4,14 +4,25 @@
 # sum_across_ranks (NCCL on cuda, MPI on cpu), so the losses must agree within 1e-5 relative
 # (only the order of the sums differs). The GPU check runs it on cuda with two GPUs;
 # tests/test_cuda_build.sh runs it on cpu, so the script itself is tested everywhere.
-# DIFFTX_LIBS, when set, is the library path of difftx (and only of difftx and mpirun).
+# DIFFTX_LIBS, when set, is the library path of difftx (and only of difftx and mpirun). DIR is
+# replaced only when it is absent, empty or one this script made (it holds .ranks_check).
 set -u
+if [ $# -ne 3 ]; then
+    echo "usage: ranks_check.sh DIFFTX DEVICE DIR" >&2
+    exit 2
+fi
 bin=$1 device=$2 dir=$3
+if [ -e "$dir" ] || [ -L "$dir" ]; then
+    if [ -L "$dir" ] || [ ! -d "$dir" ] || { [ ! -e "$dir/.ranks_check" ] && [ -n "$(ls -A "$dir")" ]; }; then
+        echo "error: '$dir' exists and is not a folder this script made (no .ranks_check in it): choose another DIR" >&2
+        exit 1
+    fi
+fi
 run() { LD_LIBRARY_PATH="${DIFFTX_LIBS:-${LD_LIBRARY_PATH:-}}" "$@"; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 recipe=$(dirname "$bin")/../experiments/default.ini
 [ -f "$recipe" ] || recipe=experiments/default.ini
-rm -rf "$dir" && mkdir -p "$dir/corpus" || exit 1
+rm -rf "$dir" && mkdir -p "$dir/corpus" && touch "$dir/.ranks_check" || exit 1
 for d in $(seq 1 40); do
     for i in $(seq 1 120); do echo "Record $d, entry $i: the $((i * 7 % 13)) ships sailed past harbour $((d % 5)) at dawn."; done >"$dir/corpus/doc$d.txt"
 done

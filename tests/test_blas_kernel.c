@@ -1,6 +1,7 @@
 // The choice of OpenBLAS kernel as pure logic, on any CPU: instruction sets to kernel, the
 // decision to replace OpenBLAS's own choice (never over the user's OPENBLAS_CORETYPE), and the
-// numeric self-check that must refuse a kernel computing wrong results. The restart itself
+// numeric self-check that must refuse a kernel computing wrong results; the instructions a
+// kernel the user names needs and the CPU lacks (refused at start). The restart itself
 // runs end to end in tests/test_cli.sh. Also the peak rate's description.
 //
 // In detail: the choice of OpenBLAS's kernel as logic, on any CPU: instruction sets to kernel, when
@@ -76,6 +77,40 @@ static void test_upgrade(void) {
         const char* got = blas_kernel_upgrade(cases[i].user, cases[i].current, cases[i].f);
         CHECK((got == NULL) == (cases[i].expected == NULL) && (!got || strcmp(got, cases[i].expected) == 0),
               "%s: upgrade to %s, expected %s", cases[i].why, name_or_none(got), name_or_none(cases[i].expected));
+    }
+}
+
+// A kernel named by the user (OPENBLAS_CORETYPE) whose instructions the CPU lacks would die of
+// SIGILL mid-run: which instructions are missing, for every kernel width and CPU here
+static void test_missing(void) {
+    CpuFeatures bf16 = {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1, .avx512 = 1, .avx512_bf16 = 1};
+    CpuFeatures avx512 = {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1, .avx512 = 1};
+    CpuFeatures avx2 = {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1};
+    CpuFeatures avx2_no_fma = {.sse3 = 1, .avx = 1, .avx2 = 1};
+    CpuFeatures sse3 = {.sse3 = 1};
+    struct {
+        const char* kernel;
+        CpuFeatures f;
+        const char* missing;
+    } cases[] = {
+        {"Cooperlake", bf16, NULL},
+        {"SapphireRapids", bf16, NULL},
+        {"Cooperlake", avx512, "AVX-512 BF16"},
+        {"SkylakeX", avx512, NULL},
+        {"SkylakeX", avx2, "AVX-512 (F, VL, BW, DQ)"},
+        {"cooperlake", avx2, "AVX-512 (F, VL, BW, DQ) and AVX-512 BF16"},
+        {"Haswell", avx2, NULL},
+        {"Zen", avx2_no_fma, "FMA"},
+        {"Haswell", sse3, "AVX2 and FMA"},
+        {"Sandybridge", sse3, "AVX"},
+        {"Prescott", sse3, NULL},
+        {"Prescott", (CpuFeatures){0}, "SSE3"},
+        {"NEOVERSEN1", sse3, NULL},  // another architecture's name: not judged here
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char* got = blas_kernel_missing(cases[i].kernel, cases[i].f);
+        CHECK((got == NULL) == (cases[i].missing == NULL) && (!got || strcmp(got, cases[i].missing) == 0),
+              "kernel %s, case %zu: missing %s, expected %s", cases[i].kernel, i, name_or_none(got), name_or_none(cases[i].missing));
     }
 }
 
@@ -164,6 +199,7 @@ int main(void) {
     test_kernel_for_features();
     test_ranks();
     test_upgrade();
+    test_missing();
     test_self_check();
     test_peak();
     return check_summary();

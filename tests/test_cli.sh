@@ -58,7 +58,7 @@ recipe() {  # recipe FILE [extra lines...]: a valid tiny recipe plus extra lines
 recipe "$work/unknown.ini" "colour = blue"
 expect_fail "unknown key" "unknown.ini:14: unknown key 'colour'" $bin train --results "$work/reg" "$work/unknown.ini"
 recipe "$work/type.ini" "grad_accum = two"
-expect_fail "wrong type" "type.ini:14: key 'grad_accum': 'two' is not an integer" $bin train --results "$work/reg" "$work/type.ini"
+expect_fail "wrong type" "type.ini:14: key 'grad_accum': 'two' is not a decimal integer" $bin train --results "$work/reg" "$work/type.ini"
 recipe "$work/choice.ini"
 sed -i 's/^attention = diff$/attention = triple/' "$work/choice.ini"
 expect_fail "bad choice" "choice.ini:1: key 'attention': 'triple' is not one of standard, diff, diff2" $bin train --results "$work/reg" "$work/choice.ini"
@@ -106,7 +106,24 @@ expect_fail "a tab in a path" "key 'data': .* holds a control character" $bin tr
 expect_fail "a path ending in a space" "key 'data': .* begins or ends with a space" $bin train --results "$work/reg" "$work/ok.ini" "data=$work/data "
 expect_fail "a path that is not UTF-8" "key 'out': .* is not UTF-8 text" $bin train --results "$work/reg" "$work/ok.ini" "out=$work/$(printf 'caf\xe9')"
 expect "refused paths write nothing" test -z "$(ls -d "$work"/new* "$work"/caf* 2>/dev/null)"
-expect_fail "override type" "override 'lr=fast': key 'lr': 'fast' is not a finite number" $bin train --results "$work/reg" "$work/ok.ini" lr=fast
+expect_fail "override type" "override 'lr=fast': key 'lr': 'fast' is not a decimal number in float's normal range" $bin train --results "$work/reg" "$work/ok.ini" lr=fast
+# numbers are plain decimals: no sign '+', no spaces, no hexadecimal (strtol/strtof would read
+# 0x10 as 16), nothing a float holds only as a subnormal
+for bad in "steps=+2" "steps= 1" "steps=0x10" "lr=0x1p-3" "lr=1e-40" "lr=inf" "lr=+0.1"; do
+    expect_fail "override '$bad' is refused as a number" "key '${bad%%=*}': .* is not a decimal" \
+        $bin train --results "$work/reg" "$work/ok.ini" "$bad"
+done
+expect_fail "option --tokens +5 is refused" "option --tokens: '\+5' is not a non-negative integer" $bin sample "$work/none.h5" --tokens +5
+# a file-size limit (400 KiB: the registry fits, a checkpoint of 1.1 MB does not) makes the write
+# fail with EFBIG on the checked path: no SIGXFSZ death (exit 153), no temporary file left, and
+# the run, never FINISHED, is reaped by the next command as any failed run is
+out=$(bash -c "ulimit -f 400 && OMP_NUM_THREADS=1 '$bin' train --results '$work/fsize_reg' '$work/ok.ini' out='$work/fsize' d_model=64 2>&1"; echo "exit $?")
+expect "ulimit -f: the checkpoint's write fails with an error naming it, exit 1" \
+    bash -c "grep -q 'exit 1$' <<<\"\$1\" && grep -q \"^error: checkpoint '$work/fsize/checkpoint.h5.tmp'\" <<<\"\$1\"" _ "$out"
+expect "ulimit -f: no temporary file is left" test -z "$(find "$work/fsize" -name '*.tmp' 2>/dev/null)"
+$bin runs --results "$work/fsize_reg" > /dev/null 2>&1
+expect "ulimit -f: the run is not FINISHED, and the next command marks it KILLED" \
+    test "$(sqlite3 "$work/fsize_reg/registry.sqlite" "SELECT status FROM runs")" = KILLED
 expect_fail "override unknown" "override 'dropout=0.1': unknown key 'dropout'" $bin train --results "$work/reg" "$work/ok.ini" dropout=0.1
 expect_fail "override syntax" "override 'lr': expected key=value" $bin train --results "$work/reg" "$work/ok.ini" lr
 expect_fail "d_model divisibility" "key 'd_model': 30 must equal 2 x n_head x head_dim" $bin train --results "$work/reg" "$work/ok.ini" d_model=30
@@ -532,6 +549,35 @@ if [ "$(uname -m)" = x86_64 ] && [ "${BUILD:-build}" != build/san ] && [ "$best"
             "^warning: the measured matmul rate is [0-9]+% of the peak: the matmul kernel \(cpu \(OpenBLAS Prescott\)\) leaves this device's speed unused$" <<<"$out"
     fi
     expect "bench records both MFUs" test "$(sqlite3 "$work/choice_reg/registry.sqlite" "SELECT COUNT(*) FROM evaluations WHERE key IN ('mfu', 'mfu_peak')")" = 2
+    # started through the dynamic loader, /proc/self/exe is the loader: the restart runs the
+    # whole original command line again, the loader's options included
+    loader=$(ldd "$bin" | awk '/ld-linux/ {print $1}')
+    out=$(unknown_cpu "$loader" "$bin" keys 2>&1)
+    expect "started through the loader, the program restarts onto $best and runs (exit $?)" \
+        bash -c "grep -q '^OpenBLAS kernel $best, which' <<<\"\$1\" && grep -q '^| .attention. |' <<<\"\$1\"" _ "$out"
+    out=$(unknown_cpu "$loader" --inhibit-rpath '' --argv0 difftx-by-loader "$bin" bogus-command 2>&1)
+    expect "... with the loader's options and argv[0] kept through the restart" \
+        bash -c "grep -q '^OpenBLAS kernel $best, which' <<<\"\$1\" && grep -q \"unknown subcommand 'bogus-command'\" <<<\"\$1\"" _ "$out"
+    out=$(unknown_cpu DIFFTX_OPENBLAS_FALLBACK="$$ Prescott" "$bin" keys 2>&1 >/dev/null)
+    expect "a stray DIFFTX_OPENBLAS_FALLBACK in the environment does not pin the slow kernel" \
+        grep -q "^OpenBLAS kernel $best, which this CPU's instructions allow (OpenBLAS chose Prescott" <<<"$out"
+    # the restarted program's self-check and a first product within the limit the refusal names
+    expect_fail "a limit too small for the self-check's product is refused, not a hang (1 thread)" \
+        "address-space limit \(ulimit -v\) is 292 MiB, but OpenBLAS reserves about 384 MiB with 1 thread" \
+        bash -c "ulimit -v 300000 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=1 timeout 20 '$bin' help"
+    expect "the restart and its self-check run within the limit the refusal names (1 thread: 384 MiB; 2: 712 MiB)" \
+        bash -c "(ulimit -v 393216 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=1 timeout 20 '$bin' help > /dev/null 2>&1) &&
+                 (ulimit -v 729088 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=2 timeout 20 '$bin' help > /dev/null 2>&1)"
+fi
+# The user's OPENBLAS_CORETYPE stands, but a kernel whose instructions the CPU lacks would die of
+# SIGILL mid-run: it is refused at start, naming them (where this CPU lacks any x86 kernel's)
+lacking=$(grep -m1 '^flags' /proc/cpuinfo | awk '{ f = " " $0 " " }
+    END { if (f !~ / avx2 / || f !~ / fma /) print "Haswell"; else if (f !~ / avx512f / || f !~ / avx512vl / || f !~ / avx512bw / || f !~ / avx512dq /) print "SkylakeX";
+          else if (f !~ / avx512_bf16 /) print "Cooperlake" }')
+if [ "$(uname -m)" = x86_64 ] && [ -n "$lacking" ]; then
+    expect_fail "OPENBLAS_CORETYPE=$lacking, which this CPU cannot run, is refused naming what it lacks" \
+        "OPENBLAS_CORETYPE=$lacking names a kernel this CPU cannot run: it lacks (AVX|FMA)" \
+        env OPENBLAS_CORETYPE=$lacking $bin train --results "$work/reg" "$work/ok.ini" out=$work/sigill
 fi
 
 # Under a small address-space limit OpenBLAS's constructor retried its buffer's mmap forever,
@@ -539,13 +585,43 @@ fi
 # sanitizers, which reserve terabytes of address space)
 if [ "${BUILD:-build}" != build/san ]; then
     expect_fail "a small ulimit -v is refused at once, with the limit needed (2 threads)" \
-        "address-space limit \(ulimit -v\) is 195 MiB, but OpenBLAS reserves about 352 MiB as it loads with 2 threads .*\(ulimit -v 360448\), or use one thread \(OMP_NUM_THREADS=1 needs about 224 MiB\)" \
+        "address-space limit \(ulimit -v\) is 195 MiB, but OpenBLAS reserves about 712 MiB with 2 threads .*\(ulimit -v 729088\), or use one thread \(OMP_NUM_THREADS=1 needs about 384 MiB\)" \
         bash -c "ulimit -v 200000 && OMP_NUM_THREADS=2 timeout 20 '$bin' help"
-    expect_fail "and with one thread" "is 195 MiB, but OpenBLAS reserves about 224 MiB as it loads with 1 thread .*\(ulimit -v 229376\)$" \
+    expect_fail "and with one thread" "is 195 MiB, but OpenBLAS reserves about 384 MiB with 1 thread .*\(ulimit -v 393216\)$" \
         bash -c "ulimit -v 200000 && OMP_NUM_THREADS=1 timeout 20 '$bin' help"
-    expect "one thread runs within 250 MB, two within 400 MB" \
-        bash -c "(ulimit -v 250000 && OMP_NUM_THREADS=1 timeout 20 '$bin' help > /dev/null) && (ulimit -v 400000 && OMP_NUM_THREADS=2 timeout 20 '$bin' help > /dev/null)"
+    expect_fail "a small ulimit -d (the data segment, which bounds the same mappings) is refused too" \
+        "data-segment limit \(ulimit -d\) is 195 MiB, but OpenBLAS reserves about 384 MiB with 1 thread .*\(ulimit -d 393216\)$" \
+        bash -c "ulimit -d 200000 && OMP_NUM_THREADS=1 timeout 20 '$bin' keys"
+    # the first products of a run, one per thread, within the limit the refusal names
+    expect "a run's first products run within the limit the refusal names (1 thread: 384 MiB; 2: 712 MiB)" \
+        bash -c "(ulimit -v 393216 && OMP_NUM_THREADS=1 timeout 60 '$bin' train --results '$work/limit_reg' '$work/ok.ini' out='$work/limit1' > /dev/null 2>&1) &&
+                 (ulimit -v 729088 && OMP_NUM_THREADS=2 timeout 60 '$bin' train --results '$work/limit_reg' '$work/ok.ini' out='$work/limit2' > /dev/null 2>&1)"
 fi
+
+# two preparations of one folder at once (two `make train`): they once shared its temporary
+# folder and left a val.bin of magic 0 in place; now the second waits for the first, and the
+# folder each leaves is whole
+for k in 1 2; do $bin prepare --vocab 300 "$work/race_data" "$work/corpus" > "$work/race$k.log" 2>&1 & done
+wait
+expect "two preparations at once both finish, one after the other" \
+    bash -c "grep -q '^  val:' '$work/race1.log' && grep -q '^  val:' '$work/race2.log' && test -z \"\$(ls -d '$work/race_data.tmp' 2>/dev/null)\""
+expect "the folder they leave trains" $bin train --results "$work/race_reg" "$work/ok.ini" data="$work/race_data" out="$work/race_run" steps=1 warmup_steps=0
+
+# the GPU bundle's and the rank check's scripts write only folders they made: usage without
+# arguments, a folder of someone else's files refused and left whole, a relative OUT taken from
+# where the command is run (not the repository)
+expect_fail "make_gpu_bundle.sh without arguments prints its usage" "^usage: tests/make_gpu_bundle.sh OUT PROGRAM" tests/make_gpu_bundle.sh
+expect_fail "ranks_check.sh without arguments prints its usage" "^usage: ranks_check.sh DIFFTX DEVICE DIR" tests/ranks_check.sh
+mkdir -p "$work/foreign" && echo "keep me" > "$work/foreign/notes.txt"
+expect_fail "make_gpu_bundle.sh refuses a folder it did not make" "'$work/foreign' exists and is not a GPU bundle this script made" \
+    tests/make_gpu_bundle.sh "$work/foreign" "$bin"
+expect_fail "ranks_check.sh refuses a folder it did not make" "'$work/foreign' exists and is not a folder this script made" \
+    tests/ranks_check.sh "$bin" cpu "$work/foreign"
+expect "both leave that folder whole" test "$(cat "$work/foreign/notes.txt")" = "keep me" -a "$(ls "$work/foreign")" = notes.txt
+(cd "$work" && "$OLDPWD/tests/make_gpu_bundle.sh" relative_bundle "$OLDPWD/$bin" > /dev/null 2>&1)
+expect "make_gpu_bundle.sh takes a relative OUT from where it is run" test -f "$work/relative_bundle/.gpu-bundle" -a ! -e relative_bundle
+(cd "$work" && "$OLDPWD/tests/make_gpu_bundle.sh" relative_bundle "$OLDPWD/$bin" > /dev/null 2>&1)
+expect "... and replaces a bundle it made" test -f "$work/relative_bundle/bin/difftx"
 
 # OMP_DYNAMIC on one allowed CPU gives a 1-thread team where OpenBLAS's matmul of a d_model-256
 # layer waits for 2 (a hang before difftx turned dynamic teams off)

@@ -253,6 +253,19 @@ expect_fail "needle: against names no row" "\\[row diff_grouped\\] key 'against'
 grep -v '^copy_steps' "$work/needle.ini" > "$work/no_copy.ini"
 expect_fail "needle: copy stage unset" "\\[smoke\\] needs 'copy_steps' as a positive integer" \
     $bin needle "$work/no_copy.ini" --preset smoke --task table2 --results "$work/results"
+# `data` names the folder the needle mix is made in: a prepared corpus named there (it holds a
+# tokenizer.bin too) is refused and left whole, its other files included
+cp -r "$work/data" "$work/corpus_copy" && echo "my notes" > "$work/corpus_copy/notes.txt"
+corpus_sum=$(cd "$work/corpus_copy" && sha256sum * | sha256sum)
+expect_fail "needle: data naming a prepared corpus is refused, not replaced by the mix" \
+    "output folder '$work/corpus_copy' is a folder with files but no copy/tokenizer.bin: not one this program made" \
+    $bin needle "$work/needle.ini" data="$work/corpus_copy" --preset smoke --task table2 --results "$work/refused_data" --plots "$work/refused_data"
+expect "the corpus and its other files are untouched" test "$(cd "$work/corpus_copy" && sha256sum * | sha256sum)" = "$corpus_sum"
+# a row named like another row's copy stage (<row>_copy) is refused by file and line
+{ cat "$work/needle.ini"; printf '%s\n' "[row diff_copy]" "attention = diff"; } > "$work/copy_name.ini"
+expect_fail "needle: a row named <row>_copy is refused at its line" \
+    "copy_name.ini:[0-9]+: section \[row diff_copy\]: a row name ending in '_copy' is reserved" \
+    $bin needle "$work/copy_name.ini" --preset smoke --task table2 --results "$work/refused_data"
 
 # kill -9 during a copy stage, then rerun: the killed attempt is KILLED (never FINISHED), the
 # next one resumes from its checkpoint, and its log equals that of a run that never stopped

@@ -183,6 +183,34 @@ expect "the DIFF lambdas are the registry's" test "$(sql "SELECT COUNT(*) FROM m
 expect "DIFF V2's per-token lambda: mean ± spread per layer" test "$(grep -cE '^ +[0-9]+ \| [0-9.]+ ± [0-9.]+ +\| [0-9.]+ ± [0-9.]+ *$' "$work/lambda.log")" = 3
 expect "the lambda figure is drawn" test -s "$work/plots/lambda.png"
 expect_fail "lambda refuses a run without lambda" "has standard attention, which has no lambda" $bin lambda "$t_id" --results "$work/results" --out "$work/plots/none.png"
+# a figure never replaces the registry it is drawn from, nor anything but a regular file
+reg_sum=$(sha256sum < "$work/results/registry.sqlite")
+for fig in compare lambda; do
+    expect_fail "$fig --out onto the registry is refused" "--out '$work/results/registry.sqlite' is the input" \
+        $bin $fig "$d_id" --results "$work/results" --out "$work/results/registry.sqlite"
+    expect_fail "$fig --out through another spelling of the registry is refused" "is the input" \
+        $bin $fig "$d_id" --results "$work/results" --out "$work/results/../results/registry.sqlite"
+done
+expect "the registry is untouched" test "$(sha256sum < "$work/results/registry.sqlite")" = "$reg_sum"
+mkfifo "$work/plots/fifo.png"
+expect_fail "compare --out onto a FIFO is refused" "'$work/plots/fifo.png' exists and is not a regular file" \
+    timeout 20 $bin compare "$d_id" --results "$work/results" --out "$work/plots/fifo.png"
+expect "the FIFO is still a FIFO" test -p "$work/plots/fifo.png"
+ln -s "$work/results/registry.sqlite" "$work/plots/link.png"
+expect_fail "lambda --out onto a link to the registry is refused" "is the input" \
+    $bin lambda "$d_id" --results "$work/results" --out "$work/plots/link.png"
+# compare shows every key any listed run records: one recorded before a key existed lacks it
+sqlite3 "$work/results/registry.sqlite" "CREATE TABLE saved_params AS SELECT * FROM params WHERE run_id = $t_id AND key = 'lambda_init';
+    DELETE FROM params WHERE run_id = $t_id AND key = 'lambda_init'"
+$bin compare "$t_id" "$d_id" --results "$work/results" --out "$work/plots/compare.png" > "$work/compare_missing.log" 2>&1
+expect "compare shows a key the first run lacks" grep -qE "^lambda_init +\| \(not recorded\) +\| schedule" "$work/compare_missing.log"
+sqlite3 "$work/results/registry.sqlite" "INSERT INTO params SELECT * FROM saved_params; DROP TABLE saved_params"
+# a damaged registry is an error naming the file, never an empty one
+cp "$work/results/registry.sqlite" "$work/damaged.sqlite"
+mkdir -p "$work/damaged" && mv "$work/damaged.sqlite" "$work/damaged/registry.sqlite"
+dd if=/dev/zero of="$work/damaged/registry.sqlite" bs=4096 seek=1 count=1 conv=notrunc 2>/dev/null
+expect_fail "runs on a damaged registry fails naming it" "registry '$work/damaged/registry.sqlite'.*(malformed|corrupt|not a database)" \
+    $bin runs --results "$work/damaged"
 
 # 10. small and odd inputs: on a 300-token vocabulary no evaluation token is an AR-Hit token,
 #     which the table states instead of failing its rows; one row that fails (its run folder
@@ -254,6 +282,38 @@ expect_fail "presets_from one level only" "'presets_from' in a file that 'preset
 expect_fail "study inside a preset is refused, not ignored" "unknown key 'study'" \
     $bin table6 "$work/study_in_preset.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
 expect "the help lists the presets it takes from Table 6's recipe" bash -c "'$PWD/$bin' help table6 '$work/lr_stability.ini' 2>&1 | grep -qF 'presets of $work/lr_stability.ini: smoke, small, paper'"
+
+sed 's/^study = lr_stability$/study = table6/' "$work/lr_stability.ini" > "$work/lr_as_table6.ini"
+expect_fail "a study named table6 is refused: it would write over Table 6's table" "key 'study': 'table6' is Table 6's own study" \
+    $bin table6 "$work/lr_as_table6.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+sed 's/^lr_scale = 4$/lr_scale = 0x10/' "$work/lr_stability.ini" > "$work/lr_hex.ini"
+expect_fail "a hexadecimal lr_scale is refused, not read as 16" "key 'lr_scale': '0x10' is not a positive number" \
+    $bin table6 "$work/lr_hex.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+{ cat "$work/lr_stability.ini"; printf '%s\n' "[preset smoke]" "steps = 3"; } > "$work/lr_own_smoke.ini"
+expect_fail "a recipe's own preset of a name its presets_from file defines is refused, not ignored" \
+    "lr_own_smoke.ini:[0-9]+: section \[preset smoke\]: a preset of this name is defined already" \
+    $bin table6 "$work/lr_own_smoke.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+
+# On a CPU model OpenBLAS does not know, every command restarts onto the kernel the CPU's
+# instructions allow and self-checks it (tests/fake_openblas.c makes any CPU take that path). A
+# process whose OpenMP team has run cannot fork a worker that computes (the child waits forever
+# in its first parallel product), so the restarted program's self-check runs on one thread and the
+# runner itself never computes: a table trains its rows in forked workers on two threads, and a
+# rerun that evaluates finished runs again (another eval_windows) and trains new seeds finishes.
+# (Not under the sanitizers, whose runtime must be the first library loaded.)
+if [ "$(uname -m)" = x86_64 ] && [ "${BUILD:-build}" != build/san ]; then
+    unknown_cpu() { env -u OPENBLAS_CORETYPE LD_PRELOAD="$PWD/${BUILD:-build}/fake_openblas.so" OMP_NUM_THREADS=2 "$@"; }
+    unknown_cpu timeout 300 $bin table6 "$work/table6.ini" --preset smoke --results "$work/restart" --plots "$work/restart" > "$work/restart.log" 2>&1
+    rc=$?
+    expect "the restarted program trains the table in forked workers on 2 threads (exit $rc, 124: hung)" \
+        bash -c "test $rc = 0 && grep -q '^OpenBLAS kernel .*OpenBLAS chose Prescott' '$work/restart.log' && test \$(grep -c '^== ' '$work/restart.log') = $n_rows"
+    sed 's/^eval_windows = 64$/eval_windows = 32/' "$work/table6.ini" > "$work/table6_windows.ini"
+    unknown_cpu timeout 300 $bin table6 "$work/table6_windows.ini" --preset smoke --seeds 2 --results "$work/restart" --plots "$work/restart" \
+        > "$work/restart2.log" 2>&1
+    rc=$?
+    expect "a rerun evaluating finished runs again, then training new seeds in forked workers, finishes (exit $rc)" \
+        bash -c "test $rc = 0 && test \$(grep -c '^== .* seed 1001' '$work/restart2.log') = $n_rows && test \$(grep -c '^== .* seed 1000' '$work/restart2.log') = 0"
+fi
 
 # last, as it adds an attempt: a rerun after a row's checkpoint is gone trains that row alone
 # again, as a new attempt

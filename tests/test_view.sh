@@ -92,6 +92,18 @@ expect "view: refusals write nothing" test ! -e "$work/y.html" -a ! -e "$work/y.
 "$fixture" hand_maps "$work/hand.h5" && "$bin" view "$work/hand.h5" -o "$work/hand.html" > /dev/null
 metric() { grep -o '"metrics":{[^}]*}' "$1" | sed -n "${3:-1}p" | grep -o "\"$2\":[-0-9.e]*" | cut -d: -f2; }
 near() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && (a - b) ^ 2 < 1e-12) }'; }
+# valid maps a page must hold: λ exactly 1 in a row (DIFF V2's sigmoid saturates there in
+# float32) has no normalised shares, so that row is left out of the head's metrics; a combined map
+# exactly zero (A2 = A1, λ 1 everywhere) leaves the head without metrics
+heads_with_metrics() { grep -o '"metrics":{' "$1" | wc -l; }
+for how in lambda_one_first zero_map; do
+    tampered $how
+    "$bin" view "$work/bad_$how.h5" -o "$work/$how.html" > "$work/view_$how.log" 2>&1
+    expect "view: maps with $how are shown (exit $?)" test -s "$work/$how.html"
+done
+expect "view: a row whose λ is 1 is left out of its head's metrics ($((T - 1)) of $T rows)" test "$(metric "$work/lambda_one_first.html" rows)" = $((T - 1))
+expect "view: a head whose combined map is exactly zero has no metrics; the others keep theirs" \
+    test "$(heads_with_metrics "$work/zero_map.html")" = $(( $(heads_with_metrics "$work/diff.html") - 1 ))
 expect "view metrics by hand: the question's 1 row" test "$(metric "$work/hand.html" rows)" = 1
 expect "view metrics by hand: sink -0.25, negative mass 0.75" bash -c "$(declare -f near); near '$(metric "$work/hand.html" sink)' -0.25 && near '$(metric "$work/hand.html" negative)' 0.75"
 expect "view metrics by hand: answer 1.75, noise -0.25" bash -c "$(declare -f near); near '$(metric "$work/hand.html" answer)' 1.75 && near '$(metric "$work/hand.html" noise)' -0.25"

@@ -5,13 +5,16 @@
 // dies (exit 1) with the writer's message when not. `write_fixture tamper PATH HOW` damages a
 // maps file in place the way a hostile one would be, for tests/test_view.sh: HOW is n_layer or
 // n_head (claiming 2^31 - 1), inf (sample 0's first A1 entry +inf), nan_lambda (its first λ
-// NaN) or no_tokens (sample 0's tokens emptied). `write_fixture hand_maps PATH`: a DIFF maps
+// NaN) or no_tokens (sample 0's tokens emptied); or valid in a way a page must hold: lambda_one_first
+// (the first λ exactly 1, where DIFF V2's sigmoid saturates) or zero_map (A2 = A1 and every λ 1:
+// a combined map exactly zero). `write_fixture hand_maps PATH`: a DIFF maps
 // file of one needle episode whose metrics are known by hand (hand_maps below). `write_fixture machine` prints what decides
 // whether two machines compute bitwise alike, for tests/test_pinned.sh: the BLAS library's
 // kernel, the CPU model, the compiler, the instruction set it built for and the one the C
 // library's exp and log pick at run time.
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../eval/attnmap.h"
@@ -58,6 +61,24 @@ static void write_float(hid_t file, const char* dataset, float value) {
     H5Dclose(ds);
 }
 
+// Every entry of a float dataset: value, or where from is set, from's entries
+static void write_all(hid_t file, const char* dataset, float value, const char* from) {
+    hid_t ds = h5_id(H5Dopen2(file, dataset, H5P_DEFAULT), dataset, "tamper");
+    hid_t space = H5Dget_space(ds);
+    hssize_t n = H5Sget_simple_extent_npoints(space);
+    float* values = mallocCheck((size_t)n * sizeof(float));
+    for (hssize_t i = 0; i < n; i++) values[i] = value;
+    if (from) {
+        hid_t src = h5_id(H5Dopen2(file, from, H5P_DEFAULT), from, "tamper");
+        h5_check(H5Dread(src, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), "read", from);
+        H5Dclose(src);
+    }
+    h5_check(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), "write", dataset);
+    free(values);
+    H5Sclose(space);
+    H5Dclose(ds);
+}
+
 static void tamper(const char* path, const char* how) {
     hid_t file = h5_id(H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), path, "tamper");
     if (strcmp(how, "n_layer") == 0 || strcmp(how, "n_head") == 0) {
@@ -67,6 +88,11 @@ static void tamper(const char* path, const char* how) {
         H5Aclose(a);
     } else if (strcmp(how, "inf") == 0) {
         write_float(file, "sample_000/layer_00/head_00/A1", INFINITY);
+    } else if (strcmp(how, "lambda_one_first") == 0) {
+        write_float(file, "sample_000/layer_00/head_00/lambda", 1.0f);
+    } else if (strcmp(how, "zero_map") == 0) {
+        write_all(file, "sample_000/layer_00/head_00/A2", 0, "sample_000/layer_00/head_00/A1");
+        write_all(file, "sample_000/layer_00/head_00/lambda", 1.0f, NULL);
     } else if (strcmp(how, "nan_lambda") == 0) {
         write_float(file, "sample_000/layer_00/head_00/lambda", NAN);
     } else if (strcmp(how, "no_tokens") == 0) {

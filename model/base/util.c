@@ -150,8 +150,28 @@ void remove_tree(const char* path) {
     if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) die("cannot remove '%s'", path);
 }
 
+// The lock tmp_folder takes on the output's parent folder, held until replace_folder
+static int folder_writer_lock = -1;
+
 void tmp_folder(char* buf, size_t n, const char* path) {
     tmp_path(buf, n, path);
+    // two writers of one folder share its temporary: the second would remove or mix into the
+    // first's files, so each waits for the one before it (an flock on the parent folder, which
+    // the process's end releases however it ends)
+    char parent[4096];
+    path_printf(parent, sizeof(parent), "%s", path);
+    mkdir_p(dirname(parent));
+    path_printf(parent, sizeof(parent), "%s", path);
+    const char* dir = dirname(parent);
+    if (folder_writer_lock >= 0) die("cannot write '%s': this process is writing another folder", path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) die("cannot open the folder '%s' to lock it: %s", dir, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) die("cannot lock the folder '%s': %s", dir, strerror(errno));
+        fprintf(stderr, "waiting for another difftx process writing a folder in '%s'\n", dir);
+        if (flock(fd, LOCK_EX) != 0) die("cannot lock the folder '%s': %s", dir, strerror(errno));
+    }
+    folder_writer_lock = fd;
     remove_tree(buf);  // what an interrupted writer left
     mkdir_p(buf);
 }
@@ -172,6 +192,8 @@ void replace_folder(const char* tmp, const char* path) {
     int fd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
     if (fd < 0 || fsync(fd) != 0) die("cannot sync the folder of '%s': %s", path, strerror(errno));
     close(fd);
+    if (folder_writer_lock >= 0) close(folder_writer_lock);
+    folder_writer_lock = -1;
 }
 
 int lock_folder(const char* dir, const char* what) {
@@ -303,6 +325,24 @@ void printable_text(char* out, size_t n, const char* text) {
     out[k] = 0;
 }
 
+int plain_number(const char* text, int fraction) {
+    const char* c = text;
+    if (*c == '-') c++;
+    int digits = 0, point = 0;
+    for (; (*c >= '0' && *c <= '9') || (fraction && *c == '.' && !point); c++) {
+        if (*c == '.') point = 1;
+        else digits++;
+    }
+    if (!digits) return 0;
+    if (fraction && (*c == 'e' || *c == 'E')) {
+        c++;
+        if (*c == '-' || *c == '+') c++;
+        if (!(*c >= '0' && *c <= '9')) return 0;
+        while (*c >= '0' && *c <= '9') c++;
+    }
+    return *c == 0;
+}
+
 double wall_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -418,11 +458,30 @@ void copy_file(const char* from, const char* to) {
     free(bytes);
 }
 
+// The file this code was loaded from: the mapping of /proc/self/maps that holds this function.
+// Not /proc/self/exe, which is the dynamic loader when the program was started through it
+// (ld-linux.so PROGRAM ARGS). Returns 0 when it cannot be read.
+static int program_file(char* out, size_t n) {
+    FILE* f = fopen("/proc/self/maps", "r");
+    if (!f) return 0;
+    uintptr_t here = (uintptr_t)&program_file;
+    char line[4096 + 256];
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned long start, end;
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &start, &end, &path_at) < 2 || path_at == 0) continue;
+        if (here < start || here >= end || line[path_at] != '/') continue;
+        line[strcspn(line, "\n")] = 0;
+        found = snprintf(out, n, "%s", line + path_at) < (int)n;
+    }
+    fclose(f);
+    return found;
+}
+
 void source_file_path(char* out, size_t n, const char* relative) {
     char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (len <= 0) die("cannot find this program's folder (/proc/self/exe) to locate %s", relative);
-    exe[len] = 0;
+    if (!program_file(exe, sizeof(exe))) die("cannot find this program's folder (/proc/self/maps) to locate %s", relative);
     const char* dir = dirname(exe);
     for (int up = 1; up <= 2; up++) {
         path_printf(out, n, "%s/%s/%s", dir, up == 1 ? ".." : "../..", relative);

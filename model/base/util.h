@@ -66,6 +66,11 @@ void refuse_replacing_foreign_folder(const char* what, const char* path, const c
 // bytes from 0x80 as \xHH; cut to fit out (n bytes)
 void printable_text(char* out, size_t n, const char* text);
 
+// Whether text is a plain decimal number as a recipe or option states one: an optional '-',
+// digits with at most one '.', and an exponent (e or E, optional sign, digits) where fraction
+// is set; no '+', spaces, hexadecimal ("0x10", which strtol and strtof would read), inf or nan
+int plain_number(const char* text, int fraction);
+
 double wall_time(void);
 void sort_doubles(double* x, size_t n);  // ascending, in place
 // A file of the source tree the program was built in (plots/attn.gp, data/cities.txt), found

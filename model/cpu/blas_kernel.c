@@ -3,15 +3,18 @@
 // OpenBLAS picks its kernel from a table of CPU models when the library loads, before main
 // runs; a model newer than the library gets the SSE3 fallback (Prescott), a third of the
 // speed. The only way to change the kernel is OPENBLAS_CORETYPE at load time, so a better
-// kernel means starting the program again (same process, same arguments) with the variable
+// kernel means starting the program again (same process, same command line) with the variable
 // set. Whatever the program starts after that (mpirun's ranks each run main themselves; the
 // runners' forked workers keep the loaded library) runs the same kernel. Some OpenBLAS builds
 // compute wrong results on some CPUs, so the restarted program adopts the kernel only after
-// a numeric self-check, and otherwise restarts once more on OpenBLAS's own choice.
+// a numeric self-check, and otherwise restarts once more on OpenBLAS's own choice. The
+// self-check runs on one thread: a process whose OpenMP team has run cannot fork a worker
+// that computes (the child inherits the team's state but not its threads, and waits forever).
 #define _GNU_SOURCE
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +23,9 @@
 #include "../base/util.h"
 #include "cpu.h"
 
-// Set only in the restarted program: the kernel OpenBLAS chose itself, to fall back to
+// Set only in the restarted program, as "PID KERNEL": the kernel OpenBLAS chose itself, to fall
+// back to. exec keeps the process id, so a value with another one (left in the environment by
+// hand, or by a program that started this one) is not a restart's and is ignored.
 #define FALLBACK_VAR "DIFFTX_OPENBLAS_FALLBACK"
 
 CpuFeatures cpu_features(void) {
@@ -68,6 +73,16 @@ int blas_kernel_rank(const char* name) {
         if (strcasecmp(name, KERNELS[i].name) == 0) return KERNELS[i].rank;
     }
     return -1;
+}
+
+const char* blas_kernel_missing(const char* name, CpuFeatures f) {
+    int rank = blas_kernel_rank(name);
+    if (rank >= 5 && !f.avx512_bf16) return f.avx512 ? "AVX-512 BF16" : "AVX-512 (F, VL, BW, DQ) and AVX-512 BF16";
+    if (rank >= 4 && !f.avx512) return "AVX-512 (F, VL, BW, DQ)";
+    if (rank >= 3 && !(f.avx2 && f.fma)) return f.avx2 ? "FMA" : f.fma ? "AVX2" : "AVX2 and FMA";
+    if (rank >= 2 && !f.avx) return "AVX";
+    if (rank >= 1 && !f.sse3) return "SSE3";
+    return NULL;
 }
 
 const char* blas_kernel_upgrade(const char* user_choice, const char* current, CpuFeatures f) {
@@ -137,36 +152,95 @@ double blas_self_check(SgemmFn sgemm) {
     return worst;
 }
 
-// Starts this program again with the environment as it now is; returns only if that fails
+// Starts this program again with the environment as it now is; returns only if that fails.
+// The command line is the one the process was started with (/proc/self/cmdline), not argv:
+// started through the dynamic loader (ld-linux.so [OPTIONS] PROGRAM ARGS), /proc/self/exe is
+// the loader, and only the whole original command line, its options included, starts the
+// program again the same way.
 static void restart(char** argv) {
-    execv("/proc/self/exe", argv);
+    size_t n = 0;
+    char* line = NULL;
+    FILE* f = fopen("/proc/self/cmdline", "rb");
+    if (f) {
+        size_t cap = 0;
+        for (;;) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 4096;
+                char* grown = realloc(line, cap);
+                if (!grown) die("out of memory reading /proc/self/cmdline");
+                line = grown;
+            }
+            size_t got = fread(line + n, 1, cap - n, f);
+            n += got;
+            if (got == 0) break;
+        }
+        fclose(f);
+    }
+    char** args = argv;
+    if (n > 0 && line[n - 1] == '\0') {
+        size_t count = 0;
+        for (size_t i = 0; i < n; i++) count += line[i] == '\0';
+        args = mallocCheck((count + 1) * sizeof(char*));
+        size_t k = 0;
+        for (size_t i = 0; i < n; i += strlen(line + i) + 1) args[k++] = line + i;
+        args[k] = NULL;
+    }
+    execv("/proc/self/exe", args);
     fprintf(stderr, "warning: cannot restart %s to change OpenBLAS's kernel: %s\n", argv[0], strerror(errno));
+    if (args != argv) free(args);
+    free(line);
+}
+
+// The self-check on one thread, leaving OpenMP's and OpenBLAS's thread counts as they were
+static double self_check_one_thread(void) {
+    int omp_threads = omp_get_max_threads(), blas_threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    double worst = blas_self_check(openblas_sgemm);
+    openblas_set_num_threads(blas_threads);
+    omp_set_num_threads(omp_threads);
+    return worst;
+}
+
+// The kernel OpenBLAS chose, when this process is a restart that set FALLBACK_VAR
+static int restarted_from(char* kernel, size_t n) {
+    const char* value = getenv(FALLBACK_VAR);
+    if (!value) return 0;
+    char* end;
+    errno = 0;
+    long pid = strtol(value, &end, 10);
+    int ours = errno == 0 && end != value && *end == ' ' && pid == (long)getpid();
+    if (ours) snprintf(kernel, n, "%s", end + 1);
+    unsetenv(FALLBACK_VAR);  // the programs this one starts are not restarts
+    return ours;
 }
 
 void cpu_select_blas_kernel(char** argv) {
     const char* current = openblas_get_corename();
-    const char* fallback = getenv(FALLBACK_VAR);
-    if (fallback) {
+    const char* user = getenv("OPENBLAS_CORETYPE");
+    char fallback[64];
+    if (restarted_from(fallback, sizeof(fallback))) {
         // this is the restarted program, on the kernel OPENBLAS_CORETYPE names
-        char fallback_kernel[64];
-        snprintf(fallback_kernel, sizeof(fallback_kernel), "%s", fallback);
-        unsetenv(FALLBACK_VAR);
-        double worst = blas_self_check(openblas_sgemm);
+        double worst = self_check_one_thread();
         if (worst <= 1.0) {
             fprintf(stderr, "OpenBLAS kernel %s, which this CPU's instructions allow (OpenBLAS chose %s; "
-                    "OPENBLAS_CORETYPE overrides)\n", current, fallback_kernel);
+                    "OPENBLAS_CORETYPE overrides)\n", current, fallback);
             return;
         }
         fprintf(stderr, "warning: OpenBLAS kernel %s failed its self-check (error %.3g times the fp32 bound); "
-                "running OpenBLAS's own choice %s\n", current, worst, fallback_kernel);
-        setenv("OPENBLAS_CORETYPE", fallback_kernel, 1);
+                "running OpenBLAS's own choice %s\n", current, worst, fallback);
+        setenv("OPENBLAS_CORETYPE", fallback, 1);
         restart(argv);
         return;
     }
-    const char* better = blas_kernel_upgrade(getenv("OPENBLAS_CORETYPE"), current, cpu_features());
+    // the user's kernel stands, but one this CPU cannot execute would die of SIGILL mid-run
+    const char* missing = user && *user ? blas_kernel_missing(user, cpu_features()) : NULL;
+    if (missing) die("OPENBLAS_CORETYPE=%.40s names a kernel this CPU cannot run: it lacks %s (unset the variable to let difftx choose)", user, missing);
+    const char* better = blas_kernel_upgrade(user, current, cpu_features());
     if (!better) return;
+    char mark[96];
+    snprintf(mark, sizeof(mark), "%ld %s", (long)getpid(), current);
     setenv("OPENBLAS_CORETYPE", better, 1);
-    setenv(FALLBACK_VAR, current, 1);
+    setenv(FALLBACK_VAR, mark, 1);
     restart(argv);
     unsetenv("OPENBLAS_CORETYPE");  // the restart failed: this process runs OpenBLAS's choice
     unsetenv(FALLBACK_VAR);

@@ -1,11 +1,15 @@
 // OpenBLAS's memory at load time, checked before OpenBLAS loads.
 //
-// OpenBLAS's library constructor reserves a buffer of about 128 MB for each of its threads and,
-// when the address space is too small for it (`ulimit -v`), retries the mmap forever: before
-// main, the program hangs silently. Measured with Debian 12's OpenBLAS 0.3.21: it loads in
-// about 220 MB with 1 thread and 340 MB with 2. A program's preinit functions run before any
-// shared library's constructor, so this one compares the limit with that need and refuses,
-// naming both and what to do, instead of hanging.
+// OpenBLAS reserves a buffer of about 128 MB for each of its threads as it loads, and one more
+// for the products it then runs: the first product (or a thread's first, where each thread runs
+// its own), and the self-check of a restarted program before anything else. When the address
+// space is too small for one of them, it retries the mmap forever: the program hangs silently,
+// before main or in its first product. Measured with Debian 12's OpenBLAS 0.3.21: it loads in
+// about 220 MB with 1 thread and 340 MB with 2, and its first product hung below about 350 and
+// 480 MB. Both limits bound these mappings: the address space (ulimit -v, RLIMIT_AS) and the
+// data segment (ulimit -d, RLIMIT_DATA, which counts private writable mappings). A program's
+// preinit functions run before any shared library's constructor, so this one compares the
+// smaller limit with that need and refuses, naming both and what to do, instead of hanging.
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,24 +38,34 @@ static int blas_load_threads(char** envp) {
     return threads < 1 ? 1 : (int)threads;
 }
 
-static size_t blas_load_bytes(int threads) { return (size_t)(96 + 128 * threads) << 20; }
+// OpenBLAS's reservations as it loads (96 MiB and 128 MiB a thread), a 128 MiB buffer for each
+// thread's products, for each thread past the first what the C library reserves for it (a 64 MiB
+// malloc arena and an 8 MiB stack), and 32 MiB for the program itself: measured, a run's first
+// products of a small model hung below 664 MiB with 2 threads (and ran in 352 MiB with 1)
+static size_t blas_need_bytes(int threads) { return (size_t)(96 + 2 * 128 * threads + 72 * (threads - 1) + 32) << 20; }
 
 static void refuse_small_address_space(int argc, char** argv, char** envp) {
     (void)argc;
     (void)argv;
-    struct rlimit limit;
-    if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+    static const struct {
+        int resource;
+        const char *name, *flag;
+    } LIMITS[] = {{RLIMIT_AS, "address-space", "-v"}, {RLIMIT_DATA, "data-segment", "-d"}};
     int threads = blas_load_threads(envp);
-    size_t need = blas_load_bytes(threads);
-    if (limit.rlim_cur >= need) return;
-    char one_thread[96] = "";
-    if (threads > 1) snprintf(one_thread, sizeof(one_thread), ", or use one thread (OMP_NUM_THREADS=1 needs about %zu MiB)", blas_load_bytes(1) >> 20);
-    dprintf(STDERR_FILENO,
-            "error: the address-space limit (ulimit -v) is %llu MiB, but OpenBLAS reserves about %zu MiB as it loads with %d "
-            "thread%s (96 MiB and 128 MiB a thread), and below that it waits forever; raise the limit to at least %zu KiB "
-            "(ulimit -v %zu)%s\n",
-            (unsigned long long)(limit.rlim_cur >> 20), need >> 20, threads, threads == 1 ? "" : "s", need >> 10, need >> 10, one_thread);
-    _exit(EXIT_FAILURE);
+    size_t need = blas_need_bytes(threads);
+    for (int i = 0; i < 2; i++) {
+        struct rlimit limit;
+        if (getrlimit(LIMITS[i].resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= need) continue;
+        char one_thread[96] = "";
+        if (threads > 1) snprintf(one_thread, sizeof(one_thread), ", or use one thread (OMP_NUM_THREADS=1 needs about %zu MiB)", blas_need_bytes(1) >> 20);
+        dprintf(STDERR_FILENO,
+                "error: the %s limit (ulimit %s) is %llu MiB, but OpenBLAS reserves about %zu MiB with %d thread%s (96 MiB as it "
+                "loads, 128 MiB a thread as it loads and as much for its products, the C library 72 MiB for each thread past "
+                "the first, and 32 MiB for the program), and below that it waits forever; raise the limit to at least %zu KiB (ulimit %s %zu)%s\n",
+                LIMITS[i].name, LIMITS[i].flag, (unsigned long long)(limit.rlim_cur >> 20), need >> 20, threads,
+                threads == 1 ? "" : "s", need >> 10, LIMITS[i].flag, need >> 10, one_thread);
+        _exit(EXIT_FAILURE);
+    }
 }
 
 __attribute__((section(".preinit_array"), used)) static void (*const check_address_space)(int, char**, char**) = refuse_small_address_space;

@@ -58,6 +58,9 @@ const char* blas_kernel_for(CpuFeatures f);
 // An OpenBLAS kernel name's rank by the vector width of its sgemm (case as OpenBLAS ignores
 // it); -1 for a name the table does not know
 int blas_kernel_rank(const char* name);
+// The instructions the kernel `name` executes that these features lack ("AVX-512 BF16", say), or
+// NULL when it runs here or the table does not know the name
+const char* blas_kernel_missing(const char* name, CpuFeatures f);
 // The kernel to run instead of OpenBLAS's own choice `current`, or NULL to keep it: only when
 // the user named none (user_choice, OPENBLAS_CORETYPE, NULL or empty) and these instructions
 // allow a kernel of a higher rank than a known `current`
