@@ -12,7 +12,7 @@
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
-PACKAGES := gcc g++ make pkg-config libopenblas-openmp-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev zlib1g-dev \
+PACKAGES := gcc g++ make pkg-config libopenblas-openmp-dev libdnnl-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev zlib1g-dev \
             gnuplot-nox hdf5-tools sqlite3 strace time perl $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
@@ -30,7 +30,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto jansson z
              $(shell $(OPENBLAS_PC) --cflags openblas 2>/dev/null) $(if $(NO_MPI),,-DDIFFTX_MPI)
 # libm's linker script brings in libmvec, which the vectorised expf of vecmath.c calls
 PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto jansson zlib $(MPI_PC) 2>/dev/null) \
-           $(shell $(OPENBLAS_PC) --libs openblas 2>/dev/null) -Wl,-rpath,$(OPENBLAS_DIR) -lm
+           $(shell $(OPENBLAS_PC) --libs openblas 2>/dev/null) -Wl,-rpath,$(OPENBLAS_DIR) -ldnnl -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
@@ -72,7 +72,8 @@ LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 
 # Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
 # experiments/, and the command line difftx.c.
-BACKENDS := model/cpu/backend_cpu.c model/cpu/blas_kernel.c model/cpu/blas_memory.c model/cpu/peak.c model/cpu/layers.c model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
+BACKENDS := model/cpu/backend_cpu.c model/cpu/blas_kernel.c model/cpu/blas_memory.c model/cpu/peak.c model/cpu/layers.c model/cpu/matmul_bf16.c \
+            model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
 BASE := model/base/util.c model/base/h5.c model/base/recipe_format.c model/base/dist.c
 MODEL := $(BASE) model/model_config.c model/attention.c model/backend.c model/model.c model/optim.c \
          model/safetensors.c $(BACKENDS)
@@ -83,7 +84,7 @@ EXPERIMENTS := experiments/config.c experiments/checkpoint.c experiments/train.c
                experiments/runs.c experiments/bench.c experiments/verdict.c experiments/spikes.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
-TESTS := test_blas_kernel test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
+TESTS := test_blas_kernel test_bf16 test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
 .PHONY: browser-deps all help deps data train test bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
 .SECONDARY:

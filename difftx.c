@@ -66,7 +66,7 @@ static const Backend* load_recipe(Config* cfg, const char* path, int argc, char*
     config_load_file(cfg, path);
     for (int i = first_override; i < argc; i++) config_apply_override(cfg, argv[i]);
     config_validate(cfg);
-    return backend_of_device(cfg->device);
+    return config_backend(cfg);
 }
 
 // load_recipe of the command's RECIPE argument argv[first], its overrides after it
@@ -208,6 +208,10 @@ static int cmd_bench(int argc, char** argv) {
         if (load_recipe(&cfg[1], versus, argc, argv, optind + 1) != be) {  // the same overrides as the first
             die("option --vs: %s runs on device %s and %s on device %s: alternated steps compare two models on one device",
                 argv[optind], BACKEND_DEVICES[cfg[0].device], versus, BACKEND_DEVICES[cfg[1].device]);
+        }
+        if (cfg[1].precision != cfg[0].precision) {  // the precision is the backend's, one for both models
+            die("option --vs: %s runs in precision %s and %s in %s: alternated steps compare two models in one precision",
+                argv[optind], PRECISIONS[cfg[0].precision], versus, PRECISIONS[cfg[1].precision]);
         }
     }
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");

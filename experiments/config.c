@@ -79,6 +79,12 @@ static const Key KEYS[] = {
      "`cpu` or `cuda` (a build with `make CUDA=1` on a machine with an NVIDIA GPU): where the run computes. Not part "
      "of the config's identity: a run may resume on the other device; checkpoints and the registry record it (on the "
      "CPU with the OpenBLAS kernel that ran, e.g. `cpu (OpenBLAS Cooperlake)`)", KEY_RUN_SETTING},
+    {"precision", KEY_CHOICE, offsetof(Config, precision), {"fp32", "bf16", 0},
+     "`fp32` or `bf16`: the precision of training's weight products (projections, SwiGLU, LM head; forward and backward). "
+     "bf16 (CPU, with AVX-512 BF16 or AMX): operands rounded to bf16, fp32 accumulation and output through oneDNN; master "
+     "weights, AdamW, norms, attention, softmax, cross-entropy and every evaluation stay fp32. A run setting like "
+     "`device`: checkpoints and the registry record it in the device, e.g. `cpu (OpenBLAS Cooperlake; bf16 weight "
+     "products: oneDNN brg:avx512_core_bf16)`", KEY_RUN_SETTING},
 };
 #undef K
 #undef K_MODEL
@@ -204,6 +210,13 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
                                      "true or false", "a string under " STRINGIFY(CONFIG_STR) " bytes"};
     snprintf(msg, sizeof(msg), "key '%s': '%.100s' is not %s", name, value, expected[key->type]);
     return msg;
+}
+
+const Backend* config_backend(const Config* cfg) {
+    const Backend* be = backend_of_device(cfg->device);
+    const char* why = be->set_precision(cfg->precision);
+    if (why) die("key 'precision': %s", why);
+    return be;
 }
 
 int config_key_is_path(const char* key) {

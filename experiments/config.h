@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "../model/backend.h"
 #include "../model/base/recipe_format.h"
 #include "../model/model_config.h"
 #include "../model/optim.h"
@@ -26,9 +27,15 @@ typedef struct {
     // where the run computes, an index into BACKEND_DEVICES (backend_of_device): a run
     // setting, not part of the config text
     int device;
+    // PRECISION_FP32 or PRECISION_BF16 (backend.h): the weights' products of training; a run
+    // setting like device (a run may resume in the other, with a warning), recorded in the device
+    int precision;
 } Config;
 
 void config_defaults(Config* cfg);
+// The backend of cfg's device, set to cfg's precision; dies saying why where the device or the
+// precision cannot run here
+const Backend* config_backend(const Config* cfg);
 // Both die with the file and line (or the override text) and key on any bad input.
 // A recipe file's relative paths (config_key_is_path) are read from the file's folder.
 void config_load_file(Config* cfg, const char* path);

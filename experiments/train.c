@@ -292,7 +292,7 @@ static void open_run(Run* r, const Config* cfg) {
         die("key 'data': the validation shard of '%s' holds %zu tokens, fewer than one window of seq_len + 1 = %d; prepare "
             "more text or lower 'seq_len'", cfg->data, r->data.val.n_tokens, T + 1);
     }
-    r->be = backend_of_device(cfg->device);  // the one place a run resolves its device
+    r->be = config_backend(cfg);  // the one place a run resolves its device and precision
     train_check_memory(cfg, r->be, r->data.tok.vocab_size, 0.0);
     if (r->root) {
         mkdir_p(cfg->out);
@@ -396,6 +396,7 @@ static void save_run(Run* r, const TrainObserver* observer, int done, double los
 }
 
 static void close_run(Run* r) {
+    r->be->set_precision(PRECISION_FP32);  // what follows in this process (an evaluation) computes in fp32
     model_free(&r->model);
     adamw_free(&r->opt);
     data_close(&r->data);

@@ -31,6 +31,8 @@ const Backend* backend_at(int i) {
     return BUILT[i]();
 }
 
+const char* const PRECISIONS[PRECISION_COUNT] = {"fp32", "bf16"};
+
 // Every operation of the table, by name: a backend without one is refused when first named,
 // not when a run reaches the missing operation. The assertion keeps the list whole.
 #define ENTRY(f) {#f, offsetof(Backend, f)}
@@ -45,6 +47,7 @@ static const struct {
     ENTRY(supports), ENTRY(attention_forward), ENTRY(attention_backward), ENTRY(integral_forward), ENTRY(integral_backward),
     ENTRY(attention_maps), ENTRY(lambda_forward), ENTRY(lambda_backward), ENTRY(token_lambda_forward), ENTRY(token_lambda_backward),
     ENTRY(sum_squares), ENTRY(scale), ENTRY(add), ENTRY(sum_across_ranks), ENTRY(adamw_update), ENTRY(matmul_spent), ENTRY(matmul_rate), ENTRY(peak_rate),
+    ENTRY(set_precision), ENTRY(weights_changed),
 };
 #define N_ENTRIES (sizeof(ENTRIES) / sizeof(ENTRIES[0]))
 _Static_assert(offsetof(Backend, init) + N_ENTRIES * sizeof(void (*)(void)) == sizeof(Backend),

@@ -176,12 +176,26 @@ typedef struct {
     // Counting begins at the first call (which returns zeros): a run that never asks is not
     // timed at all.
     void (*matmul_spent)(double* seconds, double* flops);
-    // GFLOP/s of a large fp32 matmul measured on this backend: what MFU is measured against
+    // GFLOP/s of a large matmul in the precision of the weights' products (set_precision), measured
+    // on this backend: what MFU is measured against
     double (*matmul_rate)(void);
     // GFLOP/s the device could reach at most in fp32 (on the CPU, with the threads in use),
     // and how that was found, in how (n bytes); 0 where the backend has no model of its peak
+    // (the CPU's bf16 products)
     double (*peak_rate)(char* how, size_t n);
+
+    // precision = fp32 | bf16 (PRECISION_*): the precision of the weights' products (matmul_forward
+    // and matmul_backward; everything else stays fp32). Returns NULL, or why this backend or
+    // machine cannot run it (static storage); device_name then names it.
+    const char* (*set_precision)(int precision);
+    // w (n floats) holds weights that changed (after an optimizer step, a load, a composition):
+    // a backend that keeps copies of its weights in another precision makes them again; n = 0
+    // forgets the range (its model is freed)
+    void (*weights_changed)(const float* w, size_t n);
 } Backend;
+
+enum { PRECISION_FP32, PRECISION_BF16, PRECISION_COUNT };
+extern const char* const PRECISIONS[PRECISION_COUNT];  // "fp32", "bf16": the `precision` key's values
 
 // Called first in main, with main's argv: where OPENBLAS_CORETYPE is unset and OpenBLAS chose a
 // kernel narrower than this CPU's instructions allow, runs the program again (the same process

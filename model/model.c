@@ -138,10 +138,10 @@ void model_build(Model* m, const ModelConfig* cfg, const Backend* be, int vocab_
             m->grads.layers[l].wqkv = m->dwqkv;
         }
     }
-    m->composed_stale = 1;
+    m->weights_stale = 1;
 }
 
-void model_params_changed(Model* m) { m->composed_stale = 1; }
+void model_params_changed(Model* m) { m->weights_stale = 1; }
 
 // Shared DIFF: every layer's wqkv, whose block b = j M + m (j = 0 queries, 1 keys; map m) is
 // shared matrix j plus update_out[b] . update_in[b]^T, then wv. Made again only after the
@@ -157,7 +157,17 @@ static void compose_wqkv(Model* m) {
         }
         be->copy(p->wqkv + 2 * m->M * HD * C, p->wqk_shared + 2 * HD * C, (size_t)m->H * m->Dv * C * sizeof(float));
     }
-    m->composed_stale = 0;
+}
+
+// After the parameters changed: the backend's copies of the weights (bf16 products) and Shared
+// DIFF's composed wqkv, made again once, not at every forward pass of a decoding loop
+static void weights_ready(Model* m) {
+    m->be->weights_changed(m->params_memory, m->n_params);
+    if (m->R) {
+        compose_wqkv(m);
+        m->be->weights_changed(m->composed, (size_t)m->L * m->QKV * m->C);
+    }
+    m->weights_stale = 0;
 }
 
 // Shared DIFF: the gradient of layer l's composed wqkv (m->dwqkv) added to its parameters'
@@ -209,6 +219,8 @@ void model_free(Model* m) {
     const Backend* be = m->be;
     free_acts(m);
     if (be) {
+        if (m->params_memory) be->weights_changed(m->params_memory, 0);
+        if (m->composed) be->weights_changed(m->composed, 0);
         be->release(m->params_memory);
         be->release(m->grads_memory);
         be->release(m->lambda);
@@ -396,7 +408,7 @@ static void forward_rows(Model* m, const int* tokens, int pos, int first_logit) 
     for (int n = 0; n < N; n++) {
         if (tokens[n] < 0 || tokens[n] >= m->V) die("token id %d at position %d is outside the vocabulary (%d)", tokens[n], n, m->V);
     }
-    if (m->composed_stale && m->R) compose_wqkv(m);
+    if (m->weights_stale) weights_ready(m);
     be->upload(m->tokens, tokens, (size_t)N * sizeof(int));
     be->embedding_forward(m->acts[0].x, m->tokens, m->params.tok_embedding, N, C);
     for (int l = 0; l < m->L; l++) {

@@ -85,7 +85,7 @@ typedef struct {
     float* dlambda_integral;  // (1) DINT: backward scratch, the integral term's part of dlambda
     int R;               // Shared DIFF's update rank r, else 0
     float* composed;     // (L, QKV, C) Shared DIFF's wqkv of every layer, composed from its parameters
-    int composed_stale;  // the parameters changed since composed was made
+    int weights_stale;   // the parameters changed since composed and the backend's copies were made
     float* dwqkv;        // (QKV, C) Shared DIFF: backward's gradient of one layer's composed wqkv
     float* dupdate_out;  // (H*D, r) Shared DIFF: backward scratch
 

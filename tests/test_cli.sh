@@ -569,6 +569,30 @@ if [ "$(uname -m)" = x86_64 ] && [ "${BUILD:-build}" != build/san ] && [ "$best"
         bash -c "(ulimit -v 393216 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=1 timeout 20 '$bin' help > /dev/null 2>&1) &&
                  (ulimit -v 729088 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=2 timeout 20 '$bin' help > /dev/null 2>&1)"
 fi
+# precision = bf16: the weights' products through oneDNN where the CPU has bf16 dot products
+# (AVX-512 BF16 or AMX), named in the run's first line and registry row, a resume in the other
+# precision warned; refused at start, naming what is missing, on a CPU without them
+expect_fail "precision takes fp32 or bf16" "key 'precision': 'fp16' is not one of fp32, bf16" \
+    $bin train --results "$work/reg" "$work/ok.ini" precision=fp16
+if grep -m1 '^flags' /proc/cpuinfo | grep -qwE 'avx512_bf16|amx_bf16'; then
+    OMP_NUM_THREADS=2 $bin train --results "$work/bf16_reg" "$work/ok.ini" out="$work/bf16" --until 2 > "$work/bf16.log" 2>&1
+    expect "precision = fp32 (the default): the first line names OpenBLAS alone" \
+        bash -c "grep -q 'cpu (OpenBLAS [A-Za-z]*)$' '$work/bf16.log'"  # the first attempt in fp32, the resume below in bf16
+    OMP_NUM_THREADS=2 $bin train --results "$work/bf16_reg" "$work/ok.ini" out="$work/bf16" precision=bf16 > "$work/bf16.log" 2>&1
+    expect "a resume in bf16 warns that it is another device, and runs on oneDNN's bf16 products" \
+        bash -c "grep -q '^warning: resuming .*bf16 weight products: oneDNN .*the checkpoint was written by .*cpu (OpenBLAS [A-Za-z]*);' '$work/bf16.log' &&
+                 grep -q 'threads, cpu (OpenBLAS [A-Za-z]*; bf16 weight products: oneDNN [a-z_:0-9]*)$' '$work/bf16.log'"
+    expect "the registry records the bf16 run's device" \
+        test "$(sqlite3 "$work/bf16_reg/registry.sqlite" "SELECT COUNT(*) FROM runs WHERE device LIKE '%bf16 weight products: oneDNN %' AND status = 'FINISHED'")" = 1
+    { cat "$work/ok.ini"; echo "precision = bf16"; } > "$work/bf16.ini"
+    expect_fail "bench --vs refuses two precisions (one backend computes both)" "option --vs: .* runs in precision fp32 and .*bf16.ini in bf16" \
+        $bin bench "$work/ok.ini" --vs "$work/bf16.ini" --steps 2 --results "$work/reg"
+else
+    expect_fail "precision = bf16 is refused on a CPU without bf16 dot products, naming them" \
+        "key 'precision': precision = bf16 needs bf16 dot-product instructions \(AVX-512 BF16 or AMX\)" \
+        $bin train --results "$work/reg" "$work/ok.ini" precision=bf16 out="$work/bf16"
+fi
+
 # The user's OPENBLAS_CORETYPE stands, but a kernel whose instructions the CPU lacks would die of
 # SIGILL mid-run: it is refused at start, naming them (where this CPU lacks any x86 kernel's)
 lacking=$(grep -m1 '^flags' /proc/cpuinfo | awk '{ f = " " $0 " " }

@@ -59,17 +59,31 @@ static void cpu_zero(void* buf, size_t bytes) { memset(buf, 0, bytes); }
 static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 // OpenBLAS's kernel is part of what the numbers are computed on: two kernels differ in the last
 // bits of a matmul (which one runs: blas_kernel.c)
-static char description[64];
+static char description[160];
+static void describe(void) {
+    if (cpu_bf16_enabled()) {
+        snprintf(description, sizeof(description), "cpu (OpenBLAS %s; bf16 weight products: oneDNN %s)", openblas_get_corename(),
+                 cpu_bf16_kernel());
+    } else {
+        snprintf(description, sizeof(description), "cpu (OpenBLAS %s)", openblas_get_corename());
+    }
+}
 static const char* cpu_init(void) {
-    snprintf(description, sizeof(description), "cpu (OpenBLAS %s)", openblas_get_corename());
+    describe();
     return NULL;
+}
+static const char* cpu_set_precision(int precision) {
+    const char* why = cpu_bf16_enable(precision == PRECISION_BF16);
+    describe();
+    return why;
 }
 static const char* cpu_device_name(void) { return description; }
 static void cpu_synchronize(void) {}
 static double cpu_peak_memory_bytes(void) { return (double)peak_rss_bytes(); }
 
-// Best of a few 2048^3 sgemm calls
+// Best of a few 2048^3 products in the weights' products' precision (sgemm in fp32)
 static double cpu_matmul_rate(void) {
+    if (cpu_bf16_enabled()) return cpu_bf16_matmul_rate();
     int n = 2048;
     float* a = mallocCheck((size_t)n * n * sizeof(float));
     float* b = mallocCheck((size_t)n * n * sizeof(float));
@@ -95,7 +109,14 @@ static int cpu_supports(const AttnShape* s, const char** why) {
     return 1;
 }
 
-static double cpu_peak(char* how, size_t n) { return cpu_peak_rate(omp_get_max_threads(), how, n); }
+// the fp32 peak; no model of the bf16 units' peak (AMX, AVX-512 BF16) yet
+static double cpu_peak(char* how, size_t n) {
+    if (cpu_bf16_enabled()) {
+        snprintf(how, n, "no model of the bf16 units' peak (AVX-512 BF16, AMX)");
+        return 0.0;
+    }
+    return cpu_peak_rate(omp_get_max_threads(), how, n);
+}
 
 static const Backend CPU = {
     .name = "cpu",
@@ -140,6 +161,8 @@ static const Backend CPU = {
     .adamw_update = cpu_adamw_update,
     .matmul_spent = cpu_matmul_spent,
     .matmul_rate = cpu_matmul_rate,
+    .set_precision = cpu_set_precision,
+    .weights_changed = cpu_weights_changed,
     .peak_rate = cpu_peak,
 };
 

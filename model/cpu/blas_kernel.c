@@ -39,6 +39,7 @@ CpuFeatures cpu_features(void) {
     f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+    f.amx_bf16 = __builtin_cpu_supports("amx-bf16") != 0;
 #endif
     return f;
 }

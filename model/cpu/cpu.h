@@ -4,6 +4,7 @@
 #define CPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../backend.h"
 
@@ -50,7 +51,7 @@ void cpu_adamw_update(float* p, const float* g, float* m, float* v, size_t n, co
 // (avx512: F, VL, BW and DQ together, as OpenBLAS's AVX-512 kernels need; each with the OS
 // saving the registers)
 typedef struct {
-    int sse3, avx, avx2, fma, avx512, avx512_bf16;
+    int sse3, avx, avx2, fma, avx512, avx512_bf16, amx_bf16;
 } CpuFeatures;
 CpuFeatures cpu_features(void);
 // The fastest OpenBLAS x86 kernel for sgemm that these instructions run, or NULL
@@ -74,6 +75,29 @@ double blas_self_check(SgemmFn sgemm);
 // backend_select_blas_kernel and backend_blas_kernel_note (backend.h)
 void cpu_select_blas_kernel(char** argv);
 const char* cpu_blas_kernel_note(void);
+
+// matmul_bf16.c: the weights' products with bf16 operands and fp32 accumulation and output
+// (oneDNN), for precision = bf16. cpu_bf16_enable turns them on (returns NULL) or says why this
+// CPU cannot run them fast (static storage); cpu_bf16_init makes oneDNN ready, so that the
+// products below may also be called directly (the tests do, on any CPU).
+const char* cpu_bf16_enable(int on);
+// Why a CPU of these instruction sets does not run bf16 products fast (no AVX-512 BF16, no AMX),
+// or NULL
+const char* cpu_bf16_missing(CpuFeatures f);
+int cpu_bf16_enabled(void);
+void cpu_bf16_init(void);
+// GFLOP/s of a 2048^3 bf16 product (the best of a few)
+double cpu_bf16_matmul_rate(void);
+// oneDNN's implementation for the weights' products, e.g. "brg:avx512_core_amx_bf16"
+const char* cpu_bf16_kernel(void);
+// x rounded to bf16 (to nearest, ties to even), as its 16 bits
+uint16_t cpu_bf16_round(float x);
+// w (n floats) holds weights that changed: rounded to bf16 once here, then read by every product
+// of them; n = 0 forgets the range (a freed model's)
+void cpu_weights_changed(const float* w, size_t n);
+// matmul_forward and matmul_backward's contracts (backend.h), in bf16 operands
+void cpu_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
+void cpu_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
 
 // peak.c: GFLOP/s this CPU's `threads` threads could reach at most in fp32, with how it was found
 // (how, n bytes); 0 where no peak model exists for this architecture

@@ -54,6 +54,11 @@ static void sgemm_row_bands(int trans_a, int trans_b, int M, int N, int K, const
 
 void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
     double t0 = matmul_begin();
+    if (cpu_bf16_enabled()) {
+        cpu_bf16_matmul_forward(out, inp, w, N, IC, OC, accumulate);
+        matmul_end(t0, 2.0 * N * IC * (double)OC);
+        return;
+    }
     // Debian 12's OpenBLAS packs all of w for a one-row sgemm above its small-matrix size: at
     // decoding's shapes (IC 256, OC 1,514 or 8,192) that took about 5 times sgemv's time
     if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, IC, 1.0f, w, IC, inp, 1, accumulate ? 1.0f : 0.0f, out, 1);
@@ -63,8 +68,12 @@ void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int
 
 void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
     double t0 = matmul_begin();
-    sgemm_row_bands(0, 0, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC);
-    sgemm_row_bands(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (cpu_bf16_enabled()) {
+        cpu_bf16_matmul_backward(dinp, dw, dout, inp, w, N, IC, OC);
+    } else {
+        sgemm_row_bands(0, 0, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC);
+        sgemm_row_bands(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);
+    }
     matmul_end(t0, 4.0 * N * IC * (double)OC);
 }
 

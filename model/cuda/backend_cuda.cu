@@ -71,6 +71,13 @@ static const char* cuda_init(void) {
 }
 
 static const char* cuda_device_name(void) { return description; }
+static const char* cuda_set_precision(int precision) {
+    return precision == PRECISION_FP32 ? NULL : "precision = bf16 runs on the CPU backend only; the CUDA backend computes in fp32";
+}
+static void cuda_weights_changed(const float* w, size_t n) {
+    (void)w;
+    (void)n;
+}
 static double cuda_memory_bytes(void) { return device_bytes; }
 
 static double cuda_peak_memory_bytes(void) {
@@ -245,6 +252,8 @@ static Backend table(void) {
     b.matmul_spent = cuda_matmul_spent;
     b.matmul_rate = cuda_matmul_rate;
     b.peak_rate = cuda_peak_rate;
+    b.set_precision = cuda_set_precision;
+    b.weights_changed = cuda_weights_changed;
     return b;
 }
 

@@ -1,0 +1,229 @@
+// The weights' products with bf16 operands, fp32 accumulation and fp32 output, through oneDNN's
+// matmul primitive (`precision = bf16`).
+//
+// oneDNN picks its kernel for the CPU: AMX tiles or AVX-512 BF16 dot products where the CPU has
+// them, an emulation of bf16 on plain AVX-512 or AVX2 otherwise (correct, and slower than
+// OpenBLAS's fp32). The weights are rounded to bf16 once after each change (weights_changed: once
+// per optimizer step), the activations and gradients once per product that reads them. Every
+// product's primitive is made once per shape and kept. oneDNN's OpenMP build runs on the same
+// OpenMP threads as the rest of the backend.
+#include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/util.h"
+#include "cpu.h"
+
+#define DNNL_CHECK(call)                                                                              \
+    do {                                                                                              \
+        dnnl_status_t status_ = (call);                                                               \
+        if (status_ != dnnl_success) die_at(__FILE__, __LINE__, "oneDNN: %s failed (status %d)", #call, (int)status_); \
+    } while (0)
+
+static int enabled;  // the backend's weights' products run here (precision = bf16)
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+
+uint16_t cpu_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);  // a NaN stays a NaN
+    u += 0x7FFFu + ((u >> 16) & 1u);  // to nearest, ties to even
+    return (uint16_t)(u >> 16);
+}
+
+static void round_all(uint16_t* out, const float* x, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = cpu_bf16_round(x[i]);
+}
+
+// ---- the weights' bf16 copies: ranges of float weights and their rounded twins ----
+#define WEIGHT_RANGES 8
+static struct {
+    const float* w;  // NULL: a free slot
+    size_t n;
+    uint16_t* copy;  // (n)
+} ranges[WEIGHT_RANGES];
+
+static void forget(int i) {
+    free(ranges[i].copy);
+    ranges[i].copy = NULL;
+    ranges[i].w = NULL;
+    ranges[i].n = 0;
+}
+
+void cpu_weights_changed(const float* w, size_t n) {
+    int slot = -1;
+    for (int i = 0; i < WEIGHT_RANGES; i++) {
+        if (ranges[i].w == w) slot = i;
+        // a range overlapping the new one is a freed model's: forgotten, so no product reads it
+        else if (ranges[i].w && n && ranges[i].w < w + n && w < ranges[i].w + ranges[i].n) forget(i);
+    }
+    if (n == 0 || !enabled) {
+        if (slot >= 0) forget(slot);
+        return;
+    }
+    for (int i = 0; slot < 0 && i < WEIGHT_RANGES; i++) {
+        if (!ranges[i].w) slot = i;
+    }
+    if (slot < 0) die("bf16 products: more than %d blocks of weights at once", WEIGHT_RANGES);
+    if (ranges[slot].n != n) {
+        forget(slot);
+        ranges[slot].copy = mallocCheck(n * sizeof(uint16_t));
+        ranges[slot].n = n;
+    }
+    ranges[slot].w = w;
+    round_all(ranges[slot].copy, w, n);
+}
+
+// x (n) as bf16: its weights' copy where x lies in a range of weights, else rounded into
+// scratch[slot] (kept between calls)
+static const uint16_t* operand(const float* x, size_t n, int slot) {
+    for (int i = 0; i < WEIGHT_RANGES; i++) {
+        if (ranges[i].w && x >= ranges[i].w && x + n <= ranges[i].w + ranges[i].n) return ranges[i].copy + (x - ranges[i].w);
+    }
+    static uint16_t* scratch[3];
+    static size_t capacity[3];
+    if (n > capacity[slot]) {
+        free(scratch[slot]);
+        scratch[slot] = mallocCheck(n * sizeof(uint16_t));
+        capacity[slot] = n;
+    }
+    round_all(scratch[slot], x, n);
+    return scratch[slot];
+}
+
+// ---- one primitive per product shape ----
+typedef struct {
+    int M, N, K, trans_a, trans_b, accumulate;
+    dnnl_primitive_t primitive;
+    dnnl_memory_t a, b, c;
+    char impl[64];
+} Product;
+static Product* products;
+static int n_products, products_capacity;
+
+// Row-major (rows, cols), or its transpose stored (cols, rows)
+static void matrix_desc(dnnl_memory_desc_t* md, int rows, int cols, int transposed, dnnl_data_type_t type) {
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {transposed ? 1 : cols, transposed ? rows : 1};
+    DNNL_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, type, strides));
+}
+
+static Product* product_for(int trans_a, int trans_b, int M, int N, int K, int accumulate) {
+    for (int i = 0; i < n_products; i++) {
+        Product* p = &products[i];
+        if (p->M == M && p->N == N && p->K == K && p->trans_a == trans_a && p->trans_b == trans_b && p->accumulate == accumulate) return p;
+    }
+    if (n_products == products_capacity) {
+        products_capacity = products_capacity ? 2 * products_capacity : 32;
+        products = realloc(products, products_capacity * sizeof(Product));
+        if (!products) die("out of memory keeping bf16 products");
+    }
+    Product* p = &products[n_products++];
+    *p = (Product){M, N, K, trans_a, trans_b, accumulate, NULL, NULL, NULL, NULL, ""};
+    dnnl_memory_desc_t a, b, c;
+    matrix_desc(&a, M, K, trans_a, dnnl_bf16);
+    matrix_desc(&b, K, N, trans_b, dnnl_bf16);
+    matrix_desc(&c, M, N, 0, dnnl_f32);
+    dnnl_matmul_desc_t desc;
+    DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c));
+    dnnl_primitive_attr_t attr = NULL;
+    if (accumulate) {  // C += A B: the sum post-op adds the old C
+        dnnl_post_ops_t post;
+        DNNL_CHECK(dnnl_post_ops_create(&post));
+        DNNL_CHECK(dnnl_post_ops_append_sum(post, 1.0f));
+        DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+        DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, post));
+        dnnl_post_ops_destroy(post);
+    }
+    dnnl_primitive_desc_t pd;
+    DNNL_CHECK(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL));
+    const char* impl = "";
+    DNNL_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    snprintf(p->impl, sizeof(p->impl), "%s", impl);
+    DNNL_CHECK(dnnl_primitive_create(&p->primitive, pd));
+    DNNL_CHECK(dnnl_memory_create(&p->a, &a, engine, DNNL_MEMORY_NONE));
+    DNNL_CHECK(dnnl_memory_create(&p->b, &b, engine, DNNL_MEMORY_NONE));
+    DNNL_CHECK(dnnl_memory_create(&p->c, &c, engine, DNNL_MEMORY_NONE));
+    dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return p;
+}
+
+// Row-major C (M, N) = op(A) op(B), plus C's old value when accumulate is set
+static void product(int trans_a, int trans_b, int M, int N, int K, const uint16_t* A, const uint16_t* B, float* C, int accumulate) {
+    Product* p = product_for(trans_a, trans_b, M, N, K, accumulate);
+    DNNL_CHECK(dnnl_memory_set_data_handle(p->a, (void*)A));
+    DNNL_CHECK(dnnl_memory_set_data_handle(p->b, (void*)B));
+    DNNL_CHECK(dnnl_memory_set_data_handle(p->c, C));
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
+    DNNL_CHECK(dnnl_primitive_execute(p->primitive, stream, 3, args));
+    DNNL_CHECK(dnnl_stream_wait(stream));
+}
+
+void cpu_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+    const uint16_t* x = operand(inp, (size_t)N * IC, 0);
+    const uint16_t* wt = operand(w, (size_t)OC * IC, 1);
+    product(0, 1, N, OC, IC, x, wt, out, accumulate);
+}
+
+void cpu_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
+    const uint16_t* d = operand(dout, (size_t)N * OC, 0);
+    const uint16_t* wt = operand(w, (size_t)OC * IC, 1);
+    const uint16_t* x = operand(inp, (size_t)N * IC, 2);
+    product(0, 0, N, IC, OC, d, wt, dinp, 0);
+    product(1, 0, OC, IC, N, d, x, dw, 1);
+}
+
+int cpu_bf16_enabled(void) { return enabled; }
+
+double cpu_bf16_matmul_rate(void) {
+    cpu_bf16_init();
+    int n = 2048;
+    uint16_t* a = mallocCheck((size_t)n * n * sizeof(uint16_t));
+    float* c = mallocCheck((size_t)n * n * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = cpu_bf16_round(0.001f * (float)(i % 97));
+    double best = 1e30;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = wall_time();
+        product(0, 0, n, n, n, a, a, c, 0);
+        double dt = wall_time() - t0;
+        best = dt < best ? dt : best;
+    }
+    free(a);
+    free(c);
+    return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+const char* cpu_bf16_kernel(void) {
+    static char kernel[64];
+    cpu_bf16_init();
+    // the implementation oneDNN picks for a product of the training step's kind
+    snprintf(kernel, sizeof(kernel), "%s", product_for(0, 1, 256, 256, 256, 0)->impl);
+    return kernel;
+}
+
+void cpu_bf16_init(void) {
+    if (engine) return;
+    DNNL_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    DNNL_CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
+}
+
+const char* cpu_bf16_missing(CpuFeatures f) {
+    if (f.avx512_bf16 || f.amx_bf16) return NULL;
+    return "precision = bf16 needs bf16 dot-product instructions (AVX-512 BF16 or AMX), which this CPU lacks: oneDNN "
+           "would emulate them, slower than the fp32 products; use precision = fp32";
+}
+
+const char* cpu_bf16_enable(int on) {
+    if (on) {
+        const char* why = cpu_bf16_missing(cpu_features());
+        if (why) return why;
+        cpu_bf16_init();
+    }
+    enabled = on;
+    return NULL;
+}
