@@ -86,6 +86,9 @@ const char* cpu_bf16_enable(int on);
 const char* cpu_bf16_missing(CpuFeatures f);
 int cpu_bf16_enabled(void);
 void cpu_bf16_init(void);
+// Whether oneDNN has a bf16 matmul for this CPU at all: natively, or emulated on AVX-512 (oneDNN
+// 2.6 has none for AVX2-only CPUs)
+int cpu_bf16_runs(void);
 // GFLOP/s of a 2048^3 bf16 product (the best of a few)
 double cpu_bf16_matmul_rate(void);
 // oneDNN's implementation for the weights' products, e.g. "brg:avx512_core_amx_bf16"

@@ -112,6 +112,29 @@ static void matrix_desc(dnnl_memory_desc_t* md, int rows, int cols, int transpos
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, type, strides));
 }
 
+// The primitive descriptor of one product shape: bf16 A and B, fp32 C, C's old value added by a
+// sum post-op where accumulate is set
+static dnnl_status_t product_desc(dnnl_primitive_desc_t* pd, int trans_a, int trans_b, int M, int N, int K, int accumulate) {
+    dnnl_memory_desc_t a, b, c;
+    matrix_desc(&a, M, K, trans_a, dnnl_bf16);
+    matrix_desc(&b, K, N, trans_b, dnnl_bf16);
+    matrix_desc(&c, M, N, 0, dnnl_f32);
+    dnnl_matmul_desc_t desc;
+    DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c));
+    dnnl_primitive_attr_t attr = NULL;
+    if (accumulate) {
+        dnnl_post_ops_t post;
+        DNNL_CHECK(dnnl_post_ops_create(&post));
+        DNNL_CHECK(dnnl_post_ops_append_sum(post, 1.0f));
+        DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+        DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, post));
+        dnnl_post_ops_destroy(post);
+    }
+    dnnl_status_t status = dnnl_primitive_desc_create(pd, &desc, attr, engine, NULL);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return status;
+}
+
 static Product* product_for(int trans_a, int trans_b, int M, int N, int K, int accumulate) {
     for (int i = 0; i < n_products; i++) {
         Product* p = &products[i];
@@ -124,32 +147,18 @@ static Product* product_for(int trans_a, int trans_b, int M, int N, int K, int a
     }
     Product* p = &products[n_products++];
     *p = (Product){M, N, K, trans_a, trans_b, accumulate, NULL, NULL, NULL, NULL, ""};
-    dnnl_memory_desc_t a, b, c;
-    matrix_desc(&a, M, K, trans_a, dnnl_bf16);
-    matrix_desc(&b, K, N, trans_b, dnnl_bf16);
-    matrix_desc(&c, M, N, 0, dnnl_f32);
-    dnnl_matmul_desc_t desc;
-    DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c));
-    dnnl_primitive_attr_t attr = NULL;
-    if (accumulate) {  // C += A B: the sum post-op adds the old C
-        dnnl_post_ops_t post;
-        DNNL_CHECK(dnnl_post_ops_create(&post));
-        DNNL_CHECK(dnnl_post_ops_append_sum(post, 1.0f));
-        DNNL_CHECK(dnnl_primitive_attr_create(&attr));
-        DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, post));
-        dnnl_post_ops_destroy(post);
-    }
     dnnl_primitive_desc_t pd;
-    DNNL_CHECK(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL));
+    dnnl_status_t status = product_desc(&pd, trans_a, trans_b, M, N, K, accumulate);
+    if (status == dnnl_unimplemented) die("oneDNN has no bf16 matmul for this CPU (it needs AVX-512 at least)");
+    DNNL_CHECK(status);
     const char* impl = "";
     DNNL_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
     snprintf(p->impl, sizeof(p->impl), "%s", impl);
     DNNL_CHECK(dnnl_primitive_create(&p->primitive, pd));
-    DNNL_CHECK(dnnl_memory_create(&p->a, &a, engine, DNNL_MEMORY_NONE));
-    DNNL_CHECK(dnnl_memory_create(&p->b, &b, engine, DNNL_MEMORY_NONE));
-    DNNL_CHECK(dnnl_memory_create(&p->c, &c, engine, DNNL_MEMORY_NONE));
+    DNNL_CHECK(dnnl_memory_create(&p->a, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), engine, DNNL_MEMORY_NONE));
+    DNNL_CHECK(dnnl_memory_create(&p->b, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), engine, DNNL_MEMORY_NONE));
+    DNNL_CHECK(dnnl_memory_create(&p->c, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), engine, DNNL_MEMORY_NONE));
     dnnl_primitive_desc_destroy(pd);
-    if (attr) dnnl_primitive_attr_destroy(attr);
     return p;
 }
 
@@ -206,6 +215,19 @@ const char* cpu_bf16_kernel(void) {
     return kernel;
 }
 
+int cpu_bf16_runs(void) {
+    cpu_bf16_init();
+    // the three kinds of product the backend makes: forward (B transposed, with and without
+    // accumulating), backward's dinp, backward's dw (A transposed, accumulating)
+    static const int KINDS[][3] = {{0, 1, 0}, {0, 1, 1}, {0, 0, 0}, {1, 0, 1}};
+    for (int k = 0; k < 4; k++) {
+        dnnl_primitive_desc_t pd;
+        if (product_desc(&pd, KINDS[k][0], KINDS[k][1], 64, 64, 64, KINDS[k][2]) != dnnl_success) return 0;
+        dnnl_primitive_desc_destroy(pd);
+    }
+    return 1;
+}
+
 void cpu_bf16_init(void) {
     if (engine) return;
     DNNL_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
@@ -222,7 +244,7 @@ const char* cpu_bf16_enable(int on) {
     if (on) {
         const char* why = cpu_bf16_missing(cpu_features());
         if (why) return why;
-        cpu_bf16_init();
+        if (!cpu_bf16_runs()) return "precision = bf16: oneDNN has no bf16 matmul for this CPU (ONEDNN_MAX_CPU_ISA may limit it)";
     }
     enabled = on;
     return NULL;
