@@ -269,30 +269,25 @@ final=$(printf '%.3f' "$(sql "SELECT value FROM metrics WHERE run_id = $d4 AND k
 $bin table6 "$work/lr_stability.ini" --preset smoke --results "$work/results" --plots "$work/plots" > "$work/lr_again.log" 2>&1
 expect "the rerun trains nothing and counts 2 loss and 1 gradient-norm spike, final loss $final" bash -c "! grep -q '^== ' '$work/lr_again.log' &&
     grep -qF '| DIFF, lr x4 | 0.008 | 1 of 1 | 2 | 1 | $final |' '$work/results/lr_stability_smoke.md'"
+# refused NAME PATTERN RECIPE: table6 on RECIPE stops at once with PATTERN
+refused() { expect_fail "$1" "$2" $bin table6 "$3" --preset smoke --results "$work/refused" --plots "$work/refused"; }
 sed 's/^lr_scale = 4$/lr_scale = 0/' "$work/lr_stability.ini" > "$work/lr_bad.ini"
-expect_fail "a non-positive lr_scale, naming the row" "lr_bad.ini: \[row transformer_lr4\] key 'lr_scale': '0' is not a positive number" \
-    $bin table6 "$work/lr_bad.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+refused "a non-positive lr_scale, naming the row" "lr_bad.ini: \[row transformer_lr4\] key 'lr_scale': '0' is not a positive number" "$work/lr_bad.ini"
 sed 's/^study = lr_stability$/study = ..\/up/' "$work/lr_stability.ini" > "$work/lr_bad_study.ini"
-expect_fail "a study that is not a plain name" "key 'study': '../up' is not a name of 1 to 63 lowercase letters" \
-    $bin table6 "$work/lr_bad_study.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+refused "a study that is not a plain name" "key 'study': '../up' is not a name of 1 to 63 lowercase letters" "$work/lr_bad_study.ini"
 { echo "presets_from = $work/lr_stability.ini"; sed -n '/^\[row diff_lr1\]/,/^$/p' "$work/lr_stability.ini"; } > "$work/lr_nested.ini"
-expect_fail "presets_from one level only" "'presets_from' in a file that 'presets_from' names: one level only" \
-    $bin table6 "$work/lr_nested.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+refused "presets_from one level only" "'presets_from' in a file that 'presets_from' names: one level only" "$work/lr_nested.ini"
 { sed -n '1,/^\[preset small\]/p' "$work/table6.ini" | sed '$d'; echo "study = inside"; } > "$work/study_in_preset.ini"
-expect_fail "study inside a preset is refused, not ignored" "unknown key 'study'" \
-    $bin table6 "$work/study_in_preset.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+refused "study inside a preset is refused, not ignored" "unknown key 'study'" "$work/study_in_preset.ini"
 expect "the help lists the presets it takes from Table 6's recipe" bash -c "'$PWD/$bin' help table6 '$work/lr_stability.ini' 2>&1 | grep -qF 'presets of $work/lr_stability.ini: smoke, small, paper'"
 
 sed 's/^study = lr_stability$/study = table6/' "$work/lr_stability.ini" > "$work/lr_as_table6.ini"
-expect_fail "a study named table6 is refused: it would write over Table 6's table" "key 'study': 'table6' is Table 6's own study" \
-    $bin table6 "$work/lr_as_table6.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+refused "a study named table6 is refused: it would write over Table 6's table" "key 'study': 'table6' is Table 6's own study" "$work/lr_as_table6.ini"
 sed 's/^lr_scale = 4$/lr_scale = 0x10/' "$work/lr_stability.ini" > "$work/lr_hex.ini"
-expect_fail "a hexadecimal lr_scale is refused, not read as 16" "key 'lr_scale': '0x10' is not a positive number" \
-    $bin table6 "$work/lr_hex.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+refused "a hexadecimal lr_scale is refused, not read as 16" "key 'lr_scale': '0x10' is not a positive number" "$work/lr_hex.ini"
 { cat "$work/lr_stability.ini"; printf '%s\n' "[preset smoke]" "steps = 3"; } > "$work/lr_own_smoke.ini"
-expect_fail "a recipe's own preset of a name its presets_from file defines is refused, not ignored" \
-    "lr_own_smoke.ini:[0-9]+: section \[preset smoke\]: a preset of this name is defined already" \
-    $bin table6 "$work/lr_own_smoke.ini" --preset smoke --results "$work/refused" --plots "$work/refused"
+refused "a recipe's own preset of a name its presets_from file defines is refused, not ignored" \
+    "lr_own_smoke.ini:[0-9]+: section \[preset smoke\]: a preset of this name is defined already" "$work/lr_own_smoke.ini"
 
 # On a CPU model OpenBLAS does not know, every command restarts onto the kernel the CPU's
 # instructions allow and self-checks it (tests/fake_openblas.c makes any CPU take that path). A
