@@ -81,8 +81,8 @@ static const Key KEYS[] = {
      "CPU with the OpenBLAS kernel that ran, e.g. `cpu (OpenBLAS Cooperlake)`)", KEY_RUN_SETTING},
     {"precision", KEY_CHOICE, offsetof(Config, precision), {"fp32", "bf16", 0},
      "`fp32` or `bf16`: the precision of training's weight products (projections, SwiGLU, LM head; forward and backward). "
-     "bf16 (CPU, with AVX-512 BF16 or AMX): operands rounded to bf16, fp32 accumulation and output through oneDNN (the "
-     "run's own validation losses too); master weights, AdamW, norms, attention, softmax and cross-entropy stay fp32, and "
+     "bf16: operands rounded to bf16, fp32 accumulation and output, through oneDNN on the CPU (with AVX-512 BF16 or AMX) "
+     "and cuBLAS's tensor cores on CUDA (the run's own validation losses too); master weights, AdamW, norms, attention, softmax and cross-entropy stay fp32, and "
      "so do the evaluations after the run (tables, `difftx eval`). A run setting like "
      "`device`: checkpoints and the registry record it in the device, e.g. `cpu (OpenBLAS Cooperlake; bf16 weight "
      "products: oneDNN brg:avx512_core_bf16)`", KEY_RUN_SETTING},

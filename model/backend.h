@@ -179,9 +179,9 @@ typedef struct {
     // GFLOP/s of a large matmul in the precision of the weights' products (set_precision), measured
     // on this backend: what MFU is measured against
     double (*matmul_rate)(void);
-    // GFLOP/s the device could reach at most in fp32 (on the CPU, with the threads in use),
-    // and how that was found, in how (n bytes); 0 where the backend has no model of its peak
-    // (the CPU's bf16 products)
+    // GFLOP/s the device could reach at most in the precision of the weights' products (on the
+    // CPU, with the threads in use), and how that was found, in how (n bytes); 0 where the
+    // backend has no model of that peak (the CPU's bf16 products)
     double (*peak_rate)(char* how, size_t n);
 
     // precision = fp32 | bf16 (PRECISION_*): the precision of the weights' products (matmul_forward

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Training tokens/s and peak memory of the same model in PyTorch on the GPU, for gpu-check.sh's
-comparison with `difftx bench device=cuda`: fp32 (TF32 off, as difftx), attention through
-scaled_dot_product_attention (DIFF as the official code does it: one call per map with the
-2D-wide V, DIFF V2 with both maps on the shared key/value head), then the same under
-torch.compile. AdamW, gradient clipping, untied LM head, SwiGLU, RMSNorm, interleaved RoPE.
+comparison with `difftx bench device=cuda`: fp32 (TF32 off, as difftx), then bf16 autocast
+(fp32 master weights, as difftx's precision = bf16) eager and under torch.compile. Attention
+through scaled_dot_product_attention (DIFF as the official code does it: one call per map with
+the 2D-wide V, DIFF V2 with both maps on the shared key/value head). AdamW, gradient clipping,
+untied LM head, SwiGLU, RMSNorm, interleaved RoPE.
 usage: bench_torch_gpu.py standard|diff|diff2 L C H D T B V [steps]"""
 import math
 import sys
@@ -87,7 +88,7 @@ def main():
     cos, sin = torch.cos(pos * freq).float(), torch.sin(pos * freq).float()
     tokens = torch.randint(0, V, (Bn, T), device=dev)
     targets = torch.randint(0, V, (Bn, T), device=dev)
-    for compiled in (False, True):
+    for precision, compiled in (("fp32", False), ("bf16", False), ("bf16", True)):
         P, dims = make(variant, L, C, H, D, V, dev)
         opt = torch.optim.AdamW(P.values(), lr=1e-4, betas=(0.9, 0.98), weight_decay=0.05)
         fwd = torch.compile(forward) if compiled else forward
@@ -97,7 +98,8 @@ def main():
             torch.cuda.synchronize()
             start = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = fwd(variant, P, dims, L, H, D, tokens, targets, cos, sin)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = fwd(variant, P, dims, L, H, D, tokens, targets, cos, sin)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(list(P.values()), 1.0)
             opt.step()
@@ -105,7 +107,7 @@ def main():
             if step > 0:
                 timed += time.perf_counter() - start
         tok_s = Bn * T * (steps - 1) / timed
-        print(f"pytorch {torch.__version__} {variant}{' torch.compile' if compiled else ''}: {tok_s:.0f} tokens/s, "
+        print(f"pytorch {torch.__version__} {variant} {precision}{' torch.compile' if compiled else ' eager'}: {tok_s:.0f} tokens/s, "
               f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
 
 

@@ -7,9 +7,10 @@
 #                                     racecheck and synccheck; 1 and 2 ranks training the same
 #                                     model, gradients summed by NCCL (two GPUs; with one it is
 #                                     reported as skipped, not passed)
-#   gpu-check.sh bench OUT [VARIANT]  difftx bench device=cuda beside the same model in PyTorch
-#                                     on the same GPU, at the bench shape and a 124M shape, for
-#                                     standard, diff and diff2 (or VARIANT alone)
+#   gpu-check.sh bench OUT [VARIANT]  difftx bench device=cuda in fp32 and in bf16 beside the same
+#                                     model in PyTorch on the same GPU (fp32 eager, bf16 autocast
+#                                     eager and under torch.compile), at the bench shape and a 124M
+#                                     shape, for standard, diff and diff2 (or VARIANT alone)
 # OUT is a folder (created): report.md is written section by section as the check goes, so a
 # hang or a kill loses only the section that was running, and each section's full output is
 # kept in its own log beside it. Every section runs under `timeout`; progress goes to stdout.
@@ -152,15 +153,18 @@ $ok" \
     finish
 fi
 
-# bench LABEL VARIANT L C H D T B V: difftx, then PyTorch on the same model and GPU
+# bench LABEL VARIANT L C H D T B V: difftx in fp32 and in bf16, then PyTorch on the same model and GPU
 bench() {
-    local label=$1 variant=$2 L=$3 C=$4 H=$5 D=$6 T=$7 B=$8 V=$9 recipe=bench_standard.ini norm=false
+    local label=$1 variant=$2 L=$3 C=$4 H=$5 D=$6 T=$7 B=$8 V=$9 recipe=bench_standard.ini norm=false precision
     [ -z "$only" ] || [ "$only" = "$variant" ] || return 0
     [ "$variant" = diff ] && recipe=bench_diff.ini norm=true
-    section "$label, $variant: difftx" 150 "tokens/s" "${project[@]}" "$here/bin/difftx" bench "$here/experiments/$recipe" device=cuda \
-        attention="$variant" head_norm=$norm n_layer="$L" d_model="$C" n_head="$H" head_dim="$D" seq_len="$T" batch_size="$B" \
-        --vocab "$V" --steps 11 --results "$work/results"
-    section "$label, $variant: PyTorch" 150 "^pytorch" python3 "$here/bench_torch_gpu.py" "$variant" "$L" "$C" "$H" "$D" "$T" "$B" "$V" 11
+    for precision in fp32 bf16; do
+        section "$label, $variant: difftx $precision" 150 "tokens/s" "${project[@]}" "$here/bin/difftx" bench "$here/experiments/$recipe" \
+            device=cuda precision=$precision attention="$variant" head_norm=$norm n_layer="$L" d_model="$C" n_head="$H" head_dim="$D" \
+            seq_len="$T" batch_size="$B" --vocab "$V" --steps 11 --results "$work/results"
+    done
+    section "$label, $variant: PyTorch fp32, bf16 autocast, bf16 torch.compile" 200 "^pytorch .* bf16 torch.compile" \
+        python3 "$here/bench_torch_gpu.py" "$variant" "$L" "$C" "$H" "$D" "$T" "$B" "$V" 11
 }
 bench "bench shape" standard 6 256 8 32 256 16 4096
 bench "bench shape" diff 6 256 4 32 256 16 4096

@@ -31,10 +31,12 @@
 // exact, `zero` clearing exactly its bytes, and a buffer past 2 MiB (the CPU maps those on huge
 // pages) zeroed after a written one is released and starting on a 2 MiB boundary.
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../model/backend.h"
 #include "../model/base/util.h"
+#include "bf16_reference.h"
 #include "check.h"
 
 #define RTOL 1e-4
@@ -414,7 +416,11 @@ typedef struct {
     // (B, H, M, T, T) as S, but where a logit lies within 1e-4 of a level of the midpoint between
     // two levels, the other one: fp32 logits may round either way there
     double* S_tie;
+    // logits within MIDPOINT_MARGIN of a step of the midpoint between two levels: there fp32's
+    // rounding of the logit picks the level, and y and lse can follow either
+    int near_midpoints;
 } AttnRef;
+#define MIDPOINT_MARGIN 3e-5
 
 // Column offsets of map m of head h, written out here apart from attention.h. DIFF V2's official
 // pairing puts maps 0 and 1 of head h on query heads 2h and 2h + 1 over key/value head h; its
@@ -444,7 +450,7 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
     int Q = (s->quant.bits > 1 && s->quant.bits < 16) ? (1 << (s->quant.bits - 1)) - 1 : 0;  // levels, 0: none
     AttnRef r = {dzeros((size_t)B * rows * H * Dv), dzeros((size_t)B * H * M * T), dzeros((size_t)B * H * M * T * T),
                  dzeros((size_t)B * T * QKV), 0, dzeros((size_t)B * H * M * T * T),
-                 dzeros((size_t)B * H * M * T * T)};
+                 dzeros((size_t)B * H * M * T * T), 0};
     double* dPV = dzeros((size_t)M * T * T);  // (M, T, T) dy_i . v_j of each map's values
     for (int b = 0; b < B; b++) {
         const float* base = qkv + (size_t)b * T * QKV;
@@ -475,6 +481,7 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
                         double* tie = r.S_tie + ((((size_t)b * H + h) * M + m) * T + i) * T;
                         for (int j = 0; j <= i; j++) {
                             double x = Pr[j] / step, level = nearbyint(x), near_mid = fabs(x - floor(x) - 0.5) < 1e-4;
+                            r.near_midpoints += fabs(x - floor(x) - 0.5) < MIDPOINT_MARGIN;
                             double other = near_mid ? (level == floor(x) ? level + 1 : level - 1) : level;
                             Pr[j] = step * fmin(fmax(level, -Q), Q);
                             tie[j] = step * fmin(fmax(other, -Q), Q);
@@ -570,6 +577,10 @@ static AttnRef attention_reference(const float* qkv, float lambda, const AttnSha
 
 // Copies the logit blocks a hook is shown into S (B, H, M, T, T); blocks of distinct (b, h)
 // arrive concurrently and never overlap
+static void attn_ref_free(AttnRef* r) {
+    free(r->y), free(r->lse), free(r->P), free(r->dqkv), free(r->S), free(r->S_tie);
+}
+
 typedef struct {
     int B, T, H, M;
     float* S;
@@ -643,17 +654,25 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
              quant.bits ? (quant.scope == QUANT_PER_ROW ? " per row" : " per tensor") : "");
     int QKV = attention_qkv_width(&s), Dv = attention_value_width(&s), lam = attention_lambda_offset(&s), M = s.M, rows = T - q0;
     size_t n_qkv = (size_t)B * T * QKV, n_y = (size_t)B * rows * H * Dv;
-    float* qkv = random_host(n_qkv, 1.5f);
-    for (size_t n = 0; lam >= 0 && n < (size_t)B * T; n++) {
-        for (int h = 0; h < H; h++) qkv[n * QKV + lam + h] = 0.1f + 0.8f * rng_uniform(&rng);
-    }
+    // quantized logits: inputs drawn again until no logit lies at a rounding midpoint, where the
+    // level (and so y and lse, by a whole step) would be fp32's rounding's choice
+    float* qkv = NULL;
+    float* dy = NULL;
     float lambda = 0.6f;
+    AttnRef ref;
+    do {
+        if (qkv) free(qkv), free(dy), attn_ref_free(&ref);
+        qkv = random_host(n_qkv, 1.5f);
+        for (size_t n = 0; lam >= 0 && n < (size_t)B * T; n++) {
+            for (int h = 0; h < H; h++) qkv[n * QKV + lam + h] = 0.1f + 0.8f * rng_uniform(&rng);
+        }
+        dy = q0 == 0 ? random_host(n_y, 1) : NULL;
+        ref = attention_reference(qkv, lambda, &s, dy);
+    } while (ref.near_midpoints);
     float *d_qkv = to_backend(qkv, n_qkv * 4), *d_lambda = to_backend(&lambda, 4);
     size_t n_lse = (size_t)B * H * M * T;
     float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc(n_lse * 4);
     float* d_sums = whole_attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, NO_HOOK);
-    float* dy = q0 == 0 ? random_host(n_y, 1) : NULL;
-    AttnRef ref = attention_reference(qkv, lambda, &s, dy);
     // each call's outputs are read before the next call runs: the hooked call below writes
     // buffers of its own, so neither path can pass on the other's results
     float *got_y = from_backend(d_y, n_y), *got_lse = from_backend(d_lse, n_lse);
@@ -722,7 +741,8 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
         }
         be->release(d_P);
     }
-    free(qkv); free(dy); free(got_y); free(got_lse); free(ref.y); free(ref.lse); free(ref.P); free(ref.dqkv); free(ref.S); free(ref.S_tie);
+    free(qkv); free(dy); free(got_y); free(got_lse);
+    attn_ref_free(&ref);
     be->release(d_qkv); be->release(d_lambda); be->release(d_y); be->release(d_lse); be->release(d_sums);
 }
 
@@ -891,6 +911,138 @@ static void test_lambda(int D) {
     be->release(d_qkv); be->release(d_dqkv);
 }
 
+// ---- precision = bf16: the weights' products with bf16 operands, fp32 accumulation and output ----
+// ref (M, N) = op(A) op(B) (+ C0) in double, A and B rounded to bf16 first where `round` is set;
+// mag: the sum of |terms| per element. A is (M, K) or stored transposed (K, M) where ta; B is
+// (K, N) or stored (N, K) where tb.
+static void bf16_reference(double* ref, double* mag, int ta, int tb, int M, int N, int K, const float* A, const float* B, const float* C0,
+                           int round) {
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double sum = C0 ? C0[(size_t)i * N + j] : 0.0, m = fabs(sum);
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k];
+                float b = tb ? B[(size_t)j * K + k] : B[(size_t)k * N + j];
+                if (round) a = bf16_reference_round(a), b = bf16_reference_round(b);
+                sum += (double)a * b;
+                m += fabs((double)a * b);
+            }
+            ref[(size_t)i * N + j] = sum;
+            mag[(size_t)i * N + j] = m;
+        }
+    }
+}
+
+// got within unit * mag of ref, elementwise, against two references: the product of the operands
+// rounded to bf16 (only fp32 accumulation's error: 2 (K + 2) 2^-24 of the terms' magnitude, K
+// terms summed in any order, with fused multiply-adds or not), and the fp32 operands' exact
+// product (bf16's own error besides: 8 significant bits put each operand within 2^-8 relative,
+// so each term within 2^-7 + 2^-16). Unrounded operands fail the first; a wrong transpose or a
+// lost old value, both.
+static void expect_bf16_product(const char* op, const char* what, const float* got, int ta, int tb, int M, int N, int K, const float* A,
+                                const float* B, const float* C0) {
+    size_t n = (size_t)M * N;
+    double *ref = dzeros(n), *mag = dzeros(n);
+    double accumulation = 2.0 * (K + 2) * ldexp(1.0, -24), rounding = ldexp(1.0, -7) + ldexp(1.0, -16) + accumulation;
+    double worst[2] = {0, 0};
+    for (int exact = 0; exact < 2; exact++) {
+        bf16_reference(ref, mag, ta, tb, M, N, K, A, B, C0, !exact);
+        for (size_t i = 0; i < n; i++) {
+            double r = fabs(got[i] - ref[i]) / ((exact ? rounding : accumulation) * mag[i] + 1e-30);
+            if (!(r <= worst[exact])) worst[exact] = isnan(r) ? INFINITY : r;
+        }
+    }
+    CHECK(worst[0] <= 1 && worst[1] <= 1, "%s bf16 %s [%s]: %.3g of fp32 accumulation's bound on the bf16 operands' product, %.3g of "
+          "bf16's bound on the fp32 operands' product", be->name, op, what, worst[0], worst[1]);
+    free(ref);
+    free(mag);
+}
+
+static void test_matmul_bf16(int N, int IC, int OC) {
+    char what[64];
+    snprintf(what, sizeof(what), "N=%d IC=%d OC=%d", N, IC, OC);
+    float *inp = random_host((size_t)N * IC, 1), *w = random_host((size_t)OC * IC, 1), *old = random_host((size_t)N * OC, 1);
+    float *dw0 = random_host((size_t)OC * IC, 1);
+    float *d_inp = to_backend(inp, (size_t)N * IC * 4), *d_w = to_backend(w, (size_t)OC * IC * 4);
+    float* d_out = to_backend(old, (size_t)N * OC * 4);
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+        be->upload(d_out, old, (size_t)N * OC * 4);
+        be->matmul_forward(d_out, d_inp, d_w, N, IC, OC, accumulate);
+        float* got = from_backend(d_out, (size_t)N * OC);
+        expect_bf16_product(accumulate ? "matmul_forward (accumulate)" : "matmul_forward", what, got, 0, 1, N, OC, IC, inp, w,
+                            accumulate ? old : NULL);
+        free(got);
+    }
+    // backward, old playing dout: dinp = dout . w (overwritten), dw += dout^T . inp
+    float *d_dout = to_backend(old, (size_t)N * OC * 4), *d_dw = to_backend(dw0, (size_t)OC * IC * 4);
+    float* garbage = random_host((size_t)N * IC, 3);
+    float* d_dinp = to_backend(garbage, (size_t)N * IC * 4);
+    be->matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, IC, OC);
+    float *got_dinp = from_backend(d_dinp, (size_t)N * IC), *got_dw = from_backend(d_dw, (size_t)OC * IC);
+    expect_bf16_product("matmul_backward dinp", what, got_dinp, 0, 0, N, IC, OC, old, w, NULL);
+    expect_bf16_product("matmul_backward dw (+=)", what, got_dw, 1, 0, OC, IC, N, old, inp, dw0);
+    free(inp); free(w); free(old); free(dw0); free(garbage); free(got_dinp); free(got_dw);
+    be->release(d_inp); be->release(d_w); be->release(d_out); be->release(d_dout); be->release(d_dw); be->release(d_dinp);
+}
+
+// A weight's bf16 copy is made when the model says the weights changed (weights_changed), and
+// every product reads that copy: a change not announced is not seen, an announced one is, a
+// forgotten range is rounded again by each product. In fp32 no copy exists to go stale.
+static void test_weight_copies(int bf16) {
+    enum { N = 8, IC = 16, OC = 12 };
+    float inp[N * IC], w[OC * IC], before[N * OC], after[N * OC], fresh[N * OC], forgotten[N * OC];
+    for (int i = 0; i < N * IC; i++) inp[i] = rng_normal(&rng);
+    for (int i = 0; i < OC * IC; i++) w[i] = rng_normal(&rng);
+    float *d_inp = to_backend(inp, sizeof(inp)), *d_w = to_backend(w, sizeof(w)), *d_out = be->alloc(sizeof(before));
+    be->weights_changed(d_w, OC * IC);
+    be->matmul_forward(d_out, d_inp, d_w, N, IC, OC, 0);
+    be->download(before, d_out, sizeof(before));
+    for (int i = 0; i < OC * IC; i++) w[i] += 0.5f;
+    be->upload(d_w, w, sizeof(w));
+    be->matmul_forward(d_out, d_inp, d_w, N, IC, OC, 0);
+    be->download(after, d_out, sizeof(after));
+    be->weights_changed(d_w, OC * IC);
+    be->matmul_forward(d_out, d_inp, d_w, N, IC, OC, 0);
+    be->download(fresh, d_out, sizeof(fresh));
+    be->weights_changed(d_w, 0);
+    for (int i = 0; i < OC * IC; i++) w[i] -= 0.5f;
+    be->upload(d_w, w, sizeof(w));
+    be->matmul_forward(d_out, d_inp, d_w, N, IC, OC, 0);
+    be->download(forgotten, d_out, sizeof(forgotten));
+    if (bf16) {
+        CHECK(memcmp(before, after, sizeof(before)) == 0 && memcmp(after, fresh, sizeof(after)) != 0 &&
+                  memcmp(before, forgotten, sizeof(before)) == 0,
+              "%s bf16: products read the weights' copy made at the last announced change; a forgotten range is read afresh", be->name);
+    } else {
+        CHECK(memcmp(before, after, sizeof(before)) != 0 && memcmp(after, fresh, sizeof(after)) == 0,
+              "%s fp32: every product reads the weights as they are", be->name);
+    }
+    be->release(d_inp); be->release(d_w); be->release(d_out);
+}
+
+// Every bf16 case, on a backend that runs precision = bf16 here; said and skipped where it does
+// not (a CPU without bf16 dot products: test_bf16 checks its refusal)
+static void test_bf16(void) {
+    test_weight_copies(0);
+    const char* why = be->set_precision(PRECISION_BF16);
+    if (why) {
+        printf("backend %s: bf16 products not run: %s\n", be->name, why);
+        be->set_precision(PRECISION_FP32);
+        return;
+    }
+    CHECK(strstr(be->device_name(), "bf16"), "%s names its bf16 products in its description (%s)", be->name, be->device_name());
+    test_weight_copies(1);
+    test_matmul_bf16(1, 5, 3);
+    test_matmul_bf16(7, 5, 3);
+    test_matmul_bf16(64, 96, 80);
+    test_matmul_bf16(130, 257, 129);
+    double rate = be->matmul_rate();
+    CHECK(rate > 0 && isfinite(rate), "%s bf16 matmul_rate %.1f GFLOP/s", be->name, rate);
+    printf("backend %s: bf16 products, matmul rate %.1f GFLOP/s (%s)\n", be->name, rate, be->device_name());
+    CHECK(be->set_precision(PRECISION_FP32) == NULL && !strstr(be->device_name(), "bf16"), "%s back in fp32 (%s)", be->name,
+          be->device_name());
+}
+
 // ---- optimizer ----
 static void test_optimizer(size_t n) {
     char what[32];
@@ -993,6 +1145,7 @@ int main(int argc, char** argv) {
         test_matmul(1, 256, 1514);  // a decoding step's row through a feed-forward's width
         test_matmul(331, 40, 197);  // rows (forward, input gradient) and output channels (weight gradient) in uneven bands
         test_matmul_spent_many(2500);
+        test_bf16();
         test_rmsnorm(1, 1, 1.0f);
         test_rmsnorm(9, 16, 1.0f);
         test_rmsnorm(33, 64, 0.7f);

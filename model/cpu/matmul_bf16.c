@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../base/util.h"
+#include "../weight_copies.h"
 #include "cpu.h"
 
 #define DNNL_CHECK(call)                                                                              \
@@ -39,51 +40,18 @@ static void round_all(uint16_t* out, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = cpu_bf16_round(x[i]);
 }
 
-// ---- the weights' bf16 copies: ranges of float weights and their rounded twins ----
-#define WEIGHT_RANGES 8
-static struct {
-    const float* w;  // NULL: a free slot
-    size_t n;
-    uint16_t* copy;  // (n)
-} ranges[WEIGHT_RANGES];
+// ---- the weights' bf16 copies, and every other operand rounded into scratch ----
+static void* copy_alloc(size_t n) { return mallocCheck(n * sizeof(uint16_t)); }
+static void copy_round(void* copy, const float* w, size_t n) { round_all(copy, w, n); }
+static WeightCopies copies = {.alloc = copy_alloc, .release = free, .round = copy_round, .element = sizeof(uint16_t)};
 
-static void forget(int i) {
-    free(ranges[i].copy);
-    ranges[i].copy = NULL;
-    ranges[i].w = NULL;
-    ranges[i].n = 0;
-}
-
-void cpu_weights_changed(const float* w, size_t n) {
-    int slot = -1;
-    for (int i = 0; i < WEIGHT_RANGES; i++) {
-        if (ranges[i].w == w) slot = i;
-        // a range overlapping the new one is a freed model's: forgotten, so no product reads it
-        else if (ranges[i].w && n && ranges[i].w < w + n && w < ranges[i].w + ranges[i].n) forget(i);
-    }
-    if (n == 0 || !enabled) {
-        if (slot >= 0) forget(slot);
-        return;
-    }
-    for (int i = 0; slot < 0 && i < WEIGHT_RANGES; i++) {
-        if (!ranges[i].w) slot = i;
-    }
-    if (slot < 0) die("bf16 products: more than %d blocks of weights at once", WEIGHT_RANGES);
-    if (ranges[slot].n != n) {
-        forget(slot);
-        ranges[slot].copy = mallocCheck(n * sizeof(uint16_t));
-        ranges[slot].n = n;
-    }
-    ranges[slot].w = w;
-    round_all(ranges[slot].copy, w, n);
-}
+void cpu_weights_changed(const float* w, size_t n) { weight_copies_changed(&copies, w, n, enabled); }
 
 // x (n) as bf16: its weights' copy where x lies in a range of weights, else rounded into
 // scratch[slot] (kept between calls)
 static const uint16_t* operand(const float* x, size_t n, int slot) {
-    for (int i = 0; i < WEIGHT_RANGES; i++) {
-        if (ranges[i].w && x >= ranges[i].w && x + n <= ranges[i].w + ranges[i].n) return ranges[i].copy + (x - ranges[i].w);
-    }
+    const uint16_t* copy = weight_copies_find(&copies, x, n);
+    if (copy) return copy;
     static uint16_t* scratch[3];
     static size_t capacity[3];
     if (n > capacity[slot]) {

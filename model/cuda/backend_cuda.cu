@@ -1,6 +1,6 @@
 // The CUDA backend's table and what every operation shares: the device, its memory (the
-// device's default memory pool, so the peak is the pool's high-water mark), one cuBLAS handle
-// with TF32 off, scratch buffers, NCCL for the ranks. Every operation runs in order on the
+// device's default memory pool, so the peak is the pool's high-water mark), the fp32 products'
+// cuBLAS handle with TF32 off, scratch buffers, NCCL for the ranks. Every operation runs in order on the
 // default stream; upload and download are synchronous.
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +17,8 @@ extern "C" {
 
 static int device = -1;
 static cublasHandle_t cublas;
-static char description[160] = "cuda";
+static char description[200] = "cuda";
+static char gpu[128];  // "NVIDIA H100 80GB HBM3 (sm_90)"
 static double device_bytes;
 static size_t shared_limit;
 static cudaMemPool_t pool;
@@ -55,7 +56,8 @@ static const char* cuda_init(void) {
                  prop.major, prop.minor);
         return why;
     }
-    snprintf(description, sizeof(description), "cuda %.100s (sm_%d%d)", prop.name, prop.major, prop.minor);
+    snprintf(gpu, sizeof(gpu), "%.100s (sm_%d%d)", prop.name, prop.major, prop.minor);
+    snprintf(description, sizeof(description), "cuda %s", gpu);
     device_bytes = (double)prop.totalGlobalMem;
     int optin = 0;
     cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -71,12 +73,13 @@ static const char* cuda_init(void) {
 }
 
 static const char* cuda_device_name(void) { return description; }
+// the description names the weights' products' precision where it is not fp32: a bf16 run's
+// numbers are not an fp32 run's
 static const char* cuda_set_precision(int precision) {
-    return precision == PRECISION_FP32 ? NULL : "precision = bf16 runs on the CPU backend only; the CUDA backend computes in fp32";
-}
-static void cuda_weights_changed(const float* w, size_t n) {
-    (void)w;
-    (void)n;
+    const char* why = cuda_bf16_enable(precision == PRECISION_BF16);
+    if (cuda_bf16_enabled()) snprintf(description, sizeof(description), "cuda %s; bf16 weight products: cuBLAS tensor cores", gpu);
+    else snprintf(description, sizeof(description), "cuda %s", gpu);
+    return why;
 }
 static double cuda_memory_bytes(void) { return device_bytes; }
 
@@ -129,27 +132,24 @@ void cuda_sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
     cublasCheck(cublasSgemm(cublas, ta, tb, m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc));
 }
 
-// values in [-1, 1): a GPU multiplying zeros draws less power and clocks higher than on real data
 __global__ void fill_kernel(float* x, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
 }
 
-// Best of a few 4096^3 sgemm calls, timed with events
-static double cuda_matmul_rate(void) {
-    int n = 4096;
-    size_t bytes = (size_t)n * n * sizeof(float);
-    float *a = (float*)cuda_alloc(bytes), *b = (float*)cuda_alloc(bytes), *c = (float*)cuda_alloc(bytes);
-    fill_kernel<<<cuda_blocks((size_t)n * n, CUDA_THREADS), CUDA_THREADS>>>(a, (size_t)n * n);
-    fill_kernel<<<cuda_blocks((size_t)n * n, CUDA_THREADS), CUDA_THREADS>>>(b, (size_t)n * n);
+void cuda_fill(float* x, size_t n) {
+    fill_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(x, n);
     cudaCheckLaunch();
+}
+
+float cuda_best_ms(void (*call)(void* ctx), void* ctx) {
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&stop));
     float best = 1e30f;
     for (int rep = 0; rep < 5; rep++) {
         cudaCheck(cudaEventRecord(start, 0));
-        cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        call(ctx);
         cudaCheck(cudaEventRecord(stop, 0));
         cudaCheck(cudaEventSynchronize(stop));
         float ms;
@@ -158,28 +158,56 @@ static double cuda_matmul_rate(void) {
     }
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(stop));
-    cuda_release(a);
-    cuda_release(b);
-    cuda_release(c);
-    return 2.0 * n * n * (double)n / (best / 1e3) / 1e9;
+    return best;
 }
 
-// SMs x fp32 lanes per SM x 2 (an FMA) x the peak clock the driver reports
+#define RATE_N 4096
+static void square_sgemm(void* abc) {
+    float** m = (float**)abc;
+    cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, RATE_N, RATE_N, RATE_N, 1.0f, m[0], RATE_N, m[1], RATE_N, 0.0f, m[2], RATE_N);
+}
+
+// A 4096^3 product in the weights' products' precision
+static double cuda_matmul_rate(void) {
+    if (cuda_bf16_enabled()) return cuda_bf16_matmul_rate();
+    size_t count = (size_t)RATE_N * RATE_N;
+    float* abc[3];
+    for (int i = 0; i < 3; i++) abc[i] = (float*)cuda_alloc(count * sizeof(float));
+    cuda_fill(abc[0], count);
+    cuda_fill(abc[1], count);
+    float ms = cuda_best_ms(square_sgemm, abc);
+    for (int i = 0; i < 3; i++) cuda_release(abc[i]);
+    return 2.0 * count * RATE_N / (ms / 1e3) / 1e9;
+}
+
+// SMs x multiply-adds per SM and clock x 2 x the peak clock the driver reports: fp32 lanes, or in
+// bf16 the tensor cores' dense bf16 rate
 static double cuda_peak_rate(char* how, size_t n) {
     int major, minor, sms, khz;
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     cudaCheck(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
-    // fp32 lanes per SM by generation (NVIDIA's CUDA programming guide): 64 on Volta, Turing
-    // and A100, 128 on the others from sm_86 on
-    int lanes = major == 7 || (major == 8 && minor == 0) ? 64 : major >= 8 ? 128 : 0;
-    if (!lanes) {
-        snprintf(how, n, "no fp32 lane count known for sm_%d%d", major, minor);
+    const char* unit;
+    int per_sm;
+    if (cuda_bf16_enabled()) {
+        // dense bf16 multiply-adds per SM and clock with fp32 accumulation (NVIDIA's A100 and
+        // H100 whitepapers: 312 and 989 TFLOP/s at their boost clocks): 1024 on sm_80, 2048 on
+        // sm_90; the other generations' parts differ within one generation
+        unit = "bf16 tensor-core multiply-adds";
+        per_sm = major == 8 && minor == 0 ? 1024 : major == 9 && minor == 0 ? 2048 : 0;
+    } else {
+        // fp32 lanes by generation (NVIDIA's CUDA programming guide): 64 on Volta, Turing and
+        // A100, 128 on the others from sm_86 on
+        unit = "fp32 lanes";
+        per_sm = major == 7 || (major == 8 && minor == 0) ? 64 : major >= 8 ? 128 : 0;
+    }
+    if (!per_sm) {
+        snprintf(how, n, "no count of %s per SM known for sm_%d%d", unit, major, minor);
         return 0.0;
     }
-    snprintf(how, n, "%d SMs x %d fp32 lanes x 2 x %.2f GHz (the driver's peak clock)", sms, lanes, khz / 1e6);
-    return (double)sms * lanes * 2.0 * khz / 1e6;
+    snprintf(how, n, "%d SMs x %d %s x 2 x %.2f GHz (the driver's peak clock)", sms, per_sm, unit, khz / 1e6);
+    return (double)sms * per_sm * 2.0 * khz / 1e6;
 }
 
 // NCCL's all-reduce in place, one GPU per rank; the communicator's id travels over MPI once

@@ -1,4 +1,5 @@
-// The CUDA backend: cuBLAS for matmuls (fp32, TF32 off), kernels of its own for the rest,
+// The CUDA backend: cuBLAS for matmuls (fp32 with TF32 off, or bf16 operands on the tensor
+// cores for precision = bf16), kernels of its own for the rest,
 // device memory, NCCL across ranks. Its operations are those of the backend table
 // (model/backend.h), where each is specified; this header is shared by its .cu files.
 #ifndef DIFFTX_CUDA_H
@@ -36,7 +37,7 @@ cublasHandle_t cuda_cublas(void);
 size_t cuda_shared_memory_limit(void);
 // Device scratch of at least `bytes`, valid until the next cuda_scratch call with the same slot;
 // every operation runs on one stream in order, so reuse across operations is safe
-enum { SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_SLOTS };
+enum { SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_BF16_A, SCRATCH_BF16_B, SCRATCH_BF16_C, SCRATCH_SLOTS };
 void* cuda_scratch(int slot, size_t bytes);
 void* cuda_alloc(size_t bytes);
 void cuda_release(void* buf);
@@ -45,6 +46,23 @@ void cuda_download(void* host, const void* src, size_t bytes);
 // column-major sgemm on the backend's handle: C (m, n) = alpha op(A) op(B) + beta C
 void cuda_sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float* A, int lda,
                 const float* B, int ldb, float beta, float* C, int ldc);
+// x (n) filled with values in [-1, 1) for timing products: a GPU multiplying zeros draws less
+// power and clocks higher than on real data
+void cuda_fill(float* x, size_t n);
+// The best time in ms of a few calls of call(ctx) on the GPU's clock (the first, which loads
+// its kernel, not counted): how the matmul rates are measured
+float cuda_best_ms(void (*call)(void* ctx), void* ctx);
+
+// ---- matmul_bf16.cu: the weights' products in bf16 (precision = bf16) ----
+// cuda_bf16_enable turns them on or off (returns NULL: every GPU this backend runs on has bf16
+// tensor cores); matmul_forward and matmul_backward then take the two functions below
+const char* cuda_bf16_enable(int on);
+int cuda_bf16_enabled(void);
+void cuda_weights_changed(const float* w, size_t n);
+void cuda_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
+void cuda_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
+// GFLOP/s of a 4096^3 bf16 product
+double cuda_bf16_matmul_rate(void);
 
 // ---- a kernel both layers.cu and attention.cu launch ----
 // *out = x[0] + x[1] + ... + x[n-1], added in that order on one thread: the order of the CPU

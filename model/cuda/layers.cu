@@ -60,14 +60,19 @@ void cuda_matmul_spent(double* seconds, double* flops) {
 
 void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
     matmul_begin();
-    cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, w, IC, inp, IC, accumulate ? 1.0f : 0.0f, out, OC);
+    if (cuda_bf16_enabled()) cuda_bf16_matmul_forward(out, inp, w, N, IC, OC, accumulate);
+    else cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, w, IC, inp, IC, accumulate ? 1.0f : 0.0f, out, OC);
     matmul_end(2.0 * N * IC * (double)OC);
 }
 
 void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
     matmul_begin();
-    cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, w, IC, dout, OC, 0.0f, dinp, IC);
-    cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC);
+    if (cuda_bf16_enabled()) {
+        cuda_bf16_matmul_backward(dinp, dw, dout, inp, w, N, IC, OC);
+    } else {
+        cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, w, IC, dout, OC, 0.0f, dinp, IC);
+        cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC);
+    }
     matmul_end(4.0 * N * IC * (double)OC);
 }
 

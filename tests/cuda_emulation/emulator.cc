@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cublas_v2.h"
+#include "cuda_bf16.h"
 #include "cuda_runtime.h"
 
 dim3 threadIdx(0, 0, 0), blockIdx(0, 0, 0), blockDim, gridDim;
@@ -707,36 +708,73 @@ const char* cublasGetStatusString(cublasStatus_t status) {
     switch (status) {
         case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
         case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
         default: return "CUBLAS_STATUS_INVALID_VALUE";
     }
 }
 
-// A column-major (rows, cols) operand with leading dimension ld lies inside one device allocation
-static void check_operand(const char* name, const float* p, int rows, int cols, int ld) {
+// A column-major (rows, cols) operand of `element` bytes with leading dimension ld lies inside one
+// device allocation
+static void check_operand(const char* call, const char* name, const void* p, int rows, int cols, int ld, size_t element) {
     if (!rows || !cols) return;
-    size_t bytes = ((size_t)ld * (cols - 1) + rows) * sizeof(float);
+    size_t bytes = ((size_t)ld * (cols - 1) + rows) * element;
     if (device_region(p, bytes)) return;
-    host_call = "cublasSgemm";
+    host_call = call;
     report("operand %s (%d x %d, leading dimension %d: %zu bytes from %p) is not inside one device allocation", name, rows, cols, ld,
-           bytes, (const void*)p);
+           bytes, p);
 }
 
-cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
-                           const float* A, int lda, const float* B, int ldb, const float* beta, float* C, int ldc) {
+// cuBLAS's checks of a product's shape, then of its operands' memory: returns a status other
+// than success to give back, or success to compute
+static cublasStatus_t check_product(const char* call, cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                    int k, const void* A, int lda, const void* B, int ldb, const void* C, int ldc, size_t ab_element) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
     int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
     if (m < 0 || n < 0 || k < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m))
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (!m || !n) return CUBLAS_STATUS_SUCCESS;
-    if (k) {
-        check_operand("A", A, a_rows, a_cols, lda);
-        check_operand("B", B, b_rows, b_cols, ldb);
+    if (m && n && k) {
+        check_operand(call, "A", A, a_rows, a_cols, lda, ab_element);
+        check_operand(call, "B", B, b_rows, b_cols, ldb, ab_element);
     }
-    check_operand("C", C, m, n, ldc);
+    if (m && n) check_operand(call, "C", C, m, n, ldc, sizeof(float));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
+                           const float* A, int lda, const float* B, int ldb, const float* beta, float* C, int ldc) {
+    cublasStatus_t status = check_product("cublasSgemm", handle, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, sizeof(float));
+    if (status != CUBLAS_STATUS_SUCCESS || !m || !n) return status;
     host_call = "cublasSgemm";
     cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k,
                 *alpha, A, lda, B, ldb, *beta, C, ldc);
+    host_call = NULL;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// A column-major bf16 operand widened to fp32, packed (leading dimension rows)
+static std::vector<float> widened(const void* p, int rows, int cols, int ld) {
+    std::vector<float> out((size_t)rows * cols);
+    const __nv_bfloat16* x = (const __nv_bfloat16*)p;
+    for (int c = 0; c < cols; c++) {
+        for (int r = 0; r < rows; r++) out[(size_t)c * rows + r] = __bfloat162float(x[(size_t)c * ld + r]);
+    }
+    return out;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* alpha,
+                            const void* A, cudaDataType a_type, int lda, const void* B, cudaDataType b_type, int ldb, const void* beta,
+                            void* C, cudaDataType c_type, int ldc, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    if (a_type != CUDA_R_16BF || b_type != CUDA_R_16BF || c_type != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F || algo != CUBLAS_GEMM_DEFAULT)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    cublasStatus_t status = check_product("cublasGemmEx", handle, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, sizeof(__nv_bfloat16));
+    if (status != CUBLAS_STATUS_SUCCESS || !m || !n) return status;
+    int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
+    int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
+    host_call = "cublasGemmEx";
+    std::vector<float> a = widened(A, a_rows, a_cols, lda), b = widened(B, b_rows, b_cols, ldb);
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k,
+                *(const float*)alpha, a.data(), std::max(1, a_rows), b.data(), std::max(1, b_rows), *(const float*)beta, (float*)C, ldc);
     host_call = NULL;
     return CUBLAS_STATUS_SUCCESS;
 }

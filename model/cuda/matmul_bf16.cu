@@ -1,0 +1,101 @@
+// The weights' products with bf16 operands, fp32 accumulation and fp32 output on the tensor
+// cores, through cuBLAS's GemmEx (`precision = bf16`).
+//
+// The weights are rounded to bf16 once after each change (weights_changed: once per optimizer
+// step) into device copies every product reads; activations and gradients are rounded once per
+// product that reads them, into scratch. Everything else (the stored activations, norms,
+// attention, softmax, cross-entropy, AdamW and its fp32 master weights) stays fp32. The
+// products run on a cuBLAS handle of their own in the default math mode: the fp32 handle's
+// pedantic mode is for fp32 (no TF32), and bf16 operands with fp32 compute are what the tensor
+// cores do in any mode.
+#include <cuda_bf16.h>
+
+#include "cuda.h"
+
+extern "C" {
+#include "../base/util.h"
+#include "../weight_copies.h"
+}
+
+static int enabled;
+static cublasHandle_t tensor_cores;
+
+__global__ void round_to_bf16_kernel(__nv_bfloat16* out, const float* x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(x[i]);
+}
+
+static void round_all(__nv_bfloat16* out, const float* x, size_t n) {
+    if (!n) return;
+    round_to_bf16_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(out, x, n);
+    cudaCheckLaunch();
+}
+
+// ---- the weights' bf16 copies in device memory, and every other operand rounded into scratch ----
+static void* copy_alloc(size_t n) { return cuda_alloc(n * sizeof(__nv_bfloat16)); }
+static void copy_round(void* copy, const float* w, size_t n) { round_all((__nv_bfloat16*)copy, w, n); }
+static WeightCopies copies = {copy_alloc, cuda_release, copy_round, sizeof(__nv_bfloat16), {}};
+
+void cuda_weights_changed(const float* w, size_t n) { weight_copies_changed(&copies, w, n, enabled); }
+
+// x (n) as bf16: its weights' copy where x lies in a range of weights, else rounded into scratch
+static const __nv_bfloat16* operand(const float* x, size_t n, int slot) {
+    const __nv_bfloat16* copy = (const __nv_bfloat16*)weight_copies_find(&copies, x, n);
+    if (copy) return copy;
+    __nv_bfloat16* out = (__nv_bfloat16*)cuda_scratch(slot, n * sizeof(__nv_bfloat16));
+    round_all(out, x, n);
+    return out;
+}
+
+// column-major C (m, n) = op(A) op(B) + beta C, A and B in bf16
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const __nv_bfloat16* A, int lda,
+                 const __nv_bfloat16* B, int ldb, float beta, float* C, int ldc) {
+    const float one = 1.0f;
+    cublasCheck(cublasGemmEx(tensor_cores, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// the fp32 products' layout (layers.cu): row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X
+void cuda_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+    const __nv_bfloat16* x = operand(inp, (size_t)N * IC, SCRATCH_BF16_A);
+    const __nv_bfloat16* wt = operand(w, (size_t)OC * IC, SCRATCH_BF16_B);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, wt, IC, x, IC, accumulate ? 1.0f : 0.0f, out, OC);
+}
+
+void cuda_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
+    const __nv_bfloat16* d = operand(dout, (size_t)N * OC, SCRATCH_BF16_A);
+    const __nv_bfloat16* wt = operand(w, (size_t)OC * IC, SCRATCH_BF16_B);
+    const __nv_bfloat16* x = operand(inp, (size_t)N * IC, SCRATCH_BF16_C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, wt, IC, d, OC, 0.0f, dinp, IC);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, d, OC, 1.0f, dw, IC);
+}
+
+int cuda_bf16_enabled(void) { return enabled; }
+
+const char* cuda_bf16_enable(int on) {
+    if (on && !tensor_cores) {
+        cublasCheck(cublasCreate(&tensor_cores));
+        cublasCheck(cublasSetMathMode(tensor_cores, CUBLAS_DEFAULT_MATH));
+    }
+    enabled = on;
+    return NULL;
+}
+
+static void square_product(void* operands) {
+    const int n = 4096;
+    void** ac = (void**)operands;
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, (const __nv_bfloat16*)ac[0], n, (const __nv_bfloat16*)ac[0], n, 0.0f, (float*)ac[1], n);
+}
+
+double cuda_bf16_matmul_rate(void) {
+    const int n = 4096;
+    size_t count = (size_t)n * n;
+    float* x = (float*)cuda_alloc(count * sizeof(float));
+    cuda_fill(x, count);
+    void* ac[2] = {cuda_alloc(count * sizeof(__nv_bfloat16)), x};  // x is then the product's output
+    round_all((__nv_bfloat16*)ac[0], x, count);
+    float ms = cuda_best_ms(square_product, ac);
+    cuda_release(ac[0]);
+    cuda_release(x);
+    return 2.0 * count * n / (ms / 1e3) / 1e9;
+}

@@ -1,0 +1,66 @@
+// bf16 written here from the format's definition, for the tests' references: the rounding (to
+// nearest, ties to even), and the reference a model's bf16 error is judged by under
+// FlashAttention's rule (no more than twice the error of the same computation done in bf16
+// another way): the CPU backend with every weight product's operands rounded to bf16 here, then
+// multiplied by OpenBLAS in fp32. It runs on any CPU, and shares no code with oneDNN's or
+// cuBLAS's bf16 products.
+#ifndef DIFFTX_TESTS_BF16_REFERENCE_H
+#define DIFFTX_TESTS_BF16_REFERENCE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/base/util.h"
+#include "../model/cpu/cpu.h"
+
+// x rounded to bf16 and back (a NaN or an infinity kept)
+static inline float bf16_reference_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    if ((u & 0x7FFFFFFFu) <= 0x7F800000u) u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    float r;
+    memcpy(&r, &u, sizeof(r));
+    return r;
+}
+
+static inline float* bf16_reference_copy(const float* x, size_t n, int slot) {
+    static float* scratch[3];
+    static size_t capacity[3];
+    if (n > capacity[slot]) {
+        free(scratch[slot]);
+        scratch[slot] = mallocCheck(n * sizeof(float));
+        capacity[slot] = n;
+    }
+    for (size_t i = 0; i < n; i++) scratch[slot][i] = bf16_reference_round(x[i]);
+    return scratch[slot];
+}
+
+static inline void bf16_reference_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+    cpu_matmul_forward(out, bf16_reference_copy(inp, (size_t)N * IC, 0), bf16_reference_copy(w, (size_t)OC * IC, 1), N, IC, OC,
+                       accumulate);
+}
+
+static inline void bf16_reference_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
+                                           int OC) {
+    cpu_matmul_backward(dinp, dw, bf16_reference_copy(dout, (size_t)N * OC, 0), bf16_reference_copy(inp, (size_t)N * IC, 1),
+                        bf16_reference_copy(w, (size_t)OC * IC, 2), N, IC, OC);
+}
+
+// The CPU backend's table with those products (call with the CPU backend in fp32)
+static inline Backend bf16_reference_backend(void) {
+    Backend b = *backend_named("cpu");
+    b.matmul_forward = bf16_reference_forward;
+    b.matmul_backward = bf16_reference_backward;
+    return b;
+}
+
+// relative L2 error of got against ref
+static inline double relative_l2(const float* got, const float* ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]), den += (double)ref[i] * ref[i];
+    return sqrt(num / (den + 1e-300));
+}
+
+#endif
