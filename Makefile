@@ -1,6 +1,7 @@
 # difftx: Differential Transformer research harness.
 #   make train   fetch the default corpus, prepare it and train the default model end to end
 #   make test    build and run every test (prints "N passed, M failed")
+#   make check   the unit programs alone, in under a minute: the fast loop while editing
 #   make bench   training speed, MFU and peak memory of the two attention variants
 #   make data    only the default corpus, tokenizer and token shards
 #   make table6 | table2 | fig5 | table3 | table5 | fig8   the paper's tables and figures from models trained here
@@ -86,7 +87,7 @@ CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 TESTS := test_blas_kernel test_bf16 test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: browser-deps all help deps data train test bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
+.PHONY: browser-deps all help deps data train check test bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
 .SECONDARY:
 all: $(B)/difftx
 
@@ -238,6 +239,13 @@ BROWSER_PACKAGES := chromium jq
 browser-deps:
 	@if [ "$$(id -u)" = 0 ]; then $(call ensure,$(BROWSER_PACKAGES)); fi
 
+# The fast loop beside `make test`: the unit programs alone, test_backend_ops at its small
+# shapes; no CUDA build, emulation, end-to-end runs or test_checkpoint (46 s of corrupt files):
+# under a minute on 2 cores
+CHECK_TESTS := $(filter-out test_checkpoint,$(TESTS))
+check: $(addprefix $(B)/,$(CHECK_TESTS))
+	BUILD=$(B) tests/run.sh --check $(CHECK_TESTS)
+
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
 test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openblas.so $(if $(SANITIZE),,cuda-build) \
       $(if $(SANITIZE)$(CUDA),,$(EMU_ALL)) browser-deps
@@ -260,6 +268,7 @@ bench: $(B)/difftx
 help:
 	@echo "make                 build build/difftx (CUDA=1: build/cuda/difftx; SANITIZE=1: build/san/difftx)"
 	@echo "make train           fetch and prepare the default corpus, train the default DIFF model, sample from it"
+	@echo "make check           the unit programs alone, in under a minute: the fast loop"
 	@echo "make test            every test (SANITIZE=1: under AddressSanitizer and UBSan, in build/san)"
 	@echo "make data            the default corpus, tokenizer and token shards only"
 	@echo "make bench           training speed, MFU and peak memory"

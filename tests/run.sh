@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Runs the test programs named on the command line (build/NAME) and the shell tests, then
-# prints the total of their "N passed, M failed" lines.
+# tests/run.sh [--check] PROGRAM...: runs the test programs named (build/NAME) and the shell
+# tests, then prints the total of their "N passed, M failed" lines. --check (make check) runs
+# the programs named alone, test_backend_ops at its small shapes: the fast loop.
 set -u
+check=0
+if [ "${1:-}" = --check ]; then
+    check=1
+    shift
+fi
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 export BUILD=${BUILD:-build}  # build/san for make test SANITIZE=1
@@ -23,7 +29,16 @@ run() {  # NAME COMMAND...
     [ $rc -eq 0 ] || [ "${summary#*, }" != "0 failed" ] || broken="$broken $name(exit $rc)"
     echo "   ($((SECONDS - start)) s)"
 }
-for t in "$@"; do run "$t" "$BUILD/$t"; done
+finish() {
+    [ -z "$broken" ] || echo "broken test programs:$broken"
+    echo "$total_passed passed, $total_failed failed"
+    [ $total_failed -eq 0 ] && [ -z "$broken" ]
+    exit
+}
+for t in "$@"; do
+    if [ $check = 1 ] && [ "$t" = test_backend_ops ]; then run "$t" "$BUILD/$t" --small; else run "$t" "$BUILD/$t"; fi
+done
+[ $check = 0 ] || finish
 # the CUDA kernels under the CPU emulation (tests/cuda_emulation; not built under the sanitizers)
 if [ -x "$BUILD/emu/test_backend_ops" ]; then
     run test_backend_ops_emulated "$BUILD/emu/test_backend_ops"
@@ -68,6 +83,4 @@ run test_corpora_sh tests/test_corpora.sh
 [ "$BUILD" = build/san ] || run test_make tests/test_make.sh  # the plain build's targets
 # the CUDA build, compiled by make test wherever nvcc is found
 if [ "$BUILD" != build/san ] && [ -x build/cuda/difftx ]; then run test_cuda_build tests/test_cuda_build.sh; fi
-[ -z "$broken" ] || echo "broken test programs:$broken"
-echo "$total_passed passed, $total_failed failed"
-[ $total_failed -eq 0 ] && [ -z "$broken" ]
+finish

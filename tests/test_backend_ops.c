@@ -30,6 +30,7 @@
 // against two heads over two tokens written out by hand. Buffers: allocation zeroed, copies
 // exact, `zero` clearing exactly its bytes, and a buffer past 2 MiB (the CPU maps those on huge
 // pages) zeroed after a written one is released and starting on a 2 MiB boundary.
+// `--op GROUP` runs one group of operations alone (`--op attention`), for a fast loop on one.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -1114,17 +1115,29 @@ static void test_table(void) {
     }
 }
 
-// usage: test_backend_ops [--backend DEVICE] [--small]. --backend runs the backend a device names (cpu, cuda) alone and
+// The operations' groups, for --op
+static const char* const OPS[] = {"table", "buffers", "matmul", "bf16", "rmsnorm", "rope", "swiglu", "embedding", "crossentropy",
+                                  "attention", "lambda", "optimizer", NULL};
+static const char* only_op;
+static int wanted(const char* op) { return !only_op || strcmp(only_op, op) == 0; }
+
+// usage: test_backend_ops [--backend DEVICE] [--small] [--op OP]. --backend runs the backend a device names (cpu, cuda) alone and
 // fails when it cannot run here; --small leaves out the widest and longest attention shapes
-// (for compute-sanitizer, whose racecheck is slow)
+// (for compute-sanitizer, whose racecheck is slow); --op runs one group of operations (OPS)
 int main(int argc, char** argv) {
     const char* only = NULL;
     int small = 0;
+    const char* usage = "usage: test_backend_ops [--backend DEVICE] [--small] [--op table|buffers|matmul|bf16|rmsnorm|rope|swiglu|embedding|"
+                        "crossentropy|attention|lambda|optimizer]";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--small") == 0) small = 1;
-        else die("test_backend_ops: unknown argument '%s' (usage: test_backend_ops [--backend DEVICE] [--small])", argv[i]);
+        else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) only_op = argv[++i];
+        else die("test_backend_ops: unknown argument '%s' (%s)", argv[i], usage);
     }
+    int known = !only_op;
+    for (int i = 0; OPS[i]; i++) known |= only_op && strcmp(OPS[i], only_op) == 0;
+    if (!known) die("test_backend_ops: no operation group '%s' (%s)", only_op, usage);
     if (only) backend_named(only);  // dies saying why when it cannot run here
     for (int b = 0; b < backend_count(); b++) {
         if (only && strcmp(backend_at(b)->device, only) != 0) continue;
@@ -1135,31 +1148,43 @@ int main(int argc, char** argv) {
         }
         be = backend_named(backend_at(b)->device);
         int before = checks_passed + checks_failed;
-        test_table();
-        test_buffers();
-        test_matmul_untimed();
-        test_matmul(1, 1, 1);
-        test_matmul(7, 13, 5);
-        test_matmul(64, 96, 33);
-        test_matmul(130, 64, 256);
-        test_matmul(1, 256, 1514);  // a decoding step's row through a feed-forward's width
-        test_matmul(331, 40, 197);  // rows (forward, input gradient) and output channels (weight gradient) in uneven bands
-        test_matmul_spent_many(2500);
-        test_bf16();
-        test_rmsnorm(1, 1, 1.0f);
-        test_rmsnorm(9, 16, 1.0f);
-        test_rmsnorm(33, 64, 0.7f);
-        test_rmsnorm(150, 40, 0.9f);  // the weight gradient over three row blocks, the last one partial
-        test_rope(6, 3, 2, 4, 10);
-        test_rope(70, 70, 5, 8, 48);
-        test_swiglu(1, 1);
-        test_swiglu(9, 40);
-        test_embedding(5, 7, 3);
-        test_embedding(40, 6, 16);
-        test_crossentropy(1, 2);
-        test_crossentropy(13, 300);
+        if (wanted("table")) test_table();
+        if (wanted("buffers")) test_buffers();
+        if (wanted("matmul")) {
+            test_matmul_untimed();
+            test_matmul(1, 1, 1);
+            test_matmul(7, 13, 5);
+            test_matmul(64, 96, 33);
+            test_matmul(130, 64, 256);
+            test_matmul(1, 256, 1514);  // a decoding step's row through a feed-forward's width
+            test_matmul(331, 40, 197);  // rows (forward, input gradient) and output channels (weight gradient) in uneven bands
+            test_matmul_spent_many(2500);
+        }
+        if (wanted("bf16")) test_bf16();
+        if (wanted("rmsnorm")) {
+            test_rmsnorm(1, 1, 1.0f);
+            test_rmsnorm(9, 16, 1.0f);
+            test_rmsnorm(33, 64, 0.7f);
+            test_rmsnorm(150, 40, 0.9f);  // the weight gradient over three row blocks, the last one partial
+        }
+        if (wanted("rope")) {
+            test_rope(6, 3, 2, 4, 10);
+            test_rope(70, 70, 5, 8, 48);
+        }
+        if (wanted("swiglu")) {
+            test_swiglu(1, 1);
+            test_swiglu(9, 40);
+        }
+        if (wanted("embedding")) {
+            test_embedding(5, 7, 3);
+            test_embedding(40, 6, 16);
+        }
+        if (wanted("crossentropy")) {
+            test_crossentropy(1, 2);
+            test_crossentropy(13, 300);
+        }
         const LogitQuant none = {0, QUANT_PER_TENSOR}, tensor4 = {4, QUANT_PER_TENSOR}, row6 = {6, QUANT_PER_ROW};
-        for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
+        for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT && wanted("attention"); k++) {
             test_attention(k, 2, 1, 2, 4, 0, none);   // one row
             test_attention(k, 2, 5, 2, 4, 0, none);   // a partial block
             test_attention(k, 2, 64, 1, 8, 0, none);  // exactly one block
@@ -1178,17 +1203,26 @@ int main(int argc, char** argv) {
             test_attention(k, 1, 1024, 1, 64, 0, none);
             test_attention(k, 2, 70, 1, 128, 0, none);
         }
-        test_diff2_pairing(ATTN_DIFF2);
-        test_diff2_pairing(ATTN_DIFF2_HALVES);
-        test_grouped_is_diff();
-        test_lambda(4);
-        test_lambda(32);
-        test_optimizer(1);
-        test_optimizer(1000);
-        test_optimizer(200003);  // more than one of the squared sum's chunks
-        double rate = be->matmul_rate();
-        CHECK(rate > 0 && isfinite(rate), "%s matmul_rate %.1f GFLOP/s", be->name, rate);
-        printf("backend %s: %d checks, matmul rate %.1f GFLOP/s\n", be->name, checks_passed + checks_failed - before, rate);
+        if (wanted("attention")) {
+            test_diff2_pairing(ATTN_DIFF2);
+            test_diff2_pairing(ATTN_DIFF2_HALVES);
+            test_grouped_is_diff();
+        }
+        if (wanted("lambda")) {
+            test_lambda(4);
+            test_lambda(32);
+        }
+        if (wanted("optimizer")) {
+            test_optimizer(1);
+            test_optimizer(1000);
+            test_optimizer(200003);  // more than one of the squared sum's chunks
+        }
+        double rate = wanted("matmul") ? be->matmul_rate() : 0;
+        if (wanted("matmul")) CHECK(rate > 0 && isfinite(rate), "%s matmul_rate %.1f GFLOP/s", be->name, rate);
+        printf("backend %s: %d checks", be->name, checks_passed + checks_failed - before);
+        if (only_op) printf(" of %s", only_op);
+        if (wanted("matmul")) printf(", matmul rate %.1f GFLOP/s", rate);
+        printf("\n");
     }
     return check_summary();
 }

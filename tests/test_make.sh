@@ -10,7 +10,8 @@
 # tracked files (a clean clone's tree, with this checkout's edits): `make help` for real, the
 # others as `make -n` (they train for minutes to hours), each of which must plan without error;
 # `make CUDA=1` and `make gpu-bundle` where no nvcc is found must say so. A changed header
-# rebuilds the objects that include it and no others (the compiler's -MMD lists).
+# rebuilds the objects that include it and no others (the compiler's -MMD lists). `make check`
+# plans the unit programs alone, and test_backend_ops --op runs one group of operations.
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
@@ -101,4 +102,18 @@ while read -r command; do
     fi
 done < <(documented_make_commands)
 expect "the README and docs show at least 30 make commands (found $n)" test "$n" -ge 30
+
+# The fast loop: make check runs the unit programs alone (tests/run.sh --check), test_backend_ops
+# at its small shapes; test_backend_ops --op runs one group of operations
+plan=$(make --no-print-directory -n check 2>&1)
+expect "make check runs the unit programs through run.sh --check, test_checkpoint left out" \
+    bash -c 'grep -q "tests/run.sh --check .*test_backend_ops" <<<"$1" && ! grep -q test_checkpoint <<<"$1"' _ "$plan"
+out=$(tests/run.sh --check test_blas_kernel 2>&1)
+expect "run.sh --check runs only the programs named and totals them" \
+    bash -c 'test "$(grep -c "^== " <<<"$1")" = 1 && grep -qE "^[0-9]+ passed, 0 failed$" <<<"$1"' _ "$out"
+out=$(${BUILD:-build}/test_backend_ops --op rope 2>&1)
+expect "test_backend_ops --op rope runs the rope group alone ($(grep -m1 '^backend cpu' <<<"$out"))" \
+    grep -qE "^backend cpu: [0-9] checks of rope$" <<<"$out"
+expect_fail "test_backend_ops --op refuses a group it does not have, naming those it has" \
+    "no operation group 'ropes' \(usage: .*\|rope\|" ${BUILD:-build}/test_backend_ops --op ropes
 summary
