@@ -186,7 +186,7 @@ static int is_llmc_folder(const char* dir) {
         // a relative path is read from the working folder: say which folder was looked at
         char cwd[4096] = "";
         if (dir[0] != '/' && !getcwd(cwd, sizeof(cwd))) cwd[0] = 0;
-        die("key 'data': '%s' is not a folder%s%s%s; run `make data` or `difftx prepare` first", dir, cwd[0] ? " (looked for it in " : "",
+        die("key 'data': '%s' is not a folder%s%s%s; run `make data` or `difftx prepare` first, or name a folder of llm.c's token shards", dir, cwd[0] ? " (looked for it in " : "",
             cwd, cwd[0] ? ")" : "");
     }
     path_printf(path, sizeof(path), "%s/tokenizer.bin", dir);

@@ -46,7 +46,7 @@ Recipe* recipe_load(const char* path, ExtraKey extra_key);
 // word that is not key=value, a bad value, a key some row sets (the rows differ in it), and the
 // runner's derived keys (NULL-terminated: computed per row, an override would be lost).
 void recipe_override(Recipe* r, const char* const* words, int n, const char* const* derived, const char* path);
-// "smoke, small, paper": the [preset NAME] sections of the recipe file at path, into out
+// "smoke, small, gpu124m, paper": the [preset NAME] sections of the recipe file at path, into out
 void recipe_preset_names(const char* path, char* out, size_t n);
 // The preset called name, or dies naming the recipe
 const Section* recipe_preset(const Recipe* r, const char* name, const char* path);

@@ -8,7 +8,7 @@
 
 typedef struct {
     const char* table6_recipe;  // experiments/table6.ini
-    const char* preset;         // its preset: smoke, small, paper
+    const char* preset;         // its preset: smoke, small, gpu124m, paper
     const char* needle_recipe;  // experiments/needle.ini
     const char* needle_preset;  // smoke, default
     const char* results;

@@ -9,7 +9,7 @@
 
 typedef struct {
     const char* recipe;   // experiments/table6.ini
-    const char* preset;   // smoke, small, paper
+    const char* preset;   // smoke, small, gpu124m, paper
     int seeds;            // rows are trained with seeds seed, seed+1, ...
     const char* results;  // folder for registry.sqlite, run folders and table6.md
     const char* plots;    // folder for table6.png and table6_curves.png

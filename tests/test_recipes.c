@@ -1,7 +1,9 @@
 // Every row of the shipped recipes resolves, through the runners' own functions, to the model
 // docs/table6.md's and docs/retrieval.md's tables describe (attention, per-head norm, lambda_init, heads, width), in every
 // preset; the head_norm default follows the variant (the paper's Transformer has none). Rows
-// of one seed start from the same weights wherever their tensors coincide (paired rows).
+// of one seed start from the same weights wherever their tensors coincide (paired rows). The
+// one-GPU preset gpu124m is GPT-2 small's shape, its rows within 1% of each other's parameters at
+// GPT-2's vocabulary, 0.52 B tokens a row.
 //
 // In detail: rows of one seed are paired at initialisation (the Transformer and DIFF rows share
 // every weight tensor of one name and shape bit for bit; another seed changes each); every row of
@@ -79,6 +81,28 @@ static void test_table6(void) {
             Config cfg = table6_row_config(r, &r->presets[p], i, 0, path, "build/test_recipes");
             check_row(path, &r->presets[p], &cfg, spec);
         }
+    }
+    free(r);
+}
+
+// The one-GPU research preset: GPT-2 small's shape on llm.c's shards (GPT-2's 50,257 ids), every
+// row within 1% of the first row's parameters there (the check table6 makes before training),
+// 65,536 tokens a step and 0.52 B a row
+static void test_gpu_preset(void) {
+    const char* path = "experiments/table6.ini";
+    Recipe* r = recipe_load(path, table6_extra_key);
+    const Section* preset = recipe_preset(r, "gpu124m", path);
+    size_t first = 0;
+    for (int i = 0; i < r->n_rows; i++) {
+        Config cfg = table6_row_config(r, preset, i, 0, path, "build/test_recipes");
+        size_t params = model_param_count(&cfg.model, 50257);
+        if (i == 0) first = params;
+        long long tokens = (long long)cfg.optim.steps * cfg.batch_size * cfg.grad_accum * cfg.model.seq_len;
+        CHECK(cfg.model.d_model == 768 && cfg.model.n_layer == 12 && cfg.model.seq_len == 1024 && tokens == 524288000LL &&
+                  fabs((double)params - (double)first) <= 0.01 * first && strstr(cfg.data, "data/fineweb10B"),
+              "%s preset gpu124m [row %s]: d_model %d, %d layers, context %d, %lld tokens, %zu parameters at GPT-2's vocabulary "
+              "(row %s: %zu), data %s", path, r->rows[i].name, cfg.model.d_model, cfg.model.n_layer, cfg.model.seq_len, tokens, params,
+              r->rows[0].name, first, cfg.data);
     }
     free(r);
 }
@@ -181,6 +205,7 @@ static void test_defaults(void) {
 
 int main(void) {
     test_table6();
+    test_gpu_preset();
     test_paired_init();
     test_needle();
     test_defaults();

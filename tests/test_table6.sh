@@ -279,7 +279,7 @@ refused "a study that is not a plain name" "key 'study': '../up' is not a name o
 refused "presets_from one level only" "'presets_from' in a file that 'presets_from' names: one level only" "$work/lr_nested.ini"
 { sed -n '1,/^\[preset small\]/p' "$work/table6.ini" | sed '$d'; echo "study = inside"; } > "$work/study_in_preset.ini"
 refused "study inside a preset is refused, not ignored" "unknown key 'study'" "$work/study_in_preset.ini"
-expect "the help lists the presets it takes from Table 6's recipe" bash -c "'$PWD/$bin' help table6 '$work/lr_stability.ini' 2>&1 | grep -qF 'presets of $work/lr_stability.ini: smoke, small, paper'"
+expect "the help lists the presets it takes from Table 6's recipe" bash -c "'$PWD/$bin' help table6 '$work/lr_stability.ini' 2>&1 | grep -qF 'presets of $work/lr_stability.ini: smoke, small, gpu124m, paper'"
 
 sed 's/^study = lr_stability$/study = table6/' "$work/lr_stability.ini" > "$work/lr_as_table6.ini"
 refused "a study named table6 is refused: it would write over Table 6's table" "key 'study': 'table6' is Table 6's own study" "$work/lr_as_table6.ini"
