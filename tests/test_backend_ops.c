@@ -1,25 +1,10 @@
-// The backend contract, in the spirit of ggml's test-backend-ops: every operation of the
-// backend table (model/backend.h) runs on random inputs at several shapes, through the table
-// only (inputs uploaded, outputs downloaded), on every backend built into the program, and is
-// compared with a plain reference written here: naive loops accumulating in double, attention
-// with whole T x T maps.
-//
-// Tolerance: |got - ref| <= atol + rtol * |ref| per element. fp32 arithmetic with sums of up to
-// a few hundred terms of O(1) values rounds at about 1e-6 relative; exp runs on vector libm
-// (a few ulp). rtol = 1e-4 and atol = 1e-5 leave two orders of magnitude above that and stay
-// far below any indexing, sign or scaling error, which is O(1). Exact operations (copies,
-// gathers, scale, add, the squared sum in double) are held to 0 or 1e-12.
-//
-// In detail: the backend contract. Every operation of the backend table, on every backend built in,
-// through the table only (inputs uploaded, outputs downloaded), on random inputs at several shapes
-// (matmuls from 1×1×1 to 130×64×256, and a decoding step's one row of 256 × 1,514; attention for
-// every variant at T = 1, 5, 64, 70 and 130, so whole and partial 64-row query blocks, and
-// decoding with 30 and 70 cached rows),
-// against plain references written in the test: naive loops accumulating in double, attention with
-// whole T × T maps and its gradient worked out by hand. Tolerance |got − ref| ≤ 1e-5 + 1e-4·|ref|
-// per element (attention's dqkv: 1e-5 times its largest element, where sums cancel; fp32 rounding is
-// about 1e-6 relative); copies, gathers and scaling exact; the
-// squared sum within 1e-12. A 0.1% scaling error or a flipped sign fails it. Attention again with
+// The backend contract. Every operation of the backend table, on every backend built in, through
+// the table only (inputs uploaded, outputs downloaded), on random inputs at several shapes (matmuls
+// from 1×1×1 to 130×64×256, and a decoding step's one row of 256 × 1,514; attention for every
+// variant at T = 1, 5, 64, 70 and 130, so whole and partial 64-row query blocks, and decoding with
+// 30 and 70 cached rows), against plain references written in the test: naive loops accumulating in
+// double, attention with whole T × T maps and its gradient worked out by hand, to the tolerances
+// below. A 0.1% scaling error or a flipped sign fails it. Attention again with
 // its logits quantized (4 bits per tensor across three query blocks and when decoding, 6 bits per
 // row), forward, backward and maps, against the reference quantizing in double; and the logits
 // every attention call shows its hook equal the reference's (quantized where asked; a logit within
@@ -27,10 +12,20 @@
 // quantization from the backward's recomputation, or scaling per row where per tensor is asked,
 // fails it. DIFF V2's pairing (query heads 2i and 2i+1 inside key/value group i, the official
 // code's) and its "halves" ablation (query heads i and i + H, each on its own key/value head)
-// against two heads over two tokens written out by hand. Buffers: allocation zeroed, copies
-// exact, `zero` clearing exactly its bytes, and a buffer past 2 MiB (the CPU maps those on huge
-// pages) zeroed after a written one is released and starting on a 2 MiB boundary.
-// `--op GROUP` runs one group of operations alone (`--op attention`), for a fast loop on one.
+// against two heads over two tokens written out by hand. Buffers: allocation zeroed, copies exact,
+// `zero` clearing exactly its bytes, and a buffer past 2 MiB (the CPU maps those on huge pages)
+// zeroed after a written one is released and starting on a 2 MiB boundary. With precision =
+// bf16, on each backend that runs it: the weights' products against the bf16-rounded operands'
+// double product and the fp32 one (their bounds at expect_bf16_product), and the weights' bf16
+// copies made once per announced change. `--op GROUP` runs one group of operations alone
+// (`--op attention`), for a fast loop on one.
+//
+// Tolerance: |got - ref| <= atol + rtol * |ref| per element. fp32 arithmetic with sums of up to
+// a few hundred terms of O(1) values rounds at about 1e-6 relative; exp runs on vector libm
+// (a few ulp). rtol = 1e-4 and atol = 1e-5 leave two orders of magnitude above that and stay
+// far below any indexing, sign or scaling error, which is O(1); attention's dqkv, whose sums
+// cancel, to 1e-5 times its largest element. Exact operations (copies, gathers, scale, add, the
+// squared sum in double) are held to 0 or 1e-12.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>

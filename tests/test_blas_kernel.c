@@ -1,17 +1,12 @@
-// The choice of OpenBLAS kernel as pure logic, on any CPU: instruction sets to kernel, the
-// decision to replace OpenBLAS's own choice (never over the user's OPENBLAS_CORETYPE), and the
-// numeric self-check that must refuse a kernel computing wrong results; the instructions a
-// kernel the user names needs and the CPU lacks (refused at start). The restart itself
-// runs end to end in tests/test_cli.sh. Also the peak rate's description.
-//
-// In detail: the choice of OpenBLAS's kernel as logic, on any CPU: instruction sets to kernel, when
-// OpenBLAS's own choice is replaced (never over `OPENBLAS_CORETYPE`, never for a kernel name it
-// does not know), the sgemm self-check passing two correct summation orders and refusing a dropped
-// k, an ignored beta, one element off by 1e-3 and a NaN; the CPU's peak within what 1-2 FMA units
-// at 1-6 GHz allow. `test_cli` runs the restart end to end through `tests/fake_openblas.c`, an
+// The choice of OpenBLAS's kernel as logic, on any CPU: instruction sets to kernel, when OpenBLAS's
+// own choice is replaced (never over `OPENBLAS_CORETYPE`, never for a kernel name it does not
+// know), the sgemm self-check passing two correct summation orders and refusing a dropped k, an
+// ignored beta, one element off by 1e-3 and a NaN; the CPU's peak within what 1-2 FMA units at 1-6
+// GHz allow. `test_cli` runs the restart end to end through `tests/fake_openblas.c`, an
 // `LD_PRELOAD` OpenBLAS that answers as on a CPU model it does not know: the widest kernel runs and
 // is recorded, a kernel that fails the self-check gives way with one warning, the user's variable
-// stands, and `bench` reports and records both MFUs.
+// stands, and `bench` reports and records both MFUs. A kernel the user names whose instructions the
+// CPU lacks is refused at start.
 #include <string.h>
 
 #include "../model/cpu/cpu.h"

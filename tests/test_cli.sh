@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# Bad input through the command line: each case must exit non-zero with a message naming
-# the file, line or key, and leave nothing half-written.
-#
-# In detail: every bad-input case the docs name, with the message it must print; no output over its own
-# input (`prepare C C`, `prepare P P/texts`, an output inside the corpus, through `./`, `..` and a
-# symbolic link; `needle-data D D`; `export CK CK`; `attn` onto its maps file) and no output
-# replacing a FIFO or a folder this program did not make; paths with a newline, a tab, a trailing
-# space or bytes that are not UTF-8 refused; a repeated recipe section refused; a validation split
-# shorter than one window, `bench --vocab 0`, `needle-data --seq-len 0`, a training shard shorter
-# than one block and one of document separators only, each refused by name; `difftx runs` on a
-# read-only results folder; a Table 6 row that does not state `head_norm` refused before anything
-# trains; `init_from` keeping the source parameters; the recipe format (repeated keys, indented
-# lines, a 300-character comment, 300- and 500-character paths in a recipe and a checkpoint, NUL
-# bytes, a folder as recipe, `h = 4abc`); size keys too large and runs that need more memory than
-# the machine, refused before they allocate; a second `train` on a run folder refused naming the
-# first, the lock gone with a `kill -9`; fsync before and after the checkpoint's rename (strace); a
-# 140,000-byte token sampled whole; an interrupted `prepare` (strace fault injection) leaving the
-# old folder whole; shards of another tokenizer refused.
+# Bad input through the command line, each case exiting non-zero with a message naming the file,
+# line or key and leaving nothing half-written: Every bad-input case the docs name, with the message
+# it must print; no output over its own input (`prepare C C`, `prepare P P/texts`, an output inside
+# the corpus, through `./`, `..` and a symbolic link; `needle-data D D`; `export CK CK`; `attn` onto
+# its maps file) and no output replacing a FIFO or a folder this program did not make; paths with a
+# newline, a tab, a trailing space or bytes that are not UTF-8 refused; a repeated recipe section
+# refused; a validation split shorter than one window, `bench --vocab 0`, `needle-data --seq-len 0`,
+# a training shard shorter than one block and one of document separators only, each refused by name;
+# `difftx runs` on a read-only results folder; a Table 6 row that does not state `head_norm` refused
+# before anything trains; `init_from` keeping the source parameters; the recipe format (repeated
+# keys, indented lines, a 300-character comment, 300- and 500-character paths in a recipe and a
+# checkpoint, NUL bytes, a folder as recipe, `h = 4abc`); size keys too large and runs that need
+# more memory than the machine, refused before they allocate; a second `train` on a run folder
+# refused naming the first, the lock gone with a `kill -9`; fsync before and after the checkpoint's
+# rename (strace); a 140,000-byte token sampled whole; an interrupted `prepare` (strace fault
+# injection) leaving the old folder whole; shards of another tokenizer refused.
 #
 # Also here, in test_train, test_table6.sh and test_checkpoint: `--help` for every subcommand,
 # docs/recipes.md's key table equal to `difftx keys`, the nearest key or subcommand for a typo, the

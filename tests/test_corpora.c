@@ -1,15 +1,10 @@
-// Corpora at scale: JSON-lines documents decode back exactly (escapes, blank and malformed
-// lines), a long document read in pieces encodes as it would whole, a split written as several
-// shards holds the single shard's tokens and the loader covers all of them, and llm.c's shards
-// and GPT-2 token table read as they are.
-//
-// In detail: JSON-lines documents decoded exactly (escapes, blank, malformed and trailing-data
-// lines), a 9 MB document read in pieces encoding as it does whole, a split written as many shards
-// holding the single shard's tokens, the loader visiting every window of every shard once, llm.c's
-// shards and token table; through the command line: malformed lines named by file and line and
-// counted, a compressed file refused, a 147 MB corpus prepared under 100 MiB resident, training on
-// several shards and on llm.c shards, sampling GPT-2 ids with and without the token table, the
-// needle tasks refusing llm.c data, broken llm.c shards named.
+// JSON-lines documents decoded exactly (escapes, blank, malformed and trailing-data lines), a 9 MB
+// document read in pieces encoding as it does whole, a split written as many shards holding the
+// single shard's tokens, the loader visiting every window of every shard once, llm.c's shards and
+// token table; through the command line: malformed lines named by file and line and counted, a
+// compressed file refused, a 147 MB corpus prepared under 100 MiB resident, training on several
+// shards and on llm.c shards, sampling GPT-2 ids with and without the token table, the needle tasks
+// refusing llm.c data, broken llm.c shards named.
 #define _GNU_SOURCE
 #include <string.h>
 

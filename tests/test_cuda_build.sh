@@ -1,16 +1,11 @@
 #!/usr/bin/env bash
-# The CUDA build (make CUDA=1, compiled by make test wherever nvcc is found) on whatever machine
-# runs the tests: without a usable GPU every cuda request stops with a clear message before
-# anything is written; its CPU backend passes the backend and device tests as the CPU build
-# does; the GPU bundle starts with the system's copies of its libraries hidden and reports
-# "no CUDA device" cleanly. On a machine with a GPU the bundle's gpu-check.sh is the check.
-#
-# In detail: the CUDA build without a GPU refuses `device = cuda` in `train`, `bench`, `sample` and
-# `eval` with "no CUDA device" before writing anything, the CPU-only build names `make CUDA=1`; the
-# CUDA build's `test_backend_ops` and `test_devices` pass on its CPU backend and say what they did
-# not run; `make gpu-bundle` builds a bundle under 60 MiB whose programs find every library in it
-# with the system's copies hidden, and whose `gpu-check.sh tests|bench OUT` reports "no CUDA device"
-# cleanly, in its report too. What runs on a GPU is in docs/gpu.md.
+# The CUDA build without a GPU refuses `device = cuda` in `train`, `bench`, `sample` and `eval` with
+# "no CUDA device" before writing anything, the CPU-only build names `make CUDA=1`; the CUDA build's
+# `test_backend_ops` and `test_devices` pass on its CPU backend and say what they did not run; `make
+# gpu-bundle` builds a bundle under 60 MiB whose programs find every library in it with the system's
+# copies hidden, and whose `gpu-check.sh tests|bench OUT` reports "no CUDA device" cleanly, in its
+# report too. What runs on a GPU is in docs/gpu.md. On a machine with a GPU the bundle's
+# gpu-check.sh is the check.
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh

@@ -10,12 +10,6 @@
 #   - the backend test fails on each defect planted in the real attention kernels
 #     (tests/cuda_emulation/plant.sh): a missing barrier, shared memory 16 bytes short, an
 #     unclamped index. Without the emulation's checks each would pass or fail only by luck.
-#
-# In detail: the CUDA kernels, unchanged, under a CPU emulation of the GPU (fibers per thread,
-# barriers and warp operations as real rendezvous, poisoned shared memory, guard pages) as a third
-# backend, `cuda-emulated`, against the CPU references; the emulator reporting each kind of defect,
-# and the backend test stopping at each of three defects planted in the attention kernels
-# (docs/gpu.md).
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh

@@ -2,9 +2,9 @@
 // (CUDA on a machine with a GPU; in the test build with the CUDA kernels under the CPU emulation,
 // that emulation; otherwise a second CPU model, which holds the CPU backend to bitwise
 // repeatability). Same weights on both through model_copy_params:
-//   1. loss and every gradient tensor of a forward and backward, for every variant
-//      (standard, standard + head norm, DIFF, DIFF without head norm, constant lambda_init,
-//      DIFF V2), and one AdamW step from the same gradients on both;
+//   1. loss and every gradient tensor of a forward and backward, for the nine settings of
+//      VARIANTS (every variant; DIFF also without head norm and with a constant lambda_init,
+//      the Transformer also with head norm), and one AdamW step from the same gradients on both;
 //   2. 20 training steps on each device, their losses side by side;
 //   3. the other device's 20 steps again: bitwise the same losses and parameters;
 //   4. a checkpoint written on one device after 10 steps, resumed on the other for 10 more;
@@ -23,11 +23,6 @@
 // Losses after 20 steps within 2e-3 relative (rounding grows through training). The same
 // device against itself must agree bitwise.
 // The lines starting with '|' are the report's tables (gpu-check.sh).
-//
-// In detail: one model on two devices from the same weights (CPU and CUDA on a machine with a GPU;
-// here CPU and CPU, which must agree bitwise): loss and every gradient tensor for six variants, one
-// AdamW step from the same gradients (bitwise equal), 20 training steps side by side, the second
-// device's run repeated bitwise, and a checkpoint written on each device resumed on the other.
 #include <math.h>
 #include <string.h>
 

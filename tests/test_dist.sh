@@ -1,13 +1,8 @@
 #!/usr/bin/env bash
-# Data-parallel training on MPI, 2 ranks on this machine: the same losses as 1 rank with the
-# same global batch (within 1e-6 relative: only the order of the reductions differs), a batch
-# that does not split is refused, a killed rank takes the job down and the run resumes exactly,
-# and table6 under mpirun matches the single-process table.
-#
-# In detail: data-parallel training on 2 ranks (`mpirun --oversubscribe`) against 1 rank with the
-# same global batch (within 1e-6 relative), a batch 3 ranks cannot split refused, a rank killed
-# mid-run taking the job down and the run resumed on 2 ranks (bitwise) and on 1 (within 1e-6),
-# `table6 --preset smoke` on 2 ranks equal to one process's table, an older registry migrated.
+# Data-parallel training on 2 ranks (`mpirun --oversubscribe`) against 1 rank with the same global
+# batch (within 1e-6 relative), a batch 3 ranks cannot split refused, a rank killed mid-run taking
+# the job down and the run resumed on 2 ranks (bitwise) and on 1 (within 1e-6), `table6 --preset
+# smoke` on 2 ranks equal to one process's table, an older registry migrated.
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx

@@ -1,12 +1,8 @@
-// AR-Hit classification and loss by position on hand-made windows; the verdict policy's paired
-// bootstrap and the spike watch on cases whose answer is known; the registry under concurrent writers and
-// interrupted runs, and its per-window loss records.
-//
-// In detail: the AR-Hit classifier on hand-made windows and the threshold; the loss slices and 8
-// position bins of hand-made windows (16 and 12 tokens); the verdict policy's paired bootstrap on
-// cases whose answer is known (a constant shift of 0.5 has the interval [0.5, 0.5]; differences of
-// ±1 give about [−0.2, +0.2] and "within noise"; seed gaps 1..4; units pooled as Σnum/Σden; no
-// interval from one unit; no data), reproducible; the spike watch's z-scores by hand (6 for 8 after
+// The AR-Hit classifier on hand-made windows and the threshold; the loss slices and 8 position bins
+// of hand-made windows (16 and 12 tokens); the verdict policy's paired bootstrap on cases whose
+// answer is known (a constant shift of 0.5 has the interval [0.5, 0.5]; differences of ±1 give
+// about [−0.2, +0.2] and "within noise"; seed gaps 1..4; units pooled as Σnum/Σden; no interval
+// from one unit; no data), reproducible; the spike watch's z-scores by hand (6 for 8 after
 // alternating 1 and 3; none before 32 values or without spread); window losses written, replaced
 // and read back bitwise; the registry under two concurrent writers (600 metric transactions,
 // integrity check), a worker killed with SIGKILL (never FINISHED, reaped as KILLED, rerun as

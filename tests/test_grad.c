@@ -1,20 +1,15 @@
-// Finite-difference gradient checks: every layer's backward, then the whole model for both
-// attention variants and every switch.
+// Finite-difference checks of every layer's backward pass (matmul, RMSNorm with its output scale,
+// RoPE, SwiGLU, cross-entropy, attention for standard, DIFF, DIFF V2 and its halves pairing across
+// query-block boundaries, dλ) and of every parameter tensor of the whole model for standard and
+// DIFF with head norm on and off and λ_init scheduled or constant, DIFF V2 with and without head
+// norm, and DIFF V2 with the halves pairing.
 //
 // Tolerance: fp32 central differences with step h = 1e-2 (layers) or 1e-3 (whole model, whose
 // loss is a mean). The loss is summed in double, so the numeric gradient's rounding error is
 // about 1e-7 |loss| / h and its truncation error about h^2 |f'''|; with losses of order 1-10 both
 // stay below the atol = 1e-3 (layers) / 2e-4 (model) used with rtol = 1e-2. A sign or factor
-// error in a backward pass misses these bounds by orders of magnitude.
-//
-// In detail: finite-difference checks of every layer's backward pass (matmul, RMSNorm with its
-// output scale, RoPE, SwiGLU, cross-entropy, attention for standard, DIFF, DIFF V2 and its halves
-// pairing across query-block boundaries, dλ) and of every parameter tensor of the whole model for
-// standard and DIFF with head norm on and off and λ_init scheduled or constant, DIFF V2 with and
-// without head norm, and DIFF V2 with the halves pairing. fp32 central differences, loss summed in double; tolerance |a − n| ≤ 1e-3 +
-// 1e-2·max(|a|, |n|) for layers (h = 1e-2) and 2e-4 + 1e-2·max(|a|, |n|) for the model (h = 1e-3),
-// chosen from the rounding error ~1e-7·|loss|/h and truncation error ~h² of fp32 central
-// differences; the worst observed is a third of it.
+// error in a backward pass misses these bounds by orders of magnitude; the worst observed is a
+// third of them.
 #include <string.h>
 
 #include "../model/cpu/cpu.h"

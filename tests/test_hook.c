@@ -1,16 +1,10 @@
-// The activation hook: a hook that only reads leaves training bitwise unchanged and sees
-// every block; a hook that replaces attention logits gives the forward of the model whose
-// queries are scaled the same way, and its gradients by the straight-through rule (the
-// backward's recomputation sees the replacement); a hook that zeroes the last layer's output
-// gives uniform predictions, loss log V.
-//
-// In detail: the activation hook (one call at a time, host memory: no locks in the test). A hook
-// that only reads leaves every training loss and the final parameters bitwise unchanged (3 AdamW
-// steps, all three variants) and is called for every logit block of the forward and of the
-// backward's recomputation and every layer output; a hook that doubles the attention logits gives
-// the loss of the model with W_q doubled (within 1e-5) and, straight through, its gradients (within
-// 1e-4 of the largest); a hook that zeroes the last layer's output gives loss log V; cached
-// decoding reports its positions; a removed hook is not called.
+// The activation hook (one call at a time, host memory: no locks in the test). A hook that only
+// reads leaves every training loss and the final parameters bitwise unchanged (3 AdamW steps, all
+// three variants) and is called for every logit block of the forward and of the backward's
+// recomputation and every layer output; a hook that doubles the attention logits gives the loss of
+// the model with W_q doubled (within 1e-5) and, straight through, its gradients (within 1e-4 of the
+// largest); a hook that zeroes the last layer's output gives loss log V; cached decoding reports
+// its positions; a removed hook is not called.
 #include <math.h>
 #include <string.h>
 

@@ -1,17 +1,12 @@
-// Needle episodes and retrieval: generator (depth placement at sentence ends, unique cities,
-// train/eval disjointness, determinism), the answer scorer on hand cases, cached decoding
-// equal to the full forward pass, the analysis maps times V equal to the fused attention
-// output, attention allocation on a hand-made row, and the training mix's episode blocks.
-//
-// In detail: the episode generator (answer needle at the requested depth, moved back to the nearest
-// sentence end; every needle after BOS, a sentence end or another needle; distinct cities and
-// numbers; the city list de-duplicated; training and evaluation cities and numbers disjoint; same
-// seed, same episode; training blocks end with the last answer), the scorer on hand cases, decoding
-// on the KV cache (prefill in pieces across a query block, then single tokens, then stepping back)
-// equal to the full forward pass for standard, DIFF and DIFF V2 (within 2e-4 on logits of peaked
-// attention), the analysis maps times V equal to the fused attention output (within 1e-4) with rows
-// summing to 1, allocation on hand-made rows, and the training mix (its single-episode blocks start
-// at BOS, hold one episode, ask every needle and end with the questions and answers).
+// The episode generator (answer needle at the requested depth, moved back to the nearest sentence
+// end; every needle after BOS, a sentence end or another needle; distinct cities and numbers; the
+// city list de-duplicated; training and evaluation cities and numbers disjoint; same seed, same
+// episode; training blocks end with the last answer), the scorer on hand cases, decoding on the KV
+// cache (prefill in pieces across a query block, then single tokens, then stepping back) equal to
+// the full forward pass for standard, DIFF and DIFF V2 (within 2e-4 on logits of peaked attention),
+// the analysis maps times V equal to the fused attention output (within 1e-4) with rows summing to
+// 1, allocation on hand-made rows, and the training mix (its single-episode blocks start at BOS,
+// hold one episode, ask every needle and end with the questions and answers).
 #define _DEFAULT_SOURCE
 #include <math.h>
 #include <string.h>

@@ -1,38 +1,34 @@
 #!/usr/bin/env bash
-# make table2 / fig5 / table3 end to end on the smoke preset, and `difftx attn` on the maps
-# they save: tables, figures, every query's outcome in the database (the tables agree with
-# it), attention-map layout, rendering without the model, clear errors on bad input, and a
-# rerun that trains nothing. A tiny corpus holding the needles' words is made here.
-#
-# In detail: `table2`, `fig5` and `table3` on the smoke preset end to end: tables beside the paper's
-# numbers, the N = 6 cells equal to the database's per-query outcomes, allocations summing to 1 for
-# every episode, the per-head noise metrics (5 per head in the registry, their mean over heads the
-# episodes' mean share, no negative mass for softmax) with their table and figure, the maps
-# file's layout and map = A1 − λ·A2 on a stored entry, `difftx attn`
-# rendering PNGs from the file alone, errors for a missing sample, a bad head, a non-maps file, a
-# bad task or preset, a context too short for the needles, a training mix cut for another seq_len, a
-# missing copy stage; later tasks train nothing; each row's copy stage recorded and its checkpoint
-# starting the needle stage; a `kill -9` during a copy stage leaves it unfinished and the rerun
-# resumes it (KILLED, then FINISHED) with a log and table equal to a non-stop run's; `difftx attn`
-# from another working directory, and a failed render leaving no temporary folder. `fig8`: 16 bits
-# once and 8/6/4 bits per tensor and per row for both models, its unquantized answers equal to Table
-# 2's on the same episodes, its metrics in the registry and the table, and its verdicts (what
-# quantization costs DIFF minus what it costs the Transformer, 2 scales × 3 widths × 2 settings;
-# "n/a (neither retrieves)" where no model answers right, as in Table 2 and Figure 5), the 4-bit N =
-# 1 gap equal to the difference of differences of the registry's answers. `fig5`: one paired verdict
-# per context length. Table 2, Figure 5 and Table 3 read each row not in the paper against `diff`
-# (its `against` key; Table 3's dint-minus-diff answer gap equal to the seeds' mean paired
-# difference of the registry's episodes), and an `against` naming no row is refused. `table5`: trains only Table 6's `transformer` and `diff` rows (smoke), writes
-# both kinds for four models beside the paper's rows, Top-1 equal to the registry's, one HDF5 file
-# per model with the documented shapes and the exact count of causal logits, a PNG, and a rerun that
-# trains nothing. With `--seeds 2` (a results folder of its own): both stages of every row trained
-# for seeds 2024 and 2025 in their own run folders; Table 2 stating its two seeds, listing each
-# seed's accuracies and judging each gap from the spread (and, with one seed, every verdict "n/a");
-# Figure 1's DIFF answer share equal to the mean ± sample std of the registry's per-seed episode
-# means; `table5 --seeds 2` writing fourteen statistics files and a Top-1 equal to the mean ± std of
-# the registry's two values, and its Top-1 gap of `diff` over `transformer` the mean of the two
-# seeds' paired differences with the interval running from the smaller to the larger (one seed: no
-# interval).
+# `table2`, `fig5` and `table3` on the smoke preset end to end: tables beside the paper's numbers,
+# the N = 6 cells equal to the database's per-query outcomes, allocations summing to 1 for every
+# episode, the per-head noise metrics (5 per head in the registry, their mean over heads the
+# episodes' mean share, no negative mass for softmax) with their table and figure, the maps file's
+# layout and map = A1 − λ·A2 on a stored entry, `difftx attn` rendering PNGs from the file alone,
+# errors for a missing sample, a bad head, a non-maps file, a bad task or preset, a context too
+# short for the needles, a training mix cut for another seq_len, a missing copy stage; later tasks
+# train nothing; each row's copy stage recorded and its checkpoint starting the needle stage; a
+# `kill -9` during a copy stage leaves it unfinished and the rerun resumes it (KILLED, then
+# FINISHED) with a log and table equal to a non-stop run's; `difftx attn` from another working
+# directory, and a failed render leaving no temporary folder. `fig8`: 16 bits once and 8/6/4 bits
+# per tensor and per row for both models, its unquantized answers equal to Table 2's on the same
+# episodes, its metrics in the registry and the table, and its verdicts (what quantization costs
+# DIFF minus what it costs the Transformer, 2 scales × 3 widths × 2 settings; "n/a (neither
+# retrieves)" where no model answers right, as in Table 2 and Figure 5), the 4-bit N = 1 gap equal
+# to the difference of differences of the registry's answers. `fig5`: one paired verdict per context
+# length. Table 2, Figure 5 and Table 3 read each row not in the paper against `diff` (its `against`
+# key; Table 3's dint-minus-diff answer gap equal to the seeds' mean paired difference of the
+# registry's episodes), and an `against` naming no row is refused. `table5`: trains only Table 6's
+# `transformer` and `diff` rows (smoke), writes both kinds for four models beside the paper's rows,
+# Top-1 equal to the registry's, one HDF5 file per model with the documented shapes and the exact
+# count of causal logits, a PNG, and a rerun that trains nothing. With `--seeds 2` (a results folder
+# of its own): both stages of every row trained for seeds 2024 and 2025 in their own run folders;
+# Table 2 stating its two seeds, listing each seed's accuracies and judging each gap from the spread
+# (and, with one seed, every verdict "n/a"); Figure 1's DIFF answer share equal to the mean ± sample
+# std of the registry's per-seed episode means; `table5 --seeds 2` writing fourteen statistics files
+# and a Top-1 equal to the mean ± std of the registry's two values, and its Top-1 gap of `diff` over
+# `transformer` the mean of the two seeds' paired differences with the interval running from the
+# smaller to the larger (one seed: no interval). A tiny corpus holding the needles' words is made
+# here.
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx

@@ -1,16 +1,12 @@
-// Activation outliers and logit quantization: the streaming statistics against exact sorts on
-// known and random arrays, the quantizer on hand-computed cases, quantization at 16 bits
-// against the unquantized model bit for bit, and the collector against every value a hook sees.
-//
-// In detail: Top-1/2/3/10/100 and the median of ±1..±1000 and of five hand values; 300,007 random
-// values with planted outliers added in uneven chunks to three accumulators and merged: Top-100
-// equal to an exact sort, median within its 2⁻⁸ bound; for each variant, the collector's per-layer
-// and pooled statistics against every value a hook sees in the same forward passes (overlapping
-// windows, batches of 2 and 1) and the logit count L·windows·H·M·T(T+1)/2; the HDF5 file read back;
-// the window placement; the quantizer on hand cases (4-bit (3, −1.2, 0.4, 2.2) → (3, −9/7, 3/7,
-// 15/7), halves to even, clamping, its s/2 error bound reached and never exceeded at 2-8 bits); a
-// model at 16 bits bitwise equal to the unquantized one, and its loss moving more at 4 bits than at
-// 8.
+// Activation outliers and logit quantization: Top-1/2/3/10/100 and the median of ±1..±1000 and of
+// five hand values; 300,007 random values with planted outliers added in uneven chunks to three
+// accumulators and merged: Top-100 equal to an exact sort, median within its 2⁻⁸ bound; for each
+// variant, the collector's per-layer and pooled statistics against every value a hook sees in the
+// same forward passes (overlapping windows, batches of 2 and 1) and the logit count
+// L·windows·H·M·T(T+1)/2; the HDF5 file read back; the window placement; the quantizer on hand
+// cases (4-bit (3, −1.2, 0.4, 2.2) → (3, −9/7, 3/7, 15/7), halves to even, clamping, its s/2 error
+// bound reached and never exceeded at 2-8 bits); a model at 16 bits bitwise equal to the
+// unquantized one, and its loss moving more at 4 bits than at 8.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdlib.h>

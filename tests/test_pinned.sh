@@ -1,29 +1,21 @@
 #!/usr/bin/env bash
-# Results that cannot drift unnoticed: the numbers of each experiment's smallest preset, as
-# test_table6.sh and test_needle.sh leave them in their registries, against the golden files
-# tests/golden/<experiment>.txt. Each golden file names the machine facts that decide bitwise
-# equality (threads, OpenBLAS's kernel, CPU model, instruction sets built for and run on,
-# compiler, build); on a machine that matches them the check is exact (every digit of %.17g),
-# elsewhere it holds each value to a stated tolerance and says it did. A change to a golden
-# number is a decision: `tests/test_pinned.sh --update` rewrites the files, to be committed with
-# the reason the numbers moved.
-# Run after test_table6.sh and test_needle.sh (tests/run.sh does).
-#
-# In detail: the numbers of each experiment's smallest preset (Table 6 smoke; the needle training
-# with Table 2, Figure 5 and Table 3; Figure 8; Table 5), as the two runs above leave them in their
-# registries, against `tests/golden/*.txt` (740 values: evaluations, final losses, episode
-# outcomes). Each golden file names the machine facts that decide bitwise equality (threads,
-# OpenBLAS's kernel, CPU model, the instruction sets the build targets and the CPU offers, compiler,
-# build; a build without AVX-512, or glibc's libm kept off FMA, moves every Table 6 smoke row in its
-# last digits on the same CPU): where they match, every value must equal its golden one to all 17
-# digits; elsewhere losses and statistics are held to 1e-3 relative and accuracies and counts to
-# 0.1, and the test says it checked with tolerance. OpenBLAS's kernel is the fact that most often
-# differs, and `make test` removes it: the three tests run under the golden files' kernel
-# (`OPENBLAS_CORETYPE`) wherever the CPU has that kernel's instructions (AVX2 with FMA for the
-# files' Zen, written on a CPU-family-25 EPYC), so the check is bitwise on a machine of the same
-# facts whatever kernel OpenBLAS or the environment would pick (when the files were Cooperlake's, a
-# CPU-family-26 EPYC VM whose environment set `Haswell` matched all of them bitwise). A one-ulp change of RMSNorm's scale fails all four files. A change to a golden number is a
-# decision: `tests/test_pinned.sh --update` rewrites the files, committed with the reason.
+# The numbers of each experiment's smallest preset (Table 6 smoke; the needle training with Table 2,
+# Figure 5 and Table 3; Figure 8; Table 5), as the two runs above leave them in their registries,
+# against `tests/golden/*.txt` (740 values: evaluations, final losses, episode outcomes). Each
+# golden file names the machine facts that decide bitwise equality (threads, OpenBLAS's kernel, CPU
+# model, the instruction sets the build targets and the CPU offers, compiler, build; a build without
+# AVX-512, or glibc's libm kept off FMA, moves every Table 6 smoke row in its last digits on the
+# same CPU): where they match, every value must equal its golden one to all 17 digits; elsewhere
+# losses and statistics are held to 1e-3 relative and accuracies and counts to 0.1, and the test
+# says it checked with tolerance. OpenBLAS's kernel is the fact that most often differs, and `make
+# test` removes it: the three tests run under the golden files' kernel (`OPENBLAS_CORETYPE`)
+# wherever the CPU has that kernel's instructions (AVX2 with FMA for the files' Zen, written on a
+# CPU-family-25 EPYC), so the check is bitwise on a machine of the same facts whatever kernel
+# OpenBLAS or the environment would pick (when the files were Cooperlake's, a CPU-family-26 EPYC VM
+# whose environment set `Haswell` matched all of them bitwise). A one-ulp change of RMSNorm's scale
+# fails all four files. A change to a golden number is a decision: `tests/test_pinned.sh --update`
+# rewrites the files, committed with the reason. Run after test_table6.sh and test_needle.sh
+# (tests/run.sh does).
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh

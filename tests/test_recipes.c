@@ -1,15 +1,10 @@
-// Every row of the shipped recipes resolves, through the runners' own functions, to the model
-// docs/table6.md's and docs/retrieval.md's tables describe (attention, per-head norm, lambda_init, heads, width), in every
-// preset; the head_norm default follows the variant (the paper's Transformer has none). Rows
-// of one seed start from the same weights wherever their tensors coincide (paired rows). The
-// one-GPU preset gpu124m is GPT-2 small's shape, its rows within 1% of each other's parameters at
-// GPT-2's vocabulary, 0.52 B tokens a row.
-//
-// In detail: rows of one seed are paired at initialisation (the Transformer and DIFF rows share
-// every weight tensor of one name and shape bit for bit; another seed changes each); every row of
-// `table6.ini` (in every preset) and `needle.ini` resolves, through the runners' own functions, to
-// the model docs/table6.md and docs/retrieval.md describe (attention, per-head norm, λ_init, heads,
-// width); `head_norm` defaults to the variant's and is recorded explicitly.
+// Rows of one seed are paired at initialisation (the Transformer and DIFF rows share every weight
+// tensor of one name and shape bit for bit; another seed changes each); every row of `table6.ini`
+// (in every preset) and `needle.ini` resolves, through the runners' own functions, to the model
+// docs/table6.md and docs/retrieval.md describe (attention, per-head norm, λ_init, heads, width);
+// `head_norm` defaults to the variant's and is recorded explicitly. The one-GPU preset gpu124m is
+// GPT-2 small's shape, its rows within 1% of each other's parameters at GPT-2's vocabulary, 0.52 B
+// tokens a row.
 #include <string.h>
 
 #include "../model/base/util.h"

@@ -1,6 +1,8 @@
-// Matches the C model against PyTorch: tests/ref/<case>.h5 written by tests/make_reference.py
-// (an independent PyTorch implementation with full attention maps) holds parameters, inputs,
-// logits, loss, every gradient and the losses of 5 AdamW steps.
+// `tests/make_reference.py` builds the same model independently in PyTorch (full attention maps,
+// official semantics) and writes parameters, inputs, logits, loss, every gradient and five AdamW
+// steps' losses to `tests/ref/*.h5` (committed; the script reruns with Debian's python3-torch). The
+// C test matches standard, standard + head norm, DIFF, DIFF without head norm with constant λ_init,
+// DIFF V2, DIFF V2 with the "halves" pairing and grouped DIFF, to the tolerances below.
 //
 // Tolerances, for fp32 on both sides with different summation orders:
 //   logits max |diff| <= 2e-5 (logits are O(1); observed <= 1.2e-6);
@@ -8,13 +10,6 @@
 //   each gradient tensor max |diff| <= 2e-5 * max |ref| + 1e-8 (observed <= 2e-6 relative);
 //   AdamW step losses |diff| <= 1e-4 (rounding compounds over 5 updates at lr 1e-2; observed
 //   <= 2.3e-5).
-//
-// In detail: `tests/make_reference.py` builds the same model independently in PyTorch (full
-// attention maps, official semantics) and writes parameters, inputs, logits, loss, every gradient
-// and five AdamW steps' losses to `tests/ref/*.h5` (committed; the script reruns with Debian's
-// python3-torch). The C test matches standard, standard + head norm, DIFF, DIFF without head norm
-// with constant λ_init, DIFF V2, DIFF V2 with the "halves" pairing and grouped DIFF: logits within 2e-5 (observed ≤ 1.2e-6), gradients within 2e-5
-// of each tensor's largest entry (observed ≤ 2e-6), AdamW losses within 1e-4 (observed ≤ 2.3e-5).
 #include <hdf5.h>
 #include <string.h>
 

@@ -1,18 +1,11 @@
-// Hostile input never runs as a command: `difftx attn` on attention-map files written here by
-// hand, with token texts, file names and folder names holding quotes, backquoted and $()
-// shell commands, gnuplot's @ macros and newlines (the second audit's inputs: a token with a
-// quote followed by a token "@out" once made gnuplot expand a macro inside a later label), and
-// one whose token strings were never written (they read as NULL). gnuplot gets no value from
-// data or a path in its command text, so none of them can reach it as a command.
-//
-// In detail: nothing from data runs as a command. gnuplot's command text holds only numbers and
-// names this program makes: strings (titles, row names, token labels) reach it as data files it
-// reads, input files as links with fixed names in a private folder, outputs by fixed names renamed
-// into place afterwards (`experiments/report.h`), so no quoting rule is needed. `difftx attn` on
-// hand-written maps files whose token texts, file names, folder names and output names hold quotes,
-// backquoted and `$(...)` shell commands, gnuplot `@` macros (a quote followed by a token `@out`,
-// the second audit's case) and newlines draws them verbatim and runs nothing; a maps file whose
-// strings were never written renders with empty labels.
+// Nothing from data runs as a command. gnuplot's command text holds only numbers and names this
+// program makes: strings (titles, row names, token labels) reach it as data files it reads, input
+// files as links with fixed names in a private folder, outputs by fixed names renamed into place
+// afterwards (`experiments/report.h`), so no quoting rule is needed. `difftx attn` on hand-written
+// maps files whose token texts, file names, folder names and output names hold quotes, backquoted
+// and `$(...)` shell commands, gnuplot `@` macros (a quote followed by a token `@out`, the second
+// audit's case) and newlines draws them verbatim and runs nothing; a maps file whose strings were
+// never written renders with empty labels.
 #define _GNU_SOURCE
 #include <hdf5.h>
 #include <string.h>

@@ -1,22 +1,18 @@
 #!/usr/bin/env bash
-# make table6 end to end on the smoke preset: table, database rows and figures; a table killed
-# with SIGKILL mid-row never shows the row FINISHED and resumes from its checkpoint; a rerun of
-# a finished table trains nothing. Needs the prepared tiny corpus of test_cli.sh's kind, made here.
-#
-# In detail: the smoke preset end to end, killed with SIGKILL mid-row and rerun: the interrupted row
-# resumes from its checkpoint, every row finishes once, no metric step is stored twice, the table,
-# claims, DIFF V2 row and both PNG figures are written; a rerun trains nothing; figures drawn into a
-# folder named with quotes, backquotes and `$(...)` from another working directory, nothing in the
-# name run; a row without `paper`; a second `table6` on the same results folder refused naming the
-# first; the learning-rate study (`lr_stability.ini` through `presets_from`): its 6 rows train at
-# the preset's lr times 1, 2 and 4 (read from each run's recorded recipe), its table and figures
-# carry its name while Table 6's stay untouched, only its own claims are written, and on a hand-made
-# case (two loss spikes and one gradient-norm spike written into one run) the rerun trains nothing
-# and its health table counts 2 and 1 beside the run's last training loss; a non-positive
-# `lr_scale`, a `study` that is not a plain name, nested `presets_from` and `study` inside a preset
-# are refused. Also: on a 300-token vocabulary no token is an AR-Hit token and the table says "no
-# AR-Hit tokens" instead of failing the rows; a row that fails leaves the table and both figures to
-# go on without it.
+# The smoke preset end to end, killed with SIGKILL mid-row and rerun: the interrupted row resumes
+# from its checkpoint, every row finishes once, no metric step is stored twice, the table, claims,
+# DIFF V2 row and both PNG figures are written; a rerun trains nothing; figures drawn into a folder
+# named with quotes, backquotes and `$(...)` from another working directory, nothing in the name
+# run; a row without `paper`; a second `table6` on the same results folder refused naming the first;
+# the learning-rate study (`lr_stability.ini` through `presets_from`): its 6 rows train at the
+# preset's lr times 1, 2 and 4 (read from each run's recorded recipe), its table and figures carry
+# its name while Table 6's stay untouched, only its own claims are written, and on a hand-made case
+# (two loss spikes and one gradient-norm spike written into one run) the rerun trains nothing and
+# its health table counts 2 and 1 beside the run's last training loss; a non-positive `lr_scale`, a
+# `study` that is not a plain name, nested `presets_from` and `study` inside a preset are refused.
+# Also: on a 300-token vocabulary no token is an AR-Hit token and the table says "no AR-Hit tokens"
+# instead of failing the rows; a row that fails leaves the table and both figures to go on without
+# it. The prepared tiny corpus it needs is made here.
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx

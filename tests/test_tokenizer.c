@@ -1,7 +1,4 @@
-// Tokenizer (hand-computed merges, exact round trips, save/load) and dataset preparation
-// (split, shards, document boundaries, loader order).
-//
-// In detail: hand-computed merges, exact round trips of 200 random byte strings, save/load, the
+// Hand-computed merges, exact round trips of 200 random byte strings, save/load, the
 // train/validation split, document boundaries, loader order; 420 KB of zero bytes encode in under 2
 // s; `--vocab 65536` trains; crafted tokenizer files (doubling merges, a header promising more
 // merges than the file holds) are refused before they allocate.

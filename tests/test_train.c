@@ -1,14 +1,10 @@
-// Training runs end to end on a tiny corpus: bitwise determinism, exact resume from a
-// checkpoint, checkpoint save/load equality, and the loss going down; lambda per layer and head
-// on hand-made weights whose lambda is known.
-//
-// In detail: λ per layer and head on weights whose λ is known (zero λ vectors: DIFF's λ is λ_init
-// of each depth; zero W_λ: DIFF V2's per-token λ is 0.5 with no spread; none for standard); bitwise
+// Λ per layer and head on weights whose λ is known (zero λ vectors: DIFF's λ is λ_init of each
+// depth; zero W_λ: DIFF V2's per-token λ is 0.5 with no spread; none for standard); bitwise
 // determinism, resume after `--until` equal to a non-stop run (losses, parameters and moments),
 // checkpoint save/load, finished runs not retrained; metrics reach the registry before the
 // checkpoint that covers them is renamed into place, and a resumed attempt drops a killed one's
 // metrics past its checkpoint (every step stored once); a log line a kill cut short does not
-// survive the resume.
+// survive the resume. Training on a tiny corpus brings the loss down.
 #define _DEFAULT_SOURCE
 #include <string.h>
 #include <sys/stat.h>

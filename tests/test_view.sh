@@ -1,23 +1,18 @@
 #!/usr/bin/env bash
-# difftx maps (any checkpoint, any text) and difftx view (one HTML page), the page opened from
-# disk in headless Chromium: values read back through the page's own functions against the
-# HDF5 file, the view changing with the selected head, no network request, screenshots. Uses the
-# models test_needle.sh and test_table6.sh trained (run.sh runs them first).
-#
-# In detail: `difftx maps` on the needle DIFF and standard models and the Table 6 DIFF V2 model,
-# from another working folder, on a text file and prompts, all or chosen layers and heads (the
-# layout, every row, λ per token for DIFF V2), `attn` on such a file; refusals (both or neither of
-# `--text`/`--prompt`, no output, a layer the model lacks, a repeated head, the output over the
-# checkpoint, a text past 2,048 tokens with its cost); `difftx view` on those files and a needle
-# episode, its refusals; then in headless Chromium, through the page's own functions, each map's
-# value at four cells against the HDF5 file (within the stated 8-bit step; one cell above 0.05 so
-# zeros cannot pass), four heads drawing four different views named with their λ, the text lines, no
-# resource and no request in the browser's network log (which does show the request of a page that
-# makes one), token text holding `</script><script>` shown as text, a DINT page's signed A2 - G read
-# back below zero, and two screenshots. The noise
-# metrics beside each head: on a hand-made file (write_fixture hand_maps) sink -0.25, negative
-# mass 0.75, answer 1.75, noise -0.25 and entropy 0.9404480 as worked out by hand; none negative
-# for softmax; the page showing what its data holds.
+# `difftx maps` on the needle DIFF and standard models and the Table 6 DIFF V2 model, from another
+# working folder, on a text file and prompts, all or chosen layers and heads (the layout, every row,
+# λ per token for DIFF V2), `attn` on such a file; refusals (both or neither of `--text`/`--prompt`,
+# no output, a layer the model lacks, a repeated head, the output over the checkpoint, a text past
+# 2,048 tokens with its cost); `difftx view` on those files and a needle episode, its refusals; then
+# in headless Chromium, through the page's own functions, each map's value at four cells against the
+# HDF5 file (within the stated 8-bit step; one cell above 0.05 so zeros cannot pass), four heads
+# drawing four different views named with their λ, the text lines, no resource and no request in the
+# browser's network log (which does show the request of a page that makes one), token text holding
+# `</script><script>` shown as text, a DINT page's signed A2 - G read back below zero, and two
+# screenshots. The noise metrics beside each head: on a hand-made file (write_fixture hand_maps)
+# sink -0.25, negative mass 0.75, answer 1.75, noise -0.25 and entropy 0.9404480 as worked out by
+# hand; none negative for softmax; the page showing what its data holds. It uses the models
+# test_needle.sh and test_table6.sh trained (run.sh runs them first).
 set -u
 cd "$(dirname "$0")/.."
 bin=$PWD/${BUILD:-build}/difftx

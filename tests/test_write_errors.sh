@@ -1,15 +1,9 @@
 #!/usr/bin/env bash
-# One failed write (ENOSPC, injected by strace into the first or a later write to one file) in
-# each kind of output: the command stops with a message naming the file, exits 1 (never a
-# crash: HDF5's exit handler once crashed after a full disk), and leaves the earlier output
-# as it was: no damaged file renamed into place, no temporary left behind to keep a full disk
-# full, no run shown as finished.
-#
-# In detail: one write failing with ENOSPC (strace's fault injection) in each kind of output:
-# checkpoint (the first, and a later one while a good one exists), `log.tsv`, the registry, a
-# safetensors export, prepared shards, attention maps and outlier statistics. Each stops with exit 1
-# and a message naming the file (never a crash), renames nothing damaged into place, leaves the last
-# good checkpoint byte for byte, and no such run shows as finished.
+# One write failing with ENOSPC (strace's fault injection) in each kind of output: checkpoint (the
+# first, and a later one while a good one exists), `log.tsv`, the registry, a safetensors export,
+# prepared shards, attention maps and outlier statistics. Each stops with exit 1 and a message
+# naming the file (never a crash), renames nothing damaged into place, leaves the last good
+# checkpoint byte for byte, and no such run shows as finished.
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
