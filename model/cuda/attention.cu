@@ -639,16 +639,6 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
 
 // The layer's dlambda = -sum of D_1 over every row, per (sequence, head) in row order, then
 // over them in order (the CPU kernel's order)
-__global__ void layer_dlambda_kernel(float* dlambda, const float* Drow, int BH, int T) {
-    float total = 0.0f;
-    for (int bh = 0; bh < BH; bh++) {
-        float part = 0.0f;
-        for (int i = 0; i < T; i++) part -= Drow[((size_t)bh * 2 + 1) * T + i];
-        total += part;
-    }
-    *dlambda = total;
-}
-
 // DINT's dy0 takes a tile beside dy's
 static size_t dq_smem(const Geo& g) {
     return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)(1 + g.s.integral) * ATT_BQ * g.Dv +
@@ -712,8 +702,8 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
     attention_backward_dkv_kernel<<<grid_k, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
     cudaCheckLaunch();
     if (dlambda && g.s.M == 2 && g.lam < 0) {
-        layer_dlambda_kernel<<<1, 1>>>(dlambda, Drow, g.s.B * g.s.H, g.s.T);
-        cudaCheckLaunch();
+        // -sum of map 1's D rows, Drow (B*H, 2, T)
+        cuda_sum_fixed_order(dlambda, Drow + g.s.T, (size_t)g.s.B * g.s.H, g.s.T, 2 * (size_t)g.s.T, -1.0f);
     }
 }
 
@@ -889,6 +879,5 @@ void cuda_integral_backward(float* dy0, float* dlambda, const float* dy, const f
     float* part = (float*)cuda_scratch(SCRATCH_C, n * sizeof(float));
     integral_backward_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(dy0, part, dy, sums, lambda, B, T, H * Dv);
     cudaCheckLaunch();
-    sum_in_order_kernel<float><<<1, 1>>>(dlambda, part, n);  // the columns' shares, as the layer's dlambda
-    cudaCheckLaunch();
+    cuda_sum_fixed_order(dlambda, part, 1, n, n, 1.0f);  // the columns' shares, as the layer's dlambda
 }

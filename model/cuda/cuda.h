@@ -64,17 +64,12 @@ void cuda_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const 
 // GFLOP/s of a 4096^3 bf16 product
 double cuda_bf16_matmul_rate(void);
 
-// ---- a kernel both layers.cu and attention.cu launch ----
-// *out = x[0] + x[1] + ... + x[n-1], added in that order on one thread: the order of the CPU
-// backend's serial sums, so that a result is the same bits on both (launched on 1 thread)
-template <typename Real>
-__global__ void sum_in_order_kernel(Real* out, const Real* x, size_t n) {
-    Real acc = 0;
-    for (size_t i = 0; i < n; i++) acc += x[i];
-    *out = acc;
-}
-
 // ---- layers.cu ----
+// *out = scale * the sum of x[r * stride + i] over rows r < rows and i < len, in a fixed order
+// on the GPU (one block; the same bits on every run): the sums layers.cu and attention.cu need
+// across a whole tensor, without a serial loop on one thread
+void cuda_sum_fixed_order(float* out, const float* x, size_t rows, size_t len, size_t stride, float scale);
+void cuda_sum_fixed_order(double* out, const double* x, size_t rows, size_t len, size_t stride, double scale);
 void cuda_matmul_spent(double* seconds, double* flops);
 void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
 void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);

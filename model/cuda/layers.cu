@@ -99,6 +99,35 @@ __device__ float block_reduce(float x) {
     return MAX ? warp_max(y) : warp_sum(y);
 }
 
+// ---- sums across a tensor: thread t of one block of SUM_THREADS sums the elements whose flat
+// index r * len + i is t modulo SUM_THREADS, in increasing order, then the threads' sums meet in
+// a tree (a layer's dlambda at T 1,024 sums 49,152 values) ----
+#define SUM_THREADS 1024
+template <typename Real>
+__global__ void __launch_bounds__(SUM_THREADS) sum_fixed_order_kernel(Real* out, const Real* x, size_t rows, size_t len, size_t stride,
+                                                                        Real scale) {
+    __shared__ Real part[SUM_THREADS];
+    Real acc = 0;
+    for (size_t k = threadIdx.x; k < rows * len; k += SUM_THREADS) acc += x[k / len * stride + k % len];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = SUM_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = scale * part[0];
+}
+
+void cuda_sum_fixed_order(float* out, const float* x, size_t rows, size_t len, size_t stride, float scale) {
+    sum_fixed_order_kernel<float><<<1, SUM_THREADS>>>(out, x, rows, len, stride, scale);
+    cudaCheckLaunch();
+}
+
+void cuda_sum_fixed_order(double* out, const double* x, size_t rows, size_t len, size_t stride, double scale) {
+    sum_fixed_order_kernel<double><<<1, SUM_THREADS>>>(out, x, rows, len, stride, scale);
+    cudaCheckLaunch();
+}
+
 // ---- RMSNorm: one warp per row ----
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -331,7 +360,7 @@ void cuda_crossentropy_backward(float* probs, const int* targets, float dloss, i
 }
 
 // ---- optimizer ----
-// squared sum in double: each block one chunk of SQ_CHUNK in a fixed tree, then the chunks in order
+// squared sum in double: each block one chunk of SQ_CHUNK in a fixed tree, then the chunks' sums in another
 #define SQ_CHUNK 65536
 __global__ void sum_squares_partial_kernel(double* partial, const float* x, size_t n) {
     __shared__ double part[CUDA_THREADS];
@@ -354,8 +383,7 @@ double cuda_sum_squares(const float* x, size_t n) {
         sum_squares_partial_kernel<<<(unsigned)chunks, CUDA_THREADS>>>(partial + 1, x, n);
         cudaCheckLaunch();
     }
-    sum_in_order_kernel<double><<<1, 1>>>(partial, partial + 1, chunks);
-    cudaCheckLaunch();
+    cuda_sum_fixed_order(partial, partial + 1, 1, chunks, chunks, 1.0);
     double sum;
     cuda_download(&sum, partial, sizeof(double));
     return sum;
