@@ -288,13 +288,14 @@ static int parse_index_list(const char* flag, const char* text, int limit, int* 
 #define MAPS_MAX_TOKENS 2048
 
 static int cmd_maps(int argc, char** argv) {
-    const char *text_path = NULL, *prompt = NULL, *layers_arg = NULL, *heads_arg = NULL, *out = NULL;
+    const char *text_path = NULL, *prompt = NULL, *layers_arg = NULL, *heads_arg = NULL, *out = NULL, *device = "cpu";
     static struct option opts[] = {{"text", required_argument, 0, 't'}, {"prompt", required_argument, 0, 'p'},
                                    {"layers", required_argument, 0, 'l'}, {"heads", required_argument, 0, 'h'},
-                                   {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+                                   {"out", required_argument, 0, 'o'}, {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
         if (c == 't') text_path = optarg;
+        else if (c == 'd') device = optarg;
         else if (c == 'p') prompt = optarg;
         else if (c == 'l') layers_arg = optarg;
         else if (c == 'h') heads_arg = optarg;
@@ -312,7 +313,7 @@ static int cmd_maps(int argc, char** argv) {
     Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(ckpt, backend_named("cpu"), &run, &model, NULL, &info);
+    checkpoint_load(ckpt, backend_named(device), &run, &model, NULL, &info);
     Tokenizer tok;
     checkpoint_tokenizer(&tok, ckpt, &run, &info);
     int layers[ATTNMAP_MAX_INDEX], heads[ATTNMAP_MAX_INDEX];
@@ -672,7 +673,7 @@ static const Command COMMANDS[] = {
      "each run's lambda per layer at every evaluation of its training, printed and drawn (default plots/lambda_<ids>.png)"},
     {"keys", cmd_keys, "", "every recipe key with its default and meaning, as a Markdown table"},
     {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
-    {"maps", cmd_maps, "CHECKPOINT (--text FILE | --prompt TEXT) [--layers L,..] [--heads H,..] -o OUT.h5",
+    {"maps", cmd_maps, "CHECKPOINT (--text FILE | --prompt TEXT) [--layers L,..] [--heads H,..] [--device cpu|cuda (cpu)] -o OUT.h5",
      "attention maps of any checkpoint on a text, every row (at most 2,048 tokens), to HDF5"},
     {"view", cmd_view, "FILE [--sample S (0)] -o OUT.html",
      "a maps file as one HTML page that opens from disk: every layer and head, A1, A2 and A1 - λ·A2, hover and query tokens"},

@@ -28,6 +28,9 @@ if [ $gpu -eq 0 ]; then
         "$cuda" bench experiments/bench_standard.ini device=cuda --steps 2 --results "$work/results"
     expect_fail "sample --device cuda without a GPU" "device 'cuda' cannot run here" "$cuda" sample "$work/none.h5" --device cuda
     expect_fail "eval --device cuda without a GPU" "device 'cuda' cannot run here" "$cuda" eval "$work/none.h5" --device cuda
+    expect_fail "maps --device cuda without a GPU" "device 'cuda' cannot run here" \
+        "$cuda" maps "$work/none.h5" --prompt hi --device cuda -o "$work/maps.h5"
+    expect "a refused maps writes nothing" test ! -e "$work/maps.h5"
 fi
 expect_fail "the CPU build names the CUDA build" "built without CUDA \(build it with .make CUDA=1." \
     build/difftx train experiments/default.ini device=cuda out="$work/run"
