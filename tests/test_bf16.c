@@ -5,8 +5,8 @@
 // bf16 against fp32, each gradient tensor's relative L2 error at most 1e-2 (the field's bf16
 // tolerance) or, for tensors that are one cancelling sum (the lambda vectors), FlashAttention's
 // rule: at most twice the error of the same products rounded to bf16 another way
-// (bf16_reference.h); 20 training steps' losses within 1e-2 relative of fp32's, and bitwise equal
-// when repeated. Elsewhere the model cases say they are skipped and why.
+// (bf16_reference.h); 20 training steps' losses within 1e-2 relative of fp32's, bitwise equal
+// when repeated and when the run is handed to a fresh model after 10 steps (a resume). Elsewhere the model cases say they are skipped and why.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -33,13 +33,14 @@ static void test_refusal(void) {
 }
 
 // Gradients and 20 AdamW steps of one model in fp32 (precision 0), bf16 through oneDNN (1),
-// bf16 again (2), and bf16 emulated (3)
+// bf16 again (2), and bf16 emulated (3); where resume_at > 0, the model and its moments are
+// handed to a fresh model and optimizer after that many steps, as a resume from a checkpoint does
 typedef struct {
     float* grads;
     double loss, losses[20];
 } Trial;
 
-static void trial(Trial* out, Config cfg, int precision, int emulated) {
+static void trial(Trial* out, Config cfg, int precision, int emulated, int resume_at) {
     Backend emu = bf16_reference_backend();
     const Backend* be = emulated ? &emu : backend_named("cpu");
     backend_named("cpu")->set_precision(precision);
@@ -55,6 +56,19 @@ static void trial(Trial* out, Config cfg, int precision, int emulated) {
     cfg.optim.lr = 3e-3f;
     adamw_alloc(&opt, &m, &cfg.optim);
     for (int step = 0; step < 20; step++) {
+        if (step && step == resume_at) {
+            size_t bytes = m.n_params * sizeof(float);
+            float *p = mallocCheck(bytes), *mom1 = mallocCheck(bytes), *mom2 = mallocCheck(bytes);
+            model_get_params(&m, p);
+            adamw_get_moments(&opt, m.n_params, mom1, mom2);
+            adamw_free(&opt);
+            model_free(&m);
+            model_build(&m, &cfg.model, be, V, B);
+            model_set_params(&m, p);
+            adamw_alloc(&opt, &m, &cfg.optim);
+            adamw_set_moments(&opt, m.n_params, mom1, mom2);
+            free(p), free(mom1), free(mom2);
+        }
         model_zero_grad(&m);
         model_forward(&m, tokens, targets, B, T, 1);
         model_backward(&m, 1.0f);
@@ -73,11 +87,12 @@ static void trial(Trial* out, Config cfg, int precision, int emulated) {
 static void test_model(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     cfg.model.init_std = 0.02f;  // the recipes' scale: the tiny model's 0.3 saturates its softmax maps
-    Trial fp32, bf16, again, emulated;
-    trial(&fp32, cfg, PRECISION_FP32, 0);
-    trial(&bf16, cfg, PRECISION_BF16, 0);
-    trial(&again, cfg, PRECISION_BF16, 0);
-    trial(&emulated, cfg, PRECISION_FP32, 1);
+    Trial fp32, bf16, again, resumed, emulated;
+    trial(&fp32, cfg, PRECISION_FP32, 0, 0);
+    trial(&bf16, cfg, PRECISION_BF16, 0, 0);
+    trial(&again, cfg, PRECISION_BF16, 0, 0);
+    trial(&resumed, cfg, PRECISION_BF16, 0, 10);
+    trial(&emulated, cfg, PRECISION_FP32, 1, 0);
     Model shape;  // the tensors' names and places
     model_build(&shape, &cfg.model, backend_named("cpu"), 64, cfg.batch_size);
     const char* name = ATTN_VARIANTS[kind].name;
@@ -111,10 +126,12 @@ static void test_model(AttentionKind kind) {
     CHECK(memcmp(bf16.losses, again.losses, sizeof(bf16.losses)) == 0 &&
               memcmp(bf16.grads, again.grads, shape.n_params * sizeof(float)) == 0,
           "%s: a bf16 run repeats bitwise", name);
+    CHECK(memcmp(bf16.losses, resumed.losses, sizeof(bf16.losses)) == 0,
+          "%s: a bf16 run handed to a fresh model after 10 steps (a resume) goes on bitwise as the non-stop run", name);
     printf("%-13s worst gradient tensor %-22s %.2e; 20 steps within %.2e of fp32 (emulated bf16: %.2e)\n", name, worst_name, worst,
            drift, drift_ref);
     model_free(&shape);
-    free(fp32.grads), free(bf16.grads), free(again.grads), free(emulated.grads);
+    free(fp32.grads), free(bf16.grads), free(again.grads), free(resumed.grads), free(emulated.grads);
 }
 
 int main(void) {

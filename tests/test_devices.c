@@ -10,7 +10,7 @@
 //   4. a checkpoint written on one device after 10 steps, resumed on the other for 10 more;
 //   5. precision = bf16 on the other device (CUDA, on a GPU or emulated: the CPU's bf16 is
 //      test_bf16's) against the CPU in fp32: one forward and backward, then 20 training steps,
-//      repeated bitwise.
+//      repeated bitwise and resumed bitwise from a checkpoint at step 10.
 // The emulation runs sections 1 and 5's gradients only: the training sections take minutes there
 // and test the devices' training loop, which is the CPU's code on both sides.
 // Tolerances, CPU against CUDA (fp32 both, different summation orders): loss within 1e-5
@@ -343,8 +343,25 @@ static void test_bf16(const Variant* v, int train) {
               STEPS, other_name, drift, memcmp(lb, lb2, sizeof(lb)) == 0 ? "bitwise equal" : "DIFFERENT");
         printf("| %s: %d steps in bf16 on %s, worst relative loss difference to fp32 on the cpu | %.2e | |\n", v->name, STEPS,
                other_name, drift);
-        model_free(&a), model_free(&b), model_free(&b2);
-        adamw_free(&oa), adamw_free(&ob), adamw_free(&ob2);
+        // stopped at step 10 and resumed from its checkpoint: the bf16 copies are made again from
+        // the fp32 master weights, so the run goes on bitwise as the non-stop one
+        Model w, r;
+        AdamW ow, orr;
+        double lw[STEPS];
+        fresh_run(&w, &ow, &cb);
+        train_steps(&w, &ow, &cb, 0, STEPS / 2, lw);
+        CheckpointInfo info = {.step = STEPS / 2, .rows_seen = (uint64_t)STEPS / 2 * cb.batch_size, .threads = 1, .ranks = 1};
+        checkpoint_save("build/test_devices.h5", &cb, &w, &ow, &info);
+        Config cr;
+        CheckpointInfo got;
+        checkpoint_load("build/test_devices.h5", be, &cr, &r, &orr, &got);
+        train_steps(&r, &orr, &cr, STEPS / 2, STEPS, lw);
+        model_get_params(&r, rounded);
+        CHECK(memcmp(lw, lb, sizeof(lb)) == 0 && memcmp(bf16, rounded, bytes) == 0,
+              "%s: bf16 on %s stopped at step %d and resumed: losses and parameters bitwise those of the non-stop run", v->name,
+              other_name, STEPS / 2);
+        model_free(&a), model_free(&b), model_free(&b2), model_free(&w), model_free(&r);
+        adamw_free(&oa), adamw_free(&ob), adamw_free(&ob2), adamw_free(&ow), adamw_free(&orr);
     }
     be->set_precision(PRECISION_FP32);
     model_free(&shape);
