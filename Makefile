@@ -132,6 +132,12 @@ $(B)/difftx: $(B)/obj/difftx.o $(OBJS)
 
 $(B)/test_%: $(B)/obj/tests/test_%.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
+# The model's own tests link the model layer alone (model/, its backends, the base helpers): they
+# cannot reach a layer above it, and a change above it does not relink them
+MODEL_TESTS := test_backend_ops test_blas_kernel
+MODEL_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(MODEL)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
+$(addprefix $(B)/,$(MODEL_TESTS)): $(B)/%: $(B)/obj/tests/%.o $(MODEL_OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
 
 # writes one file for the write-failure tests (tests/test_write_errors.sh)
 $(B)/write_fixture: $(B)/obj/tests/write_fixture.o $(OBJS)
@@ -211,7 +217,10 @@ $(EMU)/obj/backend.o: model/backend.c $(B)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DDIFFTX_CUDA -c -o $@ $<
 EMU_LINKED := $(filter-out $(B)/obj/model/backend.o,$(OBJS))
+EMU_MODEL_LINKED := $(filter-out $(B)/obj/model/backend.o,$(MODEL_OBJS))
 $(EMU)/test_%: $(B)/obj/tests/test_%.o $(EMU_OBJS) $(EMU_LINKED)
+	$(CXX) -o $@ $^ $(LDLIBS)
+$(EMU)/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU_OBJS) $(EMU_MODEL_LINKED)
 	$(CXX) -o $@ $^ $(LDLIBS)
 # the emulator's own test, and the backend test with a defect planted in the attention kernels
 # (tests/cuda_emulation/plant.sh), which the emulation must report
@@ -229,7 +238,7 @@ $(EMU)/defect/%/attention.cc: model/cuda/attention.cu tests/cuda_emulation/plant
 $(EMU)/defect/%/attention.o: $(EMU)/defect/%/attention.cc $(B)/flags.txt
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
 $(EMU)/defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/defect/%/attention.o \
-                                  $(filter-out $(EMU)/obj/attention.o,$(EMU_OBJS)) $(EMU_LINKED)
+                                  $(filter-out $(EMU)/obj/attention.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
 	$(CXX) -o $@ $^ $(LDLIBS)
 EMU_ALL := $(EMU_PROGRAMS) $(EMU)/selftest $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/test_backend_ops)
 
