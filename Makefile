@@ -190,7 +190,7 @@ table5: $(B)/difftx data/default/train.bin
 
 # The CUDA build, whenever a toolkit is found, so that a CUDA compile or link error fails the
 # tests; its programs run in tests/test_cuda_build.sh
-CUDA_PROGRAMS := difftx test_backend_ops test_devices
+CUDA_PROGRAMS := difftx test_backend_ops test_devices test_cudnn_graphs
 cuda-build:
 	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 $(addprefix build/cuda/,$(CUDA_PROGRAMS)),@echo "no nvcc: the CUDA build is not compiled")
 
@@ -202,7 +202,7 @@ cuda-build:
 EMU := $(B)/emu
 EMU_CXXFLAGS = $(DEPFLAGS) -std=c++17 -O2 $(ARCH) -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas $(PKG_CFLAGS) -UDIFFTX_MPI \
                -DDIFFTX_CUDA_ARCH=90 -DCUDA_BACKEND_NAME='"cuda-emulated"' -I tests/cuda_emulation -iquote model/cuda
-EMU_OBJS := $(EMU)/obj/emulator.o $(EMU)/obj/backend.o $(patsubst model/cuda/%.cu,$(EMU)/obj/%.o,$(wildcard model/cuda/*.cu))
+EMU_OBJS := $(EMU)/obj/emulator.o $(EMU)/obj/cudnn.o $(EMU)/obj/backend.o $(patsubst model/cuda/%.cu,$(EMU)/obj/%.o,$(wildcard model/cuda/*.cu))
 EMU_PROGRAMS := $(EMU)/test_backend_ops $(EMU)/test_devices
 $(EMU)/src/%.cc: model/cuda/%.cu tests/cuda_emulation/translate.sh
 	@mkdir -p $(dir $@)
@@ -213,15 +213,19 @@ $(EMU)/obj/%.o: $(EMU)/src/%.cc $(B)/flags.txt
 $(EMU)/obj/emulator.o: tests/cuda_emulation/emulator.cc $(B)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+$(EMU)/obj/cudnn.o: tests/cuda_emulation/cudnn.cc $(B)/flags.txt
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
 $(EMU)/obj/backend.o: model/backend.c $(B)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DDIFFTX_CUDA -c -o $@ $<
 EMU_LINKED := $(filter-out $(B)/obj/model/backend.o,$(OBJS))
 EMU_MODEL_LINKED := $(filter-out $(B)/obj/model/backend.o,$(MODEL_OBJS))
+# -rdynamic: the backend opens cuDNN with dlopen, here the program itself (tests/cuda_emulation/cudnn.h)
 $(EMU)/test_%: $(B)/obj/tests/test_%.o $(EMU_OBJS) $(EMU_LINKED)
-	$(CXX) -o $@ $^ $(LDLIBS)
+	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
 $(EMU)/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU_OBJS) $(EMU_MODEL_LINKED)
-	$(CXX) -o $@ $^ $(LDLIBS)
+	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
 # the emulator's own test, and the backend test with a defect planted in the attention kernels
 # (tests/cuda_emulation/plant.sh), which the emulation must report
 $(EMU)/src/selftest.cc: tests/cuda_emulation/selftest.cu tests/cuda_emulation/translate.sh
@@ -239,8 +243,20 @@ $(EMU)/defect/%/attention.o: $(EMU)/defect/%/attention.cc $(B)/flags.txt
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
 $(EMU)/defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/defect/%/attention.o \
                                   $(filter-out $(EMU)/obj/attention.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
-	$(CXX) -o $@ $^ $(LDLIBS)
-EMU_ALL := $(EMU_PROGRAMS) $(EMU)/selftest $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/test_backend_ops)
+	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
+# and the same with a defect planted in the host code around cuDNN's graphs
+EMU_CUDNN_DEFECTS := cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda
+$(EMU)/cudnn-defect/%/cudnn_attention.cc: model/cuda/cudnn_attention.cu tests/cuda_emulation/plant.sh tests/cuda_emulation/translate.sh
+	@mkdir -p $(dir $@)
+	tests/cuda_emulation/plant.sh $* $< $(dir $@)cudnn_attention.cu
+	tests/cuda_emulation/translate.sh $(dir $@)cudnn_attention.cu $@
+$(EMU)/cudnn-defect/%/cudnn_attention.o: $(EMU)/cudnn-defect/%/cudnn_attention.cc $(B)/flags.txt
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+$(EMU)/cudnn-defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/cudnn-defect/%/cudnn_attention.o \
+                                        $(filter-out $(EMU)/obj/cudnn_attention.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
+	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
+EMU_ALL := $(EMU_PROGRAMS) $(EMU)/selftest $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/test_backend_ops) \
+           $(foreach d,$(EMU_CUDNN_DEFECTS),$(EMU)/cudnn-defect/$(d)/test_backend_ops)
 
 # The viewer's browser test (tests/test_view.sh) needs Chromium and jq: installed when run as
 # root; otherwise that part of the test is skipped and says how to install them
@@ -295,5 +311,6 @@ clean:
 # the header dependencies the compiler wrote (DEPFLAGS), one list per object; last, so that no
 # rule of theirs becomes the default goal
 DEP_FILES := $(patsubst %.o,%.d,$(OBJS) $(B)/obj/difftx.o $(patsubst %,$(B)/obj/tests/%.o,$(TESTS) write_fixture) \
-               $(EMU_OBJS) $(EMU)/obj/selftest.o $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/attention.o))
+               $(EMU_OBJS) $(EMU)/obj/selftest.o $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/attention.o) \
+               $(foreach d,$(EMU_CUDNN_DEFECTS),$(EMU)/cudnn-defect/$(d)/cudnn_attention.o))
 -include $(wildcard $(DEP_FILES))

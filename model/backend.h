@@ -126,6 +126,10 @@ typedef struct {
     // device's limits (head dim, grid, shared memory) refuse a run at its start (ggml's
     // supports_op).
     int (*supports)(const AttnShape* s, const char** why);
+    // The path attention of shape s takes on this backend in its current precision, for the
+    // logs and the tests: its kernels, or a library's, and where a faster path was refused, why
+    // (static storage)
+    const char* (*attention_path)(const AttnShape* s);
     // Attention over qkv (B*T, QKV), memory-linear in T. y (B*(T-q0), H*Dv); lse (B, H, M, T)
     // saved for backward, or NULL. lambda (1): the layer's lambda (LAMBDA_PER_LAYER), else NULL.
     // o1 (B*(T-q0), H*Dv): map 0's own output A_0 V where s->integral (DINT), else NULL.

@@ -2,7 +2,8 @@
 // nearest, ties to even), and the reference a model's bf16 error is judged by under
 // FlashAttention's rule (no more than twice the error of the same computation done in bf16
 // another way): the CPU backend with every weight product's operands rounded to bf16 here, then
-// multiplied by OpenBLAS in fp32. It runs on any CPU, and shares no code with oneDNN's or
+// multiplied by OpenBLAS in fp32, and where the backend judged runs attention in bf16 too, its
+// attention on bf16-rounded inputs. It runs on any CPU, and shares no code with oneDNN's or
 // cuBLAS's bf16 products.
 #ifndef DIFFTX_TESTS_BF16_REFERENCE_H
 #define DIFFTX_TESTS_BF16_REFERENCE_H
@@ -48,11 +49,30 @@ static inline void bf16_reference_backward(float* dinp, float* dw, const float* 
                         bf16_reference_copy(w, (size_t)OC * IC, 2), N, IC, OC);
 }
 
-// The CPU backend's table with those products (call with the CPU backend in fp32)
-static inline Backend bf16_reference_backend(void) {
+// Attention on qkv (and dy) rounded to bf16, the inputs a bf16 attention reads, then the CPU's
+// fp32 kernels
+static inline void bf16_reference_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                                                    HookSite hook) {
+    size_t n = (size_t)s->B * s->T * attention_qkv_width(s);
+    backend_named("cpu")->attention_forward(y, o1, lse, bf16_reference_copy(qkv, n, 0), lambda, s, hook);
+}
+static inline void bf16_reference_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
+                                                     const float* lse, const float* lambda, const AttnShape* s, HookSite hook) {
+    size_t n = (size_t)s->B * s->T * attention_qkv_width(s), n_y = (size_t)s->B * s->T * s->H * attention_value_width(s);
+    backend_named("cpu")->attention_backward(dqkv, dlambda, bf16_reference_copy(dy, n_y, 1), dy0, bf16_reference_copy(qkv, n, 0), lse,
+                                             lambda, s, hook);
+}
+
+// The CPU backend's table with those products, and with attention_bf16 its attention on bf16
+// inputs too (call with the CPU backend in fp32)
+static inline Backend bf16_reference_backend(int attention_bf16) {
     Backend b = *backend_named("cpu");
     b.matmul_forward = bf16_reference_forward;
     b.matmul_backward = bf16_reference_backward;
+    if (attention_bf16) {
+        b.attention_forward = bf16_reference_attention_forward;
+        b.attention_backward = bf16_reference_attention_backward;
+    }
     return b;
 }
 

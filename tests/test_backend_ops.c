@@ -16,8 +16,10 @@
 // `zero` clearing exactly its bytes, and a buffer past 2 MiB (the CPU maps those on huge pages)
 // zeroed after a written one is released and starting on a 2 MiB boundary. With precision =
 // bf16, on each backend that runs it: the weights' products against the bf16-rounded operands'
-// double product and the fp32 one (their bounds at expect_bf16_product), and the weights' bf16
-// copies made once per announced change. `--op GROUP` runs one group of operations alone
+// double product and the fp32 one (their bounds at expect_bf16_product), the weights' bf16
+// copies made once per announced change, and attention for every variant: the path it takes (the
+// CUDA backend's cuDNN graphs where every map's sub-heads lie one stride apart, its fp32 kernels
+// elsewhere) and its y, lse, dqkv and dlambda against the double reference of bf16 inputs. `--op GROUP` runs one group of operations alone
 // (`--op attention`), for a fast loop on one.
 //
 // Tolerance: |got - ref| <= atol + rtol * |ref| per element. fp32 arithmetic with sums of up to
@@ -1016,6 +1018,74 @@ static void test_weight_copies(int bf16) {
     be->release(d_inp); be->release(d_w); be->release(d_out);
 }
 
+// relative L2 error of got against a double reference
+static double rel_l2_ref(const float* got, const double* ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
+    return sqrt(num / (den + 1e-300));
+}
+
+// Attention in precision = bf16: the path each variant takes (the CUDA backend's cuDNN graphs
+// where a map's sub-heads lie one stride apart: standard, DIFF, DIFF V2, Shared DIFF; its fp32
+// kernels for the others; the CPU's fp32 kernels), and its results against the double reference
+// of the same qkv rounded to bf16: y and dqkv within bf16's error of the products and the
+// probabilities (relative L2 at most 1e-2), lse (fp32 statistics) within 1e-3 absolute, dlambda 1e-2
+// relative
+static void test_attention_bf16(AttentionKind kind, int B, int T, int H, int D) {
+    const AttnVariant* v = &ATTN_VARIANTS[kind];
+    if (v->halves && H % 2) H *= 2;
+    if (v->grouped) H *= 2;
+    AttnShape s = attention_shape(v, H, D, v->grouped ? 2 : 0);
+    s.B = B;
+    s.T = T;
+    char what[128];
+    snprintf(what, sizeof(what), "bf16 %s B=%d T=%d H=%d D=%d", v->name, B, T, H, D);
+    const char* path = be->attention_path(&s);
+    // the rule the graphs follow, stated here apart from the backend: every map's query, key and
+    // value sub-heads one column stride apart over the heads (a stride of 0 included), no
+    // integral term
+    int one_stride = !s.integral;
+    for (int m = 0; m < s.M; m++) {
+        for (int h = 2; h < H; h++) {
+            one_stride &= attention_q_col(&s, h, m) - attention_q_col(&s, h - 1, m) == attention_q_col(&s, 1, m) - attention_q_col(&s, 0, m);
+            one_stride &= attention_k_col(&s, h, m) - attention_k_col(&s, h - 1, m) == attention_k_col(&s, 1, m) - attention_k_col(&s, 0, m);
+            one_stride &= attention_v_col(&s, h, m) - attention_v_col(&s, h - 1, m) == attention_v_col(&s, 1, m) - attention_v_col(&s, 0, m);
+        }
+    }
+    // on a GPU a shape the rule admits may still keep the kernels where the installed cuDNN
+    // offers no engine for a graph (cuDNN 9.19's backward): the path then says so
+    int graphs = strcmp(be->device, "cuda") == 0 && one_stride, on_gpu = strcmp(be->name, "cuda") == 0;
+    int took = strstr(path, "cuDNN fused graphs") != NULL;
+    CHECK(graphs ? took || on_gpu : !took, "%s [%s]: attention takes %s", be->name, what, path);
+    int QKV = attention_qkv_width(&s), Dv = attention_value_width(&s), lam = attention_lambda_offset(&s);
+    size_t n_qkv = (size_t)B * T * QKV, n_y = (size_t)B * T * H * Dv, n_lse = (size_t)B * H * s.M * T;
+    float *qkv = random_host(n_qkv, 1.0f), *dy = random_host(n_y, 1.0f);
+    for (size_t n = 0; lam >= 0 && n < (size_t)B * T; n++) {
+        for (int h = 0; h < H; h++) qkv[n * QKV + lam + h] = 0.1f + 0.8f * rng_uniform(&rng);
+    }
+    for (size_t i = 0; i < n_qkv; i++) qkv[i] = bf16_reference_round(qkv[i]);  // the reference's inputs are the bf16 ones
+    float lambda = 0.6f;
+    AttnRef ref = attention_reference(qkv, lambda, &s, dy);
+    float *d_qkv = to_backend(qkv, n_qkv * 4), *d_lambda = to_backend(&lambda, 4), *d_dy = to_backend(dy, n_y * 4);
+    float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc(n_lse * 4), *d_dqkv = be->alloc(n_qkv * 4), *d_dlambda = be->alloc(4);
+    float* d_sums = whole_attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, NO_HOOK);
+    whole_attention_backward(d_dqkv, d_dlambda, d_dy, d_sums, d_qkv, d_lse, d_lambda, &s);
+    float *y = from_backend(d_y, n_y), *lse = from_backend(d_lse, n_lse), *dqkv = from_backend(d_dqkv, n_qkv), dlambda;
+    be->download(&dlambda, d_dlambda, 4);
+    double worst_lse = 0;
+    for (size_t i = 0; i < n_lse; i++) worst_lse = fmax(worst_lse, isnan(lse[i]) ? INFINITY : fabs(lse[i] - ref.lse[i]));
+    double ey = rel_l2_ref(y, ref.y, n_y), eq = rel_l2_ref(dqkv, ref.dqkv, n_qkv);
+    double el = v->lambda == LAMBDA_PER_LAYER ? fabs(dlambda - ref.dlambda) / (fabs(ref.dlambda) + 1e-30) : 0;
+    CHECK(ey <= 1e-2 && eq <= 1e-2 && worst_lse <= 1e-3 && el <= 1e-2,
+          "%s [%s, %s]: relative L2 errors y %.2e, dqkv %.2e; lse within %.2e; dlambda %.2e relative", be->name, what, path, ey, eq,
+          worst_lse, el);
+    printf("backend %s %s: %s; relative L2 errors y %.1e, dqkv %.1e\n", be->name, what, path, ey, eq);
+    free(qkv), free(dy), free(y), free(lse), free(dqkv);
+    attn_ref_free(&ref);
+    be->release(d_qkv), be->release(d_lambda), be->release(d_dy), be->release(d_y), be->release(d_lse), be->release(d_dqkv);
+    be->release(d_dlambda), be->release(d_sums);
+}
+
 // Every bf16 case, on a backend that runs precision = bf16 here; said and skipped where it does
 // not (a CPU without bf16 dot products: test_bf16 checks its refusal)
 static void test_bf16(void) {
@@ -1032,6 +1102,10 @@ static void test_bf16(void) {
     test_matmul_bf16(7, 5, 3);
     test_matmul_bf16(64, 96, 80);
     test_matmul_bf16(130, 257, 129);
+    for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
+        test_attention_bf16(k, 2, 70, 2, 8);
+        test_attention_bf16(k, 1, 33, 4, 16);  // four heads: the halves pairing's key/value heads no longer one stride apart
+    }
     double rate = be->matmul_rate();
     CHECK(rate > 0 && isfinite(rate), "%s bf16 matmul_rate %.1f GFLOP/s", be->name, rate);
     printf("backend %s: bf16 products, matmul rate %.1f GFLOP/s (%s)\n", be->name, rate, be->device_name());

@@ -41,7 +41,7 @@ typedef struct {
 } Trial;
 
 static void trial(Trial* out, Config cfg, int precision, int emulated, int resume_at) {
-    Backend emu = bf16_reference_backend();
+    Backend emu = bf16_reference_backend(0);
     const Backend* be = emulated ? &emu : backend_named("cpu");
     backend_named("cpu")->set_precision(precision);
     int B = cfg.batch_size, T = cfg.model.seq_len, V = 64;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The CUDA build without a GPU refuses `device = cuda` in `train`, `bench`, `sample` and `eval` with
-# "no CUDA device" before writing anything, the CPU-only build names `make CUDA=1`; the CUDA build's
+# The CUDA build without a GPU refuses `device = cuda` in `train`, `bench`, `sample`, `eval` and
+# `maps` with "no CUDA device" before writing anything, the CPU-only build names `make CUDA=1`; cuDNN's
+# attention graphs are built and offered engines by its heuristics for described GPUs
+# (test_cudnn_graphs, with the toolkit's stub libcuda); the CUDA build's
 # `test_backend_ops` and `test_devices` pass on its CPU backend and say what they did not run; `make
 # gpu-bundle` builds a bundle under 60 MiB whose programs find every library in it with the system's
 # copies hidden, and whose `gpu-check.sh tests|bench OUT` reports "no CUDA device" cleanly, in its
@@ -31,6 +33,23 @@ if [ $gpu -eq 0 ]; then
     expect_fail "maps --device cuda without a GPU" "device 'cuda' cannot run here" \
         "$cuda" maps "$work/none.h5" --prompt hi --device cuda -o "$work/maps.h5"
     expect "a refused maps writes nothing" test ! -e "$work/maps.h5"
+fi
+# cuDNN's graphs without a GPU: the toolkit's stub libcuda stands in for the driver, and
+# test_cudnn_graphs holds every graph the recipes need to cuDNN's heuristics for described GPUs
+toolkit=$(dirname "$(dirname "$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")")")
+if [ -e "$toolkit/lib64/stubs/libcuda.so" ]; then
+    mkdir -p "$work/stub"
+    ln -sf "$toolkit/lib64/stubs/libcuda.so" "$work/stub/libcuda.so.1"
+    out=$(LD_LIBRARY_PATH=$work/stub build/cuda/test_cudnn_graphs 2>&1)
+    if grep -q "^skipped: " <<<"$out"; then
+        echo "cuDNN's graphs not checked: $(grep '^skipped: ' <<<"$out")"
+    else
+        expect "cuDNN's heuristics take every forward graph the recipes need on an H100 and an H200, none on a V100 ($(grep -m1 '^cuDNN' <<<"$out"), $(grep -cE '^\| .*(h100|h200).* forward \| [1-9]' <<<"$out") forward graphs accepted)" \
+            grep -qE "^[0-9]+ passed, 0 failed$" <<<"$out"
+        grep FAIL <<<"$out"
+    fi
+else
+    echo "cuDNN's graphs not checked: no stub libcuda in $toolkit/lib64/stubs"
 fi
 expect_fail "the CPU build names the CUDA build" "built without CUDA \(build it with .make CUDA=1." \
     build/difftx train experiments/default.ini device=cuda out="$work/run"

@@ -109,6 +109,12 @@ static int cpu_supports(const AttnShape* s, const char** why) {
     return 1;
 }
 
+// fp32 in every precision: bf16 reaches the weights' products only
+static const char* cpu_attention_path(const AttnShape* s) {
+    (void)s;
+    return "fp32 kernels";
+}
+
 // the fp32 peak; no model of the bf16 units' peak (AMX, AVX-512 BF16) yet
 static double cpu_peak(char* how, size_t n) {
     if (cpu_bf16_enabled()) {
@@ -164,6 +170,7 @@ static const Backend CPU = {
     .set_precision = cpu_set_precision,
     .weights_changed = cpu_weights_changed,
     .peak_rate = cpu_peak,
+    .attention_path = cpu_attention_path,
 };
 
 const Backend* backend_cpu(void) { return &CPU; }

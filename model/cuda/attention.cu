@@ -345,6 +345,7 @@ void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, c
         staged_forward(y, o1, lse, qkv, lambda, s, hook);
         return;
     }
+    if (!o1 && cudnn_attention_forward(y, lse, qkv, lambda, s)) return;
     Geo g = geo_of(s);
     const float* qstep = quant_steps(qkv, g, s);
     size_t smem = forward_smem(g);
@@ -680,6 +681,7 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
         staged_backward(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
         return;
     }
+    if (!dy0 && cudnn_attention_backward(dqkv, dlambda, dy, qkv, lambda, s)) return;
     Geo g = geo_of(s);
     const float* qstep = quant_steps(qkv, g, s);
     float* Drow = (float*)cuda_scratch(SCRATCH_C, (size_t)g.s.B * g.s.H * g.s.M * g.s.T * sizeof(float));

@@ -282,6 +282,7 @@ static Backend table(void) {
     b.peak_rate = cuda_peak_rate;
     b.set_precision = cuda_set_precision;
     b.weights_changed = cuda_weights_changed;
+    b.attention_path = cuda_attention_path;
     return b;
 }
 

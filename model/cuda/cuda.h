@@ -13,6 +13,13 @@ extern "C" {
 #include "../backend.h"
 
 const Backend* backend_cuda(void);
+// Without a GPU: the engine configurations cuDNN's heuristics offer for the forward (backward)
+// attention graphs of shape s (cudnn_attention.cu) on the GPU device_json describes (cuDNN's
+// device properties as JSON), the fewest over its maps; -1 with why where a graph does not build
+// or s takes no graph, -2 where libcudnn cannot be opened
+int cudnn_attention_engines(const AttnShape* s, int backward, const char* device_json, const char** why);
+// the cuDNN version loaded (e.g. 91900), 0 where libcudnn cannot be opened
+size_t cudnn_version(void);
 #ifdef __cplusplus
 }
 
@@ -37,7 +44,10 @@ cublasHandle_t cuda_cublas(void);
 size_t cuda_shared_memory_limit(void);
 // Device scratch of at least `bytes`, valid until the next cuda_scratch call with the same slot;
 // every operation runs on one stream in order, so reuse across operations is safe
-enum { SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_BF16_A, SCRATCH_BF16_B, SCRATCH_BF16_C, SCRATCH_SLOTS };
+enum {
+    SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_BF16_A, SCRATCH_BF16_B, SCRATCH_BF16_C,
+    SCRATCH_CUDNN_QKV, SCRATCH_CUDNN_O, SCRATCH_CUDNN_ROWS, SCRATCH_CUDNN_DO, SCRATCH_CUDNN_GRADS, SCRATCH_CUDNN_WORK, SCRATCH_SLOTS
+};
 void* cuda_scratch(int slot, size_t bytes);
 void* cuda_alloc(size_t bytes);
 void cuda_release(void* buf);
@@ -87,6 +97,13 @@ double cuda_sum_squares(const float* x, size_t n);
 void cuda_scale(float* x, size_t n, float factor);
 void cuda_add(float* y, const float* x, size_t n);
 void cuda_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
+
+// ---- cudnn_attention.cu: attention on cuDNN's fused graphs in precision = bf16 ----
+// Each runs the call where the shape allows and returns 1, or returns 0 for this backend's kernels
+int cudnn_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s);
+int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lambda, const AttnShape* s);
+// the path attention of shape s takes (the backend table's attention_path)
+const char* cuda_attention_path(const AttnShape* s);
 
 // ---- attention.cu ----
 int cuda_attention_supports(const AttnShape* s, const char** why);

@@ -48,7 +48,7 @@ struct Fiber {
     uint64_t value, result;
 };
 static const EmuLaunchConfig* launch;
-static const char* host_call;  // the API call running outside kernels, for reports
+const char* host_call;  // the API call running outside kernels, for reports
 static bool blocks_running;    // launch's blocks have started (else a report is about the launch itself)
 static std::vector<Fiber> fibers;
 static Fiber* running;

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# plant.sh DEFECT SOURCE.cu OUT.cu: the CUDA backend's attention kernels with one planted
+# plant.sh DEFECT SOURCE.cu OUT.cu: the CUDA backend's attention code with one planted
 # defect, for tests/test_cuda_emulation.sh to show the emulation catches it:
 #   missing_barrier      the forward kernel reads a key tile without waiting for all of it
 #   short_shared_memory  the forward launch asks for 16 bytes less shared memory than it uses
 #   unclamped_index      the dK/dV kernel reads the log-sum-exp of rows past the sequence
+# and, in the host code around cuDNN's graphs (model/cuda/cudnn_attention.cu):
+#   cudnn_wrong_stride          the forward graph steps through the queries' rows by the values'
+#                               width instead of the qkv row's
+#   cudnn_strict_causal         the forward's mask keeps keys j < i, not j <= i
+#   cudnn_missing_minus_lambda  the second map's output gradient is lambda dy, not -lambda dy
 # Fails unless the edit changes the source exactly once, so a change to the kernels cannot
 # turn a demonstration into a test of the unchanged code.
 set -eu
@@ -12,6 +17,9 @@ case $defect in
     missing_barrier) edit='s/(\n {8}load_key_tile\(Ks, Vs, base, g, h, j0\);)\n {8}__syncthreads\(\);/$1/g' ;;
     short_shared_memory) edit='s/(static size_t forward_smem\(const Geo& g\) \{\n\s*return sizeof\(float\) \* \(.*?\));/$1 - 16;/gs' ;;
     unclamped_index) edit='s/int i = min\(r0 \+ idx, T - 1\);/int i = r0 + idx;/g' ;;
+    cudnn_wrong_stride) edit='s/(q_strides\[4\] = \{x->T \* x->QKV, x->hq, )x->QKV(, 1\};\n    int64_t kt_dims)/$1x->Dv$2/g' ;;
+    cudnn_strict_causal) edit='s/else pointwise\(g, CUDNN_POINTWISE_CMP_GE, row, col/else pointwise(g, CUDNN_POINTWISE_CMP_GT, row, col/g' ;;
+    cudnn_missing_minus_lambda) edit='s/__float2bfloat16_rn\(-lam \* dy\[i\]\)/__float2bfloat16_rn(lam * dy[i])/g' ;;
     *) echo "plant.sh: no defect '$defect'" >&2; exit 1 ;;
 esac
 count=$(perl -0ne "\$n = ($edit); print \$n || 0" "$src")

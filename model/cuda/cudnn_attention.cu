@@ -1,0 +1,718 @@
+// Attention on cuDNN's fused attention for precision = bf16, through cuDNN's backend (graph) API
+// from C: no C++ frontend. cuDNN 9.19's own SDPA operation has no causal mask and its backward
+// graph does not build, so the graphs here are composites of matmul, pointwise and reduction
+// operations that cuDNN's runtime-fusion engines fuse into one kernel each (bf16 operands, the
+// probabilities feeding the second product bf16, fp32 accumulation, statistics and outputs):
+//   forward, per map:  S = Q K^T, S * scale, causal mask (key j <= query i), m = rowmax,
+//                      E = exp(S - m), l = rowsum E, stats = m + log l, P = E / l, O = P V
+//   backward, per map: S^T = K Q^T, S^T * scale, the mask transposed, P^T = exp(S^T - stats^T),
+//                      dV = P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D^T) * scale,
+//                      dK = dS^T Q, dQ^T = K^T dS^T
+// with D = rowsum(dO * O) computed here. A map's Q, K and V are read in place from a bf16 copy
+// of the packed qkv rows by strides, wherever the variant's layout puts each map's sub-heads at
+// one stride apart (standard, DIFF, DIFF V2, Shared DIFF); DIFF is two calls, one per map: the
+// first map's output gradient is dy, the second's -lambda dy, dlambda = -sum dy . O_2, and each
+// map's gradients are added into dqkv (the value gradients of the maps summed). What the
+// graphs cannot express (grouped DIFF's shared noise map, DIFF V2's halves pairing, DINT's
+// integral term, quantized logits, the hook, decoding) keeps this backend's fp32 kernels, as
+// does every shape when libcudnn is missing or gives no engine; each shape's path is said once
+// on stderr and answered by attention_path. libcudnn is opened at run time: a machine without it
+// runs everything else. Plans compile when first built (seconds) and are kept per shape.
+#include <cuda_bf16.h>
+#include <cudnn.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda.h"
+
+extern "C" {
+#include "../base/util.h"
+}
+
+#ifndef CUDNN_LIBRARY_NAME
+#define CUDNN_LIBRARY_NAME "libcudnn.so.9"
+#endif
+
+typedef cudnnBackendDescriptor_t Desc;
+
+// ---- the library, opened at run time ----
+static struct {
+    int tried;
+    char missing[256];  // why it cannot be used, "" once loaded
+    size_t version;
+    cudnnHandle_t handle;
+    Desc device;  // DEVICEPROP: what plans are made for (this GPU, or a described one)
+    decltype(&cudnnGetVersion) GetVersion;
+    decltype(&cudnnCreate) Create;
+    decltype(&cudnnGetLastErrorString) GetLastErrorString;
+    decltype(&cudnnBackendCreateDescriptor) CreateDescriptor;
+    decltype(&cudnnBackendDestroyDescriptor) DestroyDescriptor;
+    decltype(&cudnnBackendSetAttribute) SetAttribute;
+    decltype(&cudnnBackendGetAttribute) GetAttribute;
+    decltype(&cudnnBackendFinalize) Finalize;
+    decltype(&cudnnBackendExecute) Execute;
+} dnn;
+
+// Opens libcudnn and resolves what this file calls; NULL, or why not
+static const char* cudnn_open(void) {
+    if (dnn.tried) return dnn.missing[0] ? dnn.missing : NULL;
+    dnn.tried = 1;
+    void* lib = dlopen(CUDNN_LIBRARY_NAME, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(dnn.missing, sizeof(dnn.missing), "%s", dlerror());
+        return dnn.missing;
+    }
+#define RESOLVE(field, name)                                                                                      \
+    if (!(*(void**)&dnn.field = dlsym(lib, #name))) {                                                            \
+        snprintf(dnn.missing, sizeof(dnn.missing), "%s has no %s", CUDNN_LIBRARY_NAME ? CUDNN_LIBRARY_NAME : "this program", #name); \
+        return dnn.missing;                                                                                       \
+    }
+    RESOLVE(GetVersion, cudnnGetVersion)
+    RESOLVE(Create, cudnnCreate)
+    RESOLVE(GetLastErrorString, cudnnGetLastErrorString)
+    RESOLVE(CreateDescriptor, cudnnBackendCreateDescriptor)
+    RESOLVE(DestroyDescriptor, cudnnBackendDestroyDescriptor)
+    RESOLVE(SetAttribute, cudnnBackendSetAttribute)
+    RESOLVE(GetAttribute, cudnnBackendGetAttribute)
+    RESOLVE(Finalize, cudnnBackendFinalize)
+    RESOLVE(Execute, cudnnBackendExecute)
+#undef RESOLVE
+    dnn.version = dnn.GetVersion();
+    return NULL;
+}
+
+// ---- building graphs: the first failure is kept, and everything after it does nothing ----
+typedef struct {
+    Desc made[96];  // every descriptor, destroyed with the graph
+    int n_made;
+    Desc ops[24];
+    int n_ops;
+    int64_t next_virtual;
+    char why[320];  // "" while every call has succeeded
+} Graph;
+
+static void failed(Graph* g, cudnnStatus_t status, const char* what) {
+    if (g->why[0]) return;
+    char detail[256] = "";
+    dnn.GetLastErrorString(detail, sizeof(detail));
+    snprintf(g->why, sizeof(g->why), "%s: status %d%s%.200s", what, (int)status, detail[0] ? ": " : "", detail);
+}
+
+static Desc make(Graph* g, cudnnBackendDescriptorType_t type) {
+    Desc d = NULL;
+    if (g->why[0]) return NULL;
+    cudnnStatus_t status = dnn.CreateDescriptor(type, &d);
+    if (status != CUDNN_STATUS_SUCCESS) {
+        failed(g, status, "creating a descriptor");
+        return NULL;
+    }
+    if (g->n_made == (int)(sizeof(g->made) / sizeof(g->made[0]))) die("cuDNN graph: more descriptors than kept");
+    g->made[g->n_made++] = d;
+    return d;
+}
+
+static void set(Graph* g, Desc d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t n, const void* value) {
+    if (g->why[0]) return;
+    cudnnStatus_t status = dnn.SetAttribute(d, name, type, n, value);
+    if (status != CUDNN_STATUS_SUCCESS) failed(g, status, "setting an attribute");
+}
+
+static void finish(Graph* g, Desc d, const char* what) {
+    if (g->why[0]) return;
+    cudnnStatus_t status = dnn.Finalize(d);
+    if (status != CUDNN_STATUS_SUCCESS) failed(g, status, what);
+}
+
+static void graph_free(Graph* g) {
+    for (int i = g->n_made - 1; i >= 0; i--) dnn.DestroyDescriptor(g->made[i]);
+    g->n_made = 0;
+}
+
+// The graphs' tensors that the caller binds to memory, by unique id; virtual tensors take ids
+// from VIRTUAL on
+enum { T_Q = 1, T_QT, T_K, T_KT, T_V, T_O, T_STATS, T_STATST, T_DO, T_DOT, T_DT, T_DQT, T_DK, T_DV, T_SCALE, T_NEG_INF, VIRTUAL };
+
+static Desc tensor(Graph* g, int64_t uid, cudnnDataType_t type, const int64_t dims[4], const int64_t strides[4], int is_virtual,
+                   int by_value) {
+    Desc t = make(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    int64_t alignment = 16;
+    bool v = is_virtual, bv = by_value;
+    set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+    set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+    set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
+    if (by_value) set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &bv);
+    finish(g, t, "a tensor");
+    return t;
+}
+
+// A virtual tensor (a, b, c, d), packed
+static Desc temp(Graph* g, cudnnDataType_t type, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t dims[4] = {a, b, c, d}, strides[4] = {b * c * d, c * d, d, 1};
+    return tensor(g, g->next_virtual++, type, dims, strides, 1, 0);
+}
+
+static void add_op(Graph* g, Desc op) {
+    if (g->why[0]) return;
+    if (g->n_ops == (int)(sizeof(g->ops) / sizeof(g->ops[0]))) die("cuDNN graph: more operations than kept");
+    g->ops[g->n_ops++] = op;
+}
+
+// y = mode(x, b) (b NULL for one operand); BINARY_SELECT takes its condition t; GEN_INDEX its axis
+static void pointwise(Graph* g, cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t, int64_t axis) {
+    Desc p = make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    set(g, p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    set(g, p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision);
+    if (mode == CUDNN_POINTWISE_GEN_INDEX) set(g, p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    finish(g, p, "a pointwise descriptor");
+    Desc op = make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p);
+    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    if (b) set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    if (t) set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
+    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    finish(g, op, "a pointwise operation");
+    add_op(g, op);
+}
+
+static void reduction(Graph* g, cudnnReduceTensorOp_t op_type, Desc x, Desc y) {
+    Desc r = make(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &op_type);
+    set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &precision);
+    finish(g, r, "a reduction descriptor");
+    Desc op = make(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r);
+    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    finish(g, op, "a reduction");
+    add_op(g, op);
+}
+
+// c (.., M, N) = a (.., M, K) b (.., K, N), fp32 accumulation
+static void matmul(Graph* g, Desc a, Desc b, Desc c) {
+    Desc m = make(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    set(g, m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &precision);
+    finish(g, m, "a matmul descriptor");
+    Desc op = make(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m);
+    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
+    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
+    finish(g, op, "a matmul");
+    add_op(g, op);
+}
+
+// ---- one map's geometry: where its sub-heads lie in the bf16 qkv rows ----
+typedef struct {
+    int64_t B, H, T, D, Dv, QKV;
+    int64_t hq, hk, hv;      // columns from one head's query (key, value) sub-head to the next's
+    int64_t lse_b, lse_h;    // strides of a map's statistics in lse (B, H, M, T)
+} Geometry;
+
+// the causal logits of one map, scaled and masked: s (B, H, rows, cols) from a (.., rows, K) b
+// (.., K, cols); transposed: rows are keys and columns queries
+static Desc masked_logits(Graph* g, const Geometry* x, Desc a, Desc b, Desc scale, Desc neg_inf, int transposed) {
+    Desc raw = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), scaled = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    matmul(g, a, b, raw);
+    pointwise(g, CUDNN_POINTWISE_MUL, raw, scale, scaled, NULL, 0);
+    Desc row = temp(g, CUDNN_DATA_INT32, x->B, x->H, x->T, x->T), col = temp(g, CUDNN_DATA_INT32, x->B, x->H, x->T, x->T);
+    Desc keep = temp(g, CUDNN_DATA_BOOLEAN, x->B, x->H, x->T, x->T), masked = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, row, NULL, 2);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, col, NULL, 3);
+    // query i sees key j <= i: rows are queries (i >= j is row >= col), or keys when transposed
+    if (transposed) pointwise(g, CUDNN_POINTWISE_CMP_GE, col, row, keep, NULL, 0);
+    else pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, scaled, neg_inf, masked, keep, 0);
+    return masked;
+}
+
+static void graph_forward(Graph* g, const Geometry* x) {
+    int64_t one[4] = {1, 1, 1, 1};
+    int64_t q_dims[4] = {x->B, x->H, x->T, x->D}, q_strides[4] = {x->T * x->QKV, x->hq, x->QKV, 1};
+    int64_t kt_dims[4] = {x->B, x->H, x->D, x->T}, kt_strides[4] = {x->T * x->QKV, x->hk, 1, x->QKV};
+    int64_t v_dims[4] = {x->B, x->H, x->T, x->Dv}, v_strides[4] = {x->T * x->QKV, x->hv, x->QKV, 1};
+    int64_t o_strides[4] = {x->T * x->H * x->Dv, x->Dv, x->H * x->Dv, 1};
+    int64_t st_dims[4] = {x->B, x->H, x->T, 1}, st_strides[4] = {x->lse_b, x->lse_h, 1, 1};
+    Desc q = tensor(g, T_Q, CUDNN_DATA_BFLOAT16, q_dims, q_strides, 0, 0);
+    Desc kt = tensor(g, T_KT, CUDNN_DATA_BFLOAT16, kt_dims, kt_strides, 0, 0);
+    Desc v = tensor(g, T_V, CUDNN_DATA_BFLOAT16, v_dims, v_strides, 0, 0);
+    Desc o = tensor(g, T_O, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
+    Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, st_dims, st_strides, 0, 0);
+    Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
+    Desc s = masked_logits(g, x, q, kt, scale, neg_inf, 0);
+    Desc mx = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1), centred = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    Desc e = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), sum = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1);
+    Desc log_sum = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1), p = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
+    reduction(g, CUDNN_REDUCE_TENSOR_MAX, s, mx);
+    pointwise(g, CUDNN_POINTWISE_SUB, s, mx, centred, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_EXP, centred, NULL, e, NULL, 0);
+    reduction(g, CUDNN_REDUCE_TENSOR_ADD, e, sum);
+    pointwise(g, CUDNN_POINTWISE_LOG, sum, NULL, log_sum, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_ADD, mx, log_sum, stats, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_DIV, e, sum, p, NULL, 0);
+    matmul(g, p, v, o);
+}
+
+static void graph_backward(Graph* g, const Geometry* x) {
+    int64_t one[4] = {1, 1, 1, 1};
+    int64_t q_dims[4] = {x->B, x->H, x->T, x->D}, qt_dims[4] = {x->B, x->H, x->D, x->T};
+    int64_t q_strides[4] = {x->T * x->QKV, x->hq, x->QKV, 1}, qt_strides[4] = {x->T * x->QKV, x->hq, 1, x->QKV};
+    int64_t k_strides[4] = {x->T * x->QKV, x->hk, x->QKV, 1}, kt_strides[4] = {x->T * x->QKV, x->hk, 1, x->QKV};
+    int64_t v_dims[4] = {x->B, x->H, x->T, x->Dv}, v_strides[4] = {x->T * x->QKV, x->hv, x->QKV, 1};
+    int64_t vt_dims[4] = {x->B, x->H, x->Dv, x->T};
+    int64_t o_strides[4] = {x->T * x->H * x->Dv, x->Dv, x->H * x->Dv, 1}, ot_strides[4] = {x->T * x->H * x->Dv, x->Dv, 1, x->H * x->Dv};
+    int64_t row_dims[4] = {x->B, x->H, 1, x->T}, st_strides[4] = {x->lse_b, x->lse_h, x->T, 1};
+    int64_t d_strides[4] = {x->H * x->T, x->T, x->T, 1};
+    int64_t dq_strides[4] = {x->T * x->H * x->D, x->D, x->H * x->D, 1}, dqt_strides[4] = {x->T * x->H * x->D, x->D, 1, x->H * x->D};
+    Desc q = tensor(g, T_Q, CUDNN_DATA_BFLOAT16, q_dims, q_strides, 0, 0);
+    Desc qt = tensor(g, T_QT, CUDNN_DATA_BFLOAT16, qt_dims, qt_strides, 0, 0);
+    Desc k = tensor(g, T_K, CUDNN_DATA_BFLOAT16, q_dims, k_strides, 0, 0);
+    Desc kt = tensor(g, T_KT, CUDNN_DATA_BFLOAT16, qt_dims, kt_strides, 0, 0);
+    Desc v = tensor(g, T_V, CUDNN_DATA_BFLOAT16, v_dims, v_strides, 0, 0);
+    Desc d_o = tensor(g, T_DO, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
+    Desc d_ot = tensor(g, T_DOT, CUDNN_DATA_BFLOAT16, vt_dims, ot_strides, 0, 0);
+    Desc stats_t = tensor(g, T_STATST, CUDNN_DATA_FLOAT, row_dims, st_strides, 0, 0);
+    Desc d_t = tensor(g, T_DT, CUDNN_DATA_FLOAT, row_dims, d_strides, 0, 0);
+    Desc dk = tensor(g, T_DK, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0);
+    Desc dqt = tensor(g, T_DQT, CUDNN_DATA_FLOAT, qt_dims, dqt_strides, 0, 0);
+    Desc dv = tensor(g, T_DV, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
+    Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
+    // P^T (keys x queries) from the forward's statistics
+    Desc st = masked_logits(g, x, k, qt, scale, neg_inf, 1);
+    Desc centred = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), pt = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
+    pointwise(g, CUDNN_POINTWISE_SUB, st, stats_t, centred, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_EXP, centred, NULL, pt, NULL, 0);
+    matmul(g, pt, d_o, dv);
+    Desc dpt = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), diff = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    Desc dst = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), dst_scaled = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
+    matmul(g, v, d_ot, dpt);
+    pointwise(g, CUDNN_POINTWISE_SUB, dpt, d_t, diff, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_MUL, diff, pt, dst, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_MUL, dst, scale, dst_scaled, NULL, 0);
+    matmul(g, dst_scaled, q, dk);
+    matmul(g, kt, dst_scaled, dqt);
+}
+
+// The operation graph of g's operations, and cuDNN's heuristics for it on the device `device`:
+// the engine configurations it offers, in its order of preference, into configs (up to max);
+// their count, or -1 with g->why
+static int64_t engine_configs(Graph* g, Desc device, Desc* configs, int64_t max) {
+    Desc og = make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops);
+    finish(g, og, "the operation graph");
+    Desc heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og);
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &device);
+    finish(g, heur, "the heuristics");
+    if (g->why[0]) return -1;
+    int64_t count = 0;
+    for (int64_t i = 0; i < max; i++) configs[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (g->why[0]) return -1;
+    cudnnStatus_t status = dnn.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, max, &count, configs);
+    if (status != CUDNN_STATUS_SUCCESS) {
+        failed(g, status, "reading the heuristics' results");
+        return -1;
+    }
+    return count;
+}
+
+// A DEVICEPROP descriptor from a JSON description of a GPU, or from this process's GPU
+static const char* device_properties(Desc* out, const char* json) {
+    cudnnStatus_t status = dnn.CreateDescriptor(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, out);
+    if (status == CUDNN_STATUS_SUCCESS) {
+        if (json) status = dnn.SetAttribute(*out, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, (int64_t)strlen(json), json);
+        else status = dnn.SetAttribute(*out, CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &dnn.handle);
+    }
+    if (status == CUDNN_STATUS_SUCCESS) status = dnn.Finalize(*out);
+    if (status == CUDNN_STATUS_SUCCESS) return NULL;
+    static char why[320];
+    char detail[256] = "";
+    dnn.GetLastErrorString(detail, sizeof(detail));
+    snprintf(why, sizeof(why), "cuDNN's device properties: status %d: %.250s", (int)status, detail);
+    return why;
+}
+
+// ---- plans, one per geometry and direction, kept ----
+#define MAX_CONFIGS 16
+typedef struct {
+    Geometry x;
+    int backward;
+    Graph graph;     // the descriptors, kept alive with the plan
+    Desc plan;       // NULL where none could be made
+    int64_t workspace;
+    int64_t engine;  // cuDNN's global index of the engine that runs it
+    char why[320];   // why not, where plan is NULL
+} Plan;
+static Plan* plans;
+static int n_plans, plans_capacity;
+
+static const Plan* plan_for(const Geometry* x, int backward) {
+    for (int i = 0; i < n_plans; i++) {
+        if (!memcmp(&plans[i].x, x, sizeof(*x)) && plans[i].backward == backward) return &plans[i];
+    }
+    if (n_plans == plans_capacity) {
+        plans_capacity = plans_capacity ? 2 * plans_capacity : 16;
+        plans = (Plan*)realloc(plans, plans_capacity * sizeof(Plan));
+        if (!plans) die("out of memory keeping cuDNN plans");
+    }
+    Plan* p = &plans[n_plans++];
+    memset(p, 0, sizeof(*p));
+    p->x = *x;
+    p->backward = backward;
+    Graph* g = &p->graph;
+    g->next_virtual = VIRTUAL;
+    if (backward) graph_backward(g, x);
+    else graph_forward(g, x);
+    Desc configs[MAX_CONFIGS];
+    int64_t count = engine_configs(g, dnn.device, configs, MAX_CONFIGS);
+    if (count == 0) snprintf(g->why, sizeof(g->why), "cuDNN's heuristics offer no engine for this graph");
+    for (int64_t i = 0; i < count && !p->plan; i++) {
+        Desc plan = NULL;
+        if (dnn.CreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) break;
+        cudnnStatus_t status = dnn.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]);
+        if (status == CUDNN_STATUS_SUCCESS)
+            status = dnn.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dnn.device);
+        if (status == CUDNN_STATUS_SUCCESS) status = dnn.Finalize(plan);
+        if (status != CUDNN_STATUS_SUCCESS) {
+            failed(g, status, "no engine's plan finalized; the last");
+            dnn.DestroyDescriptor(plan);
+            continue;
+        }
+        g->why[0] = 0;
+        int64_t n = 0;
+        dnn.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &p->workspace);
+        Desc engine = NULL;
+        p->engine = -1;
+        if (dnn.CreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) == CUDNN_STATUS_SUCCESS) {
+            if (dnn.GetAttribute(configs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) == CUDNN_STATUS_SUCCESS)
+                dnn.GetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &p->engine);
+            dnn.DestroyDescriptor(engine);
+        }
+        p->plan = plan;
+    }
+    if (!p->plan) {
+        snprintf(p->why, sizeof(p->why), "%s", g->why[0] ? g->why : "no plan");
+        graph_free(g);
+    }
+    return p;
+}
+
+// ---- which calls take the graphs ----
+// The bf16 copy's row: qkv's columns, padded to a multiple of 8 so that every row starts on a
+// 16-byte boundary (DIFF V2's H lambda columns make qkv's own width odd)
+static int padded_width(const AttnShape* s) { return (attention_qkv_width(s) + 7) / 8 * 8; }
+
+// The geometry of map m of s, or why s cannot take the graphs
+static const char* geometry_of(const AttnShape* s, int m, Geometry* x) {
+    if (s->quant.bits) return "quantized logits";
+    if (s->q0) return "decoding (rows after cached ones)";
+    if (s->integral) return "DINT's integral term";
+    int QKV = padded_width(s), Dv = attention_value_width(s);
+    x->B = s->B, x->H = s->H, x->T = s->T, x->D = s->D, x->Dv = Dv, x->QKV = QKV;
+    x->lse_b = (int64_t)s->H * s->M * s->T, x->lse_h = (int64_t)s->M * s->T;
+    int q0 = attention_q_col(s, 0, m), k0 = attention_k_col(s, 0, m), v0 = attention_v_col(s, 0, m);
+    x->hq = s->H > 1 ? attention_q_col(s, 1, m) - q0 : s->D;
+    x->hk = s->H > 1 ? attention_k_col(s, 1, m) - k0 : s->D;
+    x->hv = s->H > 1 ? attention_v_col(s, 1, m) - v0 : Dv;
+    for (int h = 0; h < s->H; h++) {
+        if (attention_q_col(s, h, m) != q0 + h * x->hq || attention_k_col(s, h, m) != k0 + h * x->hk ||
+            attention_v_col(s, h, m) != v0 + h * x->hv)
+            return "a map's sub-heads are not one stride apart (grouped DIFF's shared noise map, DIFF V2's halves pairing)";
+    }
+    // 16-byte aligned bf16 operands: every column offset and stride a multiple of 8 elements
+    if (s->D % 8 || QKV % 8 || q0 % 8 || k0 % 8 || v0 % 8 || x->hq % 8 || x->hk % 8 || x->hv % 8)
+        return "columns not on 16-byte boundaries (head width not a multiple of 8)";
+    return NULL;
+}
+
+// Why s takes this backend's kernels rather than the graphs, or NULL when it takes the graphs:
+// plans for every map made (or found made), in both directions where training needs its
+// backward (a forward whose backward recomputes on the kernels would see other statistics)
+static const char* fallback_reason(const AttnShape* s, const Plan** fwd, const Plan** bwd, int with_backward) {
+    if (!cuda_bf16_enabled()) return "precision = fp32";
+    const char* missing = cudnn_open();
+    if (missing) return missing;
+    if (!dnn.handle) {
+        if (dnn.Create(&dnn.handle) != CUDNN_STATUS_SUCCESS) return "cudnnCreate failed";
+        const char* why = device_properties(&dnn.device, NULL);
+        if (why) return why;
+    }
+    for (int m = 0; m < s->M; m++) {
+        Geometry x;
+        memset(&x, 0, sizeof(x));
+        const char* why = geometry_of(s, m, &x);
+        if (why) return why;
+        fwd[m] = plan_for(&x, 0);
+        if (!fwd[m]->plan) return fwd[m]->why;
+        if (!with_backward) continue;
+        bwd[m] = plan_for(&x, 1);
+        if (!bwd[m]->plan) return bwd[m]->why;
+    }
+    return NULL;
+}
+
+// Says once per shape and kind of call which path it takes
+static const char* decide(const AttnShape* s, const Plan** fwd, const Plan** bwd, int with_backward) {
+    const char* why = fallback_reason(s, fwd, bwd, with_backward);
+    static struct {
+        AttnShape s;
+        int with_backward;
+    } said[64];
+    static int n_said;
+    for (int i = 0; i < n_said; i++) {
+        if (!memcmp(&said[i].s, s, sizeof(*s)) && said[i].with_backward == with_backward) return why;
+    }
+    if (n_said < 64) said[n_said].s = *s, said[n_said++].with_backward = with_backward;
+    const char* calls = with_backward ? "training" : "forward only";
+    if (!why) {
+        fprintf(stderr, "attention B=%d T=%d H=%d D=%d, %d map(s), %s: cuDNN %zu fused graphs (engine %lld forward%s%lld)\n", s->B,
+                s->T, s->H, s->D, s->M, calls, dnn.version, (long long)fwd[0]->engine, with_backward ? ", backward " : "",
+                with_backward ? (long long)bwd[0]->engine : 0LL);
+    } else if (cuda_bf16_enabled()) {
+        fprintf(stderr, "attention B=%d T=%d H=%d D=%d, %d map(s), %s: this backend's fp32 kernels (%s)\n", s->B, s->T, s->H, s->D, s->M,
+                calls, why);
+    }
+    return why;
+}
+
+// the path of a training call (forward and backward)
+const char* cuda_attention_path(const AttnShape* s) {
+    static char path[400];
+    const Plan *fwd[2], *bwd[2];
+    const char* why = fallback_reason(s, fwd, bwd, 1);
+    if (why) snprintf(path, sizeof(path), "fp32 kernels (%s)", why);
+    else snprintf(path, sizeof(path), "cuDNN %zu fused graphs", dnn.version);
+    return path;
+}
+
+// ---- the kernels around the graphs ----
+__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(x[i]);
+}
+
+// rows (N, QKV) into rows QKVp apart, the padding zero
+__global__ void rows_to_bf16_kernel(__nv_bfloat16* out, const float* qkv, size_t N, int QKV, int QKVp) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * QKVp) return;
+    size_t n = i / QKVp;
+    int c = (int)(i % QKVp);
+    out[i] = __float2bfloat16_rn(c < QKV ? qkv[n * QKV + c] : 0.0f);
+}
+
+// dO of map 1: -lambda dy, lambda per layer (lam_col < 0) or per token and head (qkv's column)
+__global__ void scaled_grad_kernel(__nv_bfloat16* out, const float* dy, const float* lambda, const float* qkv, int lam_col, int QKV,
+                                   size_t N, int H, int Dv) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * H * Dv) return;
+    size_t n = i / ((size_t)H * Dv);
+    int h = (int)(i / Dv % H);
+    float lam = lam_col < 0 ? *lambda : qkv[n * QKV + lam_col + h];
+    out[i] = __float2bfloat16_rn(-lam * dy[i]);
+}
+
+// y = O_0 - lambda O_1 (O_1 NULL: y = O_0)
+__global__ void combine_kernel(float* y, const float* o0, const float* o1, const float* lambda, const float* qkv, int lam_col, int QKV,
+                               size_t N, int H, int Dv) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * H * Dv) return;
+    float out = o0[i];
+    if (o1) {
+        size_t n = i / ((size_t)H * Dv);
+        int h = (int)(i / Dv % H);
+        float lam = lam_col < 0 ? *lambda : qkv[n * QKV + lam_col + h];
+        out -= lam * o1[i];
+    }
+    y[i] = out;
+}
+
+// One thread per (token, head): D (B, H, T) = dO . O of the row; where grad_lambda is given,
+// also -dy . O_1 of the row: into grad_lambda (N, H) (per token) or rows (N * H) for the layer's sum
+__global__ void row_dots_kernel(float* d_rows, float* lam_rows, const __nv_bfloat16* d_o, const float* o, const float* dy, size_t N, int H,
+                                int T, int Dv) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * H) return;
+    size_t n = i / H;
+    int h = (int)(i % H);
+    const __nv_bfloat16* a = d_o + i * Dv;
+    const float* b = o + i * Dv;
+    float dot = 0.0f, lam = 0.0f;
+    for (int c = 0; c < Dv; c++) dot += __bfloat162float(a[c]) * b[c];
+    if (lam_rows) {
+        for (int c = 0; c < Dv; c++) lam -= dy[i * Dv + c] * b[c];
+        lam_rows[i] = lam;
+    }
+    size_t b_ = n / T, t = n % T;
+    d_rows[((size_t)b_ * H + h) * T + t] = dot;
+}
+
+// dqkv's columns col0 + h * stride + c of every row += src (N, H, W)
+__global__ void add_heads_kernel(float* dqkv, const float* src, size_t N, int H, int W, int QKV, int col0, int stride) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * H * W) return;
+    size_t n = i / ((size_t)H * W);
+    int h = (int)(i / W % H), c = (int)(i % W);
+    dqkv[n * QKV + col0 + (size_t)h * stride + c] += src[i];
+}
+
+// per-token lambda gradients (N, H) into dqkv's lambda columns
+__global__ void lambda_columns_kernel(float* dqkv, const float* rows, size_t N, int H, int QKV, int lam_col) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * H) return;
+    dqkv[i / H * QKV + lam_col + i % H] = rows[i];
+}
+
+static const __nv_bfloat16* qkv_bf16(const float* qkv, const AttnShape* s) {
+    size_t N = (size_t)s->B * s->T, n = N * padded_width(s);
+    __nv_bfloat16* out = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_QKV, n * sizeof(__nv_bfloat16));
+    rows_to_bf16_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(out, qkv, N, attention_qkv_width(s), padded_width(s));
+    cudaCheckLaunch();
+    return out;
+}
+
+static void execute(const Plan* p, const int64_t* uids, void* const* pointers, int n) {
+    Graph g;
+    memset(&g, 0, sizeof(g));
+    Desc pack = make(&g, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    void* workspace = p->workspace ? cuda_scratch(SCRATCH_CUDNN_WORK, (size_t)p->workspace) : NULL;
+    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, pointers);
+    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    finish(&g, pack, "the variant pack");
+    if (!g.why[0]) {
+        cudnnStatus_t status = dnn.Execute(dnn.handle, p->plan, pack);
+        if (status != CUDNN_STATUS_SUCCESS) failed(&g, status, "executing a plan");
+    }
+    graph_free(&g);
+    if (g.why[0]) die("cuDNN: %s", g.why);
+}
+
+// Map m's forward into o (B*T, H, Dv) and stats (lse's layout, map m's rows)
+static void forward_map(const Plan* p, const AttnShape* s, int m, const __nv_bfloat16* qb, float* o, float* stats) {
+    float scale = 1.0f / sqrtf((float)s->D), neg_inf = -INFINITY;
+    int64_t uids[] = {T_Q, T_KT, T_V, T_O, T_STATS, T_SCALE, T_NEG_INF};
+    void* pointers[] = {(void*)(qb + attention_q_col(s, 0, m)), (void*)(qb + attention_k_col(s, 0, m)), (void*)(qb + attention_v_col(s, 0, m)),
+                        o, stats, &scale, &neg_inf};
+    execute(p, uids, pointers, 7);
+}
+
+// Takes the call to the graphs where s allows; 0 when this backend's kernels are to run it
+int cudnn_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s) {
+    const Plan *fwd[2], *bwd[2];
+    if (decide(s, fwd, bwd, lse != NULL)) return 0;
+    size_t N = (size_t)s->B * s->T, HDv = (size_t)s->H * attention_value_width(s);
+    const __nv_bfloat16* qb = qkv_bf16(qkv, s);
+    float* o = (float*)cuda_scratch(SCRATCH_CUDNN_O, 2 * N * HDv * sizeof(float));
+    float* stats = lse ? lse : (float*)cuda_scratch(SCRATCH_CUDNN_ROWS, (size_t)s->B * s->H * s->M * s->T * sizeof(float));
+    for (int m = 0; m < s->M; m++) forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + (size_t)m * s->T);
+    int lam_col = s->token_lambda ? attention_lambda_offset(s) : -1;
+    combine_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(y, o, s->M == 2 ? o + N * HDv : NULL, lambda, qkv, lam_col,
+                                                                         attention_qkv_width(s), N, s->H, attention_value_width(s));
+    cudaCheckLaunch();
+    return 1;
+}
+
+int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lambda, const AttnShape* s) {
+    const Plan *fwd[2], *bwd[2];
+    if (decide(s, fwd, bwd, 1)) return 0;
+    int QKV = attention_qkv_width(s), Dv = attention_value_width(s), H = s->H, D = s->D;
+    size_t N = (size_t)s->B * s->T, HDv = (size_t)H * Dv, rows = (size_t)s->B * H * s->T;
+    const __nv_bfloat16* qb = qkv_bf16(qkv, s);
+    // the maps' outputs and statistics again: the backend contract keeps only lse
+    float* o = (float*)cuda_scratch(SCRATCH_CUDNN_O, 2 * N * HDv * sizeof(float));
+    float* buf = (float*)cuda_scratch(SCRATCH_CUDNN_ROWS, (s->M * rows + rows + N * H) * sizeof(float));
+    float *stats = buf, *d_rows = buf + s->M * rows, *lam_rows = d_rows + rows;
+    for (int m = 0; m < s->M; m++) forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + (size_t)m * s->T);
+    __nv_bfloat16* d_o = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_DO, N * HDv * sizeof(__nv_bfloat16));
+    float* grads = (float*)cuda_scratch(SCRATCH_CUDNN_GRADS, N * H * (2 * (size_t)D + Dv) * sizeof(float));
+    float *dq = grads, *dk = grads + N * H * D, *dv = grads + 2 * N * H * D;
+    int lam_col = s->token_lambda ? attention_lambda_offset(s) : -1;
+    float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY;
+    cudaCheck(cudaMemsetAsync(dqkv, 0, N * QKV * sizeof(float), 0));
+    for (int m = 0; m < s->M; m++) {
+        const float* om = o + m * N * HDv;
+        if (m == 0) to_bf16_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(d_o, dy, N * HDv);
+        else scaled_grad_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(d_o, dy, lambda, qkv, lam_col, QKV, N, H, Dv);
+        cudaCheckLaunch();
+        row_dots_kernel<<<cuda_blocks(N * H, CUDA_THREADS), CUDA_THREADS>>>(d_rows, m == 1 ? lam_rows : NULL, d_o, om, dy, N, H, s->T, Dv);
+        cudaCheckLaunch();
+        int64_t uids[] = {T_Q, T_QT, T_K, T_KT, T_V, T_DO, T_DOT, T_STATST, T_DT, T_DK, T_DQT, T_DV, T_SCALE, T_NEG_INF};
+        void *q = (void*)(qb + attention_q_col(s, 0, m)), *k = (void*)(qb + attention_k_col(s, 0, m));
+        void* pointers[] = {q, q, k, k, (void*)(qb + attention_v_col(s, 0, m)), d_o, d_o, stats + (size_t)m * s->T, d_rows, dk, dq, dv,
+                            &scale, &neg_inf};
+        execute(bwd[m], uids, pointers, 14);
+        add_heads_kernel<<<cuda_blocks(N * H * D, CUDA_THREADS), CUDA_THREADS>>>(dqkv, dq, N, H, D, QKV, attention_q_col(s, 0, m),
+                                                                                 H > 1 ? attention_q_col(s, 1, m) - attention_q_col(s, 0, m) : D);
+        add_heads_kernel<<<cuda_blocks(N * H * D, CUDA_THREADS), CUDA_THREADS>>>(dqkv, dk, N, H, D, QKV, attention_k_col(s, 0, m),
+                                                                                 H > 1 ? attention_k_col(s, 1, m) - attention_k_col(s, 0, m) : D);
+        add_heads_kernel<<<cuda_blocks(N * H * Dv, CUDA_THREADS), CUDA_THREADS>>>(dqkv, dv, N, H, Dv, QKV, attention_v_col(s, 0, m),
+                                                                                  H > 1 ? attention_v_col(s, 1, m) - attention_v_col(s, 0, m) : Dv);
+        cudaCheckLaunch();
+    }
+    if (s->M == 2 && lam_col >= 0) {
+        lambda_columns_kernel<<<cuda_blocks(N * H, CUDA_THREADS), CUDA_THREADS>>>(dqkv, lam_rows, N, H, QKV, lam_col);
+        cudaCheckLaunch();
+    } else if (s->M == 2 && dlambda) {
+        cuda_sum_fixed_order(dlambda, lam_rows, 1, N * H, N * H, 1.0f);
+    }
+    return 1;
+}
+
+// ---- without a GPU: the graphs against a described one ----
+extern "C" int cudnn_attention_engines(const AttnShape* s, int backward, const char* device_json, const char** why) {
+    static char reason[400];
+    const char* missing = cudnn_open();
+    if (missing) {
+        snprintf(reason, sizeof(reason), "%s", missing);
+        *why = reason;
+        return -2;
+    }
+    Desc device;
+    const char* bad = device_properties(&device, device_json);
+    if (bad) {
+        *why = bad;
+        return -1;
+    }
+    int64_t total = 0;
+    for (int m = 0; m < s->M; m++) {
+        Geometry x;
+        memset(&x, 0, sizeof(x));
+        const char* not_graph = geometry_of(s, m, &x);
+        if (not_graph) {
+            snprintf(reason, sizeof(reason), "%s", not_graph);
+            *why = reason;
+            dnn.DestroyDescriptor(device);
+            return -1;
+        }
+        Graph g;
+        memset(&g, 0, sizeof(g));
+        g.next_virtual = VIRTUAL;
+        if (backward) graph_backward(&g, &x);
+        else graph_forward(&g, &x);
+        Desc configs[MAX_CONFIGS];
+        int64_t count = engine_configs(&g, device, configs, MAX_CONFIGS);
+        if (count < 0) {
+            snprintf(reason, sizeof(reason), "%s", g.why);
+            *why = reason;
+            graph_free(&g);
+            dnn.DestroyDescriptor(device);
+            return -1;
+        }
+        total = m == 0 || count < total ? count : total;
+        graph_free(&g);
+    }
+    dnn.DestroyDescriptor(device);
+    *why = NULL;
+    return (int)total;
+}
+
+extern "C" size_t cudnn_version(void) { return cudnn_open() ? 0 : dnn.version; }
