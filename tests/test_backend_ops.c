@@ -1029,8 +1029,8 @@ static double rel_l2_ref(const float* got, const double* ref, size_t n) {
 // where a map's sub-heads lie one stride apart: standard, DIFF, DIFF V2, Shared DIFF; its fp32
 // kernels for the others; the CPU's fp32 kernels), and its results against the double reference
 // of the same qkv rounded to bf16: y and dqkv within bf16's error of the products and the
-// probabilities (relative L2 at most 1e-2), lse (fp32 statistics) within 1e-3 absolute, dlambda 1e-2
-// relative
+// probabilities (relative L2 at most 1e-2), lse (fp32 statistics) within 1e-3 absolute, dlambda
+// within 1e-2 of itself plus bf16's rounding over its terms' magnitudes
 static void test_attention_bf16(AttentionKind kind, int B, int T, int H, int D) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
     if (v->halves && H % 2) H *= 2;
@@ -1055,7 +1055,7 @@ static void test_attention_bf16(AttentionKind kind, int B, int T, int H, int D) 
     // on a GPU a shape the rule admits may still keep the kernels where the installed cuDNN
     // offers no engine for a graph (cuDNN 9.19's backward): the path then says so
     int graphs = strcmp(be->device, "cuda") == 0 && one_stride, on_gpu = strcmp(be->name, "cuda") == 0;
-    int took = strstr(path, "cuDNN fused graphs") != NULL;
+    int took = strstr(path, "fused graphs") != NULL;
     CHECK(graphs ? took || on_gpu : !took, "%s [%s]: attention takes %s", be->name, what, path);
     int QKV = attention_qkv_width(&s), Dv = attention_value_width(&s), lam = attention_lambda_offset(&s);
     size_t n_qkv = (size_t)B * T * QKV, n_y = (size_t)B * T * H * Dv, n_lse = (size_t)B * H * s.M * T;
@@ -1075,9 +1075,27 @@ static void test_attention_bf16(AttentionKind kind, int B, int T, int H, int D) 
     double worst_lse = 0;
     for (size_t i = 0; i < n_lse; i++) worst_lse = fmax(worst_lse, isnan(lse[i]) ? INFINITY : fabs(lse[i] - ref.lse[i]));
     double ey = rel_l2_ref(y, ref.y, n_y), eq = rel_l2_ref(dqkv, ref.dqkv, n_qkv);
-    double el = v->lambda == LAMBDA_PER_LAYER ? fabs(dlambda - ref.dlambda) / (fabs(ref.dlambda) + 1e-30) : 0;
-    CHECK(ey <= 1e-2 && eq <= 1e-2 && worst_lse <= 1e-3 && el <= 1e-2,
-          "%s [%s, %s]: relative L2 errors y %.2e, dqkv %.2e; lse within %.2e; dlambda %.2e relative", be->name, what, path, ey, eq,
+    // dlambda = -sum dy . O_2 cancels: held to bf16's rounding of the probabilities (2^-8 of each
+    // O_2 entry, 2^-7 allowed) over the sum of the terms' magnitudes, besides 1e-2 of its own
+    double el = 0;
+    if (v->lambda == LAMBDA_PER_LAYER) {
+        double mag = 0;
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < H; h++) {
+                const double* P1 = ref.P + (((size_t)b * H + h) * s.M + 1) * T * T;
+                for (int i = 0; i < T; i++) {
+                    for (int c = 0; c < Dv; c++) {
+                        double o2 = 0;
+                        for (int j = 0; j <= i; j++) o2 += P1[(size_t)i * T + j] * qkv[((size_t)b * T + j) * QKV + attention_v_col(&s, h, 1) + c];
+                        mag += fabs(dy[(((size_t)b * T + i) * H + h) * Dv + c] * o2);
+                    }
+                }
+            }
+        }
+        el = fabs(dlambda - ref.dlambda) / (1e-2 * fabs(ref.dlambda) + ldexp(1.0, -7) * mag);
+    }
+    CHECK(ey <= 1e-2 && eq <= 1e-2 && worst_lse <= 1e-3 && el <= 1,
+          "%s [%s, %s]: relative L2 errors y %.2e, dqkv %.2e; lse within %.2e; dlambda %.2f of its tolerance", be->name, what, path, ey, eq,
           worst_lse, el);
     printf("backend %s %s: %s; relative L2 errors y %.1e, dqkv %.1e\n", be->name, what, path, ey, eq);
     free(qkv), free(dy), free(y), free(lse), free(dqkv);
