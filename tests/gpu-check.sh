@@ -2,7 +2,9 @@
 # The GPU check, on a machine with an NVIDIA GPU, its driver and CUDA 13, and none of this
 # project's libraries (make gpu-bundle packs them). Two parts, each well inside ten minutes on
 # one H100:
-#   gpu-check.sh tests OUT            test_backend_ops and test_devices on cuda against the CPU;
+#   gpu-check.sh tests OUT            test_backend_ops and test_devices on cuda against the CPU
+#                                     (bf16 products and attention included); test_cudnn_graphs
+#                                     (the cuDNN version loaded and its engines for our graphs);
 #                                     test_backend_ops --small under compute-sanitizer memcheck,
 #                                     racecheck and synccheck; 1 and 2 ranks training the same
 #                                     model, gradients summed by NCCL (two GPUs; with one it is
@@ -126,6 +128,11 @@ if [ "$part" = tests ]; then
         "${project[@]}" "$here/bin/test_backend_ops" --backend cuda
     section "the model on cuda against cpu: gradients, AdamW, training, repeat, resume (test_devices)" 180 "$ok
 ^devices: cpu and cuda \(" "${project[@]}" "$here/bin/test_devices"
+    # cuDNN as this machine loads it (the PyTorch wheel's): its version, and its heuristics for the
+    # attention graphs on the described GPUs (the bf16 paths of each shape are the lines
+    # "attention ...: cuDNN ..." or "...: this backend's fp32 kernels (why)" in the sections above)
+    section "cuDNN's attention graphs against described GPUs (test_cudnn_graphs)" 120 "$ok
+^cuDNN [0-9]+$" bash -c 'cd "$1" && shift && "$@"' _ "$here" "${project[@]}" "$here/bin/test_cudnn_graphs"
     sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" 2>/dev/null)
     for tool in memcheck racecheck synccheck; do
         if [ -z "$sanitizer" ]; then
