@@ -198,6 +198,29 @@ static void fresh_run(Model* m, AdamW* opt, const Config* cfg) {
     adamw_alloc(opt, m, &cfg->optim);
 }
 
+// A run of cfg stopped at step STEPS/2 by a checkpoint and resumed on `onto` to STEPS: its
+// losses from STEPS/2 on into loss, its final parameters into params (NULL: not kept), and the
+// device the checkpoint recorded into device
+static void stopped_and_resumed(const Config* cfg, const Backend* onto, double* loss, float* params, char* device, size_t n) {
+    Model w, r;
+    AdamW ow, orr;
+    double lw[STEPS];
+    fresh_run(&w, &ow, cfg);
+    train_steps(&w, &ow, cfg, 0, STEPS / 2, lw);
+    CheckpointInfo info = {.step = STEPS / 2, .rows_seen = (uint64_t)STEPS / 2 * cfg->batch_size, .threads = 1, .ranks = 1};
+    checkpoint_save("build/test_devices.h5", cfg, &w, &ow, &info);
+    CheckpointInfo got;
+    Config cr;
+    checkpoint_load("build/test_devices.h5", onto, &cr, &r, &orr, &got);
+    train_steps(&r, &orr, &cr, STEPS / 2, STEPS, loss);
+    if (params) model_get_params(&r, params);
+    snprintf(device, n, "%s", got.device);
+    model_free(&w);
+    model_free(&r);
+    adamw_free(&ow);
+    adamw_free(&orr);
+}
+
 // Sections 2-4 for one variant
 static void test_training(const Variant* v) {
     Config ca = variant_config(v, "cpu"), cb = variant_config(v, other);
@@ -232,29 +255,17 @@ static void test_training(const Variant* v) {
     double* nonstop[2] = {la, lb};
     for (int k = 0; k < 2; k++) {
         Config cw = variant_config(v, devices[k]);
-        Model w, r;
-        AdamW ow, orr;
-        double lw[STEPS], lr[STEPS];
-        fresh_run(&w, &ow, &cw);
-        train_steps(&w, &ow, &cw, 0, STEPS / 2, lw);
-        CheckpointInfo info = {.step = STEPS / 2, .rows_seen = (uint64_t)STEPS / 2 * cw.batch_size, .threads = 1, .ranks = 1};
-        checkpoint_save("build/test_devices.h5", &cw, &w, &ow, &info);
-        CheckpointInfo got;
-        Config cr;
-        checkpoint_load("build/test_devices.h5", backend_named(devices[1 - k]), &cr, &r, &orr, &got);
-        train_steps(&r, &orr, &cr, STEPS / 2, STEPS, lr);
+        double lr[STEPS];
+        char device[160];
+        stopped_and_resumed(&cw, backend_named(devices[1 - k]), lr, NULL, device, sizeof(device));
         double* want = nonstop[1 - k];
         double diff = 0;
         for (int s = STEPS / 2; s < STEPS; s++) diff = fmax(diff, fabs(lr[s] - want[s]) / fabs(want[s]));
-        CHECK(diff <= 2e-3 && strcmp(got.device, w.be->device_name()) == 0,
+        CHECK(diff <= 2e-3 && strcmp(device, backend_named(devices[k])->device_name()) == 0,
               "%s: written on %s at step %d (device attribute '%s'), resumed on %s: losses within %.2e of a non-stop %s run",
-              v->name, devices[k], STEPS / 2, got.device, devices[1 - k], diff, devices[1 - k]);
+              v->name, devices[k], STEPS / 2, device, devices[1 - k], diff, devices[1 - k]);
         printf("| %s: resumed %s -> %s, worst relative loss difference to a non-stop run | %.2e | |\n", v->name, devices[k],
                devices[1 - k], diff);
-        model_free(&w);
-        model_free(&r);
-        adamw_free(&ow);
-        adamw_free(&orr);
     }
     free(pb);
     free(pb2);
@@ -370,23 +381,14 @@ static void test_bf16(const Variant* v, int train) {
                other_name, drift);
         // stopped at step 10 and resumed from its checkpoint: the bf16 copies are made again from
         // the fp32 master weights, so the run goes on bitwise as the non-stop one
-        Model w, r;
-        AdamW ow, orr;
         double lw[STEPS];
-        fresh_run(&w, &ow, &cb);
-        train_steps(&w, &ow, &cb, 0, STEPS / 2, lw);
-        CheckpointInfo info = {.step = STEPS / 2, .rows_seen = (uint64_t)STEPS / 2 * cb.batch_size, .threads = 1, .ranks = 1};
-        checkpoint_save("build/test_devices.h5", &cb, &w, &ow, &info);
-        Config cr;
-        CheckpointInfo got;
-        checkpoint_load("build/test_devices.h5", be, &cr, &r, &orr, &got);
-        train_steps(&r, &orr, &cr, STEPS / 2, STEPS, lw);
-        model_get_params(&r, rounded);
-        CHECK(memcmp(lw, lb, sizeof(lb)) == 0 && memcmp(bf16, rounded, bytes) == 0,
+        char device[160];
+        stopped_and_resumed(&cb, be, lw, rounded, device, sizeof(device));
+        CHECK(memcmp(lw + STEPS / 2, lb + STEPS / 2, sizeof(lb) / 2) == 0 && memcmp(bf16, rounded, bytes) == 0,
               "%s: bf16 on %s stopped at step %d and resumed: losses and parameters bitwise those of the non-stop run", v->name,
               other_name, STEPS / 2);
-        model_free(&a), model_free(&b), model_free(&b2), model_free(&w), model_free(&r);
-        adamw_free(&oa), adamw_free(&ob), adamw_free(&ob2), adamw_free(&ow), adamw_free(&orr);
+        model_free(&a), model_free(&b), model_free(&b2);
+        adamw_free(&oa), adamw_free(&ob), adamw_free(&ob2);
     }
     be->set_precision(PRECISION_FP32);
     model_free(&shape);

@@ -30,6 +30,7 @@ size_t cudnn_version(void);
 #endif
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 // ---- backend_cuda.cu: errors, memory, handles ----
@@ -67,6 +68,8 @@ float cuda_best_ms(void (*call)(void* ctx), void* ctx);
 // cuda_bf16_enable turns them on or off (returns NULL: every GPU this backend runs on has bf16
 // tensor cores); matmul_forward and matmul_backward then take the two functions below
 const char* cuda_bf16_enable(int on);
+// out (n) = x (n) rounded to bf16 (to nearest, ties to even)
+void cuda_round_bf16(__nv_bfloat16* out, const float* x, size_t n);
 int cuda_bf16_enabled(void);
 void cuda_weights_changed(const float* w, size_t n);
 void cuda_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);

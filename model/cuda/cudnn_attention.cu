@@ -495,11 +495,6 @@ const char* cuda_attention_path(const AttnShape* s) {
 }
 
 // ---- the kernels around the graphs ----
-__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* x, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __float2bfloat16_rn(x[i]);
-}
-
 // rows (N, QKV) into rows QKVp apart, the padding zero
 __global__ void rows_to_bf16_kernel(__nv_bfloat16* out, const float* qkv, size_t N, int QKV, int QKVp) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -640,9 +635,12 @@ int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const
     cudaCheck(cudaMemsetAsync(dqkv, 0, N * QKV * sizeof(float), 0));
     for (int m = 0; m < s->M; m++) {
         const float* om = o + m * N * HDv;
-        if (m == 0) to_bf16_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(d_o, dy, N * HDv);
-        else scaled_grad_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(d_o, dy, lambda, qkv, lam_col, QKV, N, H, Dv);
-        cudaCheckLaunch();
+        if (m == 0) {
+            cuda_round_bf16(d_o, dy, N * HDv);
+        } else {
+            scaled_grad_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(d_o, dy, lambda, qkv, lam_col, QKV, N, H, Dv);
+            cudaCheckLaunch();
+        }
         row_dots_kernel<<<cuda_blocks(N * H, CUDA_THREADS), CUDA_THREADS>>>(d_rows, m == 1 ? lam_rows : NULL, d_o, om, dy, N, H, s->T, Dv);
         cudaCheckLaunch();
         int64_t uids[] = {T_Q, T_QT, T_K, T_KT, T_V, T_DO, T_DOT, T_STATST, T_DT, T_DK, T_DQT, T_DV, T_SCALE, T_NEG_INF};

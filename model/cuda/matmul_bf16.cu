@@ -25,7 +25,7 @@ __global__ void round_to_bf16_kernel(__nv_bfloat16* out, const float* x, size_t 
     if (i < n) out[i] = __float2bfloat16_rn(x[i]);
 }
 
-static void round_all(__nv_bfloat16* out, const float* x, size_t n) {
+void cuda_round_bf16(__nv_bfloat16* out, const float* x, size_t n) {
     if (!n) return;
     round_to_bf16_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(out, x, n);
     cudaCheckLaunch();
@@ -33,7 +33,7 @@ static void round_all(__nv_bfloat16* out, const float* x, size_t n) {
 
 // ---- the weights' bf16 copies in device memory, and every other operand rounded into scratch ----
 static void* copy_alloc(size_t n) { return cuda_alloc(n * sizeof(__nv_bfloat16)); }
-static void copy_round(void* copy, const float* w, size_t n) { round_all((__nv_bfloat16*)copy, w, n); }
+static void copy_round(void* copy, const float* w, size_t n) { cuda_round_bf16((__nv_bfloat16*)copy, w, n); }
 static WeightCopies copies = {copy_alloc, cuda_release, copy_round, sizeof(__nv_bfloat16), {}};
 
 void cuda_weights_changed(const float* w, size_t n) { weight_copies_changed(&copies, w, n, enabled); }
@@ -43,7 +43,7 @@ static const __nv_bfloat16* operand(const float* x, size_t n, int slot) {
     const __nv_bfloat16* copy = (const __nv_bfloat16*)weight_copies_find(&copies, x, n);
     if (copy) return copy;
     __nv_bfloat16* out = (__nv_bfloat16*)cuda_scratch(slot, n * sizeof(__nv_bfloat16));
-    round_all(out, x, n);
+    cuda_round_bf16(out, x, n);
     return out;
 }
 
@@ -93,7 +93,7 @@ double cuda_bf16_matmul_rate(void) {
     float* x = (float*)cuda_alloc(count * sizeof(float));
     cuda_fill(x, count);
     void* ac[2] = {cuda_alloc(count * sizeof(__nv_bfloat16)), x};  // x is then the product's output
-    round_all((__nv_bfloat16*)ac[0], x, count);
+    cuda_round_bf16((__nv_bfloat16*)ac[0], x, count);
     float ms = cuda_best_ms(square_product, ac);
     cuda_release(ac[0]);
     cuda_release(x);
