@@ -44,7 +44,7 @@ if [ -e "$toolkit/lib64/stubs/libcuda.so" ]; then
     if grep -q "^skipped: " <<<"$out"; then
         echo "cuDNN's graphs not checked: $(grep '^skipped: ' <<<"$out")"
     else
-        expect "cuDNN's heuristics take every forward graph the recipes need on an H100 and an H200, none on a V100 ($(grep -m1 '^cuDNN' <<<"$out"), $(grep -cE '^\| .*(h100|h200).* forward \| [1-9]' <<<"$out") forward graphs accepted)" \
+        expect "cuDNN's heuristics take every graph the recipes need on an H100 and an H200, none on a V100 ($(grep -m1 '^cuDNN' <<<"$out"), $(grep -cE '^\| .*(h100|h200).* forward \| [1-9]' <<<"$out") forward and $(grep -cE '^\| .*(h100|h200).* backward \| [1-9]' <<<"$out") backward graphs accepted)" \
             grep -qE "^[0-9]+ passed, 0 failed$" <<<"$out"
         grep FAIL <<<"$out"
     fi

@@ -11,7 +11,8 @@
 #     (tests/cuda_emulation/plant.sh): a missing barrier, shared memory 16 bytes short, an
 #     unclamped index. Without the emulation's checks each would pass or fail only by luck;
 #   - the bf16 attention checks fail on each defect planted in the host code around cuDNN's
-#     graphs (a wrong row stride, a strict causal mask, a missing -lambda), which the emulated
+#     graphs (a wrong row stride, a strict causal mask, a missing -lambda, the key gradient from
+#     dS rather than its transpose), which the emulated
 #     cuDNN interprets literally.
 set -u
 cd "$(dirname "$0")/.."
@@ -54,13 +55,13 @@ for defect in missing_barrier short_shared_memory unclamped_index; do
 done
 # the defects planted in the host code around cuDNN's graphs: the emulated cuDNN interprets the
 # graphs literally, and the bf16 attention checks fail at each
-for defect in cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda; do
+for defect in cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds; do
     out=$("$emu/cudnn-defect/$defect/test_backend_ops" --op bf16 --backend cuda 2>&1)
     expect "the bf16 attention checks fail at the planted $defect ($(grep -m1 -o 'FAIL.*fused graphs\]' <<<"$out"))" \
         bash -c '! grep -q "^[0-9]* passed, 0 failed$" <<<"$1" && grep -q "^FAIL .*bf16 .*cuDNN" <<<"$1"' _ "$out"
 done
 expect "the cuDNN plants differ from the real source by one edit each" \
-    test "$(for d in cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda; do diff model/cuda/cudnn_attention.cu "$emu/cudnn-defect/$d/cudnn_attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "2 2 2 "
+    test "$(for d in cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds; do diff model/cuda/cudnn_attention.cu "$emu/cudnn-defect/$d/cudnn_attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "2 2 2 2 "
 # and the unplanted kernels pass the same test (run in full as test_backend_ops_emulated)
 expect "the planted sources differ from the real one by one edit each" \
     test "$(for d in missing_barrier short_shared_memory unclamped_index; do diff model/cuda/attention.cu "$emu/defect/$d/attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "1 2 2 "

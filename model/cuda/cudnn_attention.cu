@@ -5,10 +5,11 @@
 // probabilities feeding the second product bf16, fp32 accumulation, statistics and outputs):
 //   forward, per map:  S = Q K^T, S * scale, causal mask (key j <= query i), m = rowmax,
 //                      E = exp(S - m), l = rowsum E, stats = m + log l, P = E / l, O = P V
-//   backward, per map: S^T = K Q^T, S^T * scale, the mask transposed, P^T = exp(S^T - stats^T),
-//                      dV = P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D^T) * scale,
-//                      dK = dS^T Q, dQ^T = K^T dS^T
-// with D = rowsum(dO * O) computed here. A map's Q, K and V are read in place from a bf16 copy
+//   backward, per map: D = rowsum(dO * O) (written out), S as in the forward, P = exp(S - stats),
+//                      dV = P^T dO (P^T a bf16 reshape of P), dS = P (dO V^T - D) * scale,
+//                      dQ = dS K (K a reshape of the K^T view), dK = dS^T Q
+// (the shape of attention's backward that cuDNN's runtime-fusion engines recognise; the same
+// products from S^T = K Q^T get no engine). A map's Q, K and V are read in place from a bf16 copy
 // of the packed qkv rows by strides, wherever the variant's layout puts each map's sub-heads at
 // one stride apart (standard, DIFF, DIFF V2, Shared DIFF); DIFF is two calls, one per map: the
 // first map's output gradient is dy, the second's -lambda dy, dlambda = -sum dy . O_2, and each
@@ -132,7 +133,7 @@ static void graph_free(Graph* g) {
 
 // The graphs' tensors that the caller binds to memory, by unique id; virtual tensors take ids
 // from VIRTUAL on
-enum { T_Q = 1, T_QT, T_K, T_KT, T_V, T_O, T_STATS, T_STATST, T_DO, T_DOT, T_DT, T_DQT, T_DK, T_DV, T_SCALE, T_NEG_INF, VIRTUAL };
+enum { T_Q = 1, T_KT, T_V, T_VT, T_O, T_STATS, T_DO, T_DROWS, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF, VIRTUAL };
 
 static Desc tensor(Graph* g, int64_t uid, cudnnDataType_t type, const int64_t dims[4], const int64_t strides[4], int is_virtual,
                    int by_value) {
@@ -216,19 +217,17 @@ typedef struct {
     int64_t lse_b, lse_h;    // strides of a map's statistics in lse (B, H, M, T)
 } Geometry;
 
-// the causal logits of one map, scaled and masked: s (B, H, rows, cols) from a (.., rows, K) b
-// (.., K, cols); transposed: rows are keys and columns queries
-static Desc masked_logits(Graph* g, const Geometry* x, Desc a, Desc b, Desc scale, Desc neg_inf, int transposed) {
+// the causal logits of one map, scaled and masked (query i sees key j <= i): s (B, H, T, T) from
+// q (.., T, D) and k^T (.., D, T)
+static Desc masked_logits(Graph* g, const Geometry* x, Desc q, Desc kt, Desc scale, Desc neg_inf) {
     Desc raw = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), scaled = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
-    matmul(g, a, b, raw);
+    matmul(g, q, kt, raw);
     pointwise(g, CUDNN_POINTWISE_MUL, raw, scale, scaled, NULL, 0);
     Desc row = temp(g, CUDNN_DATA_INT32, x->B, x->H, x->T, x->T), col = temp(g, CUDNN_DATA_INT32, x->B, x->H, x->T, x->T);
     Desc keep = temp(g, CUDNN_DATA_BOOLEAN, x->B, x->H, x->T, x->T), masked = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
     pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, row, NULL, 2);
     pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, col, NULL, 3);
-    // query i sees key j <= i: rows are queries (i >= j is row >= col), or keys when transposed
-    if (transposed) pointwise(g, CUDNN_POINTWISE_CMP_GE, col, row, keep, NULL, 0);
-    else pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, 0);
     pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, scaled, neg_inf, masked, keep, 0);
     return masked;
 }
@@ -246,7 +245,7 @@ static void graph_forward(Graph* g, const Geometry* x) {
     Desc o = tensor(g, T_O, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
     Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, st_dims, st_strides, 0, 0);
     Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
-    Desc s = masked_logits(g, x, q, kt, scale, neg_inf, 0);
+    Desc s = masked_logits(g, x, q, kt, scale, neg_inf);
     Desc mx = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1), centred = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
     Desc e = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), sum = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1);
     Desc log_sum = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1), p = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
@@ -260,44 +259,65 @@ static void graph_forward(Graph* g, const Geometry* x) {
     matmul(g, p, v, o);
 }
 
+// y, a view of x's memory under y's dimensions and strides (a transpose, where they are x's
+// swapped), converted to y's type
+static void reshape(Graph* g, Desc x, Desc y) {
+    Desc op = make(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    finish(g, op, "a reshape");
+    add_op(g, op);
+}
+
 static void graph_backward(Graph* g, const Geometry* x) {
     int64_t one[4] = {1, 1, 1, 1};
     int64_t q_dims[4] = {x->B, x->H, x->T, x->D}, qt_dims[4] = {x->B, x->H, x->D, x->T};
-    int64_t q_strides[4] = {x->T * x->QKV, x->hq, x->QKV, 1}, qt_strides[4] = {x->T * x->QKV, x->hq, 1, x->QKV};
+    int64_t q_strides[4] = {x->T * x->QKV, x->hq, x->QKV, 1};
     int64_t k_strides[4] = {x->T * x->QKV, x->hk, x->QKV, 1}, kt_strides[4] = {x->T * x->QKV, x->hk, 1, x->QKV};
-    int64_t v_dims[4] = {x->B, x->H, x->T, x->Dv}, v_strides[4] = {x->T * x->QKV, x->hv, x->QKV, 1};
-    int64_t vt_dims[4] = {x->B, x->H, x->Dv, x->T};
-    int64_t o_strides[4] = {x->T * x->H * x->Dv, x->Dv, x->H * x->Dv, 1}, ot_strides[4] = {x->T * x->H * x->Dv, x->Dv, 1, x->H * x->Dv};
-    int64_t row_dims[4] = {x->B, x->H, 1, x->T}, st_strides[4] = {x->lse_b, x->lse_h, x->T, 1};
-    int64_t d_strides[4] = {x->H * x->T, x->T, x->T, 1};
-    int64_t dq_strides[4] = {x->T * x->H * x->D, x->D, x->H * x->D, 1}, dqt_strides[4] = {x->T * x->H * x->D, x->D, 1, x->H * x->D};
+    int64_t v_dims[4] = {x->B, x->H, x->T, x->Dv}, vt_dims[4] = {x->B, x->H, x->Dv, x->T};
+    int64_t vt_strides[4] = {x->T * x->QKV, x->hv, 1, x->QKV};
+    int64_t o_strides[4] = {x->T * x->H * x->Dv, x->Dv, x->H * x->Dv, 1};
+    int64_t row_dims[4] = {x->B, x->H, x->T, 1}, st_strides[4] = {x->lse_b, x->lse_h, 1, 1}, d_strides[4] = {x->H * x->T, x->T, 1, 1};
+    int64_t dq_strides[4] = {x->T * x->H * x->D, x->D, x->H * x->D, 1};
+    int64_t map_dims[4] = {x->B, x->H, x->T, x->T}, map_t_strides[4] = {x->H * x->T * x->T, x->T * x->T, 1, x->T};
     Desc q = tensor(g, T_Q, CUDNN_DATA_BFLOAT16, q_dims, q_strides, 0, 0);
-    Desc qt = tensor(g, T_QT, CUDNN_DATA_BFLOAT16, qt_dims, qt_strides, 0, 0);
-    Desc k = tensor(g, T_K, CUDNN_DATA_BFLOAT16, q_dims, k_strides, 0, 0);
     Desc kt = tensor(g, T_KT, CUDNN_DATA_BFLOAT16, qt_dims, kt_strides, 0, 0);
-    Desc v = tensor(g, T_V, CUDNN_DATA_BFLOAT16, v_dims, v_strides, 0, 0);
+    Desc vt = tensor(g, T_VT, CUDNN_DATA_BFLOAT16, vt_dims, vt_strides, 0, 0);
+    Desc o = tensor(g, T_O, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
     Desc d_o = tensor(g, T_DO, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
-    Desc d_ot = tensor(g, T_DOT, CUDNN_DATA_BFLOAT16, vt_dims, ot_strides, 0, 0);
-    Desc stats_t = tensor(g, T_STATST, CUDNN_DATA_FLOAT, row_dims, st_strides, 0, 0);
-    Desc d_t = tensor(g, T_DT, CUDNN_DATA_FLOAT, row_dims, d_strides, 0, 0);
+    Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, row_dims, st_strides, 0, 0);
+    Desc d_rows = tensor(g, T_DROWS, CUDNN_DATA_FLOAT, row_dims, d_strides, 0, 0);
+    Desc dq = tensor(g, T_DQ, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0);
     Desc dk = tensor(g, T_DK, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0);
-    Desc dqt = tensor(g, T_DQT, CUDNN_DATA_FLOAT, qt_dims, dqt_strides, 0, 0);
     Desc dv = tensor(g, T_DV, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
     Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
-    // P^T (keys x queries) from the forward's statistics
-    Desc st = masked_logits(g, x, k, qt, scale, neg_inf, 1);
-    Desc centred = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), pt = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
-    pointwise(g, CUDNN_POINTWISE_SUB, st, stats_t, centred, NULL, 0);
-    pointwise(g, CUDNN_POINTWISE_EXP, centred, NULL, pt, NULL, 0);
+    // D = rowsum(dO * O), written out for the rows' corrections
+    Desc d_o_o = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->Dv);
+    pointwise(g, CUDNN_POINTWISE_MUL, d_o, o, d_o_o, NULL, 0);
+    reduction(g, CUDNN_REDUCE_TENSOR_ADD, d_o_o, d_rows);
+    // P from the forward's statistics
+    Desc s = masked_logits(g, x, q, kt, scale, neg_inf);
+    Desc centred = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), p = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    pointwise(g, CUDNN_POINTWISE_SUB, s, stats, centred, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_EXP, centred, NULL, p, NULL, 0);
+    // dV = P^T dO, P^T in bf16
+    Desc pt = tensor(g, g->next_virtual++, CUDNN_DATA_BFLOAT16, map_dims, map_t_strides, 1, 0);
+    reshape(g, p, pt);
     matmul(g, pt, d_o, dv);
-    Desc dpt = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), diff = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
-    Desc dst = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), dst_scaled = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
-    matmul(g, v, d_ot, dpt);
-    pointwise(g, CUDNN_POINTWISE_SUB, dpt, d_t, diff, NULL, 0);
-    pointwise(g, CUDNN_POINTWISE_MUL, diff, pt, dst, NULL, 0);
-    pointwise(g, CUDNN_POINTWISE_MUL, dst, scale, dst_scaled, NULL, 0);
-    matmul(g, dst_scaled, q, dk);
-    matmul(g, kt, dst_scaled, dqt);
+    // dS = P (dO V^T - D) * scale, in bf16 for the products with K and Q (as P^T for dV)
+    Desc dp = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), diff = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    Desc ds_unscaled = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), ds = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
+    matmul(g, d_o, vt, dp);
+    pointwise(g, CUDNN_POINTWISE_SUB, dp, d_rows, diff, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_MUL, diff, p, ds_unscaled, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_MUL, ds_unscaled, scale, ds, NULL, 0);
+    // dQ = dS K, dK = dS^T Q
+    Desc k = tensor(g, g->next_virtual++, CUDNN_DATA_BFLOAT16, q_dims, k_strides, 1, 0);
+    reshape(g, kt, k);
+    matmul(g, ds, k, dq);
+    Desc dst = tensor(g, g->next_virtual++, CUDNN_DATA_BFLOAT16, map_dims, map_t_strides, 1, 0);
+    reshape(g, ds, dst);
+    matmul(g, dst, q, dk);
 }
 
 // The operation graph of g's operations, and cuDNN's heuristics for it on the device `device`:
@@ -341,6 +361,23 @@ static const char* device_properties(Desc* out, const char* json) {
     return why;
 }
 
+// The execution plan of one engine configuration for the device `device` (compiled there and
+// then, seconds for a runtime-fusion engine), or NULL with g->why
+static Desc finalized_plan(Graph* g, Desc config, Desc device) {
+    Desc plan = NULL;
+    cudnnStatus_t status = dnn.CreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+    if (status == CUDNN_STATUS_SUCCESS) status = dnn.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
+    if (status == CUDNN_STATUS_SUCCESS) status = dnn.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &device);
+    if (status == CUDNN_STATUS_SUCCESS) status = dnn.Finalize(plan);
+    if (status == CUDNN_STATUS_SUCCESS) {
+        g->why[0] = 0;
+        return plan;
+    }
+    failed(g, status, "no engine's plan finalized; the first");
+    if (plan) dnn.DestroyDescriptor(plan);
+    return NULL;
+}
+
 // ---- plans, one per geometry and direction, kept ----
 #define MAX_CONFIGS 16
 typedef struct {
@@ -376,20 +413,10 @@ static const Plan* plan_for(const Geometry* x, int backward) {
     int64_t count = engine_configs(g, dnn.device, configs, MAX_CONFIGS);
     if (count == 0) snprintf(g->why, sizeof(g->why), "cuDNN's heuristics offer no engine for this graph");
     for (int64_t i = 0; i < count && !p->plan; i++) {
-        Desc plan = NULL;
-        if (dnn.CreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) break;
-        cudnnStatus_t status = dnn.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]);
-        if (status == CUDNN_STATUS_SUCCESS)
-            status = dnn.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dnn.device);
-        if (status == CUDNN_STATUS_SUCCESS) status = dnn.Finalize(plan);
-        if (status != CUDNN_STATUS_SUCCESS) {
-            failed(g, status, "no engine's plan finalized; the last");
-            dnn.DestroyDescriptor(plan);
-            continue;
-        }
-        g->why[0] = 0;
+        p->plan = finalized_plan(g, configs[i], dnn.device);
+        if (!p->plan) continue;
         int64_t n = 0;
-        dnn.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &p->workspace);
+        dnn.GetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &p->workspace);
         Desc engine = NULL;
         p->engine = -1;
         if (dnn.CreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) == CUDNN_STATUS_SUCCESS) {
@@ -397,7 +424,6 @@ static const Plan* plan_for(const Geometry* x, int backward) {
                 dnn.GetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &p->engine);
             dnn.DestroyDescriptor(engine);
         }
-        p->plan = plan;
     }
     if (!p->plan) {
         snprintf(p->why, sizeof(p->why), "%s", g->why[0] ? g->why : "no plan");
@@ -530,24 +556,14 @@ __global__ void combine_kernel(float* y, const float* o0, const float* o1, const
     y[i] = out;
 }
 
-// One thread per (token, head): D (B, H, T) = dO . O of the row; where grad_lambda is given,
-// also -dy . O_1 of the row: into grad_lambda (N, H) (per token) or rows (N * H) for the layer's sum
-__global__ void row_dots_kernel(float* d_rows, float* lam_rows, const __nv_bfloat16* d_o, const float* o, const float* dy, size_t N, int H,
-                                int T, int Dv) {
+// One thread per (token, head): -dy . O_1 of the row, into rows (N, H): DIFF V2's per-token
+// lambda gradients, or the terms of the layer's dlambda
+__global__ void lambda_rows_kernel(float* rows, const float* o, const float* dy, size_t N, int H, int Dv) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * H) return;
-    size_t n = i / H;
-    int h = (int)(i % H);
-    const __nv_bfloat16* a = d_o + i * Dv;
-    const float* b = o + i * Dv;
-    float dot = 0.0f, lam = 0.0f;
-    for (int c = 0; c < Dv; c++) dot += __bfloat162float(a[c]) * b[c];
-    if (lam_rows) {
-        for (int c = 0; c < Dv; c++) lam -= dy[i * Dv + c] * b[c];
-        lam_rows[i] = lam;
-    }
-    size_t b_ = n / T, t = n % T;
-    d_rows[((size_t)b_ * H + h) * T + t] = dot;
+    float lam = 0.0f;
+    for (int c = 0; c < Dv; c++) lam -= dy[i * Dv + c] * o[i * Dv + c];
+    rows[i] = lam;
 }
 
 // dqkv's columns col0 + h * stride + c of every row += src (N, H, W)
@@ -641,13 +657,14 @@ int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const
             scaled_grad_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(d_o, dy, lambda, qkv, lam_col, QKV, N, H, Dv);
             cudaCheckLaunch();
         }
-        row_dots_kernel<<<cuda_blocks(N * H, CUDA_THREADS), CUDA_THREADS>>>(d_rows, m == 1 ? lam_rows : NULL, d_o, om, dy, N, H, s->T, Dv);
-        cudaCheckLaunch();
-        int64_t uids[] = {T_Q, T_QT, T_K, T_KT, T_V, T_DO, T_DOT, T_STATST, T_DT, T_DK, T_DQT, T_DV, T_SCALE, T_NEG_INF};
-        void *q = (void*)(qb + attention_q_col(s, 0, m)), *k = (void*)(qb + attention_k_col(s, 0, m));
-        void* pointers[] = {q, q, k, k, (void*)(qb + attention_v_col(s, 0, m)), d_o, d_o, stats + (size_t)m * s->T, d_rows, dk, dq, dv,
-                            &scale, &neg_inf};
-        execute(bwd[m], uids, pointers, 14);
+        if (m == 1) {
+            lambda_rows_kernel<<<cuda_blocks(N * H, CUDA_THREADS), CUDA_THREADS>>>(lam_rows, om, dy, N, H, Dv);
+            cudaCheckLaunch();
+        }
+        int64_t uids[] = {T_Q, T_KT, T_VT, T_O, T_DO, T_STATS, T_DROWS, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF};
+        void* pointers[] = {(void*)(qb + attention_q_col(s, 0, m)), (void*)(qb + attention_k_col(s, 0, m)), (void*)(qb + attention_v_col(s, 0, m)),
+                            (void*)om, d_o, stats + (size_t)m * s->T, d_rows, dq, dk, dv, &scale, &neg_inf};
+        execute(bwd[m], uids, pointers, 12);
         add_heads_kernel<<<cuda_blocks(N * H * D, CUDA_THREADS), CUDA_THREADS>>>(dqkv, dq, N, H, D, QKV, attention_q_col(s, 0, m),
                                                                                  H > 1 ? attention_q_col(s, 1, m) - attention_q_col(s, 0, m) : D);
         add_heads_kernel<<<cuda_blocks(N * H * D, CUDA_THREADS), CUDA_THREADS>>>(dqkv, dk, N, H, D, QKV, attention_k_col(s, 0, m),

@@ -159,9 +159,8 @@ static float load(const Tensor& t, const int64_t* at) {
     }
 }
 
-static void store(Tensor& t, const int64_t* at, float v) {
-    int64_t offset = 0;
-    for (int i = 0; i < 4; i++) offset += at[i] * t.strides[i];
+// v into t's element at offset (elements from its start), rounded to t's type
+static void store_at(Tensor& t, int64_t offset, float v) {
     if (t.type == CUDNN_DATA_BFLOAT16) v = __bfloat162float(__float2bfloat16_rn(v));
     if (t.type == CUDNN_DATA_BOOLEAN) v = v != 0.0f;
     if (!t.own.empty()) t.own[offset] = v;
@@ -169,6 +168,14 @@ static void store(Tensor& t, const int64_t* at, float v) {
     else if (t.type == CUDNN_DATA_INT32) ((int32_t*)t.data)[offset] = (int32_t)v;
     else ((float*)t.data)[offset] = v;
 }
+
+static int64_t offset_of(const Tensor& t, const int64_t* at) {
+    int64_t offset = 0;
+    for (int i = 0; i < 4; i++) offset += at[i] * t.strides[i];
+    return offset;
+}
+
+static void store(Tensor& t, const int64_t* at, float v) { store_at(t, offset_of(t, at), v); }
 
 // every index of dims, in order, as a[4]
 template <typename F>
@@ -282,6 +289,25 @@ static void run_matmul(Tensors& tensors, const EmuDescriptor* op, const std::map
     });
 }
 
+// y views x's memory under its own dimensions and strides: each element of x goes to the same
+// offset in y (a transpose where y's strides are x's swapped), converted to y's type
+static void run_reshape(Tensors& tensors, const EmuDescriptor* op, const std::map<int64_t, void*>& bound) {
+    Tensor& x = tensor_of(tensors, attribute<EmuDescriptor*>(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC), bound);
+    Tensor& y = tensor_of(tensors, attribute<EmuDescriptor*>(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC), bound);
+    int64_t x_span = 1, y_span = 1;
+    for (int i = 0; i < 4; i++) x_span *= x.dims[i], y_span *= y.dims[i];
+    if (x_span != y_span) {
+        fprintf(stderr, "cudnnBackendExecute: a reshape of %lld elements into %lld\n", (long long)x_span, (long long)y_span);
+        abort();
+    }
+    if (!y.own.empty()) {  // a virtual y spans what x's offsets reach
+        int64_t reach = 1;
+        for (int i = 0; i < 4; i++) reach += (x.dims[i] - 1) * x.strides[i];
+        if ((int64_t)y.own.size() < reach) y.own.resize(reach);
+    }
+    each(x.dims, [&](const int64_t* at) { store_at(y, offset_of(x, at), load(x, at)); });
+}
+
 extern "C" cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack) {
     if (!handle || !plan->finalized || !pack->finalized) return error(CUDNN_STATUS_BAD_PARAM, "execute before finalizing");
     std::map<int64_t, void*> bound;
@@ -298,6 +324,7 @@ extern "C" cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendD
             case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: run_pointwise(tensors, op, bound); break;
             case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: run_reduction(tensors, op, bound); break;
             case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: run_matmul(tensors, op, bound); break;
+            case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR: run_reshape(tensors, op, bound); break;
             default: host_call = nullptr; return error(CUDNN_STATUS_NOT_SUPPORTED, "operation type %d is not emulated", (int)op->type);
         }
     }

@@ -7,8 +7,9 @@
 # and, in the host code around cuDNN's graphs (model/cuda/cudnn_attention.cu):
 #   cudnn_wrong_stride          the forward graph steps through the queries' rows by the values'
 #                               width instead of the qkv row's
-#   cudnn_strict_causal         the forward's mask keeps keys j < i, not j <= i
+#   cudnn_strict_causal         the graphs' mask keeps keys j < i, not j <= i
 #   cudnn_missing_minus_lambda  the second map's output gradient is lambda dy, not -lambda dy
+#   cudnn_untransposed_ds       the backward's key gradient is dS Q, not dS^T Q
 # Fails unless the edit changes the source exactly once, so a change to the kernels cannot
 # turn a demonstration into a test of the unchanged code.
 set -eu
@@ -18,8 +19,9 @@ case $defect in
     short_shared_memory) edit='s/(static size_t forward_smem\(const Geo& g\) \{\n\s*return sizeof\(float\) \* \(.*?\));/$1 - 16;/gs' ;;
     unclamped_index) edit='s/int i = min\(r0 \+ idx, T - 1\);/int i = r0 + idx;/g' ;;
     cudnn_wrong_stride) edit='s/(q_strides\[4\] = \{x->T \* x->QKV, x->hq, )x->QKV(, 1\};\n    int64_t kt_dims)/$1x->Dv$2/g' ;;
-    cudnn_strict_causal) edit='s/else pointwise\(g, CUDNN_POINTWISE_CMP_GE, row, col/else pointwise(g, CUDNN_POINTWISE_CMP_GT, row, col/g' ;;
+    cudnn_strict_causal) edit='s/pointwise\(g, CUDNN_POINTWISE_CMP_GE, row, col/pointwise(g, CUDNN_POINTWISE_CMP_GT, row, col/g' ;;
     cudnn_missing_minus_lambda) edit='s/__float2bfloat16_rn\(-lam \* dy\[i\]\)/__float2bfloat16_rn(lam * dy[i])/g' ;;
+    cudnn_untransposed_ds) edit='s/matmul\(g, dst, q, dk\)/matmul(g, ds, q, dk)/g' ;;
     *) echo "plant.sh: no defect '$defect'" >&2; exit 1 ;;
 esac
 count=$(perl -0ne "\$n = ($edit); print \$n || 0" "$src")
