@@ -11,6 +11,8 @@
 //   each gradient tensor max |diff| <= 2e-5 * max |ref| + 1e-8 (observed <= 2e-6 relative);
 //   AdamW step losses |diff| <= 1e-4 (rounding compounds over 5 updates at lr 1e-2; observed
 //   <= 2.3e-5).
+// Each AdamW step updates every parameter once, in at most 4 backend calls per layer and 3 for
+// the embedding, final norm and classifier (runs of neighbouring tensors that share a decay).
 #include <hdf5.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,6 +26,14 @@ static void read_dataset(hid_t file, const char* name, hid_t type, void* out, co
     hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
     if (ds < 0 || H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) die("%s: cannot read '%s'", path, name);
     H5Dclose(ds);
+}
+
+// the backend's adamw_update, counted: calls and parameters per step
+static void (*backend_adamw)(float*, const float*, float*, float*, size_t, const AdamWStep*);
+static size_t adamw_calls, adamw_params;
+static void counted_adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step) {
+    adamw_calls++, adamw_params += n;
+    backend_adamw(p, g, m, v, n, step);
 }
 
 static double max_abs(const float* a, size_t n) {
@@ -102,13 +112,23 @@ static void test_case(const char* name, AttentionKind kind) {
     AdamW opt;
     adamw_alloc(&opt, &model, &cfg.optim);
     double worst_step = 0.0;
+    Backend counting = *model.be;
+    backend_adamw = counting.adamw_update;
+    counting.adamw_update = counted_adamw;
+    model.be = &counting;
     for (int s = 0; s < steps; s++) {
+        adamw_calls = adamw_params = 0;
         model_zero_grad(&model);
         model_forward(&model, tokens, targets, B, T, 1);
         model_backward(&model, 1.0f);
         clip_grad_norm(&model, cfg.optim.grad_clip);
         adamw_update(&opt, &model, lr_at(&cfg.optim, s), s + 1);
         worst_step = fmax(worst_step, fabs(model_loss(&model) - adamw_losses[s]));
+        if (s == 0) {
+            CHECK(adamw_params == model.n_params && adamw_calls <= 4 * (size_t)model.L + 3,
+                  "%s: one AdamW step updates %zu of %zu parameters in %zu calls (at most %d)", name, adamw_params, model.n_params,
+                  adamw_calls, 4 * model.L + 3);
+        }
     }
     CHECK(worst_step <= 1e-4, "%s: AdamW losses differ by up to %g", name, worst_step);
     printf("  %d AdamW steps, loss %.5f -> %.5f, worst |diff| %.2e\n", steps, adamw_losses[0], adamw_losses[steps - 1], worst_step);
