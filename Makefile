@@ -71,19 +71,22 @@ $(shell mkdir -p $(B) && (echo '$(BUILD_SWITCHES)' | cmp -s - $(B)/flags.txt || 
 CFLAGS += -Werror=incompatible-pointer-types $(DEPFLAGS) -std=c11 -Wall -Wextra -fopenmp $(PKG_CFLAGS) -DGIT_COMMIT='"$(GIT_COMMIT)"' $(if $(CUDA),-DDIFFTX_CUDA)
 LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 
-# Layers, bottom to top (includes only run downward): model/ with its backends, data/, eval/,
-# experiments/, and the command line difftx.c.
+# Layers, bottom to top (includes only run downward): base/, model/ with its backends, data/,
+# eval/, run/ (one training run), studies/ (rows x seeds, the registry, the tables), viz/, and
+# the command line difftx.c; the recipes (.ini) live in experiments/.
 BACKENDS := model/cpu/backend_cpu.c model/cpu/blas_kernel.c model/cpu/blas_memory.c model/cpu/peak.c model/cpu/layers.c model/cpu/matmul_bf16.c \
             model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
-BASE := model/base/util.c model/base/h5.c model/base/recipe_format.c model/base/dist.c
+BASE := base/util.c base/h5.c base/recipe_format.c base/dist.c
 MODEL := $(BASE) model/model_config.c model/attention.c model/backend.c model/weight_copies.c model/model.c model/optim.c \
          model/safetensors.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c eval/sample.c
-EXPERIMENTS := experiments/config.c experiments/checkpoint.c experiments/train.c experiments/registry.c experiments/recipe.c experiments/report.c \
-               experiments/table6.c experiments/table5.c experiments/needle/runner.c experiments/needle/common.c experiments/needle/table2.c experiments/needle/fig5.c experiments/needle/table3.c experiments/needle/fig8.c experiments/attn_plot.c experiments/attn_view.c \
-               experiments/runs.c experiments/bench.c experiments/verdict.c experiments/spikes.c
-CORE := $(MODEL) $(DATA) $(EVAL) $(EXPERIMENTS)
+RUN := run/config.c run/checkpoint.c run/train.c run/spikes.c
+STUDIES := studies/registry.c studies/recipe.c studies/tracked.c studies/report.c studies/verdict.c studies/table6.c studies/table5.c \
+           studies/needle/runner.c studies/needle/common.c studies/needle/table2.c studies/needle/fig5.c studies/needle/table3.c \
+           studies/needle/fig8.c studies/runs.c studies/bench.c
+VIZ := viz/attn_plot.c viz/attn_view.c
+CORE := $(MODEL) $(DATA) $(EVAL) $(RUN) $(STUDIES) $(VIZ)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 TESTS := test_blas_kernel test_bf16 test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 
 void shard_header(int32_t header[256], size_t n, int n_docs, const Tokenizer* tok, int block) {
     int32_t fields[8] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n, n_docs, tok->vocab_size, block,

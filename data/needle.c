@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 
 // One key in four is held out for evaluation: FNV-1a of the key, then mixed
 NeedleSplit needle_split_of(const char* key) {

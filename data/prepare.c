@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "dataset.h"
 #include "tokenizer.h"
 

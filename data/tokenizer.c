@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 
 #define TOKENIZER_MAGIC "DTXTOK01"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 
 double arhit_threshold(size_t train_tokens) { return ZOOLOGY_COUNT * (double)train_tokens / ZOOLOGY_TOKENS; }
 

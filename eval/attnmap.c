@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/base/h5.h"
-#include "../model/base/util.h"
+#include "../base/h5.h"
+#include "../base/util.h"
 
 void maps_file_create(MapsFile* f, const char* path, const Model* m, const char* checkpoint) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);

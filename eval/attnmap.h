@@ -1,5 +1,5 @@
 // Attention maps of selected episodes in one HDF5 file (drawn without the model by
-// `difftx attn`, experiments/attn_plot.c). Layout (docs/attention_maps.md):
+// `difftx attn`, viz/attn_plot.c). Layout (docs/attention_maps.md):
 //   /                        attrs format, attention, checkpoint, git_commit, machine, n_layer, n_head,
 //                            maps_per_head (M: 1, or 2 for the differential variants)
 //   /sample_SSS              attrs n_context, n_needles, length; a needle episode's also depth, seed

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 
 NextToken evaluate_next_token(Model* model, const Shard* val, int T, int n_windows, int batch) {
     if (n_windows < 1 || batch < 1) die("evaluate_next_token: %d windows in batches of %d", n_windows, batch);

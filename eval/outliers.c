@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/base/h5.h"
-#include "../model/base/util.h"
+#include "../base/h5.h"
+#include "../base/util.h"
 
 const char* const OUTLIER_KIND_NAMES[OUTLIER_KINDS] = {"attention_logits", "hidden_states"};
 

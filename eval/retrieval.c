@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 
 int episode_cache_need(const Episode* e) {
     int longest = 0;

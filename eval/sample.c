@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 
 void sample_text(Model* model, const Tokenizer* tok, const char* prompt, int n_tokens, float temperature, uint64_t seed,
                  FILE* out) {

@@ -9,7 +9,7 @@
 #ifdef DIFFTX_CUDA
 #include "cuda/cuda.h"
 #endif
-#include "base/util.h"
+#include "../base/util.h"
 
 static const Backend* (*const BUILT[])(void) = {
     backend_cpu,

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "../base/util.h"
 
 // Tensors of one layer at most: Shared DIFF's (norms 3, projections 7 and wo, lambda 4,
 // feed-forward 3)

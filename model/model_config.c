@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "../base/util.h"
 
 const AttnVariant* config_variant(const ModelConfig* cfg) { return &ATTN_VARIANTS[cfg->attention]; }
 

@@ -1,5 +1,5 @@
 // What a model is: its shape and initialisation, the part of a run's recipe (the recipe keys:
-// experiments/config.h) the model layer sees. Runs' paths, data, batch and optimizer settings are
+// run/config.h) the model layer sees. Runs' paths, data, batch and optimizer settings are
 // not here.
 #ifndef MODEL_CONFIG_H
 #define MODEL_CONFIG_H

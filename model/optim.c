@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "base/util.h"
+#include "../base/util.h"
 
 void adamw_alloc(AdamW* opt, const Model* model, const OptimConfig* cfg) {
     opt->cfg = *cfg;

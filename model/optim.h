@@ -7,7 +7,7 @@
 
 typedef enum { SCHEDULE_LINEAR = 0, SCHEDULE_COSINE = 1 } ScheduleKind;
 
-// The optimizer's part of a run's recipe (experiments/config.h)
+// The optimizer's part of a run's recipe (run/config.h)
 typedef struct {
     int steps;           // updates: the schedule's length
     float lr;            // peak learning rate

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "../base/util.h"
 
 void safetensors_write(const char* path, const Model* model, const char* const (*metadata)[2], int n_meta) {
     json_t* header = json_object();

@@ -1,6 +1,6 @@
 #include "weight_copies.h"
 
-#include "base/util.h"
+#include "../base/util.h"
 
 static void forget(WeightCopies* c, int i) {
     if (c->ranges[i].copy) c->release(c->ranges[i].copy);

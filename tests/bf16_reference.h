@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "../model/cpu/cpu.h"
 
 // x rounded to bf16 and back (a NaN or an infinity kept)

@@ -6,8 +6,8 @@
 #include <stdio.h>
 
 #include "../data/prepare.h"
-#include "../experiments/config.h"
-#include "../model/base/util.h"
+#include "../run/config.h"
+#include "../base/util.h"
 
 // `difftx prepare --vocab vocab_size` with the other options at their defaults
 static inline void prepare_corpus(const char* out_dir, const char* const* inputs, int n_inputs, int vocab_size) {

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "../model/backend.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "bf16_reference.h"
 #include "check.h"
 

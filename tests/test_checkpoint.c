@@ -13,9 +13,9 @@
 
 #include <jansson.h>
 
-#include "../experiments/checkpoint.h"
+#include "../run/checkpoint.h"
 #include "../model/safetensors.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "check.h"
 
 #define PATH "build/test_checkpoint.h5"

@@ -11,7 +11,7 @@
 #include "../data/dataset.h"
 #include "../data/prepare.h"
 #include "../data/tokenizer.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
 

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "../model/cuda/cuda.h"
 #include "check.h"
 

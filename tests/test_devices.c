@@ -26,11 +26,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "../experiments/train.h"
-#include "../experiments/checkpoint.h"
+#include "../run/train.h"
+#include "../run/checkpoint.h"
 #include "../model/model.h"
 #include "../model/optim.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "bf16_reference.h"
 #include "check.h"
 #include "fixtures.h"

@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "../eval/arhit.h"
-#include "../experiments/registry.h"
-#include "../experiments/spikes.h"
-#include "../experiments/verdict.h"
-#include "../model/base/util.h"
+#include "../studies/registry.h"
+#include "../run/spikes.h"
+#include "../studies/verdict.h"
+#include "../base/util.h"
 #include "check.h"
 
 static void test_arhit(void) {

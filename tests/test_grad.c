@@ -14,7 +14,7 @@
 
 #include "../model/cpu/cpu.h"
 #include "../model/model.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
 

@@ -10,7 +10,7 @@
 
 #include "../model/model.h"
 #include "../model/optim.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
 

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# The layers: every #include of the sources runs downward, difftx.c > experiments/ > eval/ >
-# data/ > model/ > model/base/ (model/cpu/ and model/cuda/, its backends, are part of the model
-# layer; model/base/, the helpers every layer uses, includes only itself), no backend includes
+# The layers: every #include of the sources runs downward, difftx.c > viz/ > studies/ > run/ >
+# eval/ > data/ > model/ > base/ (model/cpu/ and model/cuda/, its backends, are part of the model
+# layer; base/, the helpers every layer uses, includes only itself; run/, one training run,
+# never sees studies/' registry), no backend includes
 # another backend's files (each is reached through its table alone), and the file-level include
 # graph has no loop. Prints the include graph by folder.
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
-rank() {  # layer of a path: 0 base, 1 model, 2 data, 3 eval, 4 experiments, 5 the command line
+rank() {  # layer of a path: 0 base, 1 model, 2 data, 3 eval, 4 run, 5 studies, 6 viz, 7 the command line
     case $1 in
-        model/base/*) echo 0 ;; model/*) echo 1 ;; data/*) echo 2 ;; eval/*) echo 3 ;; experiments/*) echo 4 ;; difftx.c) echo 5 ;; *) echo 9 ;;
+        base/*) echo 0 ;; model/*) echo 1 ;; data/*) echo 2 ;; eval/*) echo 3 ;; run/*) echo 4 ;; studies/*) echo 5 ;; viz/*) echo 6 ;;
+        difftx.c) echo 7 ;; *) echo 9 ;;
     esac
 }
-edges=$(for f in $(git ls-files 'difftx.c' 'model/*.[ch]' 'model/*.cu' 'data/*.[ch]' 'eval/*.[ch]' 'experiments/*.[ch]'); do
+edges=$(for f in $(git ls-files 'difftx.c' 'base/*.[ch]' 'model/*.[ch]' 'model/*.cu' 'data/*.[ch]' 'eval/*.[ch]' 'run/*.[ch]' 'studies/*.[ch]' 'viz/*.[ch]'); do
     grep -oE '^#include "[^"]+"' "$f" | sed -E 's/#include "(.*)"/\1/' | while read -r inc; do
         echo "$f $(realpath -m --relative-to=. "$(dirname "$f")/$inc")"
     done

@@ -16,7 +16,7 @@
 #include "../data/needle.h"
 #include "../eval/retrieval.h"
 #include "../model/cpu/cpu.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
 

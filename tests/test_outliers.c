@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "../eval/outliers.h"
-#include "../model/base/h5.h"
+#include "../base/h5.h"
 #include "../model/model.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
 

@@ -7,12 +7,12 @@
 // tokens a row.
 #include <string.h>
 
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "../model/model.h"
 
-#include "../experiments/needle/needle_tasks.h"
-#include "../experiments/table6.h"
-#include "../experiments/config.h"
+#include "../studies/needle/needle_tasks.h"
+#include "../studies/table6.h"
+#include "../run/config.h"
 #include "check.h"
 
 typedef struct {

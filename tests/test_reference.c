@@ -17,9 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../experiments/checkpoint.h"
+#include "../run/checkpoint.h"
 #include "../model/optim.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "check.h"
 
 static void read_dataset(hid_t file, const char* name, hid_t type, void* out, const char* path) {

@@ -1,7 +1,7 @@
 // Nothing from data runs as a command. gnuplot's command text holds only numbers and names this
 // program makes: strings (titles, row names, token labels) reach it as data files it reads, input
 // files as links with fixed names in a private folder, outputs by fixed names renamed into place
-// afterwards (`experiments/report.h`), so no quoting rule is needed. `difftx attn` on hand-written
+// afterwards (`studies/report.h`), so no quoting rule is needed. `difftx attn` on hand-written
 // maps files whose token texts, file names, folder names and output names hold quotes, backquoted
 // and `$(...)` shell commands, gnuplot `@` macros (a quote followed by a token `@out`, the second
 // audit's case) and newlines draws them verbatim and runs nothing; a maps file whose strings were
@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include "../eval/attnmap.h"
-#include "../experiments/attn_plot.h"
-#include "../experiments/report.h"
-#include "../model/base/h5.h"
-#include "../model/base/util.h"
+#include "../viz/attn_plot.h"
+#include "../studies/report.h"
+#include "../base/h5.h"
+#include "../base/util.h"
 #include "check.h"
 
 #define DIR "build/safety_fixture"

@@ -9,7 +9,7 @@
 
 #include "../data/dataset.h"
 #include "../data/tokenizer.h"
-#include "../model/base/util.h"
+#include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
 

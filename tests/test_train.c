@@ -11,12 +11,13 @@
 #include <unistd.h>
 
 #include "../data/dataset.h"
-#include "../experiments/registry.h"
-#include "../experiments/train.h"
-#include "../experiments/checkpoint.h"
-#include "../model/base/util.h"
+#include "../studies/registry.h"
+#include "../run/train.h"
+#include "../run/checkpoint.h"
+#include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
+#include "../studies/tracked.h"
 
 static Config tiny_config(int attention, const char* out) {
     Config cfg;

@@ -19,8 +19,8 @@
 
 #include "../eval/attnmap.h"
 #include "../eval/outliers.h"
-#include "../model/base/h5.h"
-#include "../model/base/util.h"
+#include "../base/h5.h"
+#include "../base/util.h"
 #include "fixtures.h"
 
 // The widest vectors and FMA of the build (-march=native follows the CPU) and of the CPU at run

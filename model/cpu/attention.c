@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "../../base/util.h"
 #include "cpu.h"
 #include "lanes.h"
 #include "vecmath.h"

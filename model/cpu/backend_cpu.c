@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../base/dist.h"
-#include "../base/util.h"
+#include "../../base/dist.h"
+#include "../../base/util.h"
 #include "cpu.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../base/util.h"
+#include "../../base/util.h"
 #include "cpu.h"
 
 // Set only in the restarted program, as "PID KERNEL": the kernel OpenBLAS chose itself, to fall

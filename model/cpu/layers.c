@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "../../base/util.h"
 #include "lanes.h"
 #include "vecmath.h"
 

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../base/util.h"
+#include "../../base/util.h"
 #include "cpu.h"
 #include "lanes.h"
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../base/util.h"
+#include "../../base/util.h"
 #include "cpu.h"
 
 #if defined(__x86_64__)

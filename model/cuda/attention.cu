@@ -28,7 +28,7 @@
 #include "cuda.h"
 
 extern "C" {
-#include "../base/util.h"
+#include "../../base/util.h"
 }
 
 #define ATT_WARPS 4

@@ -11,8 +11,8 @@
 #include "cuda.h"
 
 extern "C" {
-#include "../base/dist.h"
-#include "../base/util.h"
+#include "../../base/dist.h"
+#include "../../base/util.h"
 }
 
 static int device = -1;

@@ -29,7 +29,7 @@
 #include "cuda.h"
 
 extern "C" {
-#include "../base/util.h"
+#include "../../base/util.h"
 }
 
 #ifndef CUDNN_LIBRARY_NAME

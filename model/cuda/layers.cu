@@ -8,7 +8,7 @@
 #include "cuda.h"
 
 extern "C" {
-#include "../base/util.h"
+#include "../../base/util.h"
 }
 
 // ---- matmuls: row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X ----

@@ -13,7 +13,7 @@
 #include "cuda.h"
 
 extern "C" {
-#include "../base/util.h"
+#include "../../base/util.h"
 #include "../weight_copies.h"
 }
 

@@ -1,0 +1,59 @@
+// Run configuration: one flat recipe file of "key = value" lines plus "key=value" overrides
+// from the command line. Every key, its type and its default live in one table (config.c); the
+// model's keys land in Config.model and the optimizer's in Config.optim, which is all the model
+// layer sees of a recipe.
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "../model/backend.h"
+#include "../base/recipe_format.h"
+#include "../model/model_config.h"
+#include "../model/optim.h"
+
+typedef struct {
+    ModelConfig model;   // what the model is (model/model_config.h)
+    OptimConfig optim;   // AdamW and the schedule (model/optim.h)
+    char init_from[CONFIG_STR];  // "" = random init (init_std); else a finished run's checkpoint whose
+                                 // parameters start this run (same architecture; fresh optimizer)
+    char data[CONFIG_STR];  // directory made by `difftx prepare`: a run setting (runs record its identity)
+    char out[CONFIG_STR];   // run directory: checkpoint and log
+    int batch_size;      // B, sequences per micro-batch
+    int grad_accum;      // micro-batches per optimizer step
+    int seed;
+    int eval_every, eval_batches, checkpoint_every, log_every;
+    // where the run computes, an index into BACKEND_DEVICES (backend_of_device): a run
+    // setting, not part of the config text
+    int device;
+    // PRECISION_FP32 or PRECISION_BF16 (backend.h): the weights' products of training; a run
+    // setting like device (a run may resume in the other, with a warning), recorded in the device
+    int precision;
+} Config;
+
+void config_defaults(Config* cfg);
+// The backend of cfg's device, set to cfg's precision; dies saying why where the device or the
+// precision cannot run here
+const Backend* config_backend(const Config* cfg);
+// Both die with the file and line (or the override text) and key on any bad input.
+// A recipe file's relative paths (config_key_is_path) are read from the file's folder.
+void config_load_file(Config* cfg, const char* path);
+void config_apply_override(Config* cfg, const char* key_equals_value);
+// Sets one key from its text; returns NULL, or a message saying what is wrong (static storage).
+const char* config_set(Config* cfg, const char* key, const char* value);
+// Cross-key checks (divisibility, ranges; the model's through model_config_validate); dies
+// naming the key.
+void config_validate(const Config* cfg);
+// data, out and init_from: paths, which a recipe file gives relative to its own folder
+int config_key_is_path(const char* key);
+// "key = value" lines for every key but the run settings (device, data), loadable again with
+// config_load_string: what a run is, its identity in checkpoints and the registry.
+char* config_to_text(const Config* cfg);
+// Every key with its default and meaning, as a Markdown table (`difftx keys`)
+void config_print_keys(FILE* f);
+// "<out>/checkpoint.h5": where a run of this config keeps its checkpoint
+void config_checkpoint_path(const Config* cfg, char* path, size_t n);
+void config_load_string(Config* cfg, const char* text, const char* origin);
+
+#endif

@@ -1,0 +1,205 @@
+// `difftx needle`: the rows of a needle recipe configured, trained (copy stage, then the needle
+// mix) unless the registry holds them as FINISHED, loaded, and handed to one task (task.h)
+#define _GNU_SOURCE
+#include "task.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../data/dataset.h"
+#include "../../run/checkpoint.h"
+#include "../../base/util.h"
+#include "../recipe.h"
+#include "../../run/train.h"
+#include "../tracked.h"
+
+int needle_extra_key(int place, const char* k) {
+    static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
+                                 "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens"};
+    if (place == RECIPE_OUTSIDE) return 0;
+    if (recipe_shape_key(place == RECIPE_ROW, k)) return 1;
+    if (place == RECIPE_ROW && strcmp(k, "against") == 0) return 1;
+    for (size_t i = 0; place == RECIPE_PRESET && i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (strcmp(k, keys[i]) == 0) return 1;
+    }
+    return 0;
+}
+
+// computed per row from the preset's h and d and the row's heads and width, and its run folder
+static const char* const NEEDLE_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model", "out", NULL};
+
+Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
+                         const char* results) {
+    return recipe_row_config(r, preset, row, seed_index, recipe, results, "needle", needle_extra_key);
+}
+
+// The copy stage: the row's model on copy practice in NEEDLE_COPY_SEQ_LEN windows at the
+// constant peak learning rate, so that induction heads form before the needle mix
+// (docs/needle.md says why); the needle run starts from its checkpoint
+static Config copy_stage_config(const Config* cfg, const Section* preset, const char* recipe) {
+    Config copy = *cfg;
+    copy.optim.steps = section_int(preset, "copy_steps", recipe);
+    copy.batch_size = section_int(preset, "copy_batch_size", recipe);
+    copy.model.seq_len = NEEDLE_COPY_SEQ_LEN;
+    copy.grad_accum = 1;
+    copy.optim.lr_final = copy.optim.lr;
+    path_printf(copy.data, sizeof(copy.data), "%s/copy", cfg->data);
+    // <row>/seed<N> -> <row>_copy/seed<N>
+    const char* seed_dir = strrchr(cfg->out, '/');
+    path_printf(copy.out, sizeof(copy.out), "%.*s_copy%s", (int)(seed_dir - cfg->out), cfg->out, seed_dir);
+    config_validate(&copy);
+    return copy;
+}
+
+// The registry's FINISHED run of (row, cfg), trained now if there is none; a killed attempt
+// resumes from its checkpoint
+static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, const Config* cfg) {
+    int64_t run = train_finished_row(reg, experiment, row, cfg);
+    if (run) return run;
+    printf("== training %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
+    fflush(stdout);
+    return train_registry_row(reg, experiment, row, cfg, 1);
+}
+
+// The training mix: made from the preset's corpus when missing, and it must be cut for seq_len
+static void ensure_data(const Config* cfg, const Section* preset, const char* recipe) {
+    char path[4200], copy_path[4200];
+    path_printf(path, sizeof(path), "%s/train.bin", cfg->data);
+    path_printf(copy_path, sizeof(copy_path), "%s/copy/train.bin", cfg->data);
+    if (access(path, R_OK) != 0 || access(copy_path, R_OK) != 0) {
+        const char* corpus = section_get(preset, "corpus");
+        if (!corpus) die("%s: [preset %s] needs 'corpus', the prepared data the training mix is made from", recipe, preset->name);
+        printf("making the needle training mix %s from %s\n", cfg->data, corpus);
+        char cities[4200];
+        source_file_path(cities, sizeof(cities), "data/cities.txt");
+        needle_prepare(cfg->data, corpus, cities, cfg->model.seq_len, NEEDLE_TRAIN_NEEDLES, NEEDLE_DATA_SEED);
+    }
+    DataDir data;
+    data_open(&data, cfg->data, DATA_TRAIN);
+    int block = data_single_train_shard(&data, "a needle training mix")->block;
+    if (block != cfg->model.seq_len) {
+        die("'%s' holds needle blocks of %d tokens but the recipe trains at seq_len %d; delete '%s' to remake it", path,
+            block, cfg->model.seq_len, cfg->data);
+    }
+    data_close(&data);
+}
+
+// The index of the row a row's `against` key names, -1 without one
+static int against_row(const Recipe* r, const Section* row, const char* recipe) {
+    const char* name = section_get(row, "against");
+    if (!name) return -1;
+    for (int g = 0; g < r->n_rows; g++) {
+        if (strcmp(r->rows[g].name, name) == 0 && &r->rows[g] != row) return g;
+    }
+    die("%s: [row %s] key 'against': '%s' is not another row of this recipe", recipe, row->name, name);
+}
+
+// The rows of the recipe with their configs, parameter counts checked and the training mix
+// made; nothing trained yet
+static Row* configure_rows(const NeedleOptions* opt, const Recipe* r, const Section* preset) {
+    if (r->n_rows < 1) die("%s: no [row NAME] sections", opt->recipe);
+    if (opt->seeds < 1 || r->n_rows * opt->seeds > RECIPE_SECTIONS) {
+        die("--seeds %d: %d rows x seeds must lie in 1..%d models", opt->seeds, r->n_rows, RECIPE_SECTIONS);
+    }
+    Row* rows = callocCheck(r->n_rows * opt->seeds, sizeof(Row));
+    for (int i = 0; i < r->n_rows * opt->seeds; i++) {
+        const Section* section = &r->rows[i / opt->seeds];
+        snprintf(rows[i].name, sizeof(rows[i].name), "%s", section->name);
+        rows[i].against = against_row(r, section, opt->recipe);
+        rows[i].seed_index = i % opt->seeds;
+        rows[i].cfg = needle_row_config(r, preset, section, rows[i].seed_index, opt->recipe, opt->results);
+        rows[i].copy_cfg = copy_stage_config(&rows[i].cfg, preset, opt->recipe);
+        config_checkpoint_path(&rows[i].copy_cfg, rows[i].cfg.init_from, sizeof(rows[i].cfg.init_from));
+        size_t a = model_param_count(&rows[i].cfg.model, 1), b = model_param_count(&rows[0].cfg.model, 1);
+        if (fabs((double)a - (double)b) > 0.01 * (double)b) {
+            die("%s: row '%s' has %zu parameters (without the vocabulary), more than 1%% from row '%s' (%zu)", opt->recipe,
+                rows[i].name, a, rows[0].name, b);
+        }
+    }
+    ensure_data(&rows[0].cfg, preset, opt->recipe);
+    return rows;
+}
+
+// Both stages of a row, each trained unless the registry holds it as FINISHED
+static void train_row(Row* row, Registry* reg, int64_t experiment) {
+    char copy_name[80];
+    snprintf(copy_name, sizeof(copy_name), "%s_copy", row->name);
+    trained_run(reg, experiment, copy_name, &row->copy_cfg);
+    row->run = trained_run(reg, experiment, row->name, &row->cfg);
+    config_checkpoint_path(&row->cfg, row->checkpoint, sizeof(row->checkpoint));
+}
+
+int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows) {
+    Recipe* r = recipe_load(opt->recipe, needle_extra_key);
+    recipe_override(r, opt->overrides, opt->n_overrides, NEEDLE_DERIVED_KEYS, opt->recipe);
+    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
+    int n = r->n_rows * opt->seeds;
+    if (n > max_rows) die("%s: %d rows x %d seeds, more than the %d models a study takes", opt->recipe, r->n_rows, opt->seeds, max_rows);
+    Row* rows = configure_rows(opt, r, preset);
+    Registry reg;
+    int lock;
+    int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe, &lock);
+    for (int i = 0; i < n; i++) {
+        train_row(&rows[i], &reg, experiment);
+        snprintf(out[i].name, sizeof(out[i].name), "%s", rows[i].name);
+        snprintf(out[i].against, sizeof(out[i].against), "%s", rows[i].against >= 0 ? r->rows[rows[i].against].name : "");
+        out[i].cfg = rows[i].cfg;
+        path_printf(out[i].checkpoint, sizeof(out[i].checkpoint), "%s", rows[i].checkpoint);
+        out[i].run = rows[i].run;
+    }
+    registry_close(&reg);
+    unlock_folder(lock);
+    free(rows);
+    free(r);
+    return n;
+}
+
+int needle_main(const NeedleOptions* opt) {
+    static const char* const TASKS[] = {"table2", "fig5", "table3", "fig8"};
+    int task = 0, n_tasks = sizeof(TASKS) / sizeof(TASKS[0]);
+    while (task < n_tasks && strcmp(opt->task, TASKS[task])) task++;
+    if (task == n_tasks) die("--task '%s': expected table2, fig5, table3 or fig8", opt->task);
+    Recipe* r = recipe_load(opt->recipe, needle_extra_key);
+    recipe_override(r, opt->overrides, opt->n_overrides, NEEDLE_DERIVED_KEYS, opt->recipe);
+    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
+    Row* rows = configure_rows(opt, r, preset);
+    mkdir_p(opt->plots);
+    Registry reg;
+    int lock;
+    int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe, &lock);
+    DataDir data;
+    data_open(&data, rows[0].cfg.data, DATA_VAL);
+    const Tokenizer* tok = &data.tok;
+    const Shard* val = &data.val;
+    int n_models = r->n_rows * opt->seeds;
+    for (int i = 0; i < n_models; i++) {
+        Row* row = &rows[i];
+        train_row(row, &reg, experiment);
+        CheckpointInfo info;
+        checkpoint_load(row->checkpoint, backend_of_device(row->cfg.device), NULL, &row->model, NULL, &info);
+        if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);
+        row->copy = copy_score(&row->model, val, COPY_HALF, 4, (uint64_t)row->cfg.seed);
+        registry_evaluation(&reg, row->run, "copy_score", row->copy.second);
+        registry_evaluation(&reg, row->run, "copy_score_first", row->copy.first);
+        printf("%s: copying check %.2f (first copy %.2f)\n", row->name, row->copy.second, row->copy.first);
+    }
+    NeedleSource src;
+    char cities[4200];
+    source_file_path(cities, sizeof(cities), "data/cities.txt");
+    needle_source_init(&src, tok, val, cities, NEEDLE_EVAL);
+    printf("%s, preset %s: %d evaluation cities, haystacks from %s/val.bin\n", opt->task, opt->preset, src.n_cities, data.dir);
+    if (task == 0) task_table2(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
+    if (task == 1) task_fig5(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
+    if (task == 2) task_table3(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
+    if (task == 3) task_fig8(rows, r->n_rows, opt->seeds, &src, tok, val, &reg, preset, opt);
+    needle_source_free(&src);
+    data_close(&data);
+    for (int i = 0; i < n_models; i++) model_free(&rows[i].model);
+    free(rows);
+    free(r);
+    registry_close(&reg);
+    unlock_folder(lock);
+    return 0;
+}

@@ -1,0 +1,98 @@
+// Experiment recipes (experiments/table6.ini, experiments/needle.ini): `difftx train` keys
+// shared by every run, [preset NAME] sections for model size and budget, [row NAME] sections
+// for the compared models. Each kind of recipe adds its own non-training keys (extra_key).
+#ifndef RECIPE_H
+#define RECIPE_H
+
+#include <stdint.h>
+
+#include "../run/config.h"
+#include "registry.h"
+
+#define RECIPE_KEYS 64
+#define RECIPE_SECTIONS 32
+
+typedef struct {
+    char name[64];
+    char key[RECIPE_KEYS][64];
+    char value[RECIPE_KEYS][CONFIG_STR];
+    int n;
+} Section;
+
+// Where a recipe key stands
+enum { RECIPE_PRESET = 0, RECIPE_ROW = 1, RECIPE_OUTSIDE = 2 };
+// 1 when key is a recipe key (not a training key) allowed at place: in a preset section, a row
+// section or outside any section
+typedef int (*ExtraKey)(int place, const char* key);
+
+typedef struct {
+    Section common;
+    Section overrides;  // key=value from the command line: applied to every row, after its sections
+    Section presets[RECIPE_SECTIONS], rows[RECIPE_SECTIONS];
+    int n_presets, n_rows;
+    ExtraKey extra_key;
+    const char* path;  // while parsing: relative paths are read from its folder
+    int included;      // while parsing the file `presets_from` names
+    char error[512];
+} Recipe;
+
+// Parses path; every training key is checked; dies naming the file and line. Path values (the
+// config's and a needle preset's `corpus`) are kept as read from path's folder. A key
+// `presets_from = FILE` outside a section takes FILE's presets and keys outside a section (not
+// its rows) at that line, so a study of other rows runs on another recipe's presets. Caller frees.
+Recipe* recipe_load(const char* path, ExtraKey extra_key);
+// The command line's key=value words after a runner's recipe, for every row (recorded with each
+// run's config, so a table trained on other data is another table's runs). Refused by name: a
+// word that is not key=value, a bad value, a key some row sets (the rows differ in it), and the
+// runner's derived keys (NULL-terminated: computed per row, an override would be lost).
+void recipe_override(Recipe* r, const char* const* words, int n, const char* const* derived, const char* path);
+// "smoke, small, gpu124m, paper": the [preset NAME] sections of the recipe file at path, into out
+void recipe_preset_names(const char* path, char* out, size_t n);
+// The preset called name, or dies naming the recipe
+const Section* recipe_preset(const Recipe* r, const char* name, const char* path);
+// A preset with `plumbing = true` (the smoke presets) runs the code path in seconds; the note
+// its tables carry says so, and "" for any other preset
+const char* preset_note(const Section* preset, const char* path);
+const char* section_get(const Section* s, const char* key);
+// A positive integer key, or dies naming the recipe and section
+int section_int(const Section* s, const char* key, const char* path);
+// Applies the section's training keys to cfg
+void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
+// The full config of a row for a preset and its seed_index-th seed, resolved in one place for
+// every runner: the defaults, then the recipe's common keys, the preset, the row and the
+// command line's overrides (section_apply with extra_key), then the row's switches and shape;
+// the seed is the recipe's + seed_index and the run folder <results>/<study>/<preset>/<row>/seed<N>.
+// A row must state every switch that defines it, so no default decides what a table row is:
+// `attention`, `head_norm`, `lambda_init` where the variant has a per-layer lambda, and its
+// shape. Rows of different attention compare at one width: the preset's `h` and `d` are the
+// Transformer's head count and head width, and a row states its heads as `h` or `h/2` and its
+// head width as `d` or `2d`; this sets n_head, head_dim and d_model = h x d. Dies naming the
+// recipe and row, or the section that sets n_head, head_dim or d_model itself (it would be
+// overwritten). A row with `match_params = true` gets the SwiGLU width that gives it the first
+// row's parameter count (a variant with smaller or larger attention projections pays or takes
+// the difference there). recipe_shape_key says whether k is a shape key (`heads`, `width`,
+// `match_params` on a row; `h`, `d` on a preset).
+Config recipe_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* path,
+                         const char* results, const char* study, ExtraKey extra_key);
+int recipe_shape_key(int is_row, const char* k);
+
+// A trained row of a recipe, as another study (Table 5, Figure 8) takes it
+typedef struct {
+    char name[64];
+    char against[64];  // the row its `against` key names, "" without one
+    Config cfg;
+    char checkpoint[CONFIG_STR + 16];
+    int64_t run;  // the registry's FINISHED run
+} TrainedRow;
+
+// Takes results/<name>/<preset> for this process (*lock: release with unlock_folder; a second
+// process would train the same rows again, so it stops naming the first), opens
+// results/registry.sqlite, marks interrupted attempts KILLED and returns the id of experiment
+// `name` for this preset and recipe file
+// Opens results/registry.sqlite (marking dead attempts KILLED) and finds or creates experiment
+// `name` whose preset is the recipe file's name without .ini ("default" for default.ini)
+int64_t recipe_file_experiment(Registry* reg, const char* results, const char* name, const char* recipe_path);
+int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path,
+                          int* lock);
+
+#endif

@@ -1,0 +1,745 @@
+#define _GNU_SOURCE
+#include "table6.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../data/dataset.h"
+#include "../eval/arhit.h"
+#include "../run/checkpoint.h"
+#include "../run/config.h"
+#include "../base/dist.h"
+#include "../base/util.h"
+#include "recipe.h"
+#include "registry.h"
+#include "report.h"
+#include "../run/train.h"
+#include "verdict.h"
+#include "tracked.h"
+
+static int is_row_key(const char* k) {
+    return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "lr_scale") || !strcmp(k, "against");
+}
+static int is_preset_key(const char* k) {
+    return recipe_shape_key(0, k) || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
+}
+// outside any section: `study`, the outputs' name
+int table6_extra_key(int place, const char* k) {
+    return place == RECIPE_ROW ? is_row_key(k) : place == RECIPE_PRESET ? is_preset_key(k) : !strcmp(k, "study");
+}
+
+// computed per row from the preset's h and d, the row's heads and width, and match_params
+static const char* const TABLE6_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model", "ffn_hidden", "out", NULL};
+
+// A recipe's `study` (outside any section): the name of its registry experiment, run folders,
+// tables and figures; "table6" when it has none
+static const char* study_name(const Recipe* r, const char* recipe) {
+    const char* study = section_get(&r->common, "study");
+    if (!study) return "table6";
+    int ok = study[0] && strlen(study) < 64;
+    for (const char* c = study; *c; c++) ok &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
+    if (!ok) die("%s: key 'study': '%s' is not a name of 1 to 63 lowercase letters, digits and '_'", recipe, study);
+    // another recipe under Table 6's name would write its rows, tables and figures over Table 6's
+    if (strcmp(study, "table6") == 0) die("%s: key 'study': 'table6' is Table 6's own study (a recipe without 'study'); name this one otherwise", recipe);
+    return study;
+}
+
+// A row's `lr_scale`: its learning rates (peak and final) are the preset's times this
+static float lr_scale(const Section* row, const char* recipe) {
+    const char* text = section_get(row, "lr_scale");
+    if (!text) return 1.0f;
+    char* end;
+    float scale = strtof(text, &end);
+    if (!plain_number(text, 1) || end == text || *end || !isnormal(scale) || !(scale > 0)) {
+        die("%s: [row %s] key 'lr_scale': '%s' is not a positive number", recipe, row->name, text);
+    }
+    return scale;
+}
+
+// The row's config (recipe_row_config, match_params included) with its learning-rate scale
+Config table6_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe,
+                         const char* results) {
+    const Section* section = &r->rows[row];
+    Config cfg = recipe_row_config(r, preset, section, seed_index, recipe, results, study_name(r, recipe), table6_extra_key);
+    float scale = lr_scale(section, recipe);
+    cfg.optim.lr *= scale;
+    cfg.optim.lr_final *= scale;
+    return cfg;
+}
+
+// The paper's Valid, AR-Hit and Others of a row, or NaN where it has no `paper` key
+static void paper_values(const Section* row, double v[3], const char* recipe) {
+    v[0] = v[1] = v[2] = NAN;
+    const char* text = section_get(row, "paper");
+    if (!text) return;
+    char extra;
+    if (sscanf(text, "%lf %lf %lf %c", &v[0], &v[1], &v[2], &extra) != 3) {
+        die("%s: [row %s] key 'paper': '%s' is not three numbers (Valid, AR-Hit, Others)", recipe, row->name, text);
+    }
+}
+
+// ---- the rows, resolved once ----
+enum { VALID, ARHIT, OTHERS, METRICS };
+static const char* const METRIC_KEYS[METRICS] = {"valid", "arhit", "others"};
+
+typedef struct {
+    const Section* section;
+    const char* name;
+    Config* cfg;            // (seeds) the row's config of each seed
+    char title[256];        // "label HxD GN": the figures' name of the row
+    double paper[METRICS];  // NaN where the row has no `paper` key
+    size_t params;
+    // aggregated from the registry: the seeds whose run finished with the row's current config
+    int n;
+    int64_t* runs;          // (seeds) their FINISHED runs; 0 for a seed that did not finish
+    double mean[METRICS], std[METRICS];
+    double position[POSITION_BINS];  // mean over seeds of each position bin's loss
+    double arhit_fraction, threshold;
+    WindowLoss* windows;    // (seeds, eval_windows) each seed's per-window sums
+} Row;
+
+typedef struct {
+    const Table6Options* opt;
+    Recipe* recipe;
+    const char* study;  // the outputs' name: "table6", or the recipe's `study`
+    const Section* preset;
+    int eval_windows, seeds;
+    Row* rows;
+    int n_rows;
+} Table;
+
+static const Row* row_named(const Table* t, const char* name) {
+    for (int i = 0; i < t->n_rows; i++) {
+        if (strcmp(t->rows[i].name, name) == 0) return &t->rows[i];
+    }
+    return NULL;
+}
+
+static void table_open(Table* t, const Table6Options* opt) {
+    if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);
+    t->opt = opt;
+    t->seeds = opt->seeds;
+    t->recipe = recipe_load(opt->recipe, table6_extra_key);
+    recipe_override(t->recipe, opt->overrides, opt->n_overrides, TABLE6_DERIVED_KEYS, opt->recipe);
+    t->preset = recipe_preset(t->recipe, opt->preset, opt->recipe);
+    t->study = study_name(t->recipe, opt->recipe);
+    t->eval_windows = section_int(t->preset, "eval_windows", opt->recipe);
+    t->n_rows = t->recipe->n_rows;
+    if (t->n_rows < 1) die("%s: no [row NAME] section", opt->recipe);
+    t->rows = callocCheck(t->n_rows, sizeof(Row));
+    for (int i = 0; i < t->n_rows; i++) {
+        Row* row = &t->rows[i];
+        row->section = &t->recipe->rows[i];
+        row->name = row->section->name;
+        row->cfg = callocCheck(t->seeds, sizeof(Config));
+        row->runs = callocCheck(t->seeds, sizeof(int64_t));
+        for (int s = 0; s < t->seeds; s++) {
+            row->cfg[s] = table6_row_config(t->recipe, t->preset, i, s, opt->recipe, opt->results);
+        }
+        const Config* cfg = &row->cfg[0];
+        snprintf(row->title, sizeof(row->title), "%s %dx%d%s", section_get(row->section, "label"), cfg->model.n_head,
+                 config_head_dim(&cfg->model), config_head_norm(&cfg->model) ? " GN" : "");
+        paper_values(row->section, row->paper, opt->recipe);
+    }
+    for (int i = 0; i < t->n_rows; i++) {
+        const char* base = section_get(t->rows[i].section, "against");
+        if (base && (!row_named(t, base) || strcmp(base, t->rows[i].name) == 0)) {
+            die("%s: [row %s] key 'against': '%s' is not another row of this recipe", opt->recipe, t->rows[i].name, base);
+        }
+    }
+}
+
+static void table_close(Table* t) {
+    for (int i = 0; i < t->n_rows; i++) {
+        free(t->rows[i].cfg);
+        free(t->rows[i].runs);
+        free(t->rows[i].windows);
+    }
+    free(t->rows);
+    free(t->recipe);
+}
+
+// ---- compute: train (resuming) and evaluate each (row, seed) the registry lacks ----
+
+// A run's Table 6 evaluation on its checkpoint, recorded with the per-window sums the
+// intervals resample
+static void evaluate_run(Registry* reg, int64_t run, const char* row, const Config* cfg, int eval_windows) {
+    Model model;
+    CheckpointInfo info;
+    char path[4200];
+    config_checkpoint_path(cfg, path, sizeof(path));
+    checkpoint_load(path, backend_of_device(cfg->device), NULL, &model, NULL, &info);
+    DataDir data;
+    data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
+    WindowLoss* windows = mallocCheck((size_t)eval_windows * sizeof(WindowLoss));
+    SliceLoss s = evaluate_on_data(&model, &data, eval_windows, cfg->batch_size, windows);
+    // a slice without tokens has no loss: its evaluation is absent, and the table says why
+    registry_evaluation(reg, run, "valid", s.valid);
+    if (isfinite(s.arhit)) registry_evaluation(reg, run, "arhit", s.arhit);
+    if (isfinite(s.others)) registry_evaluation(reg, run, "others", s.others);
+    for (int b = 0; b < POSITION_BINS; b++) {
+        char key[32];
+        snprintf(key, sizeof(key), "valid_%s", window_slice_name(SLICE_POSITION + b));
+        registry_evaluation(reg, run, key, s.position[b]);
+    }
+    registry_evaluation(reg, run, "arhit_fraction", s.arhit_fraction);
+    registry_evaluation(reg, run, "arhit_threshold", s.threshold);
+    registry_evaluation(reg, run, "eval_tokens", (double)s.tokens);
+    registry_evaluation(reg, run, "params", (double)model.n_params);
+    registry_evaluation(reg, run, "tokens_seen", (double)info.step * cfg->batch_size * cfg->model.seq_len * cfg->grad_accum);
+    registry_window_losses(reg, run, eval_windows, windows);
+    char arhit[64];
+    if (isfinite(s.arhit)) snprintf(arhit, sizeof(arhit), "%.4f (%.2f%% of tokens)", s.arhit, 100 * s.arhit_fraction);
+    else snprintf(arhit, sizeof(arhit), "none (no AR-Hit tokens)");
+    printf("%s seed %d: valid %.4f, AR-Hit %s, Others %.4f\n", row, cfg->seed, s.valid, arhit, s.others);
+    free(windows);
+    data_close(&data);
+    model_free(&model);
+}
+
+// One (row, seed) in a worker: train (resuming), evaluate, record; or, for a run that finished
+// (`finished`), evaluate it again
+static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows,
+                    int64_t finished) {
+    Registry reg;
+    char path[4096];
+    path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
+    registry_open(&reg, path);
+    int64_t run = finished ? finished : train_registry_row(&reg, experiment, row, cfg, 0);  // ended after its evaluation
+    evaluate_run(&reg, run, row, cfg, eval_windows);
+    if (!finished) registry_end_run(&reg, run, RUN_FINISHED);
+    registry_close(&reg);
+}
+
+// The FINISHED run of (row, cfg): trained now in a worker process when there is none.
+// Returns 0 when the worker failed or was killed (the registry says which). A data-parallel
+// job trains in this process, since a forked child cannot take part in MPI; a row that fails
+// there takes the job down. A finished run whose evaluation did not record the preset's
+// eval_windows window sums (one from before they were recorded, or from a recipe with another
+// eval_windows, which is not part of a run's config) is evaluated again, so its numbers and the
+// windows its intervals resample are the table's. Every model runs in a worker: this process
+// never computes, since a child forked after an OpenMP team has run waits forever in its first
+// parallel product.
+static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
+                         int eval_windows) {
+    int64_t finished = train_finished_row(reg, experiment, row, cfg);
+    if (finished && registry_window_count(reg, finished) == eval_windows) return finished;
+    if (!finished) printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
+    fflush(stdout);
+    if (dist_ranks() > 1) {
+        run_row(opt, experiment, row, cfg, eval_windows, finished);
+        return registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
+    }
+    pid_t pid = fork();
+    if (pid < 0) die("fork failed");
+    if (pid == 0) {
+        run_row(opt, experiment, row, cfg, eval_windows, finished);
+        exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        RunStatus end = WIFSIGNALED(status) ? RUN_KILLED : RUN_FAILED;
+        registry_end_pid(reg, pid, end);
+        fprintf(stderr, "row %s seed %d: %s\n", row, cfg->seed, run_status_name(end));
+        return 0;
+    }
+    return registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
+}
+
+void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, TrainedRow* out) {
+    Table t;
+    table_open(&t, opt);
+    Registry reg;
+    int lock;
+    int64_t experiment = recipe_experiment(&reg, opt->results, t.study, opt->preset, opt->recipe, &lock);
+    for (int k = 0; k < n; k++) {
+        const Row* row = row_named(&t, names[k]);
+        if (!row) die("%s: no [row %s]", opt->recipe, names[k]);
+        for (int s = 0; s < t.seeds; s++) {
+            TrainedRow* trained = &out[k * t.seeds + s];
+            snprintf(trained->name, sizeof(trained->name), "%s", row->name);
+            const char* against = section_get(row->section, "against");
+            snprintf(trained->against, sizeof(trained->against), "%s", against ? against : "");
+            trained->cfg = row->cfg[s];
+            trained->run = train_row(opt, &reg, experiment, row->name, &trained->cfg, t.eval_windows);
+            if (!trained->run) die("%s: row %s (preset %s) did not train", opt->recipe, row->name, opt->preset);
+            config_checkpoint_path(&trained->cfg, trained->checkpoint, sizeof(trained->checkpoint));
+        }
+    }
+    registry_close(&reg);
+    unlock_folder(lock);
+    table_close(&t);
+}
+
+// Parameter counts and the validation shard's size, checked before anything trains
+static void check_rows(Table* t) {
+    const Table6Options* opt = t->opt;
+    const Config* first = &t->rows[0].cfg[0];
+    DataDir data;
+    data_open(&data, first->data, DATA_VAL);
+    printf("Table 6, preset %s, %d seed(s): parameters per row\n", opt->preset, t->seeds);
+    for (int i = 0; i < t->n_rows; i++) {
+        Row* row = &t->rows[i];
+        const Config* cfg = &row->cfg[0];
+        row->params = model_param_count(&cfg->model, data.tok.vocab_size);
+        printf("  %-18s %-12s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", row->name, config_attention_name(&cfg->model), cfg->model.n_head,
+               config_head_dim(&cfg->model), config_head_norm(&cfg->model) ? "yes" : "no", config_ffn_hidden(&cfg->model), row->params);
+        size_t base = t->rows[0].params;
+        if (fabs((double)row->params - (double)base) > 0.01 * base) {
+            die("%s: row '%s' has %zu parameters, more than 1%% from row '%s' (%zu)", opt->recipe, row->name, row->params,
+                t->rows[0].name, base);
+        }
+    }
+    if ((data.val.n_tokens - 1) / first->model.seq_len < (size_t)t->eval_windows) {
+        die("%s: [preset %s] eval_windows = %d needs %zu validation tokens at seq_len %d; '%s/val.bin' has %zu", opt->recipe,
+            opt->preset, t->eval_windows, (size_t)t->eval_windows * first->model.seq_len + 1, first->model.seq_len, first->data,
+            data.val.n_tokens);
+    }
+    data_close(&data);
+}
+
+static void train_rows(Table* t, Registry* reg, int64_t experiment) {
+    double t_start = wall_time();
+    for (int s = 0; s < t->seeds; s++) {
+        for (int i = 0; i < t->n_rows; i++) {
+            const Config* cfg = &t->rows[i].cfg[s];
+            if (!train_row(t->opt, reg, experiment, t->rows[i].name, cfg, t->eval_windows)) {
+                fprintf(stderr, "row %s seed %d: the table goes on without it\n", t->rows[i].name, cfg->seed);
+            }
+        }
+    }
+    printf("training and evaluation: %.1f minutes\n", (wall_time() - t_start) / 60);
+}
+
+// ---- aggregate: each row over the seeds whose run finished with its current config ----
+static void aggregate(Table* t, Registry* reg, int64_t experiment) {
+    for (int i = 0; i < t->n_rows; i++) {
+        Row* row = &t->rows[i];
+        double values[METRICS][256];
+        row->windows = callocCheck((size_t)t->seeds * t->eval_windows, sizeof(WindowLoss));
+        for (int s = 0; s < t->seeds; s++) {
+            const Config* cfg = &row->cfg[s];
+            int64_t run = registry_finished_run(reg, experiment, row->name, cfg->seed, cfg, data_identity(cfg->data));
+            row->runs[s] = run;
+            if (!run) continue;
+            for (int k = 0; k < METRICS; k++) values[k][row->n] = registry_evaluation_value(reg, run, METRIC_KEYS[k]);
+            for (int b = 0; b < POSITION_BINS; b++) {
+                char key[32];
+                snprintf(key, sizeof(key), "valid_%s", window_slice_name(SLICE_POSITION + b));
+                row->position[b] += registry_evaluation_value(reg, run, key);
+            }
+            row->arhit_fraction += registry_evaluation_value(reg, run, "arhit_fraction");
+            row->threshold = registry_evaluation_value(reg, run, "arhit_threshold");
+            registry_window_losses_read(reg, run, t->eval_windows, &row->windows[(size_t)s * t->eval_windows]);
+            row->n++;
+        }
+        if (row->n) {
+            row->arhit_fraction /= row->n;
+            for (int b = 0; b < POSITION_BINS; b++) row->position[b] /= row->n;
+        }
+        for (int k = 0; k < METRICS; k++) {
+            Spread sp = row->n ? spread_of(values[k], row->n, 1) : (Spread){NAN, 0};
+            row->mean[k] = sp.mean;
+            row->std[k] = sp.std;
+        }
+    }
+}
+
+// The window sums of a row as a bootstrap's (num, den) over (seeds, windows), for `which`:
+// VALID, ARHIT, OTHERS (every token minus the AR hits) or METRICS + b, position bin b. A seed
+// that did not finish holds nothing.
+static void slice_units(const Table* t, const Row* row, int which, double* num, double* den) {
+    int k = which == ARHIT ? SLICE_ARHIT : which >= METRICS ? SLICE_POSITION + which - METRICS : SLICE_ALL;
+    int minus_hits = which == OTHERS;
+    for (size_t u = 0; u < (size_t)t->seeds * t->eval_windows; u++) {
+        const WindowLoss* w = &row->windows[u];
+        num[u] = w->sum[k] - (minus_hits ? w->sum[SLICE_ARHIT] : 0);
+        den[u] = (double)(w->count[k] - (minus_hits ? w->count[SLICE_ARHIT] : 0));
+    }
+}
+
+// Row a minus row b on `which` (slice_units), paired by seed and window; a seed either row
+// lacks is left out of both
+static GapInterval row_gap(const Table* t, const Row* a, const Row* b, int which) {
+    size_t n = (size_t)t->seeds * t->eval_windows;
+    double* units = mallocCheck(4 * n * sizeof(double));
+    slice_units(t, a, which, units, units + n);
+    slice_units(t, b, which, units + 2 * n, units + 3 * n);
+    int kept = 0;  // seeds both rows finished, moved to the front
+    for (int s = 0; s < t->seeds; s++) {
+        if (!a->runs[s] || !b->runs[s]) continue;
+        for (int part = 0; part < 4; part++) {
+            memmove(units + part * n + (size_t)kept * t->eval_windows, units + part * n + (size_t)s * t->eval_windows,
+                    t->eval_windows * sizeof(double));
+        }
+        kept++;
+    }
+    GapInterval g = {NAN, NAN, NAN};
+    if (kept) {
+        Paired p = {kept, t->eval_windows, units, units + n, units + 2 * n, units + 3 * n};
+        g = paired_gap(&p);
+    }
+    free(units);
+    return g;
+}
+
+// ---- the table ----
+static void format_cell(char* buf, size_t n, const Row* r, int k) {
+    if (r->n == 0) snprintf(buf, n, "-");
+    else if (isnan(r->mean[k])) snprintf(buf, n, "%s", k == ARHIT ? "no AR-Hit tokens" : "no tokens");
+    else if (r->n == 1) snprintf(buf, n, "%.3f", r->mean[k]);
+    else snprintf(buf, n, "%.3f ± %.3f", r->mean[k], r->std[k]);
+}
+
+// The paper's claims: row a against row b on a metric, gap = a - b, by the rows' names
+typedef struct {
+    const char* text;
+    const char *a, *b;
+    int metric;
+} Claim;
+
+static const Claim CLAIMS[] = {
+    {"DIFF beats Transformer overall (Valid)", "diff", "transformer", VALID},
+    {"DIFF beats Transformer on AR-Hit", "diff", "transformer", ARHIT},
+    {"removing the per-head norm hurts DIFF (Valid; gap = DIFF - without)", "diff", "diff_no_gn", VALID},
+    {"adding GroupNorm does not help Transformer (Valid; gap = with - without, h/2 x 2d)", "transformer_gn", "transformer_half", VALID},
+    {"lambda_init = 0.8 barely matters (Valid vs DIFF)", "diff_lambda08", "diff", VALID},
+    {"lambda_init = 0.5 barely matters (Valid vs DIFF)", "diff_lambda05", "diff", VALID},
+    {"halving heads barely matters for Transformer (Valid; h/2 x 2d vs h x d)", "transformer_half", "transformer", VALID},
+    // experiments/lr_stability.ini: the paper's rows at higher learning rates, where it says DIFF is ahead
+    {"DIFF beats Transformer at 1x the learning rate (Valid)", "diff_lr1", "transformer_lr1", VALID},
+    {"DIFF beats Transformer at 2x the learning rate (Valid)", "diff_lr2", "transformer_lr2", VALID},
+    {"DIFF beats Transformer at 4x the learning rate (Valid)", "diff_lr4", "transformer_lr4", VALID},
+};
+
+static void write_rows(const Table* t, Report* rep) {
+    const Table6Options* opt = t->opt;
+    const Config* first = &t->rows[0].cfg[0];
+    int h = section_int(t->preset, "h", opt->recipe), d = section_int(t->preset, "d", opt->recipe);
+    if (strcmp(t->study, "table6") == 0) report_printf(rep, "\n## Table 6 (preset %s)", opt->preset);
+    else report_printf(rep, "\n## Study %s (Table 6's presets and evaluation, preset %s)", t->study, opt->preset);
+    report_printf(rep, ": validation loss, %d seed(s) per row, mean ± sample std\n\n", t->seeds);
+    report_printf(rep, "%s", preset_note(t->preset, opt->recipe));
+    report_printf(rep, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
+                  section_get(t->preset, "n_layer"), h * d, h, d,
+                  (long long)first->optim.steps * first->batch_size * first->model.seq_len * first->grad_accum, t->eval_windows, first->model.seq_len);
+    long eval_tokens = (long)t->eval_windows * first->model.seq_len;
+    report_printf(rep, "AR-Hit: bigram seen earlier in the window with training count <= %.3g (Zoology's 1,250 per 10B tokens "
+                  "rescaled to the training shard); %.2f%% of evaluated tokens (%ld of %ld).\n\n", t->rows[0].threshold,
+                  100 * t->rows[0].arhit_fraction, lround(t->rows[0].arhit_fraction * eval_tokens), eval_tokens);
+    report_printf(rep, "| Model | #Heads | d | GN | n | Valid | AR-Hit | Others | params | paper Valid | paper AR-Hit | paper Others |\n");
+    report_printf(rep, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < t->n_rows; i++) {
+        const Row* row = &t->rows[i];
+        const Config* cfg = &row->cfg[0];
+        char cells[METRICS][64];
+        for (int k = 0; k < METRICS; k++) format_cell(cells[k], sizeof(cells[k]), row, k);
+        char paper_cells[64] = "not in the paper | | ";
+        if (!isnan(row->paper[VALID])) {
+            snprintf(paper_cells, sizeof(paper_cells), "%.3f | %.3f | %.3f", row->paper[0], row->paper[1], row->paper[2]);
+        }
+        char label[2 * CONFIG_STR];
+        markdown_cell(label, sizeof(label), section_get(row->section, "label"));
+        report_printf(rep, "| %s | %d | %d | %s | %d | %s | %s | %s | %zu | %s |\n", label, cfg->model.n_head, config_head_dim(&cfg->model),
+                      config_head_norm(&cfg->model) ? "✓" : "✗", row->n, cells[0], cells[1], cells[2], row->params, paper_cells);
+    }
+}
+
+// How each row trained: its peak learning rate, the seeds that finished, the loss and
+// gradient-norm spikes their runs recorded (watched as training goes, spikes.h) and the last
+// training loss; a seed that diverged is one that did not finish
+static void write_health(const Table* t, Registry* reg, Report* rep) {
+    report_printf(rep, "\n### Training health\n\n| Model | lr | finished | loss spikes | grad-norm spikes | final train loss |\n"
+                  "|---|---|---|---|---|---|\n");
+    for (int i = 0; i < t->n_rows; i++) {
+        const Row* row = &t->rows[i];
+        int spikes[2] = {0, 0};
+        double final[256];
+        int n_final = 0;
+        static const char* const keys[2] = {"spike_loss", "spike_grad_norm"};
+        for (int s = 0; s < t->seeds; s++) {
+            if (!row->runs[s]) continue;
+            int64_t* tokens;
+            double* values;
+            for (int k = 0; k < 2; k++) {
+                spikes[k] += registry_run_curve(reg, row->runs[s], keys[k], &tokens, &values);
+                free(tokens);
+                free(values);
+            }
+            int points = registry_run_curve(reg, row->runs[s], "train_loss", &tokens, &values);
+            if (points) final[n_final++] = values[points - 1];
+            free(tokens);
+            free(values);
+        }
+        char label[2 * CONFIG_STR], loss[64] = "-";
+        markdown_cell(label, sizeof(label), section_get(row->section, "label"));
+        if (n_final) spread_text(loss, sizeof(loss), spread_of(final, n_final, 1), n_final, 3);
+        report_printf(rep, "| %s | %.3g | %d of %d | %d | %d | %s |\n", label, row->cfg[0].optim.lr, row->n, t->seeds, spikes[0],
+                      spikes[1], loss);
+    }
+}
+
+static void write_claims(const Table* t, Report* rep) {
+    report_printf(rep, "\n### The paper's claims against these runs\n\n");
+    report_printf(rep, "| claim | gap (ours) | 95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n");
+    for (size_t c = 0; c < sizeof(CLAIMS) / sizeof(CLAIMS[0]); c++) {
+        const Claim* cl = &CLAIMS[c];
+        const Row *a = row_named(t, cl->a), *b = row_named(t, cl->b);
+        if (!a || !b) continue;  // a claim about rows this recipe does not have
+        GapInterval g = row_gap(t, a, b, cl->metric);
+        double paper_gap = a->paper[cl->metric] - b->paper[cl->metric];
+        char paper_text[32] = "n/a (not in the paper)", gap_text[32] = "n/a (no tokens)", interval[64];
+        if (!isnan(paper_gap)) snprintf(paper_text, sizeof(paper_text), "%+.3f", paper_gap);
+        if (!isnan(g.gap)) snprintf(gap_text, sizeof(gap_text), "%+.4f", g.gap);
+        report_printf(rep, "| %s | %s | %s | %s | %s |\n", cl->text, gap_text, interval_text(interval, sizeof(interval), g, 4),
+                      paper_text, gap_verdict(g, paper_gap));
+    }
+    report_printf(rep, "\nGaps are the first row named minus the second (negative = lower loss). %s\n",
+                  interval_note(t->seeds, "windows"));
+}
+
+// Rows not in the paper, each against the row its `against` names (DIFF for a DIFF variant):
+// the same paired gaps, intervals and verdict policy as the claims, on all three metrics
+static void write_against(const Table* t, Report* rep) {
+    int any = 0;
+    for (int i = 0; i < t->n_rows; i++) {
+        const char* base = section_get(t->rows[i].section, "against");
+        if (!base) continue;
+        if (!any) {
+            report_printf(rep, "\n### Rows against the row each is read against (`against`)\n\n");
+            report_printf(rep, "| row | against | Valid gap | 95%% interval | verdict | AR-Hit gap | 95%% interval | verdict | "
+                          "Others gap | 95%% interval | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+            any = 1;
+        }
+        const Row* b = row_named(t, base);
+        char a_label[2 * CONFIG_STR], b_label[2 * CONFIG_STR];
+        markdown_cell(a_label, sizeof(a_label), t->rows[i].title);
+        markdown_cell(b_label, sizeof(b_label), b->title);
+        report_printf(rep, "| %s | %s |", a_label, b_label);
+        static const int metrics[] = {VALID, ARHIT, OTHERS};
+        for (int k = 0; k < 3; k++) {
+            GapInterval g = row_gap(t, &t->rows[i], b, metrics[k]);
+            char interval[64];
+            if (isnan(g.gap)) report_printf(rep, " n/a | n/a | %s |", gap_verdict(g, NAN));
+            else report_printf(rep, " %+.4f | %s | %s |", g.gap, interval_text(interval, sizeof(interval), g, 4), gap_verdict(g, NAN));
+        }
+        report_printf(rep, "\n");
+    }
+    if (any) report_printf(rep, "\nGap = the row minus the row it is read against (negative = lower loss), paired and resampled as the claims above.\n");
+}
+
+// The header of a table with a column per position bin, named by its token range or its number
+static void position_header(Report* rep, int T, int ranges) {
+    report_printf(rep, "| Model |");
+    for (int b = 0; b < POSITION_BINS; b++) {
+        if (ranges) report_printf(rep, " %ld-%ld |", (long)b * T / POSITION_BINS + 1, (long)(b + 1) * T / POSITION_BINS);
+        else report_printf(rep, " bin %d |", b + 1);
+    }
+    report_printf(rep, "\n|---|");
+    for (int b = 0; b < POSITION_BINS; b++) report_printf(rep, "---|");
+    report_printf(rep, "\n");
+}
+
+// Loss by position in the context: each row's mean over seeds per bin, then each row minus the
+// first row per bin with its interval, so a claim about long context is read where it lives
+static void write_positions(const Table* t, Report* rep) {
+    int T = t->rows[0].cfg[0].model.seq_len;
+    report_printf(rep, "\n### Validation loss by position in the context (%d bins of %d tokens)\n\n", POSITION_BINS,
+                  T / POSITION_BINS);
+    position_header(rep, T, 1);
+    for (int i = 0; i < t->n_rows; i++) {
+        char label[2 * CONFIG_STR];
+        markdown_cell(label, sizeof(label), t->rows[i].title);
+        report_printf(rep, "| %s |", label);
+        for (int b = 0; b < POSITION_BINS; b++) {
+            if (t->rows[i].n) report_printf(rep, " %.3f |", t->rows[i].position[b]);
+            else report_printf(rep, " - |");
+        }
+        report_printf(rep, "\n");
+    }
+    char base[2 * CONFIG_STR];
+    markdown_cell(base, sizeof(base), t->rows[0].title);
+    report_printf(rep, "\nEach row minus %s, per bin: gap [95%% interval] (paired as the claims above)\n\n", base);
+    position_header(rep, T, 0);
+    for (int i = 1; i < t->n_rows; i++) {
+        char label[2 * CONFIG_STR];
+        markdown_cell(label, sizeof(label), t->rows[i].title);
+        report_printf(rep, "| %s |", label);
+        for (int b = 0; b < POSITION_BINS; b++) {
+            GapInterval g = row_gap(t, &t->rows[i], &t->rows[0], METRICS + b);
+            char interval[64];
+            if (isnan(g.gap)) report_printf(rep, " - |");
+            else report_printf(rep, " %+.3f %s |", g.gap, interval_text(interval, sizeof(interval), g, 3));
+        }
+        report_printf(rep, "\n");
+    }
+}
+
+// ---- figures: data files, then gnuplot ----
+// Each row against the first (the Transformer), ours and the paper's on one axis: the paper's
+// claims are differences, and its 3B models' absolute losses are not on our scale
+static void write_bars(const Table* t, const char* bars) {
+    DataFile bars_file;
+    data_file_open(&bars_file, bars);
+    FILE* f = bars_file.f;
+    fprintf(f, "# row title colour, then per metric (Valid, AR-Hit, Others): ours - ours of row 0, its 95%% interval "
+               "(low, high), paper - paper of row 0\n");
+    for (int i = 0; i < t->n_rows; i++) {
+        const Row* row = &t->rows[i];
+        fprintf(f, "%d \"%s\" %d", i, row->title, config_variant(&row->cfg[0].model)->colour);
+        for (int k = 0; k < METRICS; k++) {
+            GapInterval g = i ? row_gap(t, row, &t->rows[0], k) : (GapInterval){0, 0, 0};
+            if (isnan(g.lo)) g.lo = g.hi = g.gap;  // no interval: a dot without a bar
+            fprintf(f, " %.6f %.6f %.6f %.4f", g.gap, g.lo, g.hi, row->paper[k] - t->rows[0].paper[k]);
+        }
+        fprintf(f, "\n");
+    }
+    data_file_close(&bars_file);
+}
+
+// Each row's validation loss during training, the mean over its seeds' runs (the registry's)
+static void write_curves(const Table* t, Registry* reg, const char* curves) {
+    DataFile curves_file;
+    data_file_open(&curves_file, curves);
+    FILE* f = curves_file.f;
+    for (int i = 0; i < t->n_rows; i++) {
+        const Row* row = &t->rows[i];
+        fprintf(f, "\"%s\"\n", row->title);
+        int64_t runs[256];
+        int n_runs = 0;
+        for (int s = 0; s < t->seeds; s++) {
+            if (row->runs[s]) runs[n_runs++] = row->runs[s];
+        }
+        int64_t* tokens;
+        double* values;
+        int points = registry_mean_curve(reg, runs, n_runs, "val_loss", &tokens, &values);
+        for (int k = 0; k < points; k++) fprintf(f, "%lld %.6f\n", (long long)tokens[k], values[k]);
+        fprintf(f, "\n\n");
+        free(tokens);
+        free(values);
+    }
+    data_file_close(&curves_file);
+}
+
+// Each row's validation loss per position bin, at the bin's middle position
+static void write_positions_data(const Table* t, const char* positions) {
+    int seq_len = t->rows[0].cfg[0].model.seq_len;
+    DataFile positions_file;
+    data_file_open(&positions_file, positions);
+    FILE* f = positions_file.f;
+    for (int i = 0; i < t->n_rows; i++) {
+        fprintf(f, "\"%s\"\n", t->rows[i].title);
+        for (int b = 0; t->rows[i].n && b < POSITION_BINS; b++) {
+            fprintf(f, "%.1f %.6f\n", (b + 0.5) * seq_len / POSITION_BINS, t->rows[i].position[b]);
+        }
+        fprintf(f, "\n\n");
+    }
+    data_file_close(&positions_file);
+}
+
+static void write_figures(const Table* t, Registry* reg, char* png, char* curves_png, char* positions_png, size_t n) {
+    const Table6Options* opt = t->opt;
+    const Config* first = &t->rows[0].cfg[0];
+    char bars[4096], curves[4096], positions[4096];
+    preset_path(bars, sizeof(bars), opt->results, t->study, opt->preset, "_bars.dat");
+    preset_path(curves, sizeof(curves), opt->results, t->study, opt->preset, "_curves.dat");
+    preset_path(positions, sizeof(positions), opt->results, t->study, opt->preset, "_positions.dat");
+    write_bars(t, bars);
+    write_curves(t, reg, curves);
+    write_positions_data(t, positions);
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    char text[4400];
+    long eval_tokens = (long)t->eval_windows * first->model.seq_len;
+    gnuplot_input(&vars, "bars", bars);
+    gnuplot_input(&vars, "curves", curves);
+    gnuplot_input(&vars, "positions", positions);
+    gnuplot_number(&vars, "rows", t->n_rows);
+    gnuplot_number(&vars, "seeds", t->seeds);
+    gnuplot_number(&vars, "seq_len", first->model.seq_len);
+    gnuplot_number(&vars, "arhit_tokens", lround(t->rows[0].arhit_fraction * eval_tokens));
+    gnuplot_number(&vars, "eval_tokens", eval_tokens);
+    for (int i = 0; i < t->n_rows; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "att%d", i + 1);
+        gnuplot_number(&vars, name, config_variant(&t->rows[i].cfg[0].model)->colour);
+    }
+    gnuplot_number(&vars, "variants", ATTN_VARIANT_COUNT);  // the legend: every variant's colour and label
+    for (int v = 0; v < ATTN_VARIANT_COUNT; v++) {
+        char name[16];
+        snprintf(name, sizeof(name), "vcolour%d", v + 1);
+        gnuplot_number(&vars, name, ATTN_VARIANTS[v].colour);
+        snprintf(name, sizeof(name), "vlabel%d", v + 1);
+        gnuplot_string(&vars, name, ATTN_VARIANTS[v].label);
+    }
+    for (int k = 0; k < METRICS; k++) {
+        int ours = 0, paper = 0;
+        for (int i = 0; i < t->n_rows; i++) {
+            ours |= isfinite(t->rows[i].mean[k]);
+            paper |= isfinite(t->rows[i].paper[k]);
+        }
+        char name[16];
+        snprintf(name, sizeof(name), "ours%d", k + 1);
+        gnuplot_number(&vars, name, ours);
+        snprintf(name, sizeof(name), "paper%d", k + 1);
+        gnuplot_number(&vars, name, paper);
+    }
+    preset_path(png, n, opt->plots, t->study, opt->preset, ".png");
+    gnuplot_output(&vars, "out_bars", png);
+    preset_path(curves_png, n, opt->plots, t->study, opt->preset, "_curves.png");
+    gnuplot_output(&vars, "out_curves", curves_png);
+    preset_path(positions_png, n, opt->plots, t->study, opt->preset, "_positions.png");
+    gnuplot_output(&vars, "out_positions", positions_png);
+    snprintf(text, sizeof(text), "Table 6, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
+             "paired interval over %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
+             opt->preset, t->seeds > 1 ? "seeds and windows" : "windows, 1 seed", t->eval_windows, first->model.seq_len);
+    gnuplot_string(&vars, "title_text", text);
+    snprintf(text, sizeof(text), "Table 6, preset %s: validation loss during training, on eval_batches x batch_size = %d "
+             "windows (the table: %d)", opt->preset, first->eval_batches * first->batch_size, t->eval_windows);
+    gnuplot_string(&vars, "curves_title", text);
+    snprintf(text, sizeof(text), "Table 6, preset %s: validation loss by position in the context (%d bins; mean over %d "
+             "seed(s), %d windows)", opt->preset, POSITION_BINS, t->seeds, t->eval_windows);
+    gnuplot_string(&vars, "positions_title", text);
+    gnuplot("table6.gp", &vars);
+}
+
+int table6_main(const Table6Options* opt) {
+    Table t;
+    table_open(&t, opt);
+    check_rows(&t);
+    mkdir_p(opt->plots);
+    Registry reg;
+    int lock;
+    int64_t experiment = recipe_experiment(&reg, opt->results, t.study, opt->preset, opt->recipe, &lock);
+    train_rows(&t, &reg, experiment);
+    aggregate(&t, &reg, experiment);
+
+    char path[4096];
+    preset_path(path, sizeof(path), opt->results, t.study, opt->preset, ".md");
+    Report rep;
+    report_open(&rep, path, 1);
+    write_rows(&t, &rep);
+    write_health(&t, &reg, &rep);
+    write_claims(&t, &rep);
+    write_against(&t, &rep);
+    write_positions(&t, &rep);
+    report_close(&rep);
+    char png[4400], curves_png[4400], positions_png[4400];
+    write_figures(&t, &reg, png, curves_png, positions_png, sizeof(png));
+    printf("\nwrote %s, %s, %s, %s; runs in %s/registry.sqlite\n", path, png, curves_png, positions_png, opt->results);
+    registry_close(&reg);
+    unlock_folder(lock);
+    int missing = 0;
+    for (int i = 0; i < t.n_rows; i++) {
+        if (t.rows[i].n < t.seeds) {
+            fprintf(stderr, "row %s: %d of %d seeds finished\n", t.rows[i].name, t.rows[i].n, t.seeds);
+            missing = 1;
+        }
+    }
+    table_close(&t);
+    return missing;
+}
