@@ -25,9 +25,9 @@ static int plain_name(const char* name) {
 
 static const char* on_line(void* user, const char* section, const char* key, const char* value);
 
-// The presets and the keys outside a section of another recipe, its rows left out
+// The presets and the keys outside a section of another recipe, its rows and claims left out
 static const char* on_included_line(void* user, const char* section, const char* key, const char* value) {
-    return strncmp(section, "row ", 4) == 0 ? NULL : on_line(user, section, key, value);
+    return strncmp(section, "row ", 4) == 0 || strncmp(section, "claim ", 6) == 0 ? NULL : on_line(user, section, key, value);
 }
 
 static const char* include_presets(Recipe* r, const char* value) {
@@ -47,14 +47,44 @@ static const char* include_presets(Recipe* r, const char* value) {
     return NULL;
 }
 
+// A line of a [claim NAME] section: its keys the runner's, each once
+static const char* claim_line(Recipe* r, const char* name, const char* key, const char* value) {
+    if (!key) {
+        for (int i = 0; i < r->n_claims; i++) {
+            if (strcmp(r->claims[i].name, name) == 0) {
+                snprintf(r->error, sizeof(r->error), "section [claim %.200s]: a claim of this name is defined already", name);
+                return r->error;
+            }
+        }
+        if (r->n_claims == RECIPE_CLAIMS || strlen(name) >= sizeof(r->claims[0].name) || !plain_name(name)) {
+            snprintf(r->error, sizeof(r->error), "section [claim %.200s]: at most %d claims, named by letters, digits, '_', '-' and '.'",
+                     name, RECIPE_CLAIMS);
+            return r->error;
+        }
+        snprintf(r->claims[r->n_claims++].name, sizeof(r->claims[0].name), "%s", name);
+        return NULL;
+    }
+    Section* s = &r->claims[r->n_claims - 1];
+    if (!r->extra_key(RECIPE_CLAIM, key) || section_get(s, key) || strlen(value) >= CONFIG_STR) {
+        snprintf(r->error, sizeof(r->error), "key '%.60s': not a key of a claim, or given twice", key);
+        return r->error;
+    }
+    snprintf(s->key[s->n], sizeof(s->key[0]), "%s", key);
+    snprintf(s->value[s->n], sizeof(s->value[0]), "%s", value);
+    s->n++;
+    return NULL;
+}
+
 static const char* on_line(void* user, const char* section, const char* key, const char* value) {
     Recipe* r = user;
     Section* s = &r->common;
     if (!section[0] && key && strcmp(key, "presets_from") == 0) return include_presets(r, value);
+    if (strncmp(section, "claim ", 6) == 0 && r->extra_key && r->extra_key(RECIPE_CLAIM, "gap")) return claim_line(r, section + 6, key, value);
     if (section[0]) {
         int is_row = strncmp(section, "row ", 4) == 0, is_preset = strncmp(section, "preset ", 7) == 0;
         if (!is_row && !is_preset) {
-            snprintf(r->error, sizeof(r->error), "section [%.200s]: expected [preset NAME] or [row NAME]", section);
+            snprintf(r->error, sizeof(r->error), "section [%.200s]: expected [preset NAME] or [row NAME]%s", section,
+                     r->extra_key && r->extra_key(RECIPE_CLAIM, "gap") ? " or [claim NAME]" : "");
             return r->error;
         }
         if (!key) {  // the section line itself
@@ -295,23 +325,6 @@ Config recipe_row_config(const Recipe* r, const Section* preset, const Section* 
         config_validate(&cfg);
     }
     return cfg;
-}
-
-int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path,
-                          int* lock) {
-    char path[4200], what[128];
-    path_printf(path, sizeof(path), "%s/%s/%s", results, name, preset);
-    mkdir_p(path);
-    snprintf(what, sizeof(what), "%s results folder", name);
-    *lock = lock_folder(path, what);
-    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
-    registry_open(reg, path);
-    int reaped = registry_reap(reg);
-    if (reaped) printf("marked %d interrupted run(s) KILLED; they resume from their last checkpoint\n", reaped);
-    char* recipe_text = read_text_file(recipe_path, NULL);
-    int64_t experiment = registry_experiment(reg, name, preset, recipe_path, recipe_text);
-    free(recipe_text);
-    return experiment;
 }
 
 int64_t recipe_file_experiment(Registry* reg, const char* results, const char* name, const char* recipe_path) {

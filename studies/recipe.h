@@ -20,23 +20,28 @@ typedef struct {
 } Section;
 
 // Where a recipe key stands
-enum { RECIPE_PRESET = 0, RECIPE_ROW = 1, RECIPE_OUTSIDE = 2 };
+enum { RECIPE_PRESET = 0, RECIPE_ROW = 1, RECIPE_OUTSIDE = 2, RECIPE_CLAIM = 3 };
 // 1 when key is a recipe key (not a training key) allowed at place: in a preset section, a row
-// section or outside any section
+// section, outside any section, or in a [claim NAME] section (which only a recipe whose
+// extra_key allows some key there may have; every key of one must be allowed)
 typedef int (*ExtraKey)(int place, const char* key);
+
+#define RECIPE_CLAIMS 16
 
 typedef struct {
     Section common;
     Section overrides;  // key=value from the command line: applied to every row, after its sections
     Section presets[RECIPE_SECTIONS], rows[RECIPE_SECTIONS];
-    int n_presets, n_rows;
+    Section claims[RECIPE_CLAIMS];  // what the study says of its rows ([claim NAME]), in the file's order
+    int n_presets, n_rows, n_claims;
     ExtraKey extra_key;
     const char* path;  // while parsing: relative paths are read from its folder
     int included;      // while parsing the file `presets_from` names
     char error[512];
 } Recipe;
 
-// Parses path; every training key is checked; dies naming the file and line. Path values (the
+// Parses path; every training key is checked; dies naming the file and line. A [claim NAME]
+// section is taken where extra_key allows its keys (Table 6's recipes: the paper's claims). Path values (the
 // config's and a needle preset's `corpus`) are kept as read from path's folder. A key
 // `presets_from = FILE` outside a section takes FILE's presets and keys outside a section (not
 // its rows) at that line, so a study of other rows runs on another recipe's presets. Caller frees.
@@ -76,23 +81,8 @@ Config recipe_row_config(const Recipe* r, const Section* preset, const Section* 
                          const char* results, const char* study, ExtraKey extra_key);
 int recipe_shape_key(int is_row, const char* k);
 
-// A trained row of a recipe, as another study (Table 5, Figure 8) takes it
-typedef struct {
-    char name[64];
-    char against[64];  // the row its `against` key names, "" without one
-    Config cfg;
-    char checkpoint[CONFIG_STR + 16];
-    int64_t run;  // the registry's FINISHED run
-} TrainedRow;
-
-// Takes results/<name>/<preset> for this process (*lock: release with unlock_folder; a second
-// process would train the same rows again, so it stops naming the first), opens
-// results/registry.sqlite, marks interrupted attempts KILLED and returns the id of experiment
-// `name` for this preset and recipe file
 // Opens results/registry.sqlite (marking dead attempts KILLED) and finds or creates experiment
 // `name` whose preset is the recipe file's name without .ini ("default" for default.ini)
 int64_t recipe_file_experiment(Registry* reg, const char* results, const char* name, const char* recipe_path);
-int64_t recipe_experiment(Registry* reg, const char* results, const char* name, const char* preset, const char* recipe_path,
-                          int* lock);
 
 #endif

@@ -29,7 +29,7 @@ typedef struct {
     const char* source;  // "table6" or "needle"
     const char* preset;
     char label[256];     // "table6/small/transformer": the row, whichever seed
-    TrainedRow row;
+    StudyModel row;
     size_t tokens;    // positions asked for
     OutlierStats stats;
     char h5[4200];
@@ -43,7 +43,7 @@ static size_t preset_tokens(const char* recipe, const char* preset, ExtraKey ext
     return n;
 }
 
-static void add_model(Studied* s, const char* source, const char* preset, const TrainedRow* row, size_t tokens) {
+static void add_model(Studied* s, const char* source, const char* preset, const StudyModel* row, size_t tokens) {
     s->source = source;
     s->preset = preset;
     s->row = *row;
@@ -177,7 +177,7 @@ static int gather_models(const Table5Options* opt, Studied* models) {
     size_t t6_tokens = preset_tokens(opt->table6_recipe, opt->preset, table6_extra_key);
     size_t nd_tokens = preset_tokens(opt->needle_recipe, opt->needle_preset, needle_extra_key);
     static const char* const T6_ROWS[2] = {"transformer", "diff"};
-    TrainedRow rows[RECIPE_SECTIONS];
+    StudyModel rows[MAX_MODELS];
     table6_trained_rows(&t6, T6_ROWS, 2, rows);
     int n = 0;
     for (int i = 0; i < 2 * seeds; i++) add_model(&models[n++], "table6", opt->preset, &rows[i], t6_tokens);

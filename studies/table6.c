@@ -4,21 +4,17 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "../data/dataset.h"
 #include "../eval/arhit.h"
 #include "../run/checkpoint.h"
 #include "../run/config.h"
-#include "../base/dist.h"
 #include "../base/util.h"
 #include "recipe.h"
 #include "registry.h"
 #include "report.h"
-#include "../run/train.h"
 #include "verdict.h"
-#include "tracked.h"
+#include "study.h"
 
 static int is_row_key(const char* k) {
     return !strcmp(k, "label") || recipe_shape_key(1, k) || !strcmp(k, "paper") || !strcmp(k, "lr_scale") || !strcmp(k, "against");
@@ -26,8 +22,9 @@ static int is_row_key(const char* k) {
 static int is_preset_key(const char* k) {
     return recipe_shape_key(0, k) || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
 }
-// outside any section: `study`, the outputs' name
+// outside any section: `study`, the outputs' name; a claim: its text, gap and metric
 int table6_extra_key(int place, const char* k) {
+    if (place == RECIPE_CLAIM) return !strcmp(k, "text") || !strcmp(k, "gap") || !strcmp(k, "metric");
     return place == RECIPE_ROW ? is_row_key(k) : place == RECIPE_PRESET ? is_preset_key(k) : !strcmp(k, "study");
 }
 
@@ -88,7 +85,7 @@ static const char* const METRIC_KEYS[METRICS] = {"valid", "arhit", "others"};
 typedef struct {
     const Section* section;
     const char* name;
-    Config* cfg;            // (seeds) the row's config of each seed
+    StudyModel* models;     // (seeds) the row's model at each seed
     char title[256];        // "label HxD GN": the figures' name of the row
     double paper[METRICS];  // NaN where the row has no `paper` key
     size_t params;
@@ -101,14 +98,23 @@ typedef struct {
     WindowLoss* windows;    // (seeds, eval_windows) each seed's per-window sums
 } Row;
 
+// A claim of the recipe ([claim NAME]: text, gap = a - b by the rows' names, metric)
+typedef struct {
+    const char* text;
+    const Row *a, *b;
+    int metric;
+} Claim;
+
 typedef struct {
     const Table6Options* opt;
-    Recipe* recipe;
-    const char* study;  // the outputs' name: "table6", or the recipe's `study`
+    Study study;
+    const char* name;  // the outputs' name: "table6", or the recipe's `study`
     const Section* preset;
     int eval_windows, seeds;
     Row* rows;
     int n_rows;
+    Claim claims[RECIPE_CLAIMS];
+    int n_claims;
 } Table;
 
 static const Row* row_named(const Table* t, const char* name) {
@@ -118,48 +124,61 @@ static const Row* row_named(const Table* t, const char* name) {
     return NULL;
 }
 
+// The recipe's claims, each naming two of its rows and a metric, or dies naming the claim
+static void read_claims(Table* t) {
+    const char* path = t->opt->recipe;
+    const Recipe* r = t->study.recipe;
+    t->n_claims = r->n_claims;
+    for (int c = 0; c < r->n_claims; c++) {
+        const Section* s = &r->claims[c];
+        Claim* cl = &t->claims[c];
+        const char *gap = section_get(s, "gap"), *metric = section_get(s, "metric");
+        cl->text = section_get(s, "text");
+        if (!cl->text || !gap || !metric) die("%s: [claim %s] needs text, gap (row - row) and metric", path, s->name);
+        char a[64], b[64], extra;
+        if (sscanf(gap, "%63s - %63s %c", a, b, &extra) != 2 || !(cl->a = row_named(t, a)) || !(cl->b = row_named(t, b)) || cl->a == cl->b) {
+            die("%s: [claim %s] key 'gap': '%s' is not 'row - row' of two rows of this recipe", path, s->name, gap);
+        }
+        cl->metric = -1;
+        for (int k = 0; k < METRICS; k++) {
+            if (!strcmp(metric, METRIC_KEYS[k])) cl->metric = k;
+        }
+        if (cl->metric < 0) die("%s: [claim %s] key 'metric': '%s' is not valid, arhit or others", path, s->name, metric);
+    }
+}
+
 static void table_open(Table* t, const Table6Options* opt) {
-    if (opt->seeds < 1 || opt->seeds > 256) die("seeds must lie in 1..256, got %d", opt->seeds);
     t->opt = opt;
-    t->seeds = opt->seeds;
-    t->recipe = recipe_load(opt->recipe, table6_extra_key);
-    recipe_override(t->recipe, opt->overrides, opt->n_overrides, TABLE6_DERIVED_KEYS, opt->recipe);
-    t->preset = recipe_preset(t->recipe, opt->preset, opt->recipe);
-    t->study = study_name(t->recipe, opt->recipe);
+    StudySpec spec = {opt->recipe, opt->preset, opt->seeds, opt->results, opt->overrides, opt->n_overrides, table6_extra_key,
+                      TABLE6_DERIVED_KEYS, table6_row_config};
+    study_load(&t->study, &spec);
+    t->seeds = t->study.seeds;
+    t->preset = t->study.preset;
+    t->name = study_name(t->study.recipe, opt->recipe);
     t->eval_windows = section_int(t->preset, "eval_windows", opt->recipe);
-    t->n_rows = t->recipe->n_rows;
-    if (t->n_rows < 1) die("%s: no [row NAME] section", opt->recipe);
+    t->n_rows = t->study.n_rows;
     t->rows = callocCheck(t->n_rows, sizeof(Row));
     for (int i = 0; i < t->n_rows; i++) {
         Row* row = &t->rows[i];
-        row->section = &t->recipe->rows[i];
+        row->section = &t->study.recipe->rows[i];
         row->name = row->section->name;
-        row->cfg = callocCheck(t->seeds, sizeof(Config));
+        row->models = &t->study.models[i * t->seeds];
         row->runs = callocCheck(t->seeds, sizeof(int64_t));
-        for (int s = 0; s < t->seeds; s++) {
-            row->cfg[s] = table6_row_config(t->recipe, t->preset, i, s, opt->recipe, opt->results);
-        }
-        const Config* cfg = &row->cfg[0];
+        const Config* cfg = &row->models[0].cfg;
         snprintf(row->title, sizeof(row->title), "%s %dx%d%s", section_get(row->section, "label"), cfg->model.n_head,
                  config_head_dim(&cfg->model), config_head_norm(&cfg->model) ? " GN" : "");
         paper_values(row->section, row->paper, opt->recipe);
     }
-    for (int i = 0; i < t->n_rows; i++) {
-        const char* base = section_get(t->rows[i].section, "against");
-        if (base && (!row_named(t, base) || strcmp(base, t->rows[i].name) == 0)) {
-            die("%s: [row %s] key 'against': '%s' is not another row of this recipe", opt->recipe, t->rows[i].name, base);
-        }
-    }
+    read_claims(t);
 }
 
 static void table_close(Table* t) {
     for (int i = 0; i < t->n_rows; i++) {
-        free(t->rows[i].cfg);
         free(t->rows[i].runs);
         free(t->rows[i].windows);
     }
     free(t->rows);
-    free(t->recipe);
+    study_close(&t->study);
 }
 
 // ---- compute: train (resuming) and evaluate each (row, seed) the registry lacks ----
@@ -200,91 +219,43 @@ static void evaluate_run(Registry* reg, int64_t run, const char* row, const Conf
     model_free(&model);
 }
 
-// One (row, seed) in a worker: train (resuming), evaluate, record; or, for a run that finished
-// (`finished`), evaluate it again
-static void run_row(const Table6Options* opt, int64_t experiment, const char* row, const Config* cfg, int eval_windows,
-                    int64_t finished) {
-    Registry reg;
-    char path[4096];
-    path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
-    registry_open(&reg, path);
-    int64_t run = finished ? finished : train_registry_row(&reg, experiment, row, cfg, 0);  // ended after its evaluation
-    evaluate_run(&reg, run, row, cfg, eval_windows);
-    if (!finished) registry_end_run(&reg, run, RUN_FINISHED);
-    registry_close(&reg);
+// Training a missing model: every model in a worker (this process never computes), evaluated
+// there; a finished run whose evaluation did not record the preset's eval_windows window sums
+// (one from before they were recorded, or from a recipe with another eval_windows, which is not
+// part of a run's config) is evaluated again, so its numbers and the windows its intervals
+// resample are the table's
+static void finish_run(Registry* reg, int64_t run, const char* row, const Config* cfg, void* ctx) {
+    evaluate_run(reg, run, row, cfg, *(const int*)ctx);
 }
+static int evaluated(Registry* reg, int64_t run, void* ctx) { return registry_window_count(reg, run) == *(const int*)ctx; }
+static StudyTraining training(Table* t) { return (StudyTraining){finish_run, evaluated, &t->eval_windows, 1}; }
 
-// The FINISHED run of (row, cfg): trained now in a worker process when there is none.
-// Returns 0 when the worker failed or was killed (the registry says which). A data-parallel
-// job trains in this process, since a forked child cannot take part in MPI; a row that fails
-// there takes the job down. A finished run whose evaluation did not record the preset's
-// eval_windows window sums (one from before they were recorded, or from a recipe with another
-// eval_windows, which is not part of a run's config) is evaluated again, so its numbers and the
-// windows its intervals resample are the table's. Every model runs in a worker: this process
-// never computes, since a child forked after an OpenMP team has run waits forever in its first
-// parallel product.
-static int64_t train_row(const Table6Options* opt, Registry* reg, int64_t experiment, const char* row, const Config* cfg,
-                         int eval_windows) {
-    int64_t finished = train_finished_row(reg, experiment, row, cfg);
-    if (finished && registry_window_count(reg, finished) == eval_windows) return finished;
-    if (!finished) printf("== %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
-    fflush(stdout);
-    if (dist_ranks() > 1) {
-        run_row(opt, experiment, row, cfg, eval_windows, finished);
-        return registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
-    }
-    pid_t pid = fork();
-    if (pid < 0) die("fork failed");
-    if (pid == 0) {
-        run_row(opt, experiment, row, cfg, eval_windows, finished);
-        exit(0);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        RunStatus end = WIFSIGNALED(status) ? RUN_KILLED : RUN_FAILED;
-        registry_end_pid(reg, pid, end);
-        fprintf(stderr, "row %s seed %d: %s\n", row, cfg->seed, run_status_name(end));
-        return 0;
-    }
-    return registry_finished_run(reg, experiment, row, cfg->seed, cfg, data_identity(cfg->data));
-}
-
-void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, TrainedRow* out) {
+void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, StudyModel* out) {
     Table t;
     table_open(&t, opt);
-    Registry reg;
-    int lock;
-    int64_t experiment = recipe_experiment(&reg, opt->results, t.study, opt->preset, opt->recipe, &lock);
+    study_begin(&t.study, t.name);
+    StudyTraining how = training(&t);
     for (int k = 0; k < n; k++) {
-        const Row* row = row_named(&t, names[k]);
+        const StudyModel* row = study_row(&t.study, names[k]);
         if (!row) die("%s: no [row %s]", opt->recipe, names[k]);
         for (int s = 0; s < t.seeds; s++) {
-            TrainedRow* trained = &out[k * t.seeds + s];
-            snprintf(trained->name, sizeof(trained->name), "%s", row->name);
-            const char* against = section_get(row->section, "against");
-            snprintf(trained->against, sizeof(trained->against), "%s", against ? against : "");
-            trained->cfg = row->cfg[s];
-            trained->run = train_row(opt, &reg, experiment, row->name, &trained->cfg, t.eval_windows);
-            if (!trained->run) die("%s: row %s (preset %s) did not train", opt->recipe, row->name, opt->preset);
-            config_checkpoint_path(&trained->cfg, trained->checkpoint, sizeof(trained->checkpoint));
+            out[k * t.seeds + s] = row[s];
+            study_train_model(&t.study, &out[k * t.seeds + s], &how);
         }
     }
-    registry_close(&reg);
-    unlock_folder(lock);
     table_close(&t);
 }
 
 // Parameter counts and the validation shard's size, checked before anything trains
 static void check_rows(Table* t) {
     const Table6Options* opt = t->opt;
-    const Config* first = &t->rows[0].cfg[0];
+    const Config* first = &t->rows[0].models[0].cfg;
     DataDir data;
     data_open(&data, first->data, DATA_VAL);
     printf("Table 6, preset %s, %d seed(s): parameters per row\n", opt->preset, t->seeds);
     for (int i = 0; i < t->n_rows; i++) {
         Row* row = &t->rows[i];
-        const Config* cfg = &row->cfg[0];
+        const Config* cfg = &row->models[0].cfg;
         row->params = model_param_count(&cfg->model, data.tok.vocab_size);
         printf("  %-18s %-12s %2d heads x %3d  GN %-3s  ffn %4d  %zu\n", row->name, config_attention_name(&cfg->model), cfg->model.n_head,
                config_head_dim(&cfg->model), config_head_norm(&cfg->model) ? "yes" : "no", config_ffn_hidden(&cfg->model), row->params);
@@ -302,12 +273,13 @@ static void check_rows(Table* t) {
     data_close(&data);
 }
 
-static void train_rows(Table* t, Registry* reg, int64_t experiment) {
+static void train_rows(Table* t) {
     double t_start = wall_time();
+    StudyTraining how = training(t);
     for (int s = 0; s < t->seeds; s++) {
         for (int i = 0; i < t->n_rows; i++) {
-            const Config* cfg = &t->rows[i].cfg[s];
-            if (!train_row(t->opt, reg, experiment, t->rows[i].name, cfg, t->eval_windows)) {
+            const Config* cfg = &t->rows[i].models[s].cfg;
+            if (!study_train(&t->study, t->rows[i].name, cfg, &how)) {
                 fprintf(stderr, "row %s seed %d: the table goes on without it\n", t->rows[i].name, cfg->seed);
             }
         }
@@ -322,7 +294,7 @@ static void aggregate(Table* t, Registry* reg, int64_t experiment) {
         double values[METRICS][256];
         row->windows = callocCheck((size_t)t->seeds * t->eval_windows, sizeof(WindowLoss));
         for (int s = 0; s < t->seeds; s++) {
-            const Config* cfg = &row->cfg[s];
+            const Config* cfg = &row->models[s].cfg;
             int64_t run = registry_finished_run(reg, experiment, row->name, cfg->seed, cfg, data_identity(cfg->data));
             row->runs[s] = run;
             if (!run) continue;
@@ -395,33 +367,12 @@ static void format_cell(char* buf, size_t n, const Row* r, int k) {
     else snprintf(buf, n, "%.3f ± %.3f", r->mean[k], r->std[k]);
 }
 
-// The paper's claims: row a against row b on a metric, gap = a - b, by the rows' names
-typedef struct {
-    const char* text;
-    const char *a, *b;
-    int metric;
-} Claim;
-
-static const Claim CLAIMS[] = {
-    {"DIFF beats Transformer overall (Valid)", "diff", "transformer", VALID},
-    {"DIFF beats Transformer on AR-Hit", "diff", "transformer", ARHIT},
-    {"removing the per-head norm hurts DIFF (Valid; gap = DIFF - without)", "diff", "diff_no_gn", VALID},
-    {"adding GroupNorm does not help Transformer (Valid; gap = with - without, h/2 x 2d)", "transformer_gn", "transformer_half", VALID},
-    {"lambda_init = 0.8 barely matters (Valid vs DIFF)", "diff_lambda08", "diff", VALID},
-    {"lambda_init = 0.5 barely matters (Valid vs DIFF)", "diff_lambda05", "diff", VALID},
-    {"halving heads barely matters for Transformer (Valid; h/2 x 2d vs h x d)", "transformer_half", "transformer", VALID},
-    // experiments/lr_stability.ini: the paper's rows at higher learning rates, where it says DIFF is ahead
-    {"DIFF beats Transformer at 1x the learning rate (Valid)", "diff_lr1", "transformer_lr1", VALID},
-    {"DIFF beats Transformer at 2x the learning rate (Valid)", "diff_lr2", "transformer_lr2", VALID},
-    {"DIFF beats Transformer at 4x the learning rate (Valid)", "diff_lr4", "transformer_lr4", VALID},
-};
-
 static void write_rows(const Table* t, Report* rep) {
     const Table6Options* opt = t->opt;
-    const Config* first = &t->rows[0].cfg[0];
+    const Config* first = &t->rows[0].models[0].cfg;
     int h = section_int(t->preset, "h", opt->recipe), d = section_int(t->preset, "d", opt->recipe);
-    if (strcmp(t->study, "table6") == 0) report_printf(rep, "\n## Table 6 (preset %s)", opt->preset);
-    else report_printf(rep, "\n## Study %s (Table 6's presets and evaluation, preset %s)", t->study, opt->preset);
+    if (strcmp(t->name, "table6") == 0) report_printf(rep, "\n## Table 6 (preset %s)", opt->preset);
+    else report_printf(rep, "\n## Study %s (Table 6's presets and evaluation, preset %s)", t->name, opt->preset);
     report_printf(rep, ": validation loss, %d seed(s) per row, mean ± sample std\n\n", t->seeds);
     report_printf(rep, "%s", preset_note(t->preset, opt->recipe));
     report_printf(rep, "Model: %s layers, d_model %d (h = %d, d = %d), %lld training tokens per row, %d evaluation windows of %d tokens.\n",
@@ -435,7 +386,7 @@ static void write_rows(const Table* t, Report* rep) {
     report_printf(rep, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < t->n_rows; i++) {
         const Row* row = &t->rows[i];
-        const Config* cfg = &row->cfg[0];
+        const Config* cfg = &row->models[0].cfg;
         char cells[METRICS][64];
         for (int k = 0; k < METRICS; k++) format_cell(cells[k], sizeof(cells[k]), row, k);
         char paper_cells[64] = "not in the paper | | ";
@@ -478,7 +429,7 @@ static void write_health(const Table* t, Registry* reg, Report* rep) {
         char label[2 * CONFIG_STR], loss[64] = "-";
         markdown_cell(label, sizeof(label), section_get(row->section, "label"));
         if (n_final) spread_text(loss, sizeof(loss), spread_of(final, n_final, 1), n_final, 3);
-        report_printf(rep, "| %s | %.3g | %d of %d | %d | %d | %s |\n", label, row->cfg[0].optim.lr, row->n, t->seeds, spikes[0],
+        report_printf(rep, "| %s | %.3g | %d of %d | %d | %d | %s |\n", label, row->models[0].cfg.optim.lr, row->n, t->seeds, spikes[0],
                       spikes[1], loss);
     }
 }
@@ -486,10 +437,9 @@ static void write_health(const Table* t, Registry* reg, Report* rep) {
 static void write_claims(const Table* t, Report* rep) {
     report_printf(rep, "\n### The paper's claims against these runs\n\n");
     report_printf(rep, "| claim | gap (ours) | 95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n");
-    for (size_t c = 0; c < sizeof(CLAIMS) / sizeof(CLAIMS[0]); c++) {
-        const Claim* cl = &CLAIMS[c];
-        const Row *a = row_named(t, cl->a), *b = row_named(t, cl->b);
-        if (!a || !b) continue;  // a claim about rows this recipe does not have
+    for (int c = 0; c < t->n_claims; c++) {
+        const Claim* cl = &t->claims[c];
+        const Row *a = cl->a, *b = cl->b;
         GapInterval g = row_gap(t, a, b, cl->metric);
         double paper_gap = a->paper[cl->metric] - b->paper[cl->metric];
         char paper_text[32] = "n/a (not in the paper)", gap_text[32] = "n/a (no tokens)", interval[64];
@@ -547,7 +497,7 @@ static void position_header(Report* rep, int T, int ranges) {
 // Loss by position in the context: each row's mean over seeds per bin, then each row minus the
 // first row per bin with its interval, so a claim about long context is read where it lives
 static void write_positions(const Table* t, Report* rep) {
-    int T = t->rows[0].cfg[0].model.seq_len;
+    int T = t->rows[0].models[0].cfg.model.seq_len;
     report_printf(rep, "\n### Validation loss by position in the context (%d bins of %d tokens)\n\n", POSITION_BINS,
                   T / POSITION_BINS);
     position_header(rep, T, 1);
@@ -590,7 +540,7 @@ static void write_bars(const Table* t, const char* bars) {
                "(low, high), paper - paper of row 0\n");
     for (int i = 0; i < t->n_rows; i++) {
         const Row* row = &t->rows[i];
-        fprintf(f, "%d \"%s\" %d", i, row->title, config_variant(&row->cfg[0].model)->colour);
+        fprintf(f, "%d \"%s\" %d", i, row->title, config_variant(&row->models[0].cfg.model)->colour);
         for (int k = 0; k < METRICS; k++) {
             GapInterval g = i ? row_gap(t, row, &t->rows[0], k) : (GapInterval){0, 0, 0};
             if (isnan(g.lo)) g.lo = g.hi = g.gap;  // no interval: a dot without a bar
@@ -627,7 +577,7 @@ static void write_curves(const Table* t, Registry* reg, const char* curves) {
 
 // Each row's validation loss per position bin, at the bin's middle position
 static void write_positions_data(const Table* t, const char* positions) {
-    int seq_len = t->rows[0].cfg[0].model.seq_len;
+    int seq_len = t->rows[0].models[0].cfg.model.seq_len;
     DataFile positions_file;
     data_file_open(&positions_file, positions);
     FILE* f = positions_file.f;
@@ -643,11 +593,11 @@ static void write_positions_data(const Table* t, const char* positions) {
 
 static void write_figures(const Table* t, Registry* reg, char* png, char* curves_png, char* positions_png, size_t n) {
     const Table6Options* opt = t->opt;
-    const Config* first = &t->rows[0].cfg[0];
+    const Config* first = &t->rows[0].models[0].cfg;
     char bars[4096], curves[4096], positions[4096];
-    preset_path(bars, sizeof(bars), opt->results, t->study, opt->preset, "_bars.dat");
-    preset_path(curves, sizeof(curves), opt->results, t->study, opt->preset, "_curves.dat");
-    preset_path(positions, sizeof(positions), opt->results, t->study, opt->preset, "_positions.dat");
+    preset_path(bars, sizeof(bars), opt->results, t->name, opt->preset, "_bars.dat");
+    preset_path(curves, sizeof(curves), opt->results, t->name, opt->preset, "_curves.dat");
+    preset_path(positions, sizeof(positions), opt->results, t->name, opt->preset, "_positions.dat");
     write_bars(t, bars);
     write_curves(t, reg, curves);
     write_positions_data(t, positions);
@@ -666,7 +616,7 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
     for (int i = 0; i < t->n_rows; i++) {
         char name[16];
         snprintf(name, sizeof(name), "att%d", i + 1);
-        gnuplot_number(&vars, name, config_variant(&t->rows[i].cfg[0].model)->colour);
+        gnuplot_number(&vars, name, config_variant(&t->rows[i].models[0].cfg.model)->colour);
     }
     gnuplot_number(&vars, "variants", ATTN_VARIANT_COUNT);  // the legend: every variant's colour and label
     for (int v = 0; v < ATTN_VARIANT_COUNT; v++) {
@@ -688,11 +638,11 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
         snprintf(name, sizeof(name), "paper%d", k + 1);
         gnuplot_number(&vars, name, paper);
     }
-    preset_path(png, n, opt->plots, t->study, opt->preset, ".png");
+    preset_path(png, n, opt->plots, t->name, opt->preset, ".png");
     gnuplot_output(&vars, "out_bars", png);
-    preset_path(curves_png, n, opt->plots, t->study, opt->preset, "_curves.png");
+    preset_path(curves_png, n, opt->plots, t->name, opt->preset, "_curves.png");
     gnuplot_output(&vars, "out_curves", curves_png);
-    preset_path(positions_png, n, opt->plots, t->study, opt->preset, "_positions.png");
+    preset_path(positions_png, n, opt->plots, t->name, opt->preset, "_positions.png");
     gnuplot_output(&vars, "out_positions", positions_png);
     snprintf(text, sizeof(text), "Table 6, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
              "paired interval over %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
@@ -712,27 +662,24 @@ int table6_main(const Table6Options* opt) {
     table_open(&t, opt);
     check_rows(&t);
     mkdir_p(opt->plots);
-    Registry reg;
-    int lock;
-    int64_t experiment = recipe_experiment(&reg, opt->results, t.study, opt->preset, opt->recipe, &lock);
-    train_rows(&t, &reg, experiment);
-    aggregate(&t, &reg, experiment);
+    study_begin(&t.study, t.name);
+    Registry* reg = &t.study.reg;
+    train_rows(&t);
+    aggregate(&t, reg, t.study.experiment);
 
     char path[4096];
-    preset_path(path, sizeof(path), opt->results, t.study, opt->preset, ".md");
+    preset_path(path, sizeof(path), opt->results, t.name, opt->preset, ".md");
     Report rep;
     report_open(&rep, path, 1);
     write_rows(&t, &rep);
-    write_health(&t, &reg, &rep);
+    write_health(&t, reg, &rep);
     write_claims(&t, &rep);
     write_against(&t, &rep);
     write_positions(&t, &rep);
     report_close(&rep);
     char png[4400], curves_png[4400], positions_png[4400];
-    write_figures(&t, &reg, png, curves_png, positions_png, sizeof(png));
+    write_figures(&t, reg, png, curves_png, positions_png, sizeof(png));
     printf("\nwrote %s, %s, %s, %s; runs in %s/registry.sqlite\n", path, png, curves_png, positions_png, opt->results);
-    registry_close(&reg);
-    unlock_folder(lock);
     int missing = 0;
     for (int i = 0; i < t.n_rows; i++) {
         if (t.rows[i].n < t.seeds) {

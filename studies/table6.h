@@ -6,6 +6,7 @@
 
 #include "../run/config.h"
 #include "recipe.h"
+#include "study.h"
 
 typedef struct {
     const char* recipe;   // experiments/table6.ini
@@ -21,7 +22,7 @@ int table6_main(const Table6Options* opt);
 // The models of the named rows, opt->seeds per row (row k's seed s at out[k x seeds + s]),
 // trained and evaluated as table6 does first where the registry does not hold them as FINISHED
 // (so a later table reuses them). Dies naming a row the recipe lacks or one that failed.
-void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, TrainedRow* out);
+void table6_trained_rows(const Table6Options* opt, const char* const* names, int n, StudyModel* out);
 
 // The recipe keys of a Table 6 recipe that are not training keys (recipe_load's extra_key)
 int table6_extra_key(int place, const char* key);

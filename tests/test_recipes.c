@@ -161,7 +161,7 @@ static void test_needle(void) {
     for (int p = 0; p < r->n_presets; p++) {
         for (int i = 0; i < r->n_rows && i < NEEDLE_ROWS; i++) {
             CHECK(strcmp(r->rows[i].name, NEEDLE[i].row) == 0, "%s: row %d is %s", path, i, NEEDLE[i].row);
-            Config cfg = needle_row_config(r, &r->presets[p], &r->rows[i], 0, path, "build/test_recipes");
+            Config cfg = needle_row_config(r, &r->presets[p], i, 0, path, "build/test_recipes");
             check_row(path, &r->presets[p], &cfg, &NEEDLE[i]);
         }
     }
@@ -171,7 +171,7 @@ static void test_needle(void) {
     for (size_t w = 0; w < sizeof(WIDTHS) / sizeof(WIDTHS[0]); w++) {
         const Section* preset = recipe_preset(r, WIDTHS[w].preset, path);
         for (int i = 0; i < r->n_rows && i < 2; i++) {
-            Config cfg = needle_row_config(r, preset, &r->rows[i], 0, path, "build/test_recipes");
+            Config cfg = needle_row_config(r, preset, i, 0, path, "build/test_recipes");
             CHECK(cfg.model.d_model == WIDTHS[w].d_model && cfg.model.n_head == WIDTHS[w].heads[i] && config_head_dim(&cfg.model) == WIDTHS[w].width,
                   "%s preset %s [row %s]: d_model %d, %d heads x %d (docs: %d, %d x %d)", path, WIDTHS[w].preset, r->rows[i].name,
                   cfg.model.d_model, cfg.model.n_head, config_head_dim(&cfg.model), WIDTHS[w].d_model, WIDTHS[w].heads[i], WIDTHS[w].width);

@@ -82,6 +82,15 @@ expect "table reprinted" grep -q "Table 6 (preset smoke)" "$work/again.log"
 expect "a rerun names the rows already finished" test "$(grep -c '^[a-z_0-9]*, seed 1000: already finished (run [0-9]*)$' "$work/again.log")" = $n_rows
 expect "the smoke table says it is a plumbing check" grep -q "^> \*\*A plumbing check.\*\*" "$work/results/table6_smoke.md"
 expect "AR-Hit's token count beside its fraction" grep -qE "% of evaluated tokens \([0-9]+ of 4096\)" "$work/results/table6_smoke.md"
+# the claims are the recipe's: one added there is judged on the finished runs, nothing trained
+n_claims=$(grep -c '^\[claim ' experiments/table6.ini)
+expect "each of the recipe's $n_claims claims has its row in the table" \
+    test "$(sed -n '/^### The paper.s claims/,/^Gaps are/p' "$work/results/table6_smoke.md" | grep -c '^| [^c-]')" = "$n_claims"
+{ cat "$work/table6.ini"; printf '%s\n' "[claim added]" "text = an added claim: DIFF V2 minus DIFF on Others" "gap = diff2 - diff" "metric = others"; } > "$work/claims.ini"
+$bin table6 "$work/claims.ini" --preset smoke --results "$work/results" --plots "$work/plots" > "$work/claims.log" 2>&1
+expect "a claim added to the recipe is judged in the table, nothing trained" bash -c "! grep -q '^== ' '$work/claims.log' &&
+    grep -qE '^\| an added claim: DIFF V2 minus DIFF on Others \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| n/a \(not in the paper\) \| ' '$work/results/table6_smoke.md'"
+run_table > "$work/again2.log" 2>&1
 
 # 4. figures into a folder whose name holds quotes and shell and gnuplot substitutions, from
 #    another working directory: drawn, and nothing in the name runs
@@ -103,6 +112,15 @@ expect "claims against it have no paper gap, and a verdict from the windows' int
 sed 's/^against = diff2$/against = diff3/' "$work/table6.ini" > "$work/bad_against.ini"
 expect_fail "an \`against\` naming no row" "bad_against.ini: \[row diff2_halves\] key 'against': 'diff3' is not another row of this recipe" \
     $bin table6 "$work/bad_against.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
+sed 's/^gap = diff - diff_no_gn$/gap = diff - diff_no_norm/' "$work/table6.ini" > "$work/bad_claim.ini"
+expect_fail "a claim naming no row" "bad_claim.ini: \[claim head_norm_diff\] key 'gap': 'diff - diff_no_norm' is not 'row - row' of two rows of this recipe" \
+    $bin table6 "$work/bad_claim.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
+sed 's/^metric = arhit$/metric = ar_hit/' "$work/table6.ini" > "$work/bad_metric.ini"
+expect_fail "a claim's unknown metric" "bad_metric.ini: \[claim diff_arhit\] key 'metric': 'ar_hit' is not valid, arhit or others" \
+    $bin table6 "$work/bad_metric.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
+{ cat "$work/table6.ini"; printf '%s\n' "[claim extra]" "text = t" "gap = diff - transformer" "metric = valid" "lr = 1"; } > "$work/claim_key.ini"
+expect_fail "a training key in a claim" "claim_key.ini:$(( $(wc -l < "$work/table6.ini") + 5 )): key 'lr': not a key of a claim, or given twice" \
+    $bin table6 "$work/claim_key.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
 sed 's/^paper = 3.062 0.880 3.247$/paper = 3.062 high/' "$work/table6.ini" > "$work/bad_paper.ini"
 expect_fail "a malformed paper value" "bad_paper.ini: \[row diff\] key 'paper': '3.062 high' is not three numbers" \
     $bin table6 "$work/bad_paper.ini" --preset smoke --results "$work/results_bad" --plots "$work/plots_bad"
@@ -310,7 +328,7 @@ fi
 # again, as a new attempt
 rm "$ckpt"
 run_table > "$work/lost.log" 2>&1
-expect "a row whose checkpoint is gone is said not to count and trained again" bash -c "grep -q \"^warning: run [0-9]* (transformer, seed 1000) of .* finished, but its checkpoint is gone: '$ckpt'\" '$work/lost.log' && test \"\$(grep -c '^== ' '$work/lost.log')\" = 1 && grep -q '^== transformer, seed 1000' '$work/lost.log' && test -s '$ckpt'"
+expect "a row whose checkpoint is gone is said not to count and trained again" bash -c "grep -q \"^warning: run [0-9]* (transformer, seed 1000) of .* finished, but its checkpoint is gone: '$ckpt'\" '$work/lost.log' && test \"\$(grep -c '^== ' '$work/lost.log')\" = 1 && grep -q '^== training transformer, seed 1000' '$work/lost.log' && test -s '$ckpt'"
 expect "the row's new attempt is FINISHED" test "$(sql "SELECT attempt || status FROM runs WHERE row = 'transformer' ORDER BY attempt DESC LIMIT 1")" = 3FINISHED
 
 summary

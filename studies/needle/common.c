@@ -88,7 +88,7 @@ void run_cells(Row* row, const NeedleSource* src, const Tokenizer* tok, Cell* ce
             episode_free(&e);
         }
         printf("  %-10s length %5d  N=%d R=%d  depth %3.0f%%: %.2f of %d queries, all %d asked right in %.2f of %d samples (%.0f s)\n",
-               row->name, cell->length, cell->n_needles, cell->n_queries, 100 * DEPTHS[cell->depth],
+               row->study.name, cell->length, cell->n_needles, cell->n_queries, 100 * DEPTHS[cell->depth],
                (double)cell->correct / cell->queries, cell->queries, cell->n_queries, (double)cell->all_correct / samples, samples,
                wall_time() - t0);
         fflush(stdout);
@@ -118,10 +118,10 @@ void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptions* opt
         report_printf(f, "- %s, seed %d: %s attention, %d layers, d_model %d, %d heads x %d, %zu parameters, trained %d steps at "
                 "context %d on copy practice, then %d steps at context %d on the needle mix (%s, registry run %lld); "
                 "copying check %.2f (first copy %.2f)\n",
-                rows[i].name, rows[i].cfg.seed, config_attention_name(&rows[i].cfg.model), rows[i].cfg.model.n_layer, rows[i].cfg.model.d_model, rows[i].cfg.model.n_head,
-                config_head_dim(&rows[i].cfg.model), rows[i].model.n_params, rows[i].copy_cfg.optim.steps, rows[i].copy_cfg.model.seq_len,
-                rows[i].cfg.optim.steps, rows[i].cfg.model.seq_len,
-                rows[i].checkpoint, (long long)rows[i].run, rows[i].copy.second, rows[i].copy.first);
+                rows[i].study.name, rows[i].study.cfg.seed, config_attention_name(&rows[i].study.cfg.model), rows[i].study.cfg.model.n_layer, rows[i].study.cfg.model.d_model, rows[i].study.cfg.model.n_head,
+                config_head_dim(&rows[i].study.cfg.model), rows[i].model.n_params, rows[i].copy_cfg.optim.steps, rows[i].copy_cfg.model.seq_len,
+                rows[i].study.cfg.optim.steps, rows[i].study.cfg.model.seq_len,
+                rows[i].study.checkpoint, (long long)rows[i].study.run, rows[i].copy.second, rows[i].copy.first);
     }
     report_printf(f, "\nCopying check: greedy accuracy on the second copy of a %d-token span of validation text repeated (an "
                "induction head, the least retrieval needs); the first copy's accuracy is what the language model guesses "
@@ -147,7 +147,7 @@ void open_task_report(Report* rep, const char* task, int to_stdout, const Sectio
 // index of the paper's row a model stands beside: 0 Transformer, 1 DIFF, -1 none (a variant
 // the paper did not measure, such as DIFF V2 or grouped DIFF)
 int paper_row(const Row* row) {
-    int attention = row->cfg.model.attention;
+    int attention = row->study.cfg.model.attention;
     return attention == ATTN_STANDARD ? 0 : attention == ATTN_DIFF ? 1 : -1;
 }
 
@@ -161,12 +161,12 @@ void attention_numbers(GnuplotVars* vars, const Row* rows, int n_rows, int seeds
     char names[512] = "", papers[512] = "";
     for (int g = 0; g < n_rows; g++) {
         char name[16];
-        int p = paper_row(&rows[g * seeds]), own = config_variant(&rows[g * seeds].cfg.model)->colour;
+        int p = paper_row(&rows[g * seeds]), own = config_variant(&rows[g * seeds].study.cfg.model)->colour;
         snprintf(name, sizeof(name), "att%d", g + 1);
         gnuplot_number(vars, name, own);
         snprintf(name, sizeof(name), "paper%d", g + 1);
         gnuplot_number(vars, name, p < 0 ? own : ATTN_VARIANTS[p ? ATTN_DIFF : ATTN_STANDARD].colour);
-        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].name);
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", g ? " " : "", rows[g * seeds].study.name);
         snprintf(papers + strlen(papers), sizeof(papers) - strlen(papers), "%s%s", g ? " " : "", p < 0 ? "none" : p ? "DIFF" : "Transformer");
     }
     gnuplot_string(vars, "names", names);
@@ -223,7 +223,7 @@ void comparison_heading(Report* f, const Comparison* c, int k, const char* paper
 }
 
 void comparison_row(Report* f, const Row* rows, int seeds, Comparison c) {
-    if (!c.paper) report_printf(f, "| %s | %s ", rows[c.a * seeds].name, rows[c.b * seeds].name);
+    if (!c.paper) report_printf(f, "| %s | %s ", rows[c.a * seeds].study.name, rows[c.b * seeds].study.name);
 }
 
 TaskModels task_models(Row* rows, int n_rows, int seeds, const Section* preset, const NeedleOptions* opt) {

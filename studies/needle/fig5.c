@@ -51,7 +51,7 @@ static void write_verdicts(Report* md, const Fig5* t) {
     for (int i = 0; i < n; i++) {
         char caption[512];
         snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s) in accuracy averaged over the depths; the paper has "
-                 "DIFF ahead at every length (its 3B models from 8K to 64K):", t->rows[c[i].a * seeds].name, t->rows[c[i].b * seeds].name);
+                 "DIFF ahead at every length (its 3B models from 8K to 64K):", t->rows[c[i].a * seeds].study.name, t->rows[c[i].b * seeds].study.name);
         comparison_heading(md, c, i, caption, "context | gap (ours) | 95% interval | verdict", "in accuracy averaged over the depths",
                            "context | gap | 95% interval | verdict");
         for (int l = 0; l < t->n_lengths; l++) {
@@ -90,7 +90,7 @@ static void measure_model(Fig5* t, int m, const NeedleSource* src, const Tokeniz
     run_cells(&t->rows[m], src, tok, cells, n_cells, t->samples, t->eval_seed, &rec);
     size_t at = (size_t)m * t->n_lengths * t->units;
     episode_counts(&rec, cells, n_cells, t->samples, t->right + at, t->asked + at);
-    store_records(reg, t->rows[m].run, "fig5", &rec);  // frees the records
+    store_records(reg, t->rows[m].study.run, "fig5", &rec);  // frees the records
     for (int l = 0; l < t->n_lengths; l++) {
         for (int d = 0; d < N_DEPTHS; d++) {
             t->acc[m][l][d] = (double)cells[l * N_DEPTHS + d].correct / cells[l * N_DEPTHS + d].queries;
@@ -104,11 +104,11 @@ static void measure_model(Fig5* t, int m, const NeedleSource* src, const Tokeniz
 static void write_heatmap(const Fig5* t, int g, Report* md, const NeedleOptions* opt, GnuplotVars* vars) {
     const Row* row = &t->rows[g * t->seeds];
     char dat[4200];
-    path_printf(dat, sizeof(dat), "%s/fig5_%s_%s.dat", opt->results, opt->preset, row->name);
+    path_printf(dat, sizeof(dat), "%s/fig5_%s_%s.dat", opt->results, opt->preset, row->study.name);
     DataFile dat_file;
     data_file_open(&dat_file, dat);
     FILE* f = dat_file.f;
-    report_printf(md, "### %s (trained at context %d)\n\n| depth |", row->name, row->cfg.model.seq_len);
+    report_printf(md, "### %s (trained at context %d)\n\n| depth |", row->study.name, row->study.cfg.model.seq_len);
     for (int l = 0; l < t->n_lengths; l++) report_printf(md, " %d |", t->lengths[l]);
     report_printf(md, "\n|---|");
     for (int l = 0; l < t->n_lengths; l++) report_printf(md, "---|");
@@ -135,7 +135,7 @@ static void write_heatmap(const Fig5* t, int g, Report* md, const NeedleOptions*
 static void write_figure(const Fig5* t, const NeedleOptions* opt, GnuplotVars* vars) {
     char titles[RECIPE_SECTIONS * 128] = "";
     for (int g = 0; g < t->n_rows; g++) {
-        snprintf(titles + strlen(titles), sizeof(titles) - strlen(titles), "%s%s", g ? " " : "", t->rows[g * t->seeds].name);
+        snprintf(titles + strlen(titles), sizeof(titles) - strlen(titles), "%s%s", g ? " " : "", t->rows[g * t->seeds].study.name);
     }
     gnuplot_number(vars, "n", t->n_rows);
     gnuplot_number(vars, "seeds", t->seeds);
@@ -152,7 +152,7 @@ static void write_figure(const Fig5* t, const NeedleOptions* opt, GnuplotVars* v
     if (t->seeds > 1) snprintf(spread, sizeof(spread), "mean ± std over %d seeds", t->seeds);
     else snprintf(spread, sizeof(spread), "1 seed");
     snprintf(text, sizeof(text), "Figure 5, preset %s: N = 8, R = 1, %d samples per cell; models trained at %d tokens; %s",
-             opt->preset, t->samples, t->rows[0].cfg.model.seq_len, spread);
+             opt->preset, t->samples, t->rows[0].study.cfg.model.seq_len, spread);
     gnuplot_string(vars, "title_text", text);
     gnuplot("fig5.gp", vars);
     printf("wrote %s\n", png);

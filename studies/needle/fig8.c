@@ -30,7 +30,7 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
                                   LogitQuant q, int windows, int samples, int context, int eval_seed) {
     QuantResult res;
     model_set_logit_quant(&row->model, q);
-    res.lm = evaluate_next_token(&row->model, val, row->cfg.model.seq_len, windows, row->cfg.batch_size);
+    res.lm = evaluate_next_token(&row->model, val, row->study.cfg.model.seq_len, windows, row->study.cfg.batch_size);
     Cell cells[FIG8_SETTINGS * N_DEPTHS];
     for (int k = 0; k < FIG8_SETTINGS * N_DEPTHS; k++) {
         Cell c = {context, FIG8_N[k / N_DEPTHS], FIG8_R[k / N_DEPTHS], k % N_DEPTHS, 0, 0, 0, 0};
@@ -45,7 +45,7 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
     int bits = q.bits ? q.bits : LOGIT_QUANT_UNQUANTIZED;
     char task[64];
     snprintf(task, sizeof(task), "fig8_%s_%dbit", SCOPE_KEYS[q.scope], bits);
-    store_records(reg, row->run, task, &rec);
+    store_records(reg, row->study.run, task, &rec);
     for (int st = 0; st < FIG8_SETTINGS; st++) {
         int right = 0, queries = 0;
         for (int d = 0; d < N_DEPTHS; d++) {
@@ -60,9 +60,9 @@ static QuantResult quantized_eval(Row* row, const NeedleSource* src, const Token
     for (int k = 0; k < 4; k++) {
         char key[96];
         snprintf(key, sizeof(key), "%s_%s", task, names[k]);
-        registry_evaluation(reg, row->run, key, values[k]);
+        registry_evaluation(reg, row->study.run, key, values[k]);
     }
-    printf("  %-10s %2d bits %-10s: loss %.4f  accuracy %.4f  retrieval N=1 %.3f  N=4,R=2 %.3f\n", row->name, bits,
+    printf("  %-10s %2d bits %-10s: loss %.4f  accuracy %.4f  retrieval N=1 %.3f  N=4,R=2 %.3f\n", row->study.name, bits,
            q.bits ? SCOPE_NAMES[q.scope] : "(none)", res.lm.loss, res.lm.accuracy,
            res.retrieval[0], res.retrieval[1]);
     fflush(stdout);
@@ -116,7 +116,7 @@ static void write_verdicts(Report* f, const Fig8* t) {
         char caption[512];
         snprintf(caption, sizeof(caption), "What quantization costs DIFF (%s) minus what it costs the Transformer (%s): each model's "
                  "retrieval accuracy quantized minus its own unquantized, DIFF's change minus the Transformer's; positive is DIFF "
-                 "losing less, which the paper reports.", rows[c[i].a * seeds].name, rows[c[i].b * seeds].name);
+                 "losing less, which the paper reports.", rows[c[i].a * seeds].study.name, rows[c[i].b * seeds].study.name);
         comparison_heading(f, c, i, caption, "scale | bits | N, R | gap (ours) | 95% interval | verdict",
                            "in what quantization costs each (its retrieval accuracy quantized minus unquantized)",
                            "scale | bits | N, R | gap | 95% interval | verdict");
@@ -179,7 +179,7 @@ static void write_rows(Fig8* t, Report* f, const char* dat) {
         t->hi[k] = -INFINITY;
     }
     for (int r = 0; r < t->n_rows; r++) {
-        const char* name = t->rows[r * seeds].name;
+        const char* name = t->rows[r * seeds].study.name;
         for (int scope = 0; scope < 2; scope++) {
             fprintf(g, "\"%s, %s\"\n", name, SCOPE_NAMES[scope]);
             for (int b = 0; b < FIG8_WIDTHS; b++) {
@@ -220,7 +220,7 @@ static void write_table(Fig8* t, const Section* preset, const NeedleOptions* opt
                "it is not among this harness's data and models this small are not expected to beat its chance level, so "
                "retrieval (where both score well unquantized) and the language-model metrics show what quantization costs "
                "instead (docs/outliers.md).\n\n",
-               t->windows, t->rows[0].cfg.model.seq_len, t->context, t->res[0][0][0].queries[0], t->res[0][0][0].queries[1]);
+               t->windows, t->rows[0].study.cfg.model.seq_len, t->context, t->res[0][0][0].queries[0], t->res[0][0][0].queries[1]);
     seeds_caption(f, t->seeds);
     report_printf(f, "| Model | scale | bits | valid loss | next-token acc | retrieval N=1 | retrieval N=4, R=2 |\n");
     report_printf(f, "|---|---|---|---|---|---|---|\n");
@@ -277,9 +277,9 @@ void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
               section_int(preset, "fig8_samples", opt->recipe), section_int(preset, "fig8_windows", opt->recipe),
               section_int(preset, "eval_seed", opt->recipe), NULL, {0}, {0}};
     for (int i = 0; i < t.n_models; i++) {
-        if ((val->n_tokens - 1) / rows[i].cfg.model.seq_len < (size_t)t.windows) {
+        if ((val->n_tokens - 1) / rows[i].study.cfg.model.seq_len < (size_t)t.windows) {
             die("%s: [preset %s] fig8_windows = %d needs %zu validation tokens at seq_len %d; the shard has %zu", opt->recipe,
-                preset->name, t.windows, (size_t)t.windows * rows[i].cfg.model.seq_len + 1, rows[i].cfg.model.seq_len, val->n_tokens);
+                preset->name, t.windows, (size_t)t.windows * rows[i].study.cfg.model.seq_len + 1, rows[i].study.cfg.model.seq_len, val->n_tokens);
         }
     }
     t.res = callocCheck(t.n_models, sizeof(*t.res));

@@ -12,6 +12,7 @@
 
 #include "../../run/config.h"
 #include "../recipe.h"
+#include "../study.h"
 
 typedef struct {
     const char* recipe;   // experiments/needle.ini
@@ -28,13 +29,12 @@ int needle_main(const NeedleOptions* opt);
 // Every row's needle-stage models, opt->seeds per row (row i's seed s at i x seeds + s; at most
 // max_rows in all), both stages trained first where the registry does not hold them as
 // FINISHED, as the tasks train them. Returns the model count.
-int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows);
+int needle_trained_rows(const NeedleOptions* opt, StudyModel* out, int max_rows);
 
 // The recipe keys of a needle recipe that are not training keys (recipe_load's extra_key)
 int needle_extra_key(int place, const char* key);
-// The needle stage's full config of a row for a preset and its seed_index-th seed (the recipe's
-// seed + seed_index, in <results>/needle/<preset>/<row>/seed<seed>), as the tasks train it
-Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
-                         const char* results);
+// The needle stage's full config of row `row` for a preset and its seed_index-th seed (the
+// recipe's seed + seed_index, in <results>/needle/<preset>/<row>/seed<seed>), as the tasks train it
+Config needle_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe, const char* results);
 
 #endif

@@ -12,8 +12,6 @@
 #include "../../run/checkpoint.h"
 #include "../../base/util.h"
 #include "../recipe.h"
-#include "../../run/train.h"
-#include "../tracked.h"
 
 int needle_extra_key(int place, const char* k) {
     static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
@@ -30,9 +28,8 @@ int needle_extra_key(int place, const char* k) {
 // computed per row from the preset's h and d and the row's heads and width, and its run folder
 static const char* const NEEDLE_DERIVED_KEYS[] = {"n_head", "head_dim", "d_model", "out", NULL};
 
-Config needle_row_config(const Recipe* r, const Section* preset, const Section* row, int seed_index, const char* recipe,
-                         const char* results) {
-    return recipe_row_config(r, preset, row, seed_index, recipe, results, "needle", needle_extra_key);
+Config needle_row_config(const Recipe* r, const Section* preset, int row, int seed_index, const char* recipe, const char* results) {
+    return recipe_row_config(r, preset, &r->rows[row], seed_index, recipe, results, "needle", needle_extra_key);
 }
 
 // The copy stage: the row's model on copy practice in NEEDLE_COPY_SEQ_LEN windows at the
@@ -51,16 +48,6 @@ static Config copy_stage_config(const Config* cfg, const Section* preset, const 
     path_printf(copy.out, sizeof(copy.out), "%.*s_copy%s", (int)(seed_dir - cfg->out), cfg->out, seed_dir);
     config_validate(&copy);
     return copy;
-}
-
-// The registry's FINISHED run of (row, cfg), trained now if there is none; a killed attempt
-// resumes from its checkpoint
-static int64_t trained_run(Registry* reg, int64_t experiment, const char* row, const Config* cfg) {
-    int64_t run = train_finished_row(reg, experiment, row, cfg);
-    if (run) return run;
-    printf("== training %s, seed %d (%s)\n", row, cfg->seed, cfg->out);
-    fflush(stdout);
-    return train_registry_row(reg, experiment, row, cfg, 1);
 }
 
 // The training mix: made from the preset's corpus when missing, and it must be cut for seq_len
@@ -86,73 +73,56 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
     data_close(&data);
 }
 
-// The index of the row a row's `against` key names, -1 without one
-static int against_row(const Recipe* r, const Section* row, const char* recipe) {
-    const char* name = section_get(row, "against");
-    if (!name) return -1;
-    for (int g = 0; g < r->n_rows; g++) {
-        if (strcmp(r->rows[g].name, name) == 0 && &r->rows[g] != row) return g;
+// The rows of the recipe at every seed, parameter counts checked and the training mix made;
+// nothing trained yet. Row g's seed s is rows[g * seeds + s], as the study's models; at most
+// max_models of them (checked before the mix is made).
+static Row* configure_rows(Study* study, const NeedleOptions* opt, int max_models) {
+    StudySpec spec = {opt->recipe, opt->preset, opt->seeds, opt->results, opt->overrides, opt->n_overrides, needle_extra_key,
+                      NEEDLE_DERIVED_KEYS, needle_row_config};
+    study_load(study, &spec);
+    if (study->n_models > RECIPE_SECTIONS) {
+        die("--seeds %d: %d rows x seeds must lie in 1..%d models", opt->seeds, study->n_rows, RECIPE_SECTIONS);
     }
-    die("%s: [row %s] key 'against': '%s' is not another row of this recipe", recipe, row->name, name);
-}
-
-// The rows of the recipe with their configs, parameter counts checked and the training mix
-// made; nothing trained yet
-static Row* configure_rows(const NeedleOptions* opt, const Recipe* r, const Section* preset) {
-    if (r->n_rows < 1) die("%s: no [row NAME] sections", opt->recipe);
-    if (opt->seeds < 1 || r->n_rows * opt->seeds > RECIPE_SECTIONS) {
-        die("--seeds %d: %d rows x seeds must lie in 1..%d models", opt->seeds, r->n_rows, RECIPE_SECTIONS);
+    if (study->n_models > max_models) {
+        die("%s: %d rows x %d seeds, more than the %d models a study takes", opt->recipe, study->n_rows, opt->seeds, max_models);
     }
-    Row* rows = callocCheck(r->n_rows * opt->seeds, sizeof(Row));
-    for (int i = 0; i < r->n_rows * opt->seeds; i++) {
-        const Section* section = &r->rows[i / opt->seeds];
-        snprintf(rows[i].name, sizeof(rows[i].name), "%s", section->name);
-        rows[i].against = against_row(r, section, opt->recipe);
-        rows[i].seed_index = i % opt->seeds;
-        rows[i].cfg = needle_row_config(r, preset, section, rows[i].seed_index, opt->recipe, opt->results);
-        rows[i].copy_cfg = copy_stage_config(&rows[i].cfg, preset, opt->recipe);
-        config_checkpoint_path(&rows[i].copy_cfg, rows[i].cfg.init_from, sizeof(rows[i].cfg.init_from));
-        size_t a = model_param_count(&rows[i].cfg.model, 1), b = model_param_count(&rows[0].cfg.model, 1);
+    Row* rows = callocCheck(study->n_models, sizeof(Row));
+    for (int i = 0; i < study->n_models; i++) {
+        rows[i].study = study->models[i];
+        const StudyModel* against = rows[i].study.against[0] ? study_row(study, rows[i].study.against) : NULL;
+        rows[i].against = against ? against->row : -1;
+        rows[i].copy_cfg = copy_stage_config(&rows[i].study.cfg, study->preset, opt->recipe);
+        config_checkpoint_path(&rows[i].copy_cfg, rows[i].study.cfg.init_from, sizeof(rows[i].study.cfg.init_from));
+        size_t a = model_param_count(&rows[i].study.cfg.model, 1), b = model_param_count(&rows[0].study.cfg.model, 1);
         if (fabs((double)a - (double)b) > 0.01 * (double)b) {
             die("%s: row '%s' has %zu parameters (without the vocabulary), more than 1%% from row '%s' (%zu)", opt->recipe,
-                rows[i].name, a, rows[0].name, b);
+                rows[i].study.name, a, rows[0].study.name, b);
         }
     }
-    ensure_data(&rows[0].cfg, preset, opt->recipe);
+    ensure_data(&rows[0].study.cfg, study->preset, opt->recipe);
     return rows;
 }
 
-// Both stages of a row, each trained unless the registry holds it as FINISHED
-static void train_row(Row* row, Registry* reg, int64_t experiment) {
+// Both stages of a row, in this process, each trained unless the registry holds it as FINISHED
+static void train_row(Study* study, Row* row) {
+    static const StudyTraining in_process = {NULL, NULL, NULL, 0};
     char copy_name[80];
-    snprintf(copy_name, sizeof(copy_name), "%s_copy", row->name);
-    trained_run(reg, experiment, copy_name, &row->copy_cfg);
-    row->run = trained_run(reg, experiment, row->name, &row->cfg);
-    config_checkpoint_path(&row->cfg, row->checkpoint, sizeof(row->checkpoint));
+    snprintf(copy_name, sizeof(copy_name), "%s_copy", row->study.name);
+    study_train(study, copy_name, &row->copy_cfg, &in_process);
+    study_train_model(study, &row->study, &in_process);
 }
 
-int needle_trained_rows(const NeedleOptions* opt, TrainedRow* out, int max_rows) {
-    Recipe* r = recipe_load(opt->recipe, needle_extra_key);
-    recipe_override(r, opt->overrides, opt->n_overrides, NEEDLE_DERIVED_KEYS, opt->recipe);
-    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
-    int n = r->n_rows * opt->seeds;
-    if (n > max_rows) die("%s: %d rows x %d seeds, more than the %d models a study takes", opt->recipe, r->n_rows, opt->seeds, max_rows);
-    Row* rows = configure_rows(opt, r, preset);
-    Registry reg;
-    int lock;
-    int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe, &lock);
+int needle_trained_rows(const NeedleOptions* opt, StudyModel* out, int max_rows) {
+    Study study;
+    Row* rows = configure_rows(&study, opt, max_rows);
+    int n = study.n_models;
+    study_begin(&study, "needle");
     for (int i = 0; i < n; i++) {
-        train_row(&rows[i], &reg, experiment);
-        snprintf(out[i].name, sizeof(out[i].name), "%s", rows[i].name);
-        snprintf(out[i].against, sizeof(out[i].against), "%s", rows[i].against >= 0 ? r->rows[rows[i].against].name : "");
-        out[i].cfg = rows[i].cfg;
-        path_printf(out[i].checkpoint, sizeof(out[i].checkpoint), "%s", rows[i].checkpoint);
-        out[i].run = rows[i].run;
+        train_row(&study, &rows[i]);
+        out[i] = rows[i].study;
     }
-    registry_close(&reg);
-    unlock_folder(lock);
     free(rows);
-    free(r);
+    study_close(&study);
     return n;
 }
 
@@ -161,45 +131,41 @@ int needle_main(const NeedleOptions* opt) {
     int task = 0, n_tasks = sizeof(TASKS) / sizeof(TASKS[0]);
     while (task < n_tasks && strcmp(opt->task, TASKS[task])) task++;
     if (task == n_tasks) die("--task '%s': expected table2, fig5, table3 or fig8", opt->task);
-    Recipe* r = recipe_load(opt->recipe, needle_extra_key);
-    recipe_override(r, opt->overrides, opt->n_overrides, NEEDLE_DERIVED_KEYS, opt->recipe);
-    const Section* preset = recipe_preset(r, opt->preset, opt->recipe);
-    Row* rows = configure_rows(opt, r, preset);
+    Study study;
+    Row* rows = configure_rows(&study, opt, RECIPE_SECTIONS);
+    const Section* preset = study.preset;
     mkdir_p(opt->plots);
-    Registry reg;
-    int lock;
-    int64_t experiment = recipe_experiment(&reg, opt->results, "needle", opt->preset, opt->recipe, &lock);
+    study_begin(&study, "needle");
+    Registry* reg = &study.reg;
     DataDir data;
-    data_open(&data, rows[0].cfg.data, DATA_VAL);
+    data_open(&data, rows[0].study.cfg.data, DATA_VAL);
     const Tokenizer* tok = &data.tok;
     const Shard* val = &data.val;
-    int n_models = r->n_rows * opt->seeds;
+    int n_models = study.n_models, n_rows = study.n_rows;
     for (int i = 0; i < n_models; i++) {
         Row* row = &rows[i];
-        train_row(row, &reg, experiment);
+        train_row(&study, row);
         CheckpointInfo info;
-        checkpoint_load(row->checkpoint, backend_of_device(row->cfg.device), NULL, &row->model, NULL, &info);
-        if (!info.finished) die("'%s' is not a finished run's checkpoint", row->checkpoint);
-        row->copy = copy_score(&row->model, val, COPY_HALF, 4, (uint64_t)row->cfg.seed);
-        registry_evaluation(&reg, row->run, "copy_score", row->copy.second);
-        registry_evaluation(&reg, row->run, "copy_score_first", row->copy.first);
-        printf("%s: copying check %.2f (first copy %.2f)\n", row->name, row->copy.second, row->copy.first);
+        checkpoint_load(row->study.checkpoint, backend_of_device(row->study.cfg.device), NULL, &row->model, NULL, &info);
+        if (!info.finished) die("'%s' is not a finished run's checkpoint", row->study.checkpoint);
+        row->copy = copy_score(&row->model, val, COPY_HALF, 4, (uint64_t)row->study.cfg.seed);
+        registry_evaluation(reg, row->study.run, "copy_score", row->copy.second);
+        registry_evaluation(reg, row->study.run, "copy_score_first", row->copy.first);
+        printf("%s: copying check %.2f (first copy %.2f)\n", row->study.name, row->copy.second, row->copy.first);
     }
     NeedleSource src;
     char cities[4200];
     source_file_path(cities, sizeof(cities), "data/cities.txt");
     needle_source_init(&src, tok, val, cities, NEEDLE_EVAL);
     printf("%s, preset %s: %d evaluation cities, haystacks from %s/val.bin\n", opt->task, opt->preset, src.n_cities, data.dir);
-    if (task == 0) task_table2(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
-    if (task == 1) task_fig5(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
-    if (task == 2) task_table3(rows, r->n_rows, opt->seeds, &src, tok, &reg, preset, opt);
-    if (task == 3) task_fig8(rows, r->n_rows, opt->seeds, &src, tok, val, &reg, preset, opt);
+    if (task == 0) task_table2(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt);
+    if (task == 1) task_fig5(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt);
+    if (task == 2) task_table3(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt);
+    if (task == 3) task_fig8(rows, n_rows, opt->seeds, &src, tok, val, reg, preset, opt);
     needle_source_free(&src);
     data_close(&data);
     for (int i = 0; i < n_models; i++) model_free(&rows[i].model);
     free(rows);
-    free(r);
-    registry_close(&reg);
-    unlock_folder(lock);
+    study_close(&study);
     return 0;
 }

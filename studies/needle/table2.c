@@ -44,7 +44,7 @@ static void measure_models(Table2* t, const NeedleSource* src, const Tokenizer* 
             memcpy(t->right + at, model_right + (size_t)st * units, units * sizeof(double));
             memcpy(t->asked + at, model_asked + (size_t)st * units, units * sizeof(double));
         }
-        store_records(reg, t->m.rows[m].run, "table2", &rec);
+        store_records(reg, t->m.rows[m].study.run, "table2", &rec);
     }
     free(model_right);
     free(model_asked);
@@ -97,8 +97,8 @@ static void write_verdicts(Report* f, const Table2* t) {
     int n = task_comparisons(rows, t->m.n_rows, seeds, c);
     for (int k = 0; k < n; k++) {
         char caption[512];
-        snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s), against the paper's gap:", rows[c[k].a * seeds].name,
-                 rows[c[k].b * seeds].name);
+        snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s), against the paper's gap:", rows[c[k].a * seeds].study.name,
+                 rows[c[k].b * seeds].study.name);
         comparison_heading(f, c, k, caption, "setting | gap (ours) | 95% interval | paper gap | verdict", "in accuracy",
                            "setting | gap | 95% interval | verdict");
         for (int st = 0; st < N_SETTINGS; st++) {
@@ -129,7 +129,7 @@ static void write_table(const Table2* t, const Section* preset, const NeedleOpti
     if (seeds == 1) report_printf(f, "± is the binomial standard error of the one model's accuracy.\n\n");
     report_printf(f, "| Model | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
-        report_printf(f, "| %s |", rows[g * seeds].name);
+        report_printf(f, "| %s |", rows[g * seeds].study.name);
         for (int st = 0; st < N_SETTINGS; st++) {
             report_printf(f, " %.2f ± %.2f [%.2f] |", t->acc_s[g][st].mean, t->err[g][st], t->all_s[g][st].mean);
         }
@@ -146,7 +146,7 @@ static void write_table(const Table2* t, const Section* preset, const NeedleOpti
     report_printf(f, "\n|---|---|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
         for (int st = 0; st < N_SETTINGS; st++) {
-            report_printf(f, "| %s | %d, %d |", rows[g * seeds].name, SETTING_N[st], SETTING_R[st]);
+            report_printf(f, "| %s | %d, %d |", rows[g * seeds].study.name, SETTING_N[st], SETTING_R[st]);
             for (int d = 0; d < N_DEPTHS; d++) {
                 report_printf(f, " %.2f |", spread_of(&t->depth_acc[g * seeds][st][d], seeds, N_SETTINGS * N_DEPTHS).mean);
             }
@@ -156,7 +156,7 @@ static void write_table(const Table2* t, const Section* preset, const NeedleOpti
     if (seeds > 1) {
         report_printf(f, "\nEach seed's accuracy:\n\n| Model | seed | N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |\n|---|---|---|---|---|---|\n");
         for (int m = 0; m < t->m.n_models; m++) {
-            report_printf(f, "| %s | %d |", rows[m].name, rows[m].cfg.seed);
+            report_printf(f, "| %s | %d |", rows[m].study.name, rows[m].study.cfg.seed);
             for (int st = 0; st < N_SETTINGS; st++) report_printf(f, " %.2f |", t->acc[m][st]);
             report_printf(f, "\n");
         }

@@ -40,7 +40,7 @@ static void store_heads(const Table3* t, int i, Registry* reg) {
             for (int k = 0; k < NOISE_METRICS; k++) {
                 char key[64];
                 snprintf(key, sizeof(key), "table3_%s_l%02d_h%02d", NOISE_KEYS[k], l + 1, h + 1);
-                registry_evaluation(reg, row->run, key, noise_metric(&t->heads[i][l * H + h], k));
+                registry_evaluation(reg, row->study.run, key, noise_metric(&t->heads[i][l * H + h], k));
             }
         }
     }
@@ -53,11 +53,11 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
     Row* row = &t->m.rows[i];
     int context = t->m.context, samples = t->m.samples;
     // the other seeds' maps would repeat the first's for another model
-    int keep_maps = row->seed_index == 0 ? section_int(preset, "maps", opt->recipe) : 0;
+    int keep_maps = row->study.seed_index == 0 ? section_int(preset, "maps", opt->recipe) : 0;
     char maps_path[4200];
-    path_printf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->name);
+    path_printf(maps_path, sizeof(maps_path), "%s/needle/%s/maps_%s.h5", opt->results, opt->preset, row->study.name);
     MapsFile maps;
-    if (keep_maps) maps_file_create(&maps, maps_path, &row->model, row->checkpoint);
+    if (keep_maps) maps_file_create(&maps, maps_path, &row->model, row->study.checkpoint);
     int heads = row->model.L * row->model.H;
     Allocation* per_head = mallocCheck((size_t)heads * sizeof(Allocation));
     t->heads[i] = callocCheck(heads, sizeof(Allocation));
@@ -97,17 +97,17 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
         double n = N_SETTINGS * samples;
         Allocation mean = allocation_divide(sum, n);
         t->by_depth[i][d] = mean;
-        printf("  %-10s depth %3.0f%%: answer %.3f  noise %.3f  question %.3f  BOS %.3f (%.0f s)\n", row->name, 100 * DEPTHS[d],
+        printf("  %-10s depth %3.0f%%: answer %.3f  noise %.3f  question %.3f  BOS %.3f (%.0f s)\n", row->study.name, 100 * DEPTHS[d],
                mean.answer, mean.noise, mean.question, mean.bos, wall_time() - t0);
         fflush(stdout);
     }
-    store_records(reg, row->run, "table3", &rec);
+    store_records(reg, row->study.run, "table3", &rec);
     for (int j = 0; j < heads; j++) t->heads[i][j] = allocation_divide(t->heads[i][j], (double)N_DEPTHS * N_SETTINGS * samples);
     store_heads(t, i, reg);
     free(per_head);
     if (keep_maps) {
         maps_file_close(&maps);
-        registry_artifact(reg, row->run, "attention_maps", maps_path);
+        registry_artifact(reg, row->study.run, "attention_maps", maps_path);
         printf("  attention maps of %d episodes in %s\n", maps.n_samples, maps_path);
     }
 }
@@ -145,7 +145,7 @@ static void write_verdicts(Report* f, const Table3* t) {
     for (int i = 0; i < n; i++) {
         char caption[512];
         snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:",
-                 rows[c[i].a * seeds].name, rows[c[i].b * seeds].name);
+                 rows[c[i].a * seeds].study.name, rows[c[i].b * seeds].study.name);
         comparison_heading(f, c, i, caption, "share | gap (ours) | 95% interval | paper gap | verdict", "mean over depths",
                            "share | gap | 95% interval | verdict");
         for (int k = 0; k < 2; k++) {
@@ -193,7 +193,7 @@ static void write_noise_table(Report* f, const Table3* t) {
                   "|---|---|---|---|---|---|---|\n");
     for (int g = 0; g < t->m.n_rows; g++) {
         for (int l = 0; l < t->m.rows[g * seeds].model.L; l++) {
-            report_printf(f, "| %s | %d |", t->m.rows[g * seeds].name, l + 1);
+            report_printf(f, "| %s | %d |", t->m.rows[g * seeds].study.name, l + 1);
             for (int k = 0; k < NOISE_METRICS; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), layer_spread(t, g, l, k), seeds, 3));
             report_printf(f, "\n");
         }
@@ -215,7 +215,7 @@ static void write_table(const Table3* t, const Section* preset, const NeedleOpti
     report_printf(f, "| Model | answer 0%% | 25%% | 50%% | 75%% | 100%% | noise 0%% | 25%% | 50%% | 75%% | 100%% |\n");
     report_printf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
-        report_printf(f, "| %s |", t->m.rows[g * seeds].name);
+        report_printf(f, "| %s |", t->m.rows[g * seeds].study.name);
         for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->answer[g][d], seeds, 3));
         for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->noise[g][d], seeds, 3));
         report_printf(f, "\n");
@@ -228,7 +228,7 @@ static void write_table(const Table3* t, const Section* preset, const NeedleOpti
     }
     report_printf(f, "\nFigure 1 breakdown (mean over depths):\n\n| Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
-        report_printf(f, "| %s |", t->m.rows[g * seeds].name);
+        report_printf(f, "| %s |", t->m.rows[g * seeds].study.name);
         for (int k = 0; k < 4; k++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->overall[g][k], seeds, 3));
         report_printf(f, "\n");
     }
@@ -260,7 +260,7 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
     }
     for (int g = 0; g < n_rows; g++) {
         const Spread* o = t->overall[g];
-        fprintf(g1.f, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[g * seeds].name, o[0].mean, o[1].mean, o[2].mean, o[3].mean);
+        fprintf(g1.f, "\"%s\" %.4f %.4f %.4f %.4f\n", rows[g * seeds].study.name, o[0].mean, o[1].mean, o[2].mean, o[3].mean);
     }
     data_file_close(&t3);
     data_file_close(&g1);
@@ -294,7 +294,7 @@ static void write_noise_figure(const Table3* t, const NeedleOptions* opt) {
     DataFile file;
     data_file_open(&file, dat);
     for (int g = 0; g < t->m.n_rows; g++) {
-        fprintf(file.f, "\"%s\"\n", t->m.rows[g * seeds].name);
+        fprintf(file.f, "\"%s\"\n", t->m.rows[g * seeds].study.name);
         for (int l = 0; l < t->m.rows[g * seeds].model.L; l++) {
             fprintf(file.f, "%d", l + 1);
             for (int k = 0; k < NOISE_METRICS; k++) fprintf(file.f, " %.6f", layer_spread(t, g, l, k).mean);

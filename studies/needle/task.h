@@ -7,6 +7,7 @@
 #include "../../data/needle.h"
 #include "../../eval/retrieval.h"
 #include "../registry.h"
+#include "../study.h"
 #include "../report.h"
 #include "../verdict.h"
 #include "needle_tasks.h"
@@ -23,14 +24,10 @@ extern const double PAPER_TABLE2[2][N_SETTINGS];
 extern const double PAPER_ANSWER[2][N_DEPTHS], PAPER_NOISE[2][N_DEPTHS];
 
 typedef struct {
-    char name[64];    // the recipe's row
-    int against;      // the row (group) its `against` key names, that the verdicts read it against; -1 none
-    int seed_index;   // of NeedleOptions.seeds: the row's seed_index-th model
-    Config copy_cfg;  // the copy stage, whose checkpoint starts cfg (init_from)
-    Config cfg;
+    StudyModel study;  // the recipe's row at one seed: name, config, run, checkpoint
+    int against;       // the row (group) its `against` key names, that the verdicts read it against; -1 none
+    Config copy_cfg;   // the copy stage, whose checkpoint starts study.cfg (init_from)
     Model model;
-    int64_t run;
-    char checkpoint[4200];
     CopyScore copy;  // the least retrieval needs
 } Row;
 
