@@ -83,55 +83,92 @@ static int parse_int_arg(const char* flag, const char* value) {
     return (int)v;
 }
 
+// A subcommand's option: `--name VALUE` (or `--name=VALUE`; `-o VALUE` where short is 'o'), or
+// a flag without a value, into *target
+typedef enum {
+    OPTION_TEXT,      // const char*
+    OPTION_COUNT,     // int, a non-negative integer (parse_int_arg)
+    OPTION_NONNEG,    // float, a number >= 0
+    OPTION_FLAG,      // int, 1 when given
+} OptionKind;
+
+typedef struct {
+    const char* name;
+    OptionKind kind;
+    void* target;
+    char short_name;
+} Option;
+
+#define MAX_OPTIONS 16
+
+// Sets every option argv gives by its row of the table (n rows), refusing an unknown one or one
+// without its value with the nearest name; options may come before, between or after the
+// arguments. Returns the index of the first argument: the rest of argv from there is arguments.
+static int parse_options(int argc, char** argv, const Option* table, int n) {
+    struct option opts[MAX_OPTIONS + 1];
+    char shorts[2 * MAX_OPTIONS + 1] = "";
+    if (n > MAX_OPTIONS) die("a subcommand with more than %d options", MAX_OPTIONS);
+    for (int i = 0; i < n; i++) {
+        opts[i] = (struct option){table[i].name, table[i].kind == OPTION_FLAG ? no_argument : required_argument, 0,
+                                  table[i].short_name ? table[i].short_name : 256 + i};
+        if (table[i].short_name) snprintf(shorts + strlen(shorts), sizeof(shorts) - strlen(shorts), "%c:", table[i].short_name);
+    }
+    opts[n] = (struct option){0, 0, 0, 0};
+    int c;
+    while ((c = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
+        int i = 0;
+        while (i < n && opts[i].val != c) i++;
+        if (i == n) bad_option(argv, opts);
+        char flag[80];
+        snprintf(flag, sizeof(flag), "--%s", table[i].name);
+        if (table[i].kind == OPTION_TEXT) *(const char**)table[i].target = optarg;
+        else if (table[i].kind == OPTION_COUNT) *(int*)table[i].target = parse_int_arg(flag, optarg);
+        else if (table[i].kind == OPTION_FLAG) *(int*)table[i].target = 1;
+        else {
+            char* end;
+            float v = strtof(optarg, &end);
+            if (!plain_number(optarg, 1) || end == optarg || *end || !(v >= 0)) die("option %s: '%s' is not a number >= 0", flag, optarg);
+            *(float*)table[i].target = v;
+        }
+    }
+    return optind;
+}
+#define OPTIONS(table) (int)(sizeof(table) / sizeof((table)[0]))
+
 static int cmd_prepare(int argc, char** argv) {
     PrepareOptions opt = PREPARE_DEFAULTS;
-    static struct option opts[] = {{"vocab", required_argument, 0, 'v'}, {"sample-mb", required_argument, 0, 'm'},
-                                   {"shard-tokens", required_argument, 0, 's'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'v') opt.vocab_size = parse_int_arg("--vocab", optarg);
-        else if (c == 'm') opt.sample_mb = parse_int_arg("--sample-mb", optarg);
-        else if (c == 's') opt.shard_tokens = (size_t)parse_int_arg("--shard-tokens", optarg);
-        else bad_option(argv, opts);
-    }
-    if (argc - optind < 2) die("prepare needs OUT_DIR and at least one INPUT\n%s", USAGE);
-    dataset_prepare(argv[optind], (const char* const*)argv + optind + 1, argc - optind - 1, &opt);
+    int shard_tokens = -1;
+    const Option options[] = {{"vocab", OPTION_COUNT, &opt.vocab_size, 0}, {"sample-mb", OPTION_COUNT, &opt.sample_mb, 0},
+                              {"shard-tokens", OPTION_COUNT, &shard_tokens, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (shard_tokens >= 0) opt.shard_tokens = (size_t)shard_tokens;
+    if (argc - first < 2) die("prepare needs OUT_DIR and at least one INPUT\n%s", USAGE);
+    dataset_prepare(argv[first], (const char* const*)argv + first + 1, argc - first - 1, &opt);
     return 0;
 }
 
 static int cmd_needle_data(int argc, char** argv) {
     int seq_len = 1024, max_needles = NEEDLE_TRAIN_NEEDLES, seed = NEEDLE_DATA_SEED;
-    static struct option opts[] = {{"seq-len", required_argument, 0, 't'}, {"max-needles", required_argument, 0, 'n'},
-                                   {"seed", required_argument, 0, 's'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 't') seq_len = parse_int_arg("--seq-len", optarg);
-        else if (c == 'n') max_needles = parse_int_arg("--max-needles", optarg);
-        else if (c == 's') seed = parse_int_arg("--seed", optarg);
-        else bad_option(argv, opts);
-    }
-    if (argc - optind != 2) die("needle-data needs OUT_DIR and DATA_DIR\n%s", USAGE);
+    const Option options[] = {{"seq-len", OPTION_COUNT, &seq_len, 0}, {"max-needles", OPTION_COUNT, &max_needles, 0},
+                              {"seed", OPTION_COUNT, &seed, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (argc - first != 2) die("needle-data needs OUT_DIR and DATA_DIR\n%s", USAGE);
     if (max_needles < 1 || max_needles > NEEDLE_MAX) die("option --max-needles: must lie in 1..%d", NEEDLE_MAX);
     if (seq_len < 64 || seq_len > 1 << 20) die("option --seq-len: must lie in 64..%d, got %d", 1 << 20, seq_len);
     char cities[4200];
     source_file_path(cities, sizeof(cities), "data/cities.txt");
-    needle_prepare(argv[optind], argv[optind + 1], cities, seq_len, max_needles, (uint64_t)seed);
+    needle_prepare(argv[first], argv[first + 1], cities, seq_len, max_needles, (uint64_t)seed);
     return 0;
 }
 
 static int cmd_train(int argc, char** argv) {
     int until = 0;
     const char* results = "results";
-    static struct option opts[] = {{"until", required_argument, 0, 'u'}, {"results", required_argument, 0, 'r'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'u') until = parse_int_arg("--until", optarg);
-        else if (c == 'r') results = optarg;
-        else bad_option(argv, opts);
-    }
+    const Option options[] = {{"until", OPTION_COUNT, &until, 0}, {"results", OPTION_TEXT, &results, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
     Config cfg;
-    load_config(&cfg, argc, argv, optind);
-    train_tracked(argv[optind], &cfg, until, results);
+    load_config(&cfg, argc, argv, first);
+    train_tracked(argv[first], &cfg, until, results);
     return 0;
 }
 
@@ -157,29 +194,18 @@ static int cmd_sample(int argc, char** argv) {
     const char* device = "cpu";
     int n_tokens = 200, seed = 1;
     float temperature = 0.8f;
-    static struct option opts[] = {{"prompt", required_argument, 0, 'p'}, {"tokens", required_argument, 0, 'n'},
-                                   {"temperature", required_argument, 0, 't'}, {"seed", required_argument, 0, 's'},
-                                   {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'p') prompt = optarg;
-        else if (c == 'd') device = optarg;
-        else if (c == 'n') n_tokens = parse_int_arg("--tokens", optarg);
-        else if (c == 's') seed = parse_int_arg("--seed", optarg);
-        else if (c == 't') {
-            char* end;
-            temperature = strtof(optarg, &end);
-            if (!plain_number(optarg, 1) || end == optarg || *end || !(temperature >= 0)) die("option --temperature: '%s' is not a number >= 0", optarg);
-        } else bad_option(argv, opts);
-    }
-    if (optind >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
-    if (optind + 1 < argc) die("sample: '%s': sample takes one CHECKPOINT and options\n%s", argv[optind + 1], USAGE);
+    const Option options[] = {{"prompt", OPTION_TEXT, &prompt, 0}, {"tokens", OPTION_COUNT, &n_tokens, 0},
+                              {"temperature", OPTION_NONNEG, &temperature, 0}, {"seed", OPTION_COUNT, &seed, 0},
+                              {"device", OPTION_TEXT, &device, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (first >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
+    if (first + 1 < argc) die("sample: '%s': sample takes one CHECKPOINT and options\n%s", argv[first + 1], USAGE);
     Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(argv[optind], backend_named(device), &run, &model, NULL, &info);
+    checkpoint_load(argv[first], backend_named(device), &run, &model, NULL, &info);
     Tokenizer found;
-    checkpoint_tokenizer(&found, argv[optind], &run, &info);
+    checkpoint_tokenizer(&found, argv[first], &run, &info);
     sample_text(&model, &found, prompt, n_tokens, temperature, (uint64_t)seed, stdout);
     tokenizer_free(&found);
     model_free(&model);
@@ -190,29 +216,21 @@ static int cmd_bench(int argc, char** argv) {
     int vocab = 4096, steps = 6, forward_only = 0;
     const char* results = "results";
     const char* versus = NULL;
-    static struct option opts[] = {{"vocab", required_argument, 0, 'v'}, {"steps", required_argument, 0, 's'},
-                                   {"forward", no_argument, 0, 'f'}, {"results", required_argument, 0, 'r'},
-                                   {"vs", required_argument, 0, 'V'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'v') vocab = parse_int_arg("--vocab", optarg);
-        else if (c == 's') steps = parse_int_arg("--steps", optarg);
-        else if (c == 'f') forward_only = 1;
-        else if (c == 'r') results = optarg;
-        else if (c == 'V') versus = optarg;
-        else bad_option(argv, opts);
-    }
+    const Option options[] = {{"vocab", OPTION_COUNT, &vocab, 0}, {"steps", OPTION_COUNT, &steps, 0},
+                              {"forward", OPTION_FLAG, &forward_only, 0}, {"results", OPTION_TEXT, &results, 0},
+                              {"vs", OPTION_TEXT, &versus, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
     Config cfg[2];
-    const Backend* be = load_config(&cfg[0], argc, argv, optind);
-    const char* paths[2] = {argv[optind], versus};
+    const Backend* be = load_config(&cfg[0], argc, argv, first);
+    const char* paths[2] = {argv[first], versus};
     if (versus) {
-        if (load_recipe(&cfg[1], versus, argc, argv, optind + 1) != be) {  // the same overrides as the first
+        if (load_recipe(&cfg[1], versus, argc, argv, first + 1) != be) {  // the same overrides as the first
             die("option --vs: %s runs on device %s and %s on device %s: alternated steps compare two models on one device",
-                argv[optind], BACKEND_DEVICES[cfg[0].device], versus, BACKEND_DEVICES[cfg[1].device]);
+                argv[first], BACKEND_DEVICES[cfg[0].device], versus, BACKEND_DEVICES[cfg[1].device]);
         }
         if (cfg[1].precision != cfg[0].precision) {  // the precision is the backend's, one for both models
             die("option --vs: %s runs in precision %s and %s in %s: alternated steps compare two models in one precision",
-                argv[optind], PRECISIONS[cfg[0].precision], versus, PRECISIONS[cfg[1].precision]);
+                argv[first], PRECISIONS[cfg[0].precision], versus, PRECISIONS[cfg[1].precision]);
         }
     }
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
@@ -224,43 +242,27 @@ static int cmd_bench(int argc, char** argv) {
 
 static int cmd_table6(int argc, char** argv) {
     Table6Options opt = {NULL, "small", 1, "results", "plots", NULL, 0};
-    static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"seeds", required_argument, 0, 's'},
-                                   {"results", required_argument, 0, 'r'}, {"plots", required_argument, 0, 'g'},
-                                   {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'p') opt.preset = optarg;
-        else if (c == 's') opt.seeds = parse_int_arg("--seeds", optarg);
-        else if (c == 'r') opt.results = optarg;
-        else if (c == 'g') opt.plots = optarg;
-        else bad_option(argv, opts);
-    }
-    if (optind >= argc) die("table6 needs a RECIPE\n%s", USAGE);
-    opt.recipe = argv[optind];
-    opt.overrides = (const char* const*)argv + optind + 1;
-    opt.n_overrides = argc - optind - 1;
+    const Option options[] = {{"preset", OPTION_TEXT, &opt.preset, 0}, {"seeds", OPTION_COUNT, &opt.seeds, 0},
+                              {"results", OPTION_TEXT, &opt.results, 0}, {"plots", OPTION_TEXT, &opt.plots, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (first >= argc) die("table6 needs a RECIPE\n%s", USAGE);
+    opt.recipe = argv[first];
+    opt.overrides = (const char* const*)argv + first + 1;
+    opt.n_overrides = argc - first - 1;
     return table6_main(&opt);
 }
 
 static int cmd_needle(int argc, char** argv) {
     NeedleOptions opt = {NULL, "default", NULL, "results", "plots", NULL, 0, 1};
-    static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"task", required_argument, 0, 't'},
-                                   {"seeds", required_argument, 0, 's'}, {"results", required_argument, 0, 'r'},
-                                   {"plots", required_argument, 0, 'g'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'p') opt.preset = optarg;
-        else if (c == 't') opt.task = optarg;
-        else if (c == 's') opt.seeds = parse_int_arg("--seeds", optarg);
-        else if (c == 'r') opt.results = optarg;
-        else if (c == 'g') opt.plots = optarg;
-        else bad_option(argv, opts);
-    }
-    if (optind >= argc) die("needle needs a RECIPE\n%s", USAGE);
+    const Option options[] = {{"preset", OPTION_TEXT, &opt.preset, 0}, {"task", OPTION_TEXT, &opt.task, 0},
+                              {"seeds", OPTION_COUNT, &opt.seeds, 0}, {"results", OPTION_TEXT, &opt.results, 0},
+                              {"plots", OPTION_TEXT, &opt.plots, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (first >= argc) die("needle needs a RECIPE\n%s", USAGE);
     if (!opt.task) die("needle needs --task table2, fig5, table3 or fig8\n%s", USAGE);
-    opt.recipe = argv[optind];
-    opt.overrides = (const char* const*)argv + optind + 1;
-    opt.n_overrides = argc - optind - 1;
+    opt.recipe = argv[first];
+    opt.overrides = (const char* const*)argv + first + 1;
+    opt.n_overrides = argc - first - 1;
     return needle_main(&opt);
 }
 
@@ -290,24 +292,15 @@ static int parse_index_list(const char* flag, const char* text, int limit, int* 
 
 static int cmd_maps(int argc, char** argv) {
     const char *text_path = NULL, *prompt = NULL, *layers_arg = NULL, *heads_arg = NULL, *out = NULL, *device = "cpu";
-    static struct option opts[] = {{"text", required_argument, 0, 't'}, {"prompt", required_argument, 0, 'p'},
-                                   {"layers", required_argument, 0, 'l'}, {"heads", required_argument, 0, 'h'},
-                                   {"out", required_argument, 0, 'o'}, {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
-        if (c == 't') text_path = optarg;
-        else if (c == 'd') device = optarg;
-        else if (c == 'p') prompt = optarg;
-        else if (c == 'l') layers_arg = optarg;
-        else if (c == 'h') heads_arg = optarg;
-        else if (c == 'o') out = optarg;
-        else bad_option(argv, opts);
-    }
-    if (optind >= argc) die("maps needs a CHECKPOINT\n%s", USAGE);
-    if (optind + 1 < argc) die("maps: '%s': maps takes one CHECKPOINT and options\n%s", argv[optind + 1], USAGE);
+    const Option options[] = {{"text", OPTION_TEXT, &text_path, 0},   {"prompt", OPTION_TEXT, &prompt, 0},
+                              {"layers", OPTION_TEXT, &layers_arg, 0}, {"heads", OPTION_TEXT, &heads_arg, 0},
+                              {"out", OPTION_TEXT, &out, 'o'},         {"device", OPTION_TEXT, &device, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (first >= argc) die("maps needs a CHECKPOINT\n%s", USAGE);
+    if (first + 1 < argc) die("maps: '%s': maps takes one CHECKPOINT and options\n%s", argv[first + 1], USAGE);
     if (!text_path == !prompt) die("maps needs exactly one of --text FILE and --prompt TEXT\n%s", USAGE);
     if (!out) die("maps needs -o OUT.h5\n%s", USAGE);
-    const char* ckpt = argv[optind];
+    const char* ckpt = argv[first];
     const char* inputs[2] = {ckpt, text_path};
     refuse_output_over_input("output", out, inputs, text_path ? 2 : 1);
     refuse_replacing_non_file("output", out);
@@ -355,63 +348,41 @@ static int cmd_maps(int argc, char** argv) {
 static int cmd_view(int argc, char** argv) {
     int sample = 0;
     const char* out = NULL;
-    static struct option opts[] = {{"sample", required_argument, 0, 's'}, {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
-        if (c == 's') sample = parse_int_arg("--sample", optarg);
-        else if (c == 'o') out = optarg;
-        else bad_option(argv, opts);
-    }
-    if (optind >= argc) die("view needs a maps FILE\n%s", USAGE);
-    if (optind + 1 < argc) die("view: '%s': view takes one FILE and options\n%s", argv[optind + 1], USAGE);
+    const Option options[] = {{"sample", OPTION_COUNT, &sample, 0}, {"out", OPTION_TEXT, &out, 'o'}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (first >= argc) die("view needs a maps FILE\n%s", USAGE);
+    if (first + 1 < argc) die("view: '%s': view takes one FILE and options\n%s", argv[first + 1], USAGE);
     if (!out) die("view needs -o OUT.html\n%s", USAGE);
-    const char* inputs[1] = {argv[optind]};
+    const char* inputs[1] = {argv[first]};
     refuse_output_over_input("output", out, inputs, 1);
     refuse_replacing_non_file("output", out);
-    attn_view_write(argv[optind], sample, out);
+    attn_view_write(argv[first], sample, out);
     return 0;
 }
 
 static int cmd_table5(int argc, char** argv) {
     Table5Options opt = {NULL, "small", NULL, "default", "results", "plots", NULL, 0, 1};
-    static struct option opts[] = {{"preset", required_argument, 0, 'p'}, {"needle", required_argument, 0, 'n'},
-                                   {"needle-preset", required_argument, 0, 'q'}, {"seeds", required_argument, 0, 's'},
-                                   {"results", required_argument, 0, 'r'}, {"plots", required_argument, 0, 'g'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'p') opt.preset = optarg;
-        else if (c == 's') opt.seeds = parse_int_arg("--seeds", optarg);
-        else if (c == 'n') opt.needle_recipe = optarg;
-        else if (c == 'q') opt.needle_preset = optarg;
-        else if (c == 'r') opt.results = optarg;
-        else if (c == 'g') opt.plots = optarg;
-        else bad_option(argv, opts);
-    }
-    if (optind >= argc || !opt.needle_recipe) die("table5 needs a Table 6 RECIPE and --needle RECIPE\n%s", USAGE);
-    opt.table6_recipe = argv[optind];
-    opt.overrides = (const char* const*)argv + optind + 1;
-    opt.n_overrides = argc - optind - 1;
+    const Option options[] = {{"preset", OPTION_TEXT, &opt.preset, 0},         {"needle", OPTION_TEXT, &opt.needle_recipe, 0},
+                              {"needle-preset", OPTION_TEXT, &opt.needle_preset, 0}, {"seeds", OPTION_COUNT, &opt.seeds, 0},
+                              {"results", OPTION_TEXT, &opt.results, 0},       {"plots", OPTION_TEXT, &opt.plots, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (first >= argc || !opt.needle_recipe) die("table5 needs a Table 6 RECIPE and --needle RECIPE\n%s", USAGE);
+    opt.table6_recipe = argv[first];
+    opt.overrides = (const char* const*)argv + first + 1;
+    opt.n_overrides = argc - first - 1;
     return table5_main(&opt);
 }
 
 static int cmd_attn(int argc, char** argv) {
     int sample = -1, layer = -1, head = -1;
     const char* out = NULL;
-    static struct option opts[] = {{"sample", required_argument, 0, 's'}, {"layer", required_argument, 0, 'l'},
-                                   {"head", required_argument, 0, 'h'}, {"out", required_argument, 0, 'o'},
-                                   {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 's') sample = parse_int_arg("--sample", optarg);
-        else if (c == 'l') layer = parse_int_arg("--layer", optarg);
-        else if (c == 'h') head = parse_int_arg("--head", optarg);
-        else if (c == 'o') out = optarg;
-        else bad_option(argv, opts);
-    }
-    if (optind >= argc) die("attn needs a FILE\n%s", USAGE);
+    const Option options[] = {{"sample", OPTION_COUNT, &sample, 0}, {"layer", OPTION_COUNT, &layer, 0},
+                              {"head", OPTION_COUNT, &head, 0},     {"out", OPTION_TEXT, &out, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (first >= argc) die("attn needs a FILE\n%s", USAGE);
     if (sample < 0 || layer < 0 || head < 0) die("attn needs --sample, --layer and --head\n%s", USAGE);
-    if (optind + 1 < argc) die("attn: '%s': attn takes one FILE and options\n%s", argv[optind + 1], USAGE);
-    const char* file = argv[optind];
+    if (first + 1 < argc) die("attn: '%s': attn takes one FILE and options\n%s", argv[first + 1], USAGE);
+    const char* file = argv[first];
     char png[4200];
     if (out) snprintf(png, sizeof(png), "%s", out);
     else path_printf(png, sizeof(png), "%.*s_s%d_l%d_h%d.png", (int)(strlen(file) - (strstr(file, ".h5") ? 3 : 0)), file, sample, layer, head);
@@ -434,28 +405,20 @@ typedef struct {
     const char *device, *results;
     LogitQuant quant;
     int outliers, precise;
+    int first_argument;  // argv's first argument after the options
 } EvalArgs;
 
 static EvalArgs parse_eval_args(int argc, char** argv) {
-    EvalArgs a = {0, "cpu", "results", {0, QUANT_PER_TENSOR}, 0, 0};
-    static struct option opts[] = {{"windows", required_argument, 0, 'w'}, {"device", required_argument, 0, 'd'},
-                                   {"bits", required_argument, 0, 'b'}, {"scope", required_argument, 0, 's'},
-                                   {"outliers", no_argument, 0, 'o'}, {"precise", no_argument, 0, 'p'},
-                                   {"results", required_argument, 0, 'r'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'w') a.windows = parse_int_arg("--windows", optarg);
-        else if (c == 'd') a.device = optarg;
-        else if (c == 'b') a.quant.bits = parse_int_arg("--bits", optarg);
-        else if (c == 's') {
-            if (strcmp(optarg, "tensor") == 0) a.quant.scope = QUANT_PER_TENSOR;
-            else if (strcmp(optarg, "row") == 0) a.quant.scope = QUANT_PER_ROW;
-            else die("option --scope: 'tensor' or 'row', not '%s'\n%s", optarg, USAGE);
-        } else if (c == 'o') a.outliers = 1;
-        else if (c == 'p') a.precise = 1;
-        else if (c == 'r') a.results = optarg;
-        else bad_option(argv, opts);
-    }
+    EvalArgs a = {0, "cpu", "results", {0, QUANT_PER_TENSOR}, 0, 0, 0};
+    const char* scope = "tensor";
+    const Option options[] = {{"windows", OPTION_COUNT, &a.windows, 0},  {"device", OPTION_TEXT, &a.device, 0},
+                              {"bits", OPTION_COUNT, &a.quant.bits, 0},  {"scope", OPTION_TEXT, &scope, 0},
+                              {"outliers", OPTION_FLAG, &a.outliers, 0}, {"precise", OPTION_FLAG, &a.precise, 0},
+                              {"results", OPTION_TEXT, &a.results, 0}};
+    a.first_argument = parse_options(argc, argv, options, OPTIONS(options));
+    if (strcmp(scope, "tensor") == 0) a.quant.scope = QUANT_PER_TENSOR;
+    else if (strcmp(scope, "row") == 0) a.quant.scope = QUANT_PER_ROW;
+    else die("option --scope: 'tensor' or 'row', not '%s'\n%s", scope, USAGE);
     if (a.quant.bits == 1 || a.quant.bits > LOGIT_QUANT_UNQUANTIZED) die("option --bits: 2..%d (16: unquantized)\n%s", LOGIT_QUANT_UNQUANTIZED, USAGE);
     return a;
 }
@@ -528,14 +491,14 @@ static void print_outliers(Model* model, const Shard* val, int T, int windows, i
 
 static int cmd_eval(int argc, char** argv) {
     EvalArgs a = parse_eval_args(argc, argv);
-    if (optind >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
-    const char* path = argv[optind];
+    if (a.first_argument >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
+    const char* path = argv[a.first_argument];
     Config run;
     Model model;
     CheckpointInfo info;
     checkpoint_load(path, backend_named(a.device), &run, &model, NULL, &info);
     const char* data_dir = run.data;
-    for (int i = optind + 1; i < argc; i++) {
+    for (int i = a.first_argument + 1; i < argc; i++) {
         if (strncmp(argv[i], "data=", 5) != 0) die("eval: '%s': expected data=DIR\n%s", argv[i], USAGE);
         data_dir = argv[i] + 5;
     }
@@ -593,18 +556,10 @@ static int cmd_export(int argc, char** argv) {
 
 static int cmd_runs(int argc, char** argv) {
     RunFilter f = {"results", NULL, NULL, NULL};
-    static struct option opts[] = {{"results", required_argument, 0, 'r'}, {"experiment", required_argument, 0, 'e'},
-                                   {"preset", required_argument, 0, 'p'}, {"status", required_argument, 0, 's'},
-                                   {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'r') f.results = optarg;
-        else if (c == 'e') f.experiment = optarg;
-        else if (c == 'p') f.preset = optarg;
-        else if (c == 's') f.status = optarg;
-        else bad_option(argv, opts);
-    }
-    if (optind < argc) die("runs takes options only\n%s", USAGE);
+    const Option options[] = {{"results", OPTION_TEXT, &f.results, 0}, {"experiment", OPTION_TEXT, &f.experiment, 0},
+                              {"preset", OPTION_TEXT, &f.preset, 0},   {"status", OPTION_TEXT, &f.status, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (first < argc) die("runs takes options only\n%s", USAGE);
     runs_list(&f);
     return 0;
 }
@@ -613,20 +568,15 @@ static int cmd_runs(int argc, char** argv) {
 static int run_ids_command(int argc, char** argv, const char* figure,
                            void (*show)(const char* results, const int64_t* ids, int n, const char* png)) {
     const char *results = "results", *out = NULL;
-    static struct option opts[] = {{"results", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'r') results = optarg;
-        else if (c == 'o') out = optarg;
-        else bad_option(argv, opts);
-    }
-    int n = argc - optind;
+    const Option options[] = {{"results", OPTION_TEXT, &results, 0}, {"out", OPTION_TEXT, &out, 0}};
+    int first = parse_options(argc, argv, options, OPTIONS(options));
+    int n = argc - first;
     if (n < 1 || n > 16) die("%s takes 1 to 16 run ids (`difftx runs` lists them)\n%s", figure, USAGE);
     int64_t ids[16];
     char png[4096];
     snprintf(png, sizeof(png), "plots/%s", figure);
     for (int i = 0; i < n; i++) {
-        ids[i] = parse_int_arg("run id", argv[optind + i]);
+        ids[i] = parse_int_arg("run id", argv[first + i]);
         size_t len = strlen(png);
         snprintf(png + len, sizeof(png) - len, "_%lld", (long long)ids[i]);
     }
