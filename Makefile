@@ -13,6 +13,9 @@
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
+# Builds run as many jobs as the machine has cores (the tests themselves run one after another)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+
 PACKAGES := gcc g++ make pkg-config libopenblas-openmp-dev libdnnl-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev zlib1g-dev \
             gnuplot-nox hdf5-tools sqlite3 strace time perl $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm

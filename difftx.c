@@ -83,19 +83,15 @@ static int parse_int_arg(const char* flag, const char* value) {
     return (int)v;
 }
 
-// A subcommand's option: `--name VALUE` (or `--name=VALUE`; `-o VALUE` where short is 'o'), or
-// a flag without a value, into *target
-typedef enum {
-    OPTION_TEXT,      // const char*
-    OPTION_COUNT,     // int, a non-negative integer (parse_int_arg)
-    OPTION_NONNEG,    // float, a number >= 0
-    OPTION_FLAG,      // int, 1 when given
-} OptionKind;
-
+// A subcommand's option: `--name VALUE` (or `--name=VALUE`; `-o VALUE` where short_name is
+// 'o'), or a flag without a value. Exactly one target is set, and its type is the option's:
+// text, a non-negative integer (count), a number >= 0, or a flag (1 when given).
 typedef struct {
     const char* name;
-    OptionKind kind;
-    void* target;
+    const char** text;
+    int* count;
+    float* number;
+    int* flag;
     char short_name;
 } Option;
 
@@ -109,7 +105,7 @@ static int parse_options(int argc, char** argv, const Option* table, int n) {
     char shorts[2 * MAX_OPTIONS + 1] = "";
     if (n > MAX_OPTIONS) die("a subcommand with more than %d options", MAX_OPTIONS);
     for (int i = 0; i < n; i++) {
-        opts[i] = (struct option){table[i].name, table[i].kind == OPTION_FLAG ? no_argument : required_argument, 0,
+        opts[i] = (struct option){table[i].name, table[i].flag ? no_argument : required_argument, 0,
                                   table[i].short_name ? table[i].short_name : 256 + i};
         if (table[i].short_name) snprintf(shorts + strlen(shorts), sizeof(shorts) - strlen(shorts), "%c:", table[i].short_name);
     }
@@ -121,14 +117,14 @@ static int parse_options(int argc, char** argv, const Option* table, int n) {
         if (i == n) bad_option(argv, opts);
         char flag[80];
         snprintf(flag, sizeof(flag), "--%s", table[i].name);
-        if (table[i].kind == OPTION_TEXT) *(const char**)table[i].target = optarg;
-        else if (table[i].kind == OPTION_COUNT) *(int*)table[i].target = parse_int_arg(flag, optarg);
-        else if (table[i].kind == OPTION_FLAG) *(int*)table[i].target = 1;
+        if (table[i].text) *table[i].text = optarg;
+        else if (table[i].count) *table[i].count = parse_int_arg(flag, optarg);
+        else if (table[i].flag) *table[i].flag = 1;
         else {
             char* end;
             float v = strtof(optarg, &end);
             if (!plain_number(optarg, 1) || end == optarg || *end || !(v >= 0)) die("option %s: '%s' is not a number >= 0", flag, optarg);
-            *(float*)table[i].target = v;
+            *table[i].number = v;
         }
     }
     return optind;
@@ -137,10 +133,11 @@ static int parse_options(int argc, char** argv, const Option* table, int n) {
 
 static int cmd_prepare(int argc, char** argv) {
     PrepareOptions opt = PREPARE_DEFAULTS;
-    int shard_tokens = -1;
-    const Option options[] = {{"vocab", OPTION_COUNT, &opt.vocab_size, 0}, {"sample-mb", OPTION_COUNT, &opt.sample_mb, 0},
-                              {"shard-tokens", OPTION_COUNT, &shard_tokens, 0}};
+    int sample_mb = -1, shard_tokens = -1;  // the options' types; opt's are double and size_t
+    const Option options[] = {{"vocab", .count = &opt.vocab_size}, {"sample-mb", .count = &sample_mb},
+                              {"shard-tokens", .count = &shard_tokens}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
+    if (sample_mb >= 0) opt.sample_mb = sample_mb;
     if (shard_tokens >= 0) opt.shard_tokens = (size_t)shard_tokens;
     if (argc - first < 2) die("prepare needs OUT_DIR and at least one INPUT\n%s", USAGE);
     dataset_prepare(argv[first], (const char* const*)argv + first + 1, argc - first - 1, &opt);
@@ -149,8 +146,8 @@ static int cmd_prepare(int argc, char** argv) {
 
 static int cmd_needle_data(int argc, char** argv) {
     int seq_len = 1024, max_needles = NEEDLE_TRAIN_NEEDLES, seed = NEEDLE_DATA_SEED;
-    const Option options[] = {{"seq-len", OPTION_COUNT, &seq_len, 0}, {"max-needles", OPTION_COUNT, &max_needles, 0},
-                              {"seed", OPTION_COUNT, &seed, 0}};
+    const Option options[] = {{"seq-len", .count = &seq_len}, {"max-needles", .count = &max_needles},
+                              {"seed", .count = &seed}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (argc - first != 2) die("needle-data needs OUT_DIR and DATA_DIR\n%s", USAGE);
     if (max_needles < 1 || max_needles > NEEDLE_MAX) die("option --max-needles: must lie in 1..%d", NEEDLE_MAX);
@@ -164,7 +161,7 @@ static int cmd_needle_data(int argc, char** argv) {
 static int cmd_train(int argc, char** argv) {
     int until = 0;
     const char* results = "results";
-    const Option options[] = {{"until", OPTION_COUNT, &until, 0}, {"results", OPTION_TEXT, &results, 0}};
+    const Option options[] = {{"until", .count = &until}, {"results", .text = &results}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     Config cfg;
     load_config(&cfg, argc, argv, first);
@@ -194,9 +191,9 @@ static int cmd_sample(int argc, char** argv) {
     const char* device = "cpu";
     int n_tokens = 200, seed = 1;
     float temperature = 0.8f;
-    const Option options[] = {{"prompt", OPTION_TEXT, &prompt, 0}, {"tokens", OPTION_COUNT, &n_tokens, 0},
-                              {"temperature", OPTION_NONNEG, &temperature, 0}, {"seed", OPTION_COUNT, &seed, 0},
-                              {"device", OPTION_TEXT, &device, 0}};
+    const Option options[] = {{"prompt", .text = &prompt}, {"tokens", .count = &n_tokens},
+                              {"temperature", .number = &temperature}, {"seed", .count = &seed},
+                              {"device", .text = &device}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc) die("sample needs a CHECKPOINT\n%s", USAGE);
     if (first + 1 < argc) die("sample: '%s': sample takes one CHECKPOINT and options\n%s", argv[first + 1], USAGE);
@@ -216,9 +213,9 @@ static int cmd_bench(int argc, char** argv) {
     int vocab = 4096, steps = 6, forward_only = 0;
     const char* results = "results";
     const char* versus = NULL;
-    const Option options[] = {{"vocab", OPTION_COUNT, &vocab, 0}, {"steps", OPTION_COUNT, &steps, 0},
-                              {"forward", OPTION_FLAG, &forward_only, 0}, {"results", OPTION_TEXT, &results, 0},
-                              {"vs", OPTION_TEXT, &versus, 0}};
+    const Option options[] = {{"vocab", .count = &vocab}, {"steps", .count = &steps},
+                              {"forward", .flag = &forward_only}, {"results", .text = &results},
+                              {"vs", .text = &versus}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     Config cfg[2];
     const Backend* be = load_config(&cfg[0], argc, argv, first);
@@ -242,8 +239,8 @@ static int cmd_bench(int argc, char** argv) {
 
 static int cmd_table6(int argc, char** argv) {
     Table6Options opt = {NULL, "small", 1, "results", "plots", NULL, 0};
-    const Option options[] = {{"preset", OPTION_TEXT, &opt.preset, 0}, {"seeds", OPTION_COUNT, &opt.seeds, 0},
-                              {"results", OPTION_TEXT, &opt.results, 0}, {"plots", OPTION_TEXT, &opt.plots, 0}};
+    const Option options[] = {{"preset", .text = &opt.preset}, {"seeds", .count = &opt.seeds},
+                              {"results", .text = &opt.results}, {"plots", .text = &opt.plots}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc) die("table6 needs a RECIPE\n%s", USAGE);
     opt.recipe = argv[first];
@@ -254,9 +251,9 @@ static int cmd_table6(int argc, char** argv) {
 
 static int cmd_needle(int argc, char** argv) {
     NeedleOptions opt = {NULL, "default", NULL, "results", "plots", NULL, 0, 1};
-    const Option options[] = {{"preset", OPTION_TEXT, &opt.preset, 0}, {"task", OPTION_TEXT, &opt.task, 0},
-                              {"seeds", OPTION_COUNT, &opt.seeds, 0}, {"results", OPTION_TEXT, &opt.results, 0},
-                              {"plots", OPTION_TEXT, &opt.plots, 0}};
+    const Option options[] = {{"preset", .text = &opt.preset}, {"task", .text = &opt.task},
+                              {"seeds", .count = &opt.seeds}, {"results", .text = &opt.results},
+                              {"plots", .text = &opt.plots}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc) die("needle needs a RECIPE\n%s", USAGE);
     if (!opt.task) die("needle needs --task table2, fig5, table3 or fig8\n%s", USAGE);
@@ -292,9 +289,9 @@ static int parse_index_list(const char* flag, const char* text, int limit, int* 
 
 static int cmd_maps(int argc, char** argv) {
     const char *text_path = NULL, *prompt = NULL, *layers_arg = NULL, *heads_arg = NULL, *out = NULL, *device = "cpu";
-    const Option options[] = {{"text", OPTION_TEXT, &text_path, 0},   {"prompt", OPTION_TEXT, &prompt, 0},
-                              {"layers", OPTION_TEXT, &layers_arg, 0}, {"heads", OPTION_TEXT, &heads_arg, 0},
-                              {"out", OPTION_TEXT, &out, 'o'},         {"device", OPTION_TEXT, &device, 0}};
+    const Option options[] = {{"text", .text = &text_path},   {"prompt", .text = &prompt},
+                              {"layers", .text = &layers_arg}, {"heads", .text = &heads_arg},
+                              {"out", .text = &out, .short_name = 'o'},         {"device", .text = &device}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc) die("maps needs a CHECKPOINT\n%s", USAGE);
     if (first + 1 < argc) die("maps: '%s': maps takes one CHECKPOINT and options\n%s", argv[first + 1], USAGE);
@@ -348,7 +345,7 @@ static int cmd_maps(int argc, char** argv) {
 static int cmd_view(int argc, char** argv) {
     int sample = 0;
     const char* out = NULL;
-    const Option options[] = {{"sample", OPTION_COUNT, &sample, 0}, {"out", OPTION_TEXT, &out, 'o'}};
+    const Option options[] = {{"sample", .count = &sample}, {"out", .text = &out, .short_name = 'o'}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc) die("view needs a maps FILE\n%s", USAGE);
     if (first + 1 < argc) die("view: '%s': view takes one FILE and options\n%s", argv[first + 1], USAGE);
@@ -362,9 +359,9 @@ static int cmd_view(int argc, char** argv) {
 
 static int cmd_table5(int argc, char** argv) {
     Table5Options opt = {NULL, "small", NULL, "default", "results", "plots", NULL, 0, 1};
-    const Option options[] = {{"preset", OPTION_TEXT, &opt.preset, 0},         {"needle", OPTION_TEXT, &opt.needle_recipe, 0},
-                              {"needle-preset", OPTION_TEXT, &opt.needle_preset, 0}, {"seeds", OPTION_COUNT, &opt.seeds, 0},
-                              {"results", OPTION_TEXT, &opt.results, 0},       {"plots", OPTION_TEXT, &opt.plots, 0}};
+    const Option options[] = {{"preset", .text = &opt.preset},         {"needle", .text = &opt.needle_recipe},
+                              {"needle-preset", .text = &opt.needle_preset}, {"seeds", .count = &opt.seeds},
+                              {"results", .text = &opt.results},       {"plots", .text = &opt.plots}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc || !opt.needle_recipe) die("table5 needs a Table 6 RECIPE and --needle RECIPE\n%s", USAGE);
     opt.table6_recipe = argv[first];
@@ -376,8 +373,8 @@ static int cmd_table5(int argc, char** argv) {
 static int cmd_attn(int argc, char** argv) {
     int sample = -1, layer = -1, head = -1;
     const char* out = NULL;
-    const Option options[] = {{"sample", OPTION_COUNT, &sample, 0}, {"layer", OPTION_COUNT, &layer, 0},
-                              {"head", OPTION_COUNT, &head, 0},     {"out", OPTION_TEXT, &out, 0}};
+    const Option options[] = {{"sample", .count = &sample}, {"layer", .count = &layer},
+                              {"head", .count = &head},     {"out", .text = &out}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc) die("attn needs a FILE\n%s", USAGE);
     if (sample < 0 || layer < 0 || head < 0) die("attn needs --sample, --layer and --head\n%s", USAGE);
@@ -411,10 +408,10 @@ typedef struct {
 static EvalArgs parse_eval_args(int argc, char** argv) {
     EvalArgs a = {0, "cpu", "results", {0, QUANT_PER_TENSOR}, 0, 0, 0};
     const char* scope = "tensor";
-    const Option options[] = {{"windows", OPTION_COUNT, &a.windows, 0},  {"device", OPTION_TEXT, &a.device, 0},
-                              {"bits", OPTION_COUNT, &a.quant.bits, 0},  {"scope", OPTION_TEXT, &scope, 0},
-                              {"outliers", OPTION_FLAG, &a.outliers, 0}, {"precise", OPTION_FLAG, &a.precise, 0},
-                              {"results", OPTION_TEXT, &a.results, 0}};
+    const Option options[] = {{"windows", .count = &a.windows},  {"device", .text = &a.device},
+                              {"bits", .count = &a.quant.bits},  {"scope", .text = &scope},
+                              {"outliers", .flag = &a.outliers}, {"precise", .flag = &a.precise},
+                              {"results", .text = &a.results}};
     a.first_argument = parse_options(argc, argv, options, OPTIONS(options));
     if (strcmp(scope, "tensor") == 0) a.quant.scope = QUANT_PER_TENSOR;
     else if (strcmp(scope, "row") == 0) a.quant.scope = QUANT_PER_ROW;
@@ -556,8 +553,8 @@ static int cmd_export(int argc, char** argv) {
 
 static int cmd_runs(int argc, char** argv) {
     RunFilter f = {"results", NULL, NULL, NULL};
-    const Option options[] = {{"results", OPTION_TEXT, &f.results, 0}, {"experiment", OPTION_TEXT, &f.experiment, 0},
-                              {"preset", OPTION_TEXT, &f.preset, 0},   {"status", OPTION_TEXT, &f.status, 0}};
+    const Option options[] = {{"results", .text = &f.results}, {"experiment", .text = &f.experiment},
+                              {"preset", .text = &f.preset},   {"status", .text = &f.status}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first < argc) die("runs takes options only\n%s", USAGE);
     runs_list(&f);
@@ -568,7 +565,7 @@ static int cmd_runs(int argc, char** argv) {
 static int run_ids_command(int argc, char** argv, const char* figure,
                            void (*show)(const char* results, const int64_t* ids, int n, const char* png)) {
     const char *results = "results", *out = NULL;
-    const Option options[] = {{"results", OPTION_TEXT, &results, 0}, {"out", OPTION_TEXT, &out, 0}};
+    const Option options[] = {{"results", .text = &results}, {"out", .text = &out}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     int n = argc - first;
     if (n < 1 || n > 16) die("%s takes 1 to 16 run ids (`difftx runs` lists them)\n%s", figure, USAGE);
