@@ -13,9 +13,6 @@
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
-# Builds run as many jobs as the machine has cores (the tests themselves run one after another)
-MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
-
 PACKAGES := gcc g++ make pkg-config libopenblas-openmp-dev libdnnl-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev zlib1g-dev \
             gnuplot-nox hdf5-tools sqlite3 strace time perl $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
@@ -93,7 +90,7 @@ CORE := $(MODEL) $(DATA) $(EVAL) $(RUN) $(STUDIES) $(VIZ)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 TESTS := test_blas_kernel test_bf16 test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: browser-deps all help deps data train check test bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-build gpu-bundle
+.PHONY: browser-deps all help deps data train check test test-build bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-build cuda-portable-build gpu-bundle
 .SECONDARY:
 all: $(B)/difftx
 
@@ -199,6 +196,10 @@ table5: $(B)/difftx data/default/train.bin
 CUDA_PROGRAMS := difftx test_backend_ops test_devices test_cudnn_graphs
 cuda-build:
 	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 $(addprefix build/cuda/,$(CUDA_PROGRAMS)),@echo "no nvcc: the CUDA build is not compiled")
+# the GPU bundle's portable build, which test_cuda_build.sh packs: compiled beside the others
+# (in parallel) rather than inside that test
+cuda-portable-build:
+	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 PORTABLE=1 $(addprefix build/cuda-portable/,$(CUDA_PROGRAMS)),@echo "no nvcc: the portable CUDA build is not compiled")
 
 # The CUDA kernels under a CPU emulation of the GPU (tests/cuda_emulation), in every test run:
 # the .cu sources, translated (launch syntax, __shared__) and compiled as C++ unchanged, with
@@ -278,9 +279,13 @@ check: $(addprefix $(B)/,$(CHECK_TESTS))
 	BUILD=$(B) tests/run.sh --check $(CHECK_TESTS)
 
 # SANITIZE=1 leaves out test_memory: the sanitizers' shadow memory makes its bounds meaningless
-test: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openblas.so $(if $(SANITIZE),,cuda-build) \
-      $(if $(SANITIZE)$(CUDA),,$(EMU_ALL)) browser-deps
+# The packages first, one installation at a time; then every build in parallel, a job per core
+# (the tests themselves run one after another)
+test: build/deps.stamp browser-deps
+	$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 1) test-build
 	BUILD=$(B) tests/run.sh $(TESTS)
+test-build: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openblas.so \
+            $(if $(SANITIZE),,cuda-build cuda-portable-build) $(if $(SANITIZE)$(CUDA),,$(EMU_ALL))
 
 # A folder for a GPU machine that has the driver and CUDA but none of this project's
 # libraries: the CUDA build, its tests, the libraries they load (from ldd; glibc, the
