@@ -272,7 +272,7 @@ browser-deps:
 	@if [ "$$(id -u)" = 0 ]; then $(call ensure,$(BROWSER_PACKAGES)); fi
 
 # The fast loop beside `make test`: the unit programs alone, test_backend_ops at its small
-# shapes; no CUDA build, emulation, end-to-end runs or test_checkpoint (46 s of corrupt files):
+# shapes; no CUDA build, emulation, end-to-end runs or test_checkpoint (25 s of corrupt files):
 # under a minute on 2 cores
 CHECK_TESTS := $(filter-out test_checkpoint,$(TESTS))
 check: $(addprefix $(B)/,$(CHECK_TESTS))

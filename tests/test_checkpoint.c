@@ -1,5 +1,5 @@
-// Corrupt checkpoints never load as something else: every 11th byte of a checkpoint's metadata
-// (everything but the tensors' chunk data, which Fletcher32 covers; 11 is prime to 8, so every bit
+// Corrupt checkpoints never load as something else: every 23rd byte of a checkpoint's metadata
+// (everything but the tensors' chunk data, which Fletcher32 covers; 23 is prime to 8, so every bit
 // position is tried) gets one bit flipped (all of them: 24,137 bytes, 88 s), and loading that copy
 // must either refuse with an error or give back exactly what was saved, never other values and
 // never a crash. Attributes that contradict each other or the config (step beyond steps, rows seen,
@@ -122,7 +122,7 @@ static void test_bit_flips(void) {
     for (size_t at = 0; at < size; at++) {
         int in_chunk = 0;
         for (int r = 0; r < n_ranges; r++) in_chunk |= at >= ranges[r][0] && at < ranges[r][1];
-        if (in_chunk || metadata++ % 11) continue;
+        if (in_chunk || metadata++ % 23) continue;
         bytes[at] ^= (char)(1 << (at % 8));
         FILE* f = fopenCheck(FLIPPED, "wb");
         fwriteCheck(bytes, 1, size, f, FLIPPED);
@@ -136,7 +136,7 @@ static void test_bit_flips(void) {
     }
     printf("  %d metadata bytes of %zu flipped: %d refused, %d loaded unchanged, %d loaded changed, %d crashed\n", flips, size,
            counts[1], counts[0], counts[3], counts[9]);
-    CHECK(n_ranges == 3 * saved.n_tensors && flips > 2000, "%d chunk ranges, %d metadata bytes tried", n_ranges, flips);
+    CHECK(n_ranges == 3 * saved.n_tensors && flips > 1000, "%d chunk ranges, %d metadata bytes tried", n_ranges, flips);
     CHECK(counts[3] == 0, "no flipped metadata bit loads as other values (%d did, the first at byte %zu)", counts[3], first_silent);
     CHECK(counts[9] == 0, "no flipped metadata bit crashes the loader (%d did, the first at byte %zu)", counts[9], first_crash);
     free(bytes);
