@@ -284,9 +284,6 @@ static int parse_index_list(const char* flag, const char* text, int limit, int* 
     return n;
 }
 
-// Maps are T x T floats per head and map, so a text is bounded: 2,048 tokens is 16 MiB a map
-#define MAPS_MAX_TOKENS 2048
-
 static int cmd_maps(int argc, char** argv) {
     const char *text_path = NULL, *prompt = NULL, *layers_arg = NULL, *heads_arg = NULL, *out = NULL, *device = "cpu";
     const Option options[] = {{"text", .text = &text_path},   {"prompt", .text = &prompt},
@@ -315,27 +312,8 @@ static int cmd_maps(int argc, char** argv) {
     char* text = text_path ? read_text_file(text_path, &len) : strdup(prompt);
     if (!text) die("out of memory");
     if (!text_path) len = strlen(text);
-    const char* nul = memchr(text, 0, len);  // a zero byte: binary data, whose tokens would mean nothing
-    if (nul) die("--text '%s' looks binary (a zero byte at offset %td); give a text file", text_path, nul - text);
-    int* tokens = mallocCheck((len + 1) * sizeof(int));
-    tokens[0] = tok.eot;  // documents start with <|endoftext|> in training
-    int T = 1 + (len ? (int)tokenizer_encode(&tok, text, len, tokens + 1) : 0);
-    int maps_per_head = model.M == 2 ? 3 : 1;
-    double mib = (double)n_layers * n_heads * maps_per_head * T * (double)T * sizeof(float) / (1 << 20);
-    if (T > MAPS_MAX_TOKENS) {
-        die("%s: %d tokens; maps take T x T floats per map and head (%.0f MiB before compression for these %d layers x %d "
-            "heads), so a text is at most %d tokens: shorten it", text_path ? text_path : "--prompt", T, mib, n_layers, n_heads,
-            MAPS_MAX_TOKENS);
-    }
-    printf("%s: %d tokens (BOS and the text), %d layer(s) x %d head(s) x %d map(s) of %d x %d: %.1f MiB before compression\n",
-           ckpt, T, n_layers, n_heads, maps_per_head, T, T, mib);
-    MapsFile maps;
-    maps_file_create(&maps, out, &model, ckpt);
-    maps_file_text(&maps, tokens, T, &tok);
-    maps_of_text(&model, tokens, T, layers, n_layers, heads, n_heads, maps_file_head, &maps);
-    maps_file_close(&maps);
+    maps_of_document(out, &model, &tok, text, len, text_path ? text_path : "--prompt", layers, n_layers, heads, n_heads, ckpt);
     printf("wrote %s (%s attention); view it with: difftx view %s -o VIEW.html\n", out, config_attention_name(&model.cfg), out);
-    free(tokens);
     free(text);
     tokenizer_free(&tok);
     model_free(&model);
@@ -447,45 +425,6 @@ static int eval_windows(const EvalArgs* a, const char* path, const Config* run, 
     return windows;
 }
 
-static void print_slice_loss(const SliceLoss* s, const char* f, int T) {
-    printf("valid ");
-    printf(f, s->valid);
-    if (isfinite(s->arhit)) {
-        printf(" | AR-Hit ");
-        printf(f, s->arhit);
-        printf(" (%.2f%% of tokens: %ld)", 100 * s->arhit_fraction, (long)llround(s->arhit_fraction * s->tokens));
-    } else {
-        printf(" | AR-Hit: no AR-Hit tokens in these windows");
-    }
-    printf(" | Others ");
-    printf(f, s->others);
-    printf("\nby position (%d bins of %d tokens):", POSITION_BINS, T / POSITION_BINS);
-    for (int b = 0; b < POSITION_BINS; b++) {
-        printf(" ");
-        printf(f, s->position[b]);
-    }
-    printf("\n");
-}
-
-// Table 5's statistics over the same windows
-static void print_outliers(Model* model, const Shard* val, int T, int windows, int batch, const char* f) {
-    OutlierStats st;
-    outlier_stats_collect(&st, model, val, T, windows, T, batch);
-    for (int k = 0; k < OUTLIER_KINDS; k++) {
-        const ActStats* a = &st.pooled[k];
-        printf("%s, pooled over %d layers: Top-1 ", k == OUTLIER_LOGITS ? "attention logits" : "hidden states", st.L);
-        printf(f, act_stats_top(a, 1));
-        printf(", Top-10 ");
-        printf(f, act_stats_top(a, 10));
-        printf(", Top-100 ");
-        printf(f, act_stats_top(a, 100));
-        printf(", median ");
-        printf(f, act_stats_median(a));
-        printf(", Top-1 / median %.1f\n", act_stats_top(a, 1) / act_stats_median(a));
-    }
-    outlier_stats_free(&st);
-}
-
 static int cmd_eval(int argc, char** argv) {
     EvalArgs a = parse_eval_args(argc, argv);
     if (a.first_argument >= argc) die("eval needs a CHECKPOINT\n%s", USAGE);
@@ -517,8 +456,13 @@ static int cmd_eval(int argc, char** argv) {
     if (logit_quant_levels(a.quant.bits)) printf("; attention logits quantized to %d bits per %s", a.quant.bits, a.quant.scope == QUANT_PER_ROW ? "row" : "tensor");
     printf("\n");
     const char* f = a.precise ? "%.17g" : "%.4f";  // every digit on request
-    print_slice_loss(&s, f, T);
-    if (a.outliers) print_outliers(&model, &data.val, T, windows, run.batch_size, f);
+    slice_loss_print(stdout, &s, f, T);
+    if (a.outliers) {
+        OutlierStats st;
+        outlier_stats_collect(&st, &model, &data.val, T, windows, T, run.batch_size);  // Table 5's, over the same windows
+        outlier_stats_print(stdout, &st, f);
+        outlier_stats_free(&st);
+    }
     data_close(&data);
     model_free(&model);
     return 0;

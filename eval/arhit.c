@@ -107,3 +107,23 @@ SliceLoss evaluate_on_data(Model* model, const DataDir* data, int n_windows, int
     bigrams_free(&table);
     return s;
 }
+
+void slice_loss_print(FILE* out, const SliceLoss* s, const char* f, int T) {
+    fprintf(out, "valid ");
+    fprintf(out, f, s->valid);
+    if (isfinite(s->arhit)) {
+        fprintf(out, " | AR-Hit ");
+        fprintf(out, f, s->arhit);
+        fprintf(out, " (%.2f%% of tokens: %ld)", 100 * s->arhit_fraction, (long)llround(s->arhit_fraction * s->tokens));
+    } else {
+        fprintf(out, " | AR-Hit: no AR-Hit tokens in these windows");
+    }
+    fprintf(out, " | Others ");
+    fprintf(out, f, s->others);
+    fprintf(out, "\nby position (%d bins of %d tokens):", POSITION_BINS, T / POSITION_BINS);
+    for (int b = 0; b < POSITION_BINS; b++) {
+        fprintf(out, " ");
+        fprintf(out, f, s->position[b]);
+    }
+    fprintf(out, "\n");
+}

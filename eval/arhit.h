@@ -7,6 +7,7 @@
 #define ARHIT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "../data/dataset.h"
@@ -60,5 +61,8 @@ SliceLoss evaluate_slices(Model* model, const Shard* val, const BigramTable* tab
 // the training shards' bigram counts (AR-Hit's reference), then evaluate_slices over the first
 // n_windows validation windows in batches of `batch` windows
 SliceLoss evaluate_on_data(Model* model, const DataDir* data, int n_windows, int batch, WindowLoss* per_window);
+// s as `difftx eval` prints it: valid, AR-Hit with its token share, Others, then the position
+// bins of seq_len T, each number in the printf format f ("%.4f")
+void slice_loss_print(FILE* out, const SliceLoss* s, const char* f, int T);
 
 #endif

@@ -265,3 +265,26 @@ void maps_sample_close(MapsSample* s) {
     H5Gclose(s->group);
     H5Fclose(s->file);
 }
+
+void maps_of_document(const char* out, Model* model, const Tokenizer* tok, const char* text, size_t len, const char* source,
+                      const int* layers, int n_layers, const int* heads, int n_heads, const char* checkpoint) {
+    const char* nul = memchr(text, 0, len);  // a zero byte: binary data, whose tokens would mean nothing
+    if (nul) die("--text '%s' looks binary (a zero byte at offset %td); give a text file", source, nul - text);
+    int* tokens = mallocCheck((len + 1) * sizeof(int));
+    tokens[0] = tok->eot;  // documents start with <|endoftext|> in training
+    int T = 1 + (len ? (int)tokenizer_encode(tok, text, len, tokens + 1) : 0);
+    int maps_per_head = model->M == 2 ? 3 : 1;
+    double mib = (double)n_layers * n_heads * maps_per_head * T * (double)T * sizeof(float) / (1 << 20);
+    if (T > MAPS_MAX_TOKENS) {
+        die("%s: %d tokens; maps take T x T floats per map and head (%.0f MiB before compression for these %d layers x %d "
+            "heads), so a text is at most %d tokens: shorten it", source, T, mib, n_layers, n_heads, MAPS_MAX_TOKENS);
+    }
+    printf("%s: %d tokens (BOS and the text), %d layer(s) x %d head(s) x %d map(s) of %d x %d: %.1f MiB before compression\n",
+           checkpoint, T, n_layers, n_heads, maps_per_head, T, T, mib);
+    MapsFile maps;
+    maps_file_create(&maps, out, model, checkpoint);
+    maps_file_text(&maps, tokens, T, tok);
+    maps_of_text(model, tokens, T, layers, n_layers, heads, n_heads, maps_file_head, &maps);
+    maps_file_close(&maps);
+    free(tokens);
+}

@@ -52,6 +52,15 @@ void maps_of_text(Model* m, const int* tokens, int T, const int* layers, int n_l
 // Closes and renames into place
 void maps_file_close(MapsFile* f);
 
+// Maps are T x T floats per head and map, so a text is bounded: 2,048 tokens is 16 MiB a map
+#define MAPS_MAX_TOKENS 2048
+// `difftx maps`: the maps file `out` of one text (len bytes; `source` names it in messages: a
+// file or "--prompt") read by model after <|endoftext|>, as training documents start, for the
+// listed layers and heads; dies, before writing anything, on a zero byte (binary data) or more
+// than MAPS_MAX_TOKENS tokens, saying the size; prints the size it writes
+void maps_of_document(const char* out, Model* model, const Tokenizer* tok, const char* text, size_t len, const char* source,
+                      const int* layers, int n_layers, const int* heads, int n_heads, const char* checkpoint);
+
 // Reader: one sample of a maps file, opened read-only and checked (format, layer and head
 // counts, increasing rows, needle spans); every error dies naming the file ("attention maps
 // 'path'", label) and the sample

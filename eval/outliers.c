@@ -232,3 +232,18 @@ void outlier_stats_write(const OutlierStats* s, const char* path, const char* mo
     h5_check(H5Fclose(file), "closing", label);
     renameCheck(tmp, path);
 }
+
+void outlier_stats_print(FILE* out, const OutlierStats* st, const char* f) {
+    for (int k = 0; k < OUTLIER_KINDS; k++) {
+        const ActStats* a = &st->pooled[k];
+        fprintf(out, "%s, pooled over %d layers: Top-1 ", k == OUTLIER_LOGITS ? "attention logits" : "hidden states", st->L);
+        fprintf(out, f, act_stats_top(a, 1));
+        fprintf(out, ", Top-10 ");
+        fprintf(out, f, act_stats_top(a, 10));
+        fprintf(out, ", Top-100 ");
+        fprintf(out, f, act_stats_top(a, 100));
+        fprintf(out, ", median ");
+        fprintf(out, f, act_stats_median(a));
+        fprintf(out, ", Top-1 / median %.1f\n", act_stats_top(a, 1) / act_stats_median(a));
+    }
+}

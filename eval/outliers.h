@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../data/dataset.h"
 #include "../model/model.h"
@@ -59,6 +60,9 @@ typedef struct {
 // collecting both kinds. The attention logits are seen as the backend computes them.
 void outlier_stats_collect(OutlierStats* out, Model* model, const Shard* text, int T, int windows, int stride, int batch);
 void outlier_stats_free(OutlierStats* s);
+// The pooled statistics of each kind as `difftx eval --outliers` prints them: Top-1, Top-10,
+// Top-100, median and Top-1 / median, each number in the printf format f
+void outlier_stats_print(FILE* out, const OutlierStats* s, const char* f);
 // Per-layer and pooled statistics into an HDF5 file (docs/outliers.md has the layout), via a
 // temporary file renamed into place
 void outlier_stats_write(const OutlierStats* s, const char* path, const char* model_label);
