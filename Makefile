@@ -88,7 +88,7 @@ STUDIES := studies/registry.c studies/recipe.c studies/tracked.c studies/study.c
 VIZ := viz/attn_plot.c viz/attn_view.c
 CORE := $(MODEL) $(DATA) $(EVAL) $(RUN) $(STUDIES) $(VIZ)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
-TESTS := test_blas_kernel test_bf16 test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
+TESTS := test_blas_kernel test_bf16 test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_registry test_decoding test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
 .PHONY: browser-deps all help deps data train check test test-build bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-build cuda-portable-build gpu-bundle
 .SECONDARY:

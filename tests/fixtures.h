@@ -52,4 +52,19 @@ static inline Config tiny_model_config(AttentionKind kind) {
     return cfg;
 }
 
+// Two layers, d_model 32, heads of width 8 (two for a variant whose heads are two maps wide, else
+// four), context 96 over one and a half query blocks: the decoding and needle tests' model
+static inline Config short_context_config(AttentionKind kind) {
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.model.attention = kind;
+    cfg.model.n_layer = 2;
+    cfg.model.d_model = 32;
+    cfg.model.n_head = ATTN_VARIANTS[kind].maps == 2 && !ATTN_VARIANTS[kind].shared_kv ? 2 : 4;
+    cfg.model.head_dim = 8;
+    cfg.model.seq_len = 96;
+    config_validate(&cfg);
+    return cfg;
+}
+
 #endif

@@ -3,18 +3,12 @@
 // answer is known (a constant shift of 0.5 has the interval [0.5, 0.5]; differences of ±1 give
 // about [−0.2, +0.2] and "within noise"; seed gaps 1..4; units pooled as Σnum/Σden; no interval
 // from one unit; no data), reproducible; the spike watch's z-scores by hand (6 for 8 after
-// alternating 1 and 3; none before 32 values or without spread); window losses written, replaced
-// and read back bitwise; the registry under two concurrent writers (600 metric transactions,
-// integrity check), a worker killed with SIGKILL (never FINISHED, reaped as KILLED, rerun as
-// attempt 2).
+// alternating 1 and 3; none before 32 values or without spread). The registry's own tests are
+// test_registry's.
 #define _DEFAULT_SOURCE
-#include <signal.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "../eval/arhit.h"
-#include "../studies/registry.h"
 #include "../run/spikes.h"
 #include "../studies/verdict.h"
 #include "../base/util.h"
@@ -134,133 +128,10 @@ static void test_spikes(void) {
     CHECK(spike_watch(&a, 4) == spike_watch(&b, 4), "replaying the same values gives the same z-score");
 }
 
-static void write_text(const char* path, const char* text) {
-    FILE* f = fopenCheck(path, "w");
-    fputs(text, f);
-    fcloseCheck(f, path);
-}
-
-static void test_registry(void) {
-    const char* path = "build/test_registry.sqlite";
-    unlink(path);
-    Registry reg;
-    registry_open(&reg, path);
-    int64_t exp = registry_experiment(&reg, "table6", "smoke", "recipe.ini", "text");
-    CHECK(exp == registry_experiment(&reg, "table6", "smoke", "recipe.ini", "text"), "experiments are found again");
-    Config cfg;
-    config_defaults(&cfg);
-    // a finished run counts only while its recorded checkpoint is there: one file both rows write
-    snprintf(cfg.out, sizeof(cfg.out), "build/test_registry_run");
-    mkdir_p(cfg.out);
-    char ckpt[4200];
-    config_checkpoint_path(&cfg, ckpt, sizeof(ckpt));
-    write_text(ckpt, "weights");
-    // two processes write 300 metric transactions each at the same time
-    pid_t kids[2];
-    for (int k = 0; k < 2; k++) {
-        kids[k] = fork();
-        if (kids[k] == 0) {
-            Registry own;
-            registry_open(&own, path);
-            char row[16];
-            snprintf(row, sizeof(row), "row%d", k);
-            int64_t run = registry_begin_run(&own, exp, row, 1, &cfg, "cpu", NULL);
-            for (int i = 0; i < 300; i++) {
-                const char* key = "train_loss";
-                int64_t tokens = i;
-                double value = k + i * 1e-3;
-                registry_metrics(&own, run, 1, &key, &i, &tokens, &value, &value);
-            }
-            registry_artifact(&own, run, "checkpoint", ckpt);
-            registry_end_run(&own, run, RUN_FINISHED);
-            registry_close(&own);
-            _exit(0);
-        }
-    }
-    int ok = 1;
-    for (int k = 0; k < 2; k++) {
-        int status;
-        waitpid(kids[k], &status, 0);
-        ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    }
-    CHECK(ok, "both concurrent writers finish");
-    sqlite3_stmt* st;
-    sqlite3_prepare_v2(reg.db, "SELECT COUNT(*), COUNT(DISTINCT run_id) FROM metrics", -1, &st, NULL);
-    sqlite3_step(st);
-    CHECK(sqlite3_column_int(st, 0) == 600 && sqlite3_column_int(st, 1) == 2, "600 metrics from 2 runs, got %d", sqlite3_column_int(st, 0));
-    sqlite3_finalize(st);
-    sqlite3_prepare_v2(reg.db, "PRAGMA integrity_check", -1, &st, NULL);
-    sqlite3_step(st);
-    CHECK(strcmp((const char*)sqlite3_column_text(st, 0), "ok") == 0, "database integrity after concurrent writes");
-    sqlite3_finalize(st);
-    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) > 0 && registry_finished_run(&reg, exp, "row0", 2, &cfg, NULL) == 0,
-          "finished runs are found by seed");
-    Config other = cfg;
-    other.optim.lr *= 2;
-    CHECK(registry_finished_run(&reg, exp, "row0", 1, &other, NULL) == 0, "a run with another config does not count as finished");
-    unlink(ckpt);
-    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "a finished run whose checkpoint is gone does not count");
-    write_text(ckpt, "another run's weights");
-    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "nor one whose checkpoint another run replaced");
-    write_text(ckpt, "weights");
-    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) > 0, "the file it recorded, byte for byte, counts again");
-
-    // a worker killed with SIGKILL leaves its run RUNNING; reaping marks it KILLED, never FINISHED
-    pid_t victim = fork();
-    if (victim == 0) {
-        Registry own;
-        registry_open(&own, path);
-        registry_begin_run(&own, exp, "victim", 1, &cfg, "cpu", NULL);
-        for (;;) pause();
-    }
-    int64_t running = 0;
-    for (int tries = 0; tries < 500 && !running; tries++) {
-        usleep(10000);
-        sqlite3_prepare_v2(reg.db, "SELECT COUNT(*) FROM runs WHERE row = 'victim' AND status = 'RUNNING'", -1, &st, NULL);
-        sqlite3_step(st);
-        running = sqlite3_column_int(st, 0);
-        sqlite3_finalize(st);
-    }
-    kill(victim, SIGKILL);
-    waitpid(victim, NULL, 0);
-    CHECK(running == 1 && registry_finished_run(&reg, exp, "victim", 1, &cfg, NULL) == 0, "a killed run never shows FINISHED");
-    CHECK(registry_reap(&reg) == 1, "reaping finds the dead worker");
-    sqlite3_prepare_v2(reg.db, "SELECT status, ended IS NOT NULL FROM runs WHERE row = 'victim'", -1, &st, NULL);
-    sqlite3_step(st);
-    CHECK(strcmp((const char*)sqlite3_column_text(st, 0), "KILLED") == 0 && sqlite3_column_int(st, 1), "the killed run is marked KILLED");
-    sqlite3_finalize(st);
-    int64_t second = registry_begin_run(&reg, exp, "victim", 1, &cfg, "cpu", NULL);
-    sqlite3_prepare_v2(reg.db, "SELECT attempt FROM runs WHERE id = ?", -1, &st, NULL);
-    sqlite3_bind_int64(st, 1, second);
-    sqlite3_step(st);
-    CHECK(sqlite3_column_int(st, 0) == 2, "a rerun is attempt 2");
-    sqlite3_finalize(st);
-    // per-window loss sums come back as written, and a second write replaces the first
-    WindowLoss w[3] = {{{0}, {0}}}, back[3];
-    for (int i = 0; i < 3; i++) {
-        for (int k = 0; k < WINDOW_SLICES; k++) {
-            w[i].sum[k] = 0.1 * i + k + 1.0 / 3;
-            w[i].count[k] = 10 * i + k;
-        }
-    }
-    CHECK(registry_window_losses_read(&reg, second, 3, back) == 0, "a run without window losses has none");
-    registry_window_losses(&reg, second, 3, w);
-    w[1].sum[SLICE_ARHIT] = 42;
-    registry_window_losses(&reg, second, 3, w);
-    CHECK(registry_window_losses_read(&reg, second, 3, back) == 3 && memcmp(back, w, sizeof(w)) == 0,
-          "window losses round-trip bitwise; the second write replaced the first");
-    CHECK(registry_window_losses_read(&reg, second, 2, back) == 2 && back[1].sum[SLICE_ARHIT] == 42, "reading the first 2 windows");
-    CHECK(registry_window_count(&reg, second) == 3 && registry_window_count(&reg, second + 1000) == 0,
-          "the run has 3 windows recorded, an unknown run none");
-    registry_close(&reg);
-    unlink(path);
-}
-
 int main(void) {
     test_arhit();
     test_window_loss();
     test_verdict();
     test_spikes();
-    test_registry();
     return check_summary();
 }

@@ -286,53 +286,6 @@ static void test_cut_log_line(void) {
     free(log_b);
 }
 
-// A registry from before schema versions (params as text, no `ranks`) is migrated: numbers
-// compare as numbers, its runs have one rank, and it says which schema it now has
-static void test_registry_migration(void) {
-    const char* db = "build/test_train_old.sqlite";
-    unlink(db);
-    sqlite3* old;
-    sqlite3_open(db, &old);
-    sqlite3_exec(old, "CREATE TABLE experiments (id INTEGER PRIMARY KEY, name TEXT NOT NULL, preset TEXT NOT NULL,"
-                      " recipe_path TEXT NOT NULL, recipe_text TEXT NOT NULL, created TEXT NOT NULL, UNIQUE (name, preset));"
-                      "CREATE TABLE runs (id INTEGER PRIMARY KEY, experiment_id INTEGER NOT NULL, row TEXT NOT NULL,"
-                      " seed INTEGER NOT NULL, attempt INTEGER NOT NULL, status TEXT NOT NULL, git_commit TEXT NOT NULL,"
-                      " git_dirty INTEGER NOT NULL, host TEXT NOT NULL, cpu_model TEXT NOT NULL, threads INTEGER NOT NULL,"
-                      " pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL, out_dir TEXT NOT NULL,"
-                      " started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
-                      "CREATE TABLE params (run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
-                      " PRIMARY KEY (run_id, key));"
-                      "CREATE TABLE metrics (run_id INTEGER NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL,"
-                      " tokens INTEGER NOT NULL, value REAL NOT NULL);"
-                      "INSERT INTO metrics VALUES (2, 'val_loss', 10, 100, 5.5);"
-                      "INSERT INTO experiments VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
-                      "INSERT INTO runs VALUES (1, 1, 'diff', 1000, 1, 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 1, 'x', 'o', 'now', 'now');"
-                      "INSERT INTO runs VALUES (2, 1, 'diff', 1001, 1, 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 1,"
-                      " 'attention = diff\nd_model = 256\nhead_dim = 0\nffn_hidden = 0\nlr = 0.00100000005\n', 'o', 'now', 'now');"
-                      "INSERT INTO params VALUES (1, 'n_layer', '10'), (1, 'lr', '0.00100000005'), (1, 'attention', 'diff'),"
-                      " (1, 'head_norm', 'true');",
-                 NULL, NULL, NULL);
-    sqlite3_close(old);
-    Registry reg;
-    registry_open(&reg, db);
-    CHECK(count_rows(&reg, "PRAGMA user_version") == REGISTRY_SCHEMA, "a migrated registry has schema version %d", REGISTRY_SCHEMA);
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND key = 'n_layer' AND value > 9") == 1 &&
-              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND key = 'lr' AND value < 0.002 AND typeof(value) = 'real'") == 1,
-          "migrated numeric params compare as numbers (10 > 9, not '10' < '9')");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND typeof(value) = 'text' AND value IN ('diff', 'true')") == 2,
-          "text params stay text");
-    CHECK(count_rows(&reg, "SELECT ranks FROM runs WHERE id = 1") == 1, "runs from before data parallelism had one rank");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE device = 'cpu'") == 2, "runs from before the CUDA backend ran on the cpu");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE id = 2 AND recipe_text LIKE '%ffn_hidden = 704%' AND "
-                           "recipe_text LIKE '%head_dim = 32%' AND recipe_text LIKE '%lr = 0.001\n%'") == 1 &&
-              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 2 AND key = 'ffn_hidden' AND value = 704") == 1,
-          "configs are rewritten resolved, floats as written");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE id = 1 AND recipe_text = 'x'") == 1, "a config it cannot read stays");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE time IS NULL AND value = 5.5") == 1,
-          "old metrics gain a time column, empty for them");
-    registry_close(&reg);
-    unlink(db);
-}
 
 // lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init is lambda_init with zero vectors, and
 // sigmoid(x . w_lambda) is 0.5 for every token with w_lambda zero
@@ -375,49 +328,6 @@ static void test_lambda_stats(void) {
     model_free(&m);
 }
 
-// A version 7 registry recorded noise_group = 0 in every config text: opened now, its texts are
-// rewritten as today's config text records them (a switch only where a variant uses it), so the
-// same config's finished run is found
-static void test_registry_v7_migration(void) {
-    const char* db = "build/test_train_v7.sqlite";
-    unlink(db);
-    Registry reg;
-    registry_open(&reg, db);
-    registry_close(&reg);
-    Config cfg;
-    config_defaults(&cfg);
-    char* text = config_to_text(&cfg);
-    CHECK(!strstr(text, "noise_group") && !strstr(text, "update_rank"), "a diff config's text leaves out the switches it does not use");
-    char* v7_text = mallocCheck(strlen(text) + 32);
-    char* after = strstr(text, "lambda_init = ");
-    snprintf(v7_text, strlen(text) + 32, "%.*snoise_group = 0\n%s", (int)(after - text), text, after);
-    sqlite3* old;
-    sqlite3_open(db, &old);
-    sqlite3_exec(old, "INSERT INTO experiments (id, name, preset, recipe_path, recipe_text, created) VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
-                      "PRAGMA user_version = 7;", NULL, NULL, NULL);
-    sqlite3_stmt* st;
-    sqlite3_prepare_v2(old, "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
-                            " ranks, device, pid, pid_start, recipe_text, out_dir, data_dir, data_id, started) VALUES (1, 'diff', 1000, 1,"
-                            " 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 'cpu', 1, 1, ?, 'o', '', '', 'now')", -1, &st, NULL);
-    sqlite3_bind_text(st, 1, v7_text, -1, SQLITE_TRANSIENT);
-    CHECK(sqlite3_step(st) == SQLITE_DONE, "a version 7 run with noise_group = 0 is written");
-    sqlite3_finalize(st);
-    sqlite3_close(old);
-    registry_open(&reg, db);
-    sqlite3_prepare_v2(reg.db, "SELECT recipe_text FROM runs WHERE id = 1", -1, &st, NULL);
-    int same = sqlite3_step(st) == SQLITE_ROW && strcmp((const char*)sqlite3_column_text(st, 0), text) == 0;
-    sqlite3_finalize(st);
-    CHECK(same && strstr(v7_text, "noise_group = 0"), "a version 7 config text loses noise_group = 0 and equals today's text of the same config");
-    registry_close(&reg);
-    const char* err = config_set(&cfg, "attention", "diff_grouped");
-    if (!err) err = config_set(&cfg, "noise_group", "2");
-    char* grouped = err ? NULL : config_to_text(&cfg);
-    CHECK(grouped && strstr(grouped, "noise_group = 2\n") && !strstr(grouped, "update_rank"), "a grouped config's text keeps its noise_group and no update_rank");
-    free(grouped);
-    free(text);
-    free(v7_text);
-    unlink(db);
-}
 
 int main(void) {
     write_test_corpus("build/test_train_corpus", 25);
@@ -428,8 +338,6 @@ int main(void) {
     test_metrics_before_checkpoint();
     test_metrics_reconciled();
     test_cut_log_line();
-    test_registry_migration();
-    test_registry_v7_migration();
     test_lambda_stats();
     return check_summary();
 }
