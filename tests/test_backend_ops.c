@@ -41,6 +41,9 @@
 #define ATOL 1e-5
 
 static const Backend* be;
+// --variant: the attention variant the attention and bf16 groups run, all when NULL
+static const char* only_variant;
+static int variant_wanted(AttentionKind k) { return !only_variant || strcmp(ATTN_VARIANTS[k].name, only_variant) == 0; }
 static uint64_t rng = 2024;
 static const HookSite NO_HOOK = {NULL, 0};
 
@@ -1121,6 +1124,7 @@ static void test_bf16(void) {
     test_matmul_bf16(64, 96, 80);
     test_matmul_bf16(130, 257, 129);
     for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
+        if (!variant_wanted(k)) continue;
         test_attention_bf16(k, 2, 70, 2, 8);
         test_attention_bf16(k, 1, 33, 4, 16);  // four heads: the halves pairing's key/value heads no longer one stride apart
     }
@@ -1208,23 +1212,28 @@ static const char* const OPS[] = {"table", "buffers", "matmul", "bf16", "rmsnorm
 static const char* only_op;
 static int wanted(const char* op) { return !only_op || strcmp(only_op, op) == 0; }
 
-// usage: test_backend_ops [--backend DEVICE] [--small] [--op OP]. --backend runs the backend a device names (cpu, cuda) alone and
-// fails when it cannot run here; --small leaves out the longest attention shape (T = 1024)
-// (for compute-sanitizer, whose racecheck is slow); --op runs one group of operations (OPS)
+// usage: test_backend_ops [--backend DEVICE] [--small] [--op OP] [--variant NAME]. --backend runs the backend a device names (cpu,
+// cuda) alone and fails when it cannot run here; --small leaves out the longest attention shape (T = 1024)
+// (for compute-sanitizer, whose racecheck is slow); --op runs one group of operations (OPS);
+// --variant runs one attention variant's cases of the attention and bf16 groups
 int main(int argc, char** argv) {
     const char* only = NULL;
     int small = 0;
     const char* usage = "usage: test_backend_ops [--backend DEVICE] [--small] [--op table|buffers|matmul|bf16|rmsnorm|rope|swiglu|embedding|"
-                        "crossentropy|attention|lambda|optimizer]";
+                        "crossentropy|attention|lambda|optimizer] [--variant NAME]";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--small") == 0) small = 1;
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) only_op = argv[++i];
+        else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) only_variant = argv[++i];
         else die("test_backend_ops: unknown argument '%s' (%s)", argv[i], usage);
     }
     int known = !only_op;
     for (int i = 0; OPS[i]; i++) known |= only_op && strcmp(OPS[i], only_op) == 0;
     if (!known) die("test_backend_ops: no operation group '%s' (%s)", only_op, usage);
+    int variant_known = !only_variant;
+    for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) variant_known |= only_variant && variant_wanted(k);
+    if (!variant_known) die("test_backend_ops: no attention variant '%s' (%s)", only_variant, usage);
     if (only) backend_named(only);  // dies saying why when it cannot run here
     for (int b = 0; b < backend_count(); b++) {
         if (only && strcmp(backend_at(b)->device, only) != 0) continue;
@@ -1272,6 +1281,7 @@ int main(int argc, char** argv) {
         }
         const LogitQuant none = {0, QUANT_PER_TENSOR}, tensor4 = {4, QUANT_PER_TENSOR}, row6 = {6, QUANT_PER_ROW};
         for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT && wanted("attention"); k++) {
+            if (!variant_wanted(k)) continue;
             test_attention(k, 2, 1, 2, 4, 0, none);   // one row
             test_attention(k, 2, 5, 2, 4, 0, none);   // a partial block
             test_attention(k, 2, 64, 1, 8, 0, none);  // exactly one block

@@ -55,8 +55,17 @@ for defect in missing_barrier short_shared_memory unclamped_index; do
 done
 # the defects planted in the host code around cuDNN's graphs: the emulated cuDNN interprets the
 # graphs literally, and the bf16 attention checks fail at each
-for defect in cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds; do
-    out=$("$emu/cudnn-defect/$defect/test_backend_ops" --op bf16 --backend cuda 2>&1)
+# (DIFF's cases, whose two maps show the -lambda; the four programs two at a time, one per core)
+cudnn_defects=(cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds)
+mkdir -p "$emu/cudnn-defect/out"
+for i in 0 2; do
+    for defect in "${cudnn_defects[@]:$i:2}"; do
+        "$emu/cudnn-defect/$defect/test_backend_ops" --op bf16 --backend cuda --variant diff > "$emu/cudnn-defect/out/$defect.txt" 2>&1 &
+    done
+    wait
+done
+for defect in "${cudnn_defects[@]}"; do
+    out=$(cat "$emu/cudnn-defect/out/$defect.txt")
     expect "the bf16 attention checks fail at the planted $defect ($(grep -m1 -o 'FAIL.*fused graphs\]' <<<"$out"))" \
         bash -c '! grep -q "^[0-9]* passed, 0 failed$" <<<"$1" && grep -q "^FAIL .*bf16 .*cuDNN" <<<"$1"' _ "$out"
 done
