@@ -3,10 +3,12 @@
 #ifndef FIXTURES_H
 #define FIXTURES_H
 
+#include <sqlite3.h>
 #include <stdio.h>
 
 #include "../data/prepare.h"
 #include "../run/config.h"
+#include "../studies/registry.h"
 #include "../base/util.h"
 
 // `difftx prepare --vocab vocab_size` with the other options at their defaults
@@ -65,6 +67,15 @@ static inline Config short_context_config(AttentionKind kind) {
     cfg.model.seq_len = 96;
     config_validate(&cfg);
     return cfg;
+}
+
+// The first column of the first row of the query sql on reg, -1 without a row
+static inline int registry_count(Registry* reg, const char* sql) {
+    sqlite3_stmt* st;
+    sqlite3_prepare_v2(reg->db, sql, -1, &st, NULL);
+    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
 }
 
 #endif

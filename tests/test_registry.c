@@ -17,20 +17,12 @@
 #include "../run/config.h"
 #include "../studies/registry.h"
 #include "check.h"
+#include "fixtures.h"
 
 static void write_text(const char* path, const char* text) {
     FILE* f = fopenCheck(path, "w");
     fputs(text, f);
     fcloseCheck(f, path);
-}
-
-// The first column of the first row of sql, -1 without a row
-static int count_rows(Registry* reg, const char* sql) {
-    sqlite3_stmt* st;
-    sqlite3_prepare_v2(reg->db, sql, -1, &st, NULL);
-    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-    sqlite3_finalize(st);
-    return n;
 }
 
 static void test_registry(void) {
@@ -178,20 +170,20 @@ static void test_registry_migration(void) {
     sqlite3_close(old);
     Registry reg;
     registry_open(&reg, db);
-    CHECK(count_rows(&reg, "PRAGMA user_version") == REGISTRY_SCHEMA, "a migrated registry has schema version %d", REGISTRY_SCHEMA);
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND key = 'n_layer' AND value > 9") == 1 &&
-              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND key = 'lr' AND value < 0.002 AND typeof(value) = 'real'") == 1,
+    CHECK(registry_count(&reg, "PRAGMA user_version") == REGISTRY_SCHEMA, "a migrated registry has schema version %d", REGISTRY_SCHEMA);
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND key = 'n_layer' AND value > 9") == 1 &&
+              registry_count(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND key = 'lr' AND value < 0.002 AND typeof(value) = 'real'") == 1,
           "migrated numeric params compare as numbers (10 > 9, not '10' < '9')");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND typeof(value) = 'text' AND value IN ('diff', 'true')") == 2,
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 1 AND typeof(value) = 'text' AND value IN ('diff', 'true')") == 2,
           "text params stay text");
-    CHECK(count_rows(&reg, "SELECT ranks FROM runs WHERE id = 1") == 1, "runs from before data parallelism had one rank");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE device = 'cpu'") == 2, "runs from before the CUDA backend ran on the cpu");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE id = 2 AND recipe_text LIKE '%ffn_hidden = 704%' AND "
+    CHECK(registry_count(&reg, "SELECT ranks FROM runs WHERE id = 1") == 1, "runs from before data parallelism had one rank");
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM runs WHERE device = 'cpu'") == 2, "runs from before the CUDA backend ran on the cpu");
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM runs WHERE id = 2 AND recipe_text LIKE '%ffn_hidden = 704%' AND "
                            "recipe_text LIKE '%head_dim = 32%' AND recipe_text LIKE '%lr = 0.001\n%'") == 1 &&
-              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 2 AND key = 'ffn_hidden' AND value = 704") == 1,
+              registry_count(&reg, "SELECT COUNT(*) FROM params WHERE run_id = 2 AND key = 'ffn_hidden' AND value = 704") == 1,
           "configs are rewritten resolved, floats as written");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM runs WHERE id = 1 AND recipe_text = 'x'") == 1, "a config it cannot read stays");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE time IS NULL AND value = 5.5") == 1,
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM runs WHERE id = 1 AND recipe_text = 'x'") == 1, "a config it cannot read stays");
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM metrics WHERE time IS NULL AND value = 5.5") == 1,
           "old metrics gain a time column, empty for them");
     registry_close(&reg);
     unlink(db);

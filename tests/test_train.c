@@ -199,14 +199,6 @@ static void test_metrics_before_checkpoint(void) {
     CHECK(p.resumed_at == 4 && p.flushed_after_checkpoint == 0, "a resumed run says it resumes at step 4 (%d)", p.resumed_at);
 }
 
-static int count_rows(Registry* reg, const char* sql) {
-    sqlite3_stmt* st;
-    sqlite3_prepare_v2(reg->db, sql, -1, &st, NULL);
-    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-    sqlite3_finalize(st);
-    return n;
-}
-
 // A kill after the metrics of steps 4..6 were committed but before their checkpoint replaced
 // the one of step 3: the resumed attempt drops them and records steps 4..8 itself, so every
 // step is stored once
@@ -229,15 +221,15 @@ static void test_metrics_reconciled(void) {
     }
     registry_end_run(&reg, first, RUN_KILLED);
     train_registry_row(&reg, exp, "row", &cfg, 1);  // the second attempt, begun as training starts
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'") == 8 &&
-              count_rows(&reg, "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'") == 8,
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'") == 8 &&
+              registry_count(&reg, "SELECT COUNT(DISTINCT step) FROM metrics WHERE key = 'train_loss'") == 8,
           "every step's training loss stored once after the resume (%d rows)",
-          count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'"));
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE step > 3 AND value > 100") == 0 &&
-              count_rows(&reg, "SELECT COUNT(*) FROM metrics WHERE step <= 3 AND value > 100") == 3,
+          registry_count(&reg, "SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'"));
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM metrics WHERE step > 3 AND value > 100") == 0 &&
+              registry_count(&reg, "SELECT COUNT(*) FROM metrics WHERE step <= 3 AND value > 100") == 3,
           "steps past the checkpoint come from the resumed attempt, the ones before it stay");
-    CHECK(count_rows(&reg, "SELECT COUNT(*) FROM params WHERE key = 'n_layer' AND typeof(value) = 'integer'") == 2 &&
-              count_rows(&reg, "SELECT COUNT(*) FROM params WHERE key = 'lr' AND typeof(value) = 'real'") == 2,
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM params WHERE key = 'n_layer' AND typeof(value) = 'integer'") == 2 &&
+              registry_count(&reg, "SELECT COUNT(*) FROM params WHERE key = 'lr' AND typeof(value) = 'real'") == 2,
           "numeric params are stored as numbers");
     registry_close(&reg);
     unlink(db);
