@@ -47,15 +47,13 @@ static const char* include_presets(Recipe* r, const char* value) {
     return NULL;
 }
 
-// A line of a [claim NAME] section: its keys the runner's, each once
+// Whether the runner's recipes take [claim NAME] sections (its extra_key allows a claim's keys)
+static int takes_claims(const Recipe* r) { return r->extra_key && r->extra_key(RECIPE_CLAIM, "gap"); }
+
+// A line of a [claim NAME] section: its keys the runner's (recipe_parse refuses a repeated
+// section or key, naming the first line)
 static const char* claim_line(Recipe* r, const char* name, const char* key, const char* value) {
     if (!key) {
-        for (int i = 0; i < r->n_claims; i++) {
-            if (strcmp(r->claims[i].name, name) == 0) {
-                snprintf(r->error, sizeof(r->error), "section [claim %.200s]: a claim of this name is defined already", name);
-                return r->error;
-            }
-        }
         if (r->n_claims == RECIPE_CLAIMS || strlen(name) >= sizeof(r->claims[0].name) || !plain_name(name)) {
             snprintf(r->error, sizeof(r->error), "section [claim %.200s]: at most %d claims, named by letters, digits, '_', '-' and '.'",
                      name, RECIPE_CLAIMS);
@@ -65,8 +63,8 @@ static const char* claim_line(Recipe* r, const char* name, const char* key, cons
         return NULL;
     }
     Section* s = &r->claims[r->n_claims - 1];
-    if (!r->extra_key(RECIPE_CLAIM, key) || section_get(s, key) || strlen(value) >= CONFIG_STR) {
-        snprintf(r->error, sizeof(r->error), "key '%.60s': not a key of a claim, or given twice", key);
+    if (!r->extra_key(RECIPE_CLAIM, key) || strlen(value) >= CONFIG_STR) {
+        snprintf(r->error, sizeof(r->error), "key '%.60s': not a key of a claim (text, gap, metric), or its value too long", key);
         return r->error;
     }
     snprintf(s->key[s->n], sizeof(s->key[0]), "%s", key);
@@ -79,12 +77,12 @@ static const char* on_line(void* user, const char* section, const char* key, con
     Recipe* r = user;
     Section* s = &r->common;
     if (!section[0] && key && strcmp(key, "presets_from") == 0) return include_presets(r, value);
-    if (strncmp(section, "claim ", 6) == 0 && r->extra_key && r->extra_key(RECIPE_CLAIM, "gap")) return claim_line(r, section + 6, key, value);
+    if (strncmp(section, "claim ", 6) == 0 && takes_claims(r)) return claim_line(r, section + 6, key, value);
     if (section[0]) {
         int is_row = strncmp(section, "row ", 4) == 0, is_preset = strncmp(section, "preset ", 7) == 0;
         if (!is_row && !is_preset) {
             snprintf(r->error, sizeof(r->error), "section [%.200s]: expected [preset NAME] or [row NAME]%s", section,
-                     r->extra_key && r->extra_key(RECIPE_CLAIM, "gap") ? " or [claim NAME]" : "");
+                     takes_claims(r) ? " or [claim NAME]" : "");
             return r->error;
         }
         if (!key) {  // the section line itself
