@@ -162,7 +162,8 @@ void maps_sample_open(MapsSample* s, const char* path, int sample) {
     s->attention = h5_read_string_attr(s->file, "attention", label);
     if (H5Aexists(s->file, "checkpoint") > 0) s->checkpoint = h5_read_string_attr(s->file, "checkpoint", label);
     s->maps = maps_per_head(s->file, s->attention, label);
-    s->integral = strcmp(s->attention, ATTN_VARIANTS[ATTN_DINT].name) == 0;
+    const AttnVariant* variant = attention_variant_named(s->attention);  // NULL for a variant since renamed
+    s->integral = variant && variant->extension == EXTENSION_INTEGRAL;
     h5_read_attr(s->file, "n_layer", H5T_NATIVE_INT, &s->n_layer, label);
     h5_read_attr(s->file, "n_head", H5T_NATIVE_INT, &s->n_head, label);
     if (s->n_layer < 1 || s->n_layer > ATTNMAP_MAX_INDEX || s->n_head < 1 || s->n_head > ATTNMAP_MAX_INDEX) {

@@ -29,6 +29,7 @@ static float* add_tensor(Model* m, float* base, const char* name, int d0, int d1
 // then once per block (parameters, gradients) to point p into it.
 static void layout(Model* m, float* base, Params* p) {
     int L = m->L, C = m->C, HDv = m->H * m->Dv, QK = attention_query_heads(&m->shape) * m->D, KW = m->KH * m->D;
+    int VW = attention_value_heads(&m->shape) * m->Dv;  // the values' columns; HDv the heads' outputs'
     m->n_tensors = 0;
     m->n_params = 0;
     p->tok_embedding = add_tensor(m, base, "tok_embedding", m->V, C, INIT_MATRIX);
@@ -50,7 +51,7 @@ static void layout(Model* m, float* base, Params* p) {
         } else {
             lp->wqkv = add_tensor(m, base, NAME("wq"), QK, C, INIT_MATRIX);
             add_tensor(m, base, NAME("wk"), KW, C, INIT_MATRIX);
-            add_tensor(m, base, NAME("wv"), HDv, C, INIT_MATRIX);
+            add_tensor(m, base, NAME("wv"), VW, C, INIT_MATRIX);
         }
         if (m->variant->lambda == LAMBDA_PER_TOKEN) add_tensor(m, base, NAME("w_lambda"), m->H, C, INIT_MATRIX);
         lp->wo = add_tensor(m, base, NAME("wo"), C, HDv, INIT_MATRIX);
@@ -79,10 +80,10 @@ static void model_shape(Model* m, const ModelConfig* cfg, int vocab_size) {
     m->V = vocab_size;
     m->L = cfg->n_layer;
     m->C = cfg->d_model;
-    m->H = cfg->n_head;
     m->D = config_head_dim(cfg);
     m->head_norm = config_head_norm(cfg);
-    m->shape = attention_shape(m->variant, m->H, m->D, cfg->noise_group);
+    m->shape = attention_shape(m->variant, cfg->n_head, m->D, cfg->noise_group);
+    m->H = m->shape.H;
     m->M = m->shape.M;
     m->KH = attention_key_heads(&m->shape);
     m->Dv = attention_value_width(&m->shape);

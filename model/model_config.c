@@ -13,9 +13,41 @@ const char* config_attention_name(const ModelConfig* cfg) { return config_varian
 
 int config_head_norm(const ModelConfig* cfg) { return cfg->head_norm < 0 ? config_variant(cfg)->head_norm : cfg->head_norm; }
 
-// With shared key/value heads (DIFF V2) n_head heads of width D (their maps share them) make
-// d_model = n_head x D; otherwise n_head x maps sub-heads: d_model = maps x n_head x D.
-static int head_multiple(const ModelConfig* cfg) { return config_variant(cfg)->shared_kv ? 1 : config_variant(cfg)->maps; }
+static int head_multiple(const ModelConfig* cfg) { return variant_sub_heads_per_head(config_variant(cfg)); }
+
+int* config_switch(ModelConfig* cfg, VariantSwitch which) {
+    switch (which) {
+    case SWITCH_NOISE_GROUP: return &cfg->noise_group;
+    case SWITCH_UPDATE_RANK: return &cfg->update_rank;
+    default: return NULL;
+    }
+}
+
+// Dies unless the switch the variant needs is in its range and every other switch is 0
+static void validate_switches(const ModelConfig* cfg, int D) {
+    const AttnVariant* v = config_variant(cfg);
+    for (int k = SWITCH_NONE + 1; k < SWITCH_COUNT; k++) {
+        int value = *config_switch((ModelConfig*)cfg, (VariantSwitch)k);
+        const char* key = VARIANT_SWITCHES[k].key;
+        if ((int)v->needs != k) {
+            if (value) die("key '%s' = %d: attention = %s does not use it (0 or left out)", key, value, v->name);
+            continue;
+        }
+        int fits;
+        char range[96];
+        if (k == SWITCH_UPDATE_RANK) {
+            fits = value >= 1 && value <= cfg->n_head * D;
+            snprintf(range, sizeof(range), "1 .. n_head x head_dim = %d", cfg->n_head * D);
+        } else if (v->layout == LAYOUT_GROUPED_KV) {
+            fits = value >= 1 && cfg->n_head % (value + 1) == 0;
+            snprintf(range, sizeof(range), "G >= 1 with G + 1 dividing n_head = %d (its signal and noise query heads)", cfg->n_head);
+        } else {
+            fits = value >= 1 && cfg->n_head % value == 0;
+            snprintf(range, sizeof(range), "a divisor of n_head = %d", cfg->n_head);
+        }
+        if (!fits) die("key '%s': attention = %s needs it stated, %s, got %d", key, v->name, range, value);
+    }
+}
 
 int config_head_dim(const ModelConfig* cfg) {
     if (cfg->head_dim) return cfg->head_dim;
@@ -66,28 +98,11 @@ void model_config_validate(const ModelConfig* cfg) {
         die("key 'd_model': %d must equal %s = %d x %d x %d", cfg->d_model, times, M, cfg->n_head, D);
     }
     if (D % 2) die("key 'head_dim': %d must be even (RoPE rotates channel pairs)", D);
-    if (config_variant(cfg)->halves && cfg->n_head % 2) {
+    if (config_variant(cfg)->layout == LAYOUT_SHARED_KV_HALVES && cfg->n_head % 2) {
         die("key 'n_head': %d must be even for attention = %s (heads 2g and 2g + 1 share their key/value heads)", cfg->n_head,
             config_attention_name(cfg));
     }
-    int grouped = config_variant(cfg)->grouped;
-    if (grouped && (cfg->noise_group <= 0 || cfg->n_head % cfg->noise_group)) {
-        die("key 'noise_group': attention = %s needs the signal heads per noise sub-head, a divisor of n_head = %d, got %d",
-            config_attention_name(cfg), cfg->n_head, cfg->noise_group);
-    }
-    if (!grouped && cfg->noise_group) {
-        die("key 'noise_group' = %d: only attention = %s uses it, not %s", cfg->noise_group,
-            ATTN_VARIANTS[ATTN_DIFF_GROUPED].name, config_attention_name(cfg));
-    }
-    int lowrank = config_variant(cfg)->lowrank_qk;
-    if (lowrank && (cfg->update_rank <= 0 || cfg->update_rank > cfg->n_head * D)) {
-        die("key 'update_rank': attention = %s needs the rank of each map's update, 1..n_head x head_dim = %d, got %d",
-            config_attention_name(cfg), cfg->n_head * D, cfg->update_rank);
-    }
-    if (!lowrank && cfg->update_rank) {
-        die("key 'update_rank' = %d: only attention = %s uses it, not %s", cfg->update_rank,
-            ATTN_VARIANTS[ATTN_DIFF_SHARED].name, config_attention_name(cfg));
-    }
+    validate_switches(cfg, D);
     if (cfg->ffn_hidden < 0) die("key 'ffn_hidden' must be 0 (automatic) or positive");
     if (!(cfg->rope_theta > 0)) die("key 'rope_theta' must be positive");
     float constant;

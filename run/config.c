@@ -12,6 +12,15 @@
 
 typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_CHOICE, KEY_ATTENTION, KEY_DEVICE } KeyType;
 
+// Variants a key's meaning names, from their rows (attention.h)
+typedef enum {
+    LIST_NONE,
+    LIST_ALL,               // every variant, with its label
+    LIST_PAIRED_SUB_HEADS,  // a query sub-head per map and head (d_model = 2 x n_head x head_dim)
+    LIST_HEAD_NORM,         // head norm on by default
+    LIST_SWITCH_USERS,      // the variants that need the switch
+} VariantList;
+
 typedef enum {
     KEY_IDENTITY,        // part of what a run is: in config_to_text, the registry's identity of a run
     KEY_RUN_SETTING,     // how a run is computed, not what it is: left out of config_to_text
@@ -24,28 +33,28 @@ typedef struct {
     KeyType type;
     size_t offset;
     const char* choices[4];  // KEY_CHOICE: value i is stored as int i
-    const char* meaning;     // what `difftx keys` and docs/recipes.md say
+    const char* meaning;     // what `difftx keys` and docs/recipes.md say; {} marks where the variants listed go
     KeyRole role;
+    VariantList list;        // the variants `difftx keys` lists in the meaning
 } Key;
 
-#define K(name, type, meaning) {#name, type, offsetof(Config, name), {0}, meaning, KEY_IDENTITY}
-#define K_MODEL(name, type, meaning) {#name, type, offsetof(Config, model.name), {0}, meaning, KEY_IDENTITY}
-#define K_OPTIM(name, type, meaning) {#name, type, offsetof(Config, optim.name), {0}, meaning, KEY_IDENTITY}
-#define K_SWITCH(name, meaning) {#name, KEY_INT, offsetof(Config, model.name), {0}, meaning, KEY_VARIANT_SWITCH}
+#define K(name, type, meaning) {#name, type, offsetof(Config, name), {0}, meaning, KEY_IDENTITY, LIST_NONE}
+#define K_MODEL(name, type, meaning) {#name, type, offsetof(Config, model.name), {0}, meaning, KEY_IDENTITY, LIST_NONE}
+#define K_OPTIM(name, type, meaning) {#name, type, offsetof(Config, optim.name), {0}, meaning, KEY_IDENTITY, LIST_NONE}
+#define K_SWITCH(name) {#name, KEY_INT, offsetof(Config, model.name), {0}, NULL, KEY_VARIANT_SWITCH, LIST_SWITCH_USERS}
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 static const Key KEYS[] = {
-    {"attention", KEY_ATTENTION, offsetof(Config, model.attention), {0}, "the attention variant:", 0},
+    {"attention", KEY_ATTENTION, offsetof(Config, model.attention), {0}, "the attention variant: {}", 0, LIST_ALL},
     K_MODEL(n_layer, KEY_INT, "L, the number of layers"),
     K_MODEL(d_model, KEY_INT, "C, the model width"),
-    K_MODEL(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps)"),
-    K_MODEL(head_dim, KEY_INT, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for diff, diff_grouped, diff_shared and dint, d_model / n_head otherwise"),
-    K_MODEL(head_norm, KEY_BOOL, "per-head RMSNorm (the paper's GroupNorm); unset: true for diff, diff_grouped, diff_shared and dint, false for the others; "
-                           "checkpoints and the registry record the resolved value"),
-    K_SWITCH(noise_group, "G of `diff_grouped`: signal heads per shared noise sub-head (G:1), a divisor of n_head; "
-                          "must be stated for `diff_grouped` and 0 for the other variants"),
-    K_SWITCH(update_rank, "r of `diff_shared`: the rank of each map's update of the shared query and key projections, "
-                          "1 .. n_head x head_dim; must be stated for `diff_shared` and 0 for the other variants"),
+    K_MODEL(n_head, KEY_INT, "H, attention heads (a DIFF head is a pair of softmax maps; for `gda` the query heads, signal and noise)"),
+    {"head_dim", KEY_INT, offsetof(Config, model.head_dim), {0}, "D, the width of a Q/K (sub-)head; 0: d_model / (2 n_head) for {}, "
+     "d_model / n_head otherwise", KEY_IDENTITY, LIST_PAIRED_SUB_HEADS},
+    {"head_norm", KEY_BOOL, offsetof(Config, model.head_norm), {0}, "per-head RMSNorm (the paper's GroupNorm); unset: true for {}, false "
+     "for the others; checkpoints and the registry record the resolved value", KEY_IDENTITY, LIST_HEAD_NORM},
+    K_SWITCH(noise_group),
+    K_SWITCH(update_rank),
     K_MODEL(lambda_init, KEY_STRING, "`schedule` (0.8 - 0.6 exp(-0.3 (layer - 1))) or a constant such as 0.8"),
     K_MODEL(ffn_hidden, KEY_INT, "F, the SwiGLU width; 0: 8/3 d_model rounded up to a multiple of 64"),
     K_MODEL(rope_theta, KEY_FLOAT, "RoPE base"),
@@ -55,7 +64,7 @@ static const Key KEYS[] = {
                              "architecture and tokenizer; step, optimizer state and data order start fresh)"),
     {"data", KEY_STRING, offsetof(Config, data), {0}, "folder made by `difftx prepare`, or of llm.c's token shards. Not "
      "part of the config's identity: checkpoints and the registry record the folder and what identifies its data (the "
-     "tokenizer's hash, the shards and a hash of their tokens), so the same data by another path is the same run", KEY_RUN_SETTING},
+     "tokenizer's hash, the shards and a hash of their tokens), so the same data by another path is the same run", KEY_RUN_SETTING, LIST_NONE},
     K(out, KEY_STRING, "run folder: `checkpoint.h5`, `log.tsv`"),
     K(batch_size, KEY_INT, "sequences per micro-batch"),
     K(grad_accum, KEY_INT, "micro-batches per update"),
@@ -63,7 +72,7 @@ static const Key KEYS[] = {
     K_OPTIM(lr, KEY_FLOAT, "peak learning rate"),
     K_OPTIM(lr_final, KEY_FLOAT, "learning rate at the last step"),
     K_OPTIM(warmup_steps, KEY_INT, "linear warmup length, in updates"),
-    {"schedule", KEY_CHOICE, offsetof(Config, optim.schedule), {"linear", "cosine", 0}, "`linear` (the paper's) or `cosine` decay after warmup", 0},
+    {"schedule", KEY_CHOICE, offsetof(Config, optim.schedule), {"linear", "cosine", 0}, "`linear` (the paper's) or `cosine` decay after warmup", 0, LIST_NONE},
     K_OPTIM(beta1, KEY_FLOAT, "AdamW's first-moment decay"),
     K_OPTIM(beta2, KEY_FLOAT, "AdamW's second-moment decay"),
     K_OPTIM(adam_eps, KEY_FLOAT, "AdamW's epsilon"),
@@ -78,14 +87,14 @@ static const Key KEYS[] = {
     {"device", KEY_DEVICE, offsetof(Config, device), {0},
      "`cpu` or `cuda` (a build with `make CUDA=1` on a machine with an NVIDIA GPU): where the run computes. Not part "
      "of the config's identity: a run may resume on the other device; checkpoints and the registry record it (on the "
-     "CPU with the OpenBLAS kernel that ran, e.g. `cpu (OpenBLAS Cooperlake)`)", KEY_RUN_SETTING},
+     "CPU with the OpenBLAS kernel that ran, e.g. `cpu (OpenBLAS Cooperlake)`)", KEY_RUN_SETTING, LIST_NONE},
     {"precision", KEY_CHOICE, offsetof(Config, precision), {"fp32", "bf16", 0},
      "`fp32` or `bf16`: the precision of training's weight products (projections, SwiGLU, LM head; forward and backward). "
      "bf16: operands rounded to bf16, fp32 accumulation and output, through oneDNN on the CPU (with AVX-512 BF16 or AMX) "
      "and cuBLAS's tensor cores on CUDA (the run's own validation losses too); master weights, AdamW, norms, attention, softmax and cross-entropy stay fp32, and "
      "so do the evaluations after the run (tables, `difftx eval`). A run setting like "
      "`device`: checkpoints and the registry record it in the device, e.g. `cpu (OpenBLAS Cooperlake; bf16 weight "
-     "products: oneDNN brg:avx512_core_bf16)`", KEY_RUN_SETTING},
+     "products: oneDNN brg:avx512_core_bf16)`", KEY_RUN_SETTING, LIST_NONE},
 };
 #undef K
 #undef K_MODEL
@@ -320,6 +329,42 @@ static void format_value(char* value, size_t n, const Key* k, const Config* cfg)
     }
 }
 
+// The switch a KEY_VARIANT_SWITCH key holds
+static VariantSwitch switch_of(const Key* k) {
+    for (int s = SWITCH_NONE + 1; s < SWITCH_COUNT; s++) {
+        if (strcmp(VARIANT_SWITCHES[s].key, k->name) == 0) return (VariantSwitch)s;
+    }
+    die("key '%s' is no variant switch of attention.h", k->name);
+}
+
+static int listed(const Key* k, const AttnVariant* v) {
+    switch (k->list) {
+    case LIST_ALL: return 1;
+    case LIST_PAIRED_SUB_HEADS: return variant_sub_heads_per_head(v) == 2;
+    case LIST_HEAD_NORM: return v->head_norm;
+    case LIST_SWITCH_USERS: return v->needs == switch_of(k);
+    default: return 0;
+    }
+}
+
+// A key's meaning with the variants its list names, in the variant table's order
+static void print_meaning(FILE* f, const Key* k) {
+    const char* meaning = k->role == KEY_VARIANT_SWITCH ? VARIANT_SWITCHES[switch_of(k)].meaning : k->meaning;
+    const char* mark = strstr(meaning, "{}");
+    fprintf(f, "%.*s", mark ? (int)(mark - meaning) : (int)strlen(meaning), meaning);
+    if (k->role == KEY_VARIANT_SWITCH) fprintf(f, "; stated for ");
+    int n = 0, total = 0;
+    for (int v = 0; v < ATTN_VARIANT_COUNT; v++) total += listed(k, &ATTN_VARIANTS[v]);
+    for (int v = 0; v < ATTN_VARIANT_COUNT; v++) {
+        if (!listed(k, &ATTN_VARIANTS[v])) continue;
+        fprintf(f, "%s`%s`", n == 0 ? "" : n + 1 < total ? ", " : k->list == LIST_ALL ? " or " : " and ", ATTN_VARIANTS[v].name);
+        if (k->list == LIST_ALL) fprintf(f, " (%s)", ATTN_VARIANTS[v].label);
+        n++;
+    }
+    if (k->role == KEY_VARIANT_SWITCH) fprintf(f, ", 0 (or left out) for the other variants");
+    if (mark) fprintf(f, "%s", mark + 2);
+}
+
 void config_print_keys(FILE* f) {
     Config defaults;
     config_defaults(&defaults);
@@ -330,11 +375,8 @@ void config_print_keys(FILE* f) {
         format_value(value, sizeof(value), k, &defaults);
         // unset head_norm defers to the attention variant
         if (k->type == KEY_BOOL && *(const int*)((const char*)&defaults + k->offset) < 0) snprintf(value, sizeof(value), "(the variant's)");
-        fprintf(f, "| `%s` | %s | %s", k->name, value[0] ? value : "(empty)", k->meaning);
-        // the variants as the variant table has them
-        for (int v = 0; k->type == KEY_ATTENTION && v < ATTN_VARIANT_COUNT; v++) {
-            fprintf(f, "%s `%s` (%s)", v == 0 ? "" : v + 1 < ATTN_VARIANT_COUNT ? "," : " or", ATTN_VARIANTS[v].name, ATTN_VARIANTS[v].label);
-        }
+        fprintf(f, "| `%s` | %s | ", k->name, value[0] ? value : "(empty)");
+        print_meaning(f, k);
         fprintf(f, " |\n");
     }
 }

@@ -272,8 +272,7 @@ static void recipe_resolve_row(Config* cfg, const Recipe* r, const Section* pres
     const char* switches[6] = {"attention", "head_norm", "heads", "width"};
     int n = 4;
     if (config_variant(&cfg->model)->lambda == LAMBDA_PER_LAYER) switches[n++] = "lambda_init";
-    if (config_variant(&cfg->model)->grouped) switches[n++] = "noise_group";
-    if (config_variant(&cfg->model)->lowrank_qk) switches[n++] = "update_rank";
+    if (config_variant(&cfg->model)->needs) switches[n++] = VARIANT_SWITCHES[config_variant(&cfg->model)->needs].key;
     for (int i = 0; i < n; i++) {
         if (!section_get(row, switches[i])) {
             die("%s: [row %s] must state '%s' (a row states every switch that defines it)", path, row->name, switches[i]);

@@ -201,6 +201,13 @@ void registry_open(Registry* reg, const char* path) {
     int existing = registry_row(reg, st, "read the schema") && sqlite3_column_int(st, 0) > 0;
     sqlite3_finalize(st);
     exec(reg, SCHEMA);
+    if (existing && version < 9) {
+        // attention = diff_grouped was DIFF with shared noise maps, not the published grouped
+        // differential attention (gda): version 9 calls it by what it is
+        exec(reg, "UPDATE runs SET recipe_text = replace(recipe_text, 'attention = diff_grouped' || char(10), "
+                  "'attention = diff_shared_noise' || char(10));"
+                  "UPDATE params SET value = 'diff_shared_noise' WHERE key = 'attention' AND value = 'diff_grouped';");
+    }
     if (existing && version < 2) {
         // version 0, from before schema versions: runs without `ranks` (they had one), and
         // params stored as text, which compared as text ('10' < '9')

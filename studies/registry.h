@@ -24,7 +24,7 @@ int registry_row(Registry* reg, sqlite3_stmt* st, const char* what);
 
 // The schema's version (PRAGMA user_version): older registries are migrated on opening, newer
 // ones refused
-#define REGISTRY_SCHEMA 8
+#define REGISTRY_SCHEMA 9
 
 void registry_open(Registry* reg, const char* path);
 // For readers (difftx runs, compare) where the registry or its folder cannot be written: opens

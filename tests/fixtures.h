@@ -30,22 +30,22 @@ static inline void write_test_corpus(const char* dir, int n_docs) {
     }
 }
 
-// The switches a variant needs, at the values the tests use: grouped DIFF's G = 2 (two heads per
-// noise sub-head) and Shared DIFF's update rank 3; 0 for the variants without them
+// The switch a variant needs at the value its row gives the tests; 0 for the others
 static inline void set_variant_switches(ModelConfig* m) {
-    m->noise_group = ATTN_VARIANTS[m->attention].grouped ? 2 : 0;
-    m->update_rank = ATTN_VARIANTS[m->attention].lowrank_qk ? 3 : 0;
+    const AttnVariant* v = &ATTN_VARIANTS[m->attention];
+    m->noise_group = m->update_rank = 0;
+    if (v->needs) *config_switch(m, v->needs) = v->test_switch;
 }
 
-// Two layers, d_model 32, two heads, context 70: two query blocks of the CPU kernel (grouped
-// DIFF's two heads share one noise sub-head)
+// Two layers, d_model 32, two groups of heads (attention_test_heads: two heads for most
+// variants, groups of G for the grouped ones), context 70: two query blocks of the CPU kernel
 static inline Config tiny_model_config(AttentionKind kind) {
     Config cfg;
     config_defaults(&cfg);
     cfg.model.attention = kind;
     cfg.model.n_layer = 2;
     cfg.model.d_model = 32;
-    cfg.model.n_head = 2;
+    cfg.model.n_head = attention_test_heads(&ATTN_VARIANTS[kind], 2);
     set_variant_switches(&cfg.model);
     cfg.model.seq_len = 70;
     cfg.batch_size = 2;
@@ -54,16 +54,18 @@ static inline Config tiny_model_config(AttentionKind kind) {
     return cfg;
 }
 
-// Two layers, d_model 32, heads of width 8 (two for a variant whose heads are two maps wide, else
-// four), context 96 over one and a half query blocks: the decoding and needle tests' model
+// Two layers, d_model 32, sub-heads of width 8 (two heads for a variant whose heads are two maps
+// wide, else four), context 96 over one and a half query blocks: the decoding and needle tests'
+// model
 static inline Config short_context_config(AttentionKind kind) {
     Config cfg;
     config_defaults(&cfg);
     cfg.model.attention = kind;
     cfg.model.n_layer = 2;
     cfg.model.d_model = 32;
-    cfg.model.n_head = ATTN_VARIANTS[kind].maps == 2 && !ATTN_VARIANTS[kind].shared_kv ? 2 : 4;
+    cfg.model.n_head = 4 / variant_sub_heads_per_head(&ATTN_VARIANTS[kind]);
     cfg.model.head_dim = 8;
+    set_variant_switches(&cfg.model);
     cfg.model.seq_len = 96;
     config_validate(&cfg);
     return cfg;

@@ -28,16 +28,19 @@ CASES = {
     "diff_no_headnorm": dict(attention="diff", n_head=2, head_dim=8, head_norm=False, lambda_init="0.5"),
     "diff2": dict(attention="diff2", n_head=2, head_dim=16, head_norm=False, lambda_init="schedule"),
     "diff2_halves": dict(attention="diff2_halves", n_head=2, head_dim=16, head_norm=False, lambda_init="schedule"),
-    # grouped differential attention: 4 signal heads, 2 noise sub-heads, each shared by 2 heads
-    "diff_grouped": dict(attention="diff_grouped", n_head=4, head_dim=4, noise_group=2, head_norm=True,
-                         lambda_init="schedule"),
+    # DIFF with shared noise maps: 4 signal heads, 2 noise sub-heads, each shared by 2 heads
+    "diff_shared_noise": dict(attention="diff_shared_noise", n_head=4, head_dim=4, noise_group=2, head_norm=True,
+                              lambda_init="schedule"),
     # Shared DIFF: one query and one key projection shared by both maps, plus a rank-3 update per map
     "diff_shared": dict(attention="diff_shared", n_head=2, head_dim=8, update_rank=3, head_norm=True,
                         lambda_init="schedule"),
     # DINT: DIFF plus lambda times the causal column mean of map 0, as a T x T map
     "dint": dict(attention="dint", n_head=2, head_dim=8, head_norm=True, lambda_init="schedule"),
+    # grouped differential attention as Motif's code computes it: 8 query heads in 2 groups of
+    # 3 signal heads and 1 noise head, each group on one signal key, one noise key, two values
+    "gda": dict(attention="gda", n_head=8, head_dim=4, noise_group=3, head_norm=True, lambda_init="schedule"),
 }
-PER_LAYER_LAMBDA = ("diff", "diff_grouped", "diff_shared", "dint")
+PER_LAYER_LAMBDA = ("diff", "diff_shared_noise", "diff_shared", "dint", "gda")
 COMMON = dict(n_layer=2, d_model=32, ffn_hidden=64, rope_theta=10000.0, seq_len=T, batch_size=B, steps=STEPS,
               lr=1e-2, lr_final=1e-3, warmup_steps=2, beta1=0.9, beta2=0.98, adam_eps=1e-8, weight_decay=0.1,
               grad_clip=0.5)
@@ -64,19 +67,34 @@ def lambda_init_of(cfg, depth):
 
 
 def query_heads(cfg):
-    """Query sub-heads: one per map and head, or H signal and H / G noise ones when grouped."""
+    """Query sub-heads: one per map and head, H signal and H / G noise ones with shared noise
+    maps, GDA's n_head."""
     M = 1 if cfg["attention"] == "standard" else 2
-    if cfg["attention"] == "diff_grouped":
+    if cfg["attention"] == "diff_shared_noise":
         return cfg["n_head"] + cfg["n_head"] // cfg["noise_group"]
+    if cfg["attention"] == "gda":
+        return cfg["n_head"]
     return M * cfg["n_head"]
+
+
+def heads(cfg):
+    """(H, KH, VH, Dv): heads giving an output, key heads, value heads and their width."""
+    M = 1 if cfg["attention"] == "standard" else 2
+    H, D = cfg["n_head"], cfg["head_dim"]
+    if cfg["attention"] in ("diff2", "diff2_halves"):  # 2H query heads share H key/value heads of width D
+        return H, H, H, D
+    if cfg["attention"] == "gda":  # per group of G + 1 query heads: two keys, two D-wide values
+        groups = H // (cfg["noise_group"] + 1)
+        return H - groups, 2 * groups, groups, 2 * D
+    return H, query_heads(cfg), H, M * D
 
 
 def param_shapes(cfg):
     M = 1 if cfg["attention"] == "standard" else 2
-    v2 = cfg["attention"] in ("diff2", "diff2_halves")  # 2H query heads share H key/value heads of width D
-    H, D, C, F = cfg["n_head"], cfg["head_dim"], cfg["d_model"], cfg["ffn_hidden"]
+    v2 = cfg["attention"] in ("diff2", "diff2_halves")
+    D, C, F = cfg["head_dim"], cfg["d_model"], cfg["ffn_hidden"]
     QH = query_heads(cfg)
-    KH, Dv = (H, D) if v2 else (QH, M * D)
+    H, KH, VH, Dv = heads(cfg)
     shapes = {"tok_embedding": (V, C)}
     for l in range(cfg["n_layer"]):
         p = f"layer_{l:02d}/"
@@ -90,7 +108,7 @@ def param_shapes(cfg):
         else:
             shapes[p + "wq"] = (QH * D, C)
             shapes[p + "wk"] = (KH * D, C)
-        shapes[p + "wv"] = (H * Dv, C)
+        shapes[p + "wv"] = (VH * Dv, C)
         if v2:
             shapes[p + "w_lambda"] = (H, C)
         shapes[p + "wo"] = (C, H * Dv)
@@ -112,10 +130,10 @@ def forward(cfg, P, tokens, targets):
     M = 1 if cfg["attention"] == "standard" else 2
     v2 = cfg["attention"] in ("diff2", "diff2_halves")
     halves = cfg["attention"] == "diff2_halves"
-    grouped = cfg["attention"] == "diff_grouped"
-    H, D = cfg["n_head"], cfg["head_dim"]
+    shared_noise = cfg["attention"] == "diff_shared_noise"
+    D = cfg["head_dim"]
     QH = query_heads(cfg)
-    KH, Dv = (H, D) if v2 else (QH, M * D)
+    H, KH, VH, Dv = heads(cfg)
     Bn, Tn = tokens.shape
     x = P["tok_embedding"][tokens]
     causal = torch.ones(Tn, Tn, dtype=torch.bool).tril()
@@ -135,16 +153,19 @@ def forward(cfg, P, tokens, targets):
         else:
             q = rope((h @ p("wq").T).view(Bn, Tn, QH, D), cfg["rope_theta"]).transpose(1, 2)
             k = rope((h @ p("wk").T).view(Bn, Tn, KH, D), cfg["rope_theta"]).transpose(1, 2)
-        v = (h @ p("wv").T).view(Bn, Tn, H, Dv).transpose(1, 2)
+        v = (h @ p("wv").T).view(Bn, Tn, VH, Dv).transpose(1, 2)
+        lam_init = lambda_init_of(cfg, l)
+        if cfg["attention"] == "gda":
+            x = layer_output(cfg, p, x, grouped_differential_attention(cfg, q, k, v, causal, P, l), lam_init)
+            continue
         if v2:  # query heads 2i and 2i+1 share key head i
             k = k.repeat_interleave(2, dim=1)
-        if grouped:  # signal sub-heads, then noise sub-heads repeated for the G heads sharing each
+        if shared_noise:  # signal sub-heads, then noise sub-heads repeated for the G heads sharing each
             G = cfg["noise_group"]
             q = torch.stack([q[:, :H], q[:, H:].repeat_interleave(G, dim=1)], dim=2).flatten(1, 2)
             k = torch.stack([k[:, :H], k[:, H:].repeat_interleave(G, dim=1)], dim=2).flatten(1, 2)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         attn = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)  # (B, M*H, T, T)
-        lam_init = lambda_init_of(cfg, l)
         if halves:  # each query head j on key/value head j // 2; head i is o_i - lambda_i o_{i+H}
             lam = torch.sigmoid(h @ p("w_lambda").T).transpose(1, 2).unsqueeze(-1)
             o = attn @ v.repeat_interleave(2, dim=1)  # (B, 2H, T, D)
@@ -164,14 +185,49 @@ def forward(cfg, P, tokens, targets):
             attn = attn[:, :, 0] - lam * attn[:, :, 1] + integral
         if not halves:
             y = attn @ v  # (B, H, T, Dv)
-        if cfg["head_norm"]:
-            y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if cfg["attention"] in PER_LAYER_LAMBDA else 1.0)
-        x = x + y.transpose(1, 2).reshape(Bn, Tn, H * Dv) @ p("wo").T
-        h = rmsnorm(x, p("ffn_norm"))
-        x = x + (torch.nn.functional.silu(h @ p("w_gate").T) * (h @ p("w_up").T)) @ p("w_down").T
+        x = layer_output(cfg, p, x, y, lam_init)
     logits = rmsnorm(x, P["final_norm"]) @ P["lm_head"].T
     logits = logits.view(Bn * Tn, V)
     return logits, torch.nn.functional.cross_entropy(logits, targets.reshape(-1))
+
+
+def layer_output(cfg, p, x, y, lam_init):
+    """The layer after its heads' outputs y (B, H, T, Dv): head norm, output projection with the
+    residual, then the SwiGLU block with its own."""
+    if cfg["head_norm"]:
+        y = rmsnorm(y, p("head_norm")) * ((1 - lam_init) if cfg["attention"] in PER_LAYER_LAMBDA else 1.0)
+    Bn, H, Tn, Dv = y.shape
+    x = x + y.transpose(1, 2).reshape(Bn, Tn, H * Dv) @ p("wo").T
+    h = rmsnorm(x, p("ffn_norm"))
+    return x + (torch.nn.functional.silu(h @ p("w_gate").T) * (h @ p("w_up").T)) @ p("w_down").T
+
+
+def grouped_differential_attention(cfg, q, k, v, causal, P, l):
+    """GDA as Motif's code computes it (its vLLM backend's split of heads, one softmax map per
+    query head against its grouped-query key, each map times both D-wide halves of the group's
+    value, the noise heads' outputs repeated for the group's signal heads): q (B, n_head, T, D)
+    striped [Q1 x G, Q2] per group, k (B, 2 groups, T, D) and v (B, groups, T, 2D) as pairs
+    (signal, noise) and (v1, v2). Returns (B, signal heads, T, 2D) before the head norm."""
+    G = cfg["noise_group"]
+    Bn, n_head, Tn, D = q.shape
+    groups = n_head // (G + 1)
+    q = q.reshape(Bn, groups, G + 1, Tn, D)
+    q1, q2 = q[:, :, :G].flatten(1, 2), q[:, :, G]  # (B, groups G, T, D), (B, groups, T, D)
+    k1, k2 = k[:, 0::2], k[:, 1::2]  # (B, groups, T, D) each
+    v1, v2 = v[..., :D], v[..., D:]
+
+    def single(query, key, value):
+        key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+        value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+        scores = (query @ key.transpose(-1, -2)) / math.sqrt(D)
+        return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ value
+
+    attn1 = torch.cat([single(q1, k1, v1), single(q1, k1, v2)], dim=-1)
+    attn2 = torch.cat([single(q2, k2, v1), single(q2, k2, v2)], dim=-1).repeat_interleave(G, dim=1)
+    p = lambda name: P[f"layer_{l:02d}/{name}"]
+    lam = (torch.exp(torch.dot(p("lambda_q1"), p("lambda_k1"))) - torch.exp(torch.dot(p("lambda_q2"), p("lambda_k2"))) +
+           lambda_init_of(cfg, l))
+    return attn1 - lam * attn2
 
 
 def lr_at(cfg, step):

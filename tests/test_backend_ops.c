@@ -423,26 +423,30 @@ typedef struct {
 } AttnRef;
 #define MIDPOINT_MARGIN 3e-5
 
-// Column offsets of map m of head h, written out here apart from attention.h. DIFF V2's official
-// pairing puts maps 0 and 1 of head h on query heads 2h and 2h + 1 over key/value head h; its
-// "halves" pairing on query heads h and h + H, each over the key/value head grouped-query
-// sharing gives it, (m H + h) / 2. Grouped DIFF has H signal query (and key) sub-heads, then
-// H / G noise ones, noise sub-head g serving heads gG .. gG + G - 1. The value heads follow
-// the key heads.
-static int ref_kv_head(const AttnShape* s, int h, int m) { return s->halves ? (m * s->H + h) / 2 : h; }
-static int ref_query_heads(const AttnShape* s) { return s->noise_group ? s->H + s->H / s->noise_group : s->M * s->H; }
-static int ref_q_head(const AttnShape* s, int h, int m) {
-    if (s->noise_group) return m == 0 ? h : s->H + h / s->noise_group;
-    return s->halves ? m * s->H + h : h * s->M + m;
+// Column offsets of map m of head h, written out here apart from attention.h: a row is
+// [queries | keys | values], sub-heads of width D, value heads of width Dv.
+//   paired (standard, DIFF, DINT): query and key sub-head h M + m, value head h of width M D
+//   map blocks (shared noise maps, G; Shared DIFF, G = 1): H signal sub-heads then H / G noise
+//     ones, head h's h and H + h / G, keys alike; value head h of width 2D
+//   DIFF V2: query heads 2h and 2h + 1 on key/value head h of width D; its halves pairing:
+//     query heads h and H + h, each on the key/value head grouped-query sharing gives it, (m H + h) / 2
+//   GDA: G + 1 query heads a group (G signal, then the noise head), signal head h in group h / G;
+//     key heads 2g (signal) and 2g + 1 (noise) and value head g of width 2D for group g
+typedef struct { int q, k, v, QH, KH, Dv; } RefHeads;
+static RefHeads ref_heads(const AttnShape* s, int h, int m) {
+    int H = s->H, M = s->M, D = s->D, G = s->noise_group, g = G ? h / G : 0;
+    switch (s->layout) {
+    case LAYOUT_PAIRED: return (RefHeads){h * M + m, h * M + m, h, M * H, M * H, M * D};
+    case LAYOUT_MAP_BLOCKS: return (RefHeads){m ? H + g : h, m ? H + g : h, h, H + H / G, H + H / G, 2 * D};
+    case LAYOUT_SHARED_KV: return (RefHeads){2 * h + m, h, h, 2 * H, H, D};
+    case LAYOUT_SHARED_KV_HALVES: return (RefHeads){m * H + h, (m * H + h) / 2, (m * H + h) / 2, 2 * H, H, D};
+    case LAYOUT_GROUPED_KV: return (RefHeads){g * (G + 1) + (m ? G : h % G), 2 * g + m, g, H + H / G, 2 * (H / G), 2 * D};
+    }
+    die("ref_heads: layout %d", (int)s->layout);
 }
-static int ref_q_col(const AttnShape* s, int h, int m) { return ref_q_head(s, h, m) * s->D; }
-static int ref_k_col(const AttnShape* s, int h, int m) {
-    return (ref_query_heads(s) + (s->shared_kv ? ref_kv_head(s, h, m) : ref_q_head(s, h, m))) * s->D;
-}
-static int ref_v_col(const AttnShape* s, int h, int m) {
-    int keys = s->shared_kv ? s->H : ref_query_heads(s), Dv = s->shared_kv ? s->D : s->M * s->D;
-    return (ref_query_heads(s) + keys) * s->D + (s->shared_kv ? ref_kv_head(s, h, m) : h) * Dv;
-}
+static int ref_q_col(const AttnShape* s, int h, int m) { return ref_heads(s, h, m).q * s->D; }
+static int ref_k_col(const AttnShape* s, int h, int m) { RefHeads r = ref_heads(s, h, m); return (r.QH + r.k) * s->D; }
+static int ref_v_col(const AttnShape* s, int h, int m) { RefHeads r = ref_heads(s, h, m); return (r.QH + r.KH) * s->D + r.v * r.Dv; }
 
 static AttnRef attention_reference(const float* qkv, float lambda, const AttnShape* s, const float* dy) {
     int B = s->B, T = s->T, H = s->H, D = s->D, M = s->M, q0 = s->q0, rows = T - q0;
@@ -643,9 +647,8 @@ static void whole_attention_backward(float* d_dqkv, float* d_dlambda, const floa
 
 static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0, LogitQuant quant) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
-    if (v->halves && H % 2) H *= 2;  // the halves pairing groups heads in twos
-    if (v->grouped) H *= 2;          // grouped DIFF: two signal heads per noise sub-head
-    AttnShape s = attention_shape(v, H, D, v->grouped ? 2 : 0);
+    AttnShape s = attention_shape(v, attention_test_heads(v, H), D, v->test_switch);
+    H = s.H;
     s.B = B;
     s.T = T;
     s.q0 = q0;
@@ -813,21 +816,25 @@ static void test_diff2_pairing(AttentionKind kind) {
     free(y);
 }
 
-// Grouped DIFF with one signal head per noise sub-head (G = 1) is the paper's DIFF with its
-// query and key sub-heads reordered: DIFF's sub-heads 2h and 2h + 1 (maps 0 and 1 of head h)
-// are grouped DIFF's h and H + h. Same inputs so reordered give the same outputs, lambda
-// gradient and (reordered back) qkv gradients.
-static void test_grouped_is_diff(void) {
-    AttnShape diff = attention_shape(&ATTN_VARIANTS[ATTN_DIFF], 3, 4, 0), grouped = attention_shape(&ATTN_VARIANTS[ATTN_DIFF_GROUPED], 3, 4, 1);
+// With one signal head per noise head (G = 1) both grouped layouts are the paper's DIFF: shared
+// noise maps with DIFF's query and key sub-heads reordered (DIFF's 2h and 2h + 1, maps 0 and 1
+// of head h, are its h and H + h), GDA in DIFF's own order (group h: query heads 2h and 2h + 1,
+// key heads 2h and 2h + 1, value head h of width 2D). Same inputs so placed give the same
+// outputs, lambda gradient and (placed back) qkv gradients.
+static void test_grouped_is_diff(AttentionKind kind) {
+    AttnShape diff = attention_shape(&ATTN_VARIANTS[ATTN_DIFF], 3, 4, 0);
+    AttnShape grouped = attention_shape(&ATTN_VARIANTS[kind], kind == ATTN_GDA ? 6 : 3, 4, 1);  // GDA's n_head: 3 signal, 3 noise
     diff.B = grouped.B = 2;
     diff.T = grouped.T = 70;
     int H = 3, D = 4, QKV = attention_qkv_width(&diff), N = 2 * 70;
-    CHECK(QKV == attention_qkv_width(&grouped), "grouped DIFF with G = 1 has DIFF's row width (%d, %d)", QKV, attention_qkv_width(&grouped));
+    const char* name = ATTN_VARIANTS[kind].name;
+    CHECK(QKV == attention_qkv_width(&grouped) && grouped.H == H, "%s with G = 1 has DIFF's heads and row width (%d, %d)", name, QKV,
+          attention_qkv_width(&grouped));
     // column c of a DIFF row is column to_grouped[c] of a grouped row
     int* to_grouped = mallocCheck(QKV * sizeof(int));
     for (int c = 0; c < QKV; c++) {
         int sub = c / D, region = sub / (2 * H), local = sub % (2 * H);  // region 0: queries, 1: keys, past: values
-        to_grouped[c] = region >= 2 ? c : (region * 2 * H + (local % 2) * H + local / 2) * D + c % D;
+        to_grouped[c] = region >= 2 || kind == ATTN_GDA ? c : (region * 2 * H + (local % 2) * H + local / 2) * D + c % D;
     }
     float *qkv = random_host((size_t)N * QKV, 1.2f), *qkv_g = mallocCheck((size_t)N * QKV * sizeof(float));
     float lambda = 0.7f, *dy = random_host((size_t)N * H * 2 * D, 1);
@@ -855,8 +862,8 @@ static void test_grouped_is_diff(void) {
         for (int c = 0; c < QKV; c++) worst_dqkv = fmax(worst_dqkv, fabs(dqkv[0][(size_t)n * QKV + c] - dqkv[1][(size_t)n * QKV + to_grouped[c]]));
     }
     CHECK(worst_y < 1e-6 && worst_dqkv < 1e-6 && fabsf(dlambda[0] - dlambda[1]) < 1e-5 * fabsf(dlambda[0]),
-          "%s grouped DIFF with G = 1 is DIFF with its sub-heads reordered: max |y diff| %.2g, |dqkv diff| %.2g, dlambda %.7g vs %.7g",
-          be->name, worst_y, worst_dqkv, dlambda[1], dlambda[0]);
+          "%s %s with G = 1 is DIFF with its sub-heads placed as its layout says: max |y diff| %.2g, |dqkv diff| %.2g, dlambda %.7g vs %.7g",
+          be->name, name, worst_y, worst_dqkv, dlambda[1], dlambda[0]);
     for (int k = 0; k < 2; k++) {
         free(y[k]);
         free(dqkv[k]);
@@ -1036,9 +1043,8 @@ static double rel_l2_ref(const float* got, const double* ref, size_t n) {
 // within 1e-2 of itself plus bf16's rounding over its terms' magnitudes
 static void test_attention_bf16(AttentionKind kind, int B, int T, int H, int D) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
-    if (v->halves && H % 2) H *= 2;
-    if (v->grouped) H *= 2;
-    AttnShape s = attention_shape(v, H, D, v->grouped ? 2 : 0);
+    AttnShape s = attention_shape(v, attention_test_heads(v, H), D, v->test_switch);
+    H = s.H;
     s.B = B;
     s.T = T;
     char what[128];
@@ -1304,7 +1310,8 @@ int main(int argc, char** argv) {
         if (wanted("attention")) {
             test_diff2_pairing(ATTN_DIFF2);
             test_diff2_pairing(ATTN_DIFF2_HALVES);
-            test_grouped_is_diff();
+            test_grouped_is_diff(ATTN_DIFF_SHARED_NOISE);
+            test_grouped_is_diff(ATTN_GDA);
         }
         if (wanted("lambda")) {
             test_lambda(4);

@@ -127,6 +127,19 @@ expect_fail "override syntax" "override 'lr': expected key=value" $bin train --r
 expect_fail "d_model divisibility" "key 'd_model': 30 must equal 2 x n_head x head_dim" $bin train --results "$work/reg" "$work/ok.ini" d_model=30
 expect_fail "odd head_dim" "key 'head_dim': 5 must be even" $bin train --results "$work/reg" "$work/ok.ini" attention=standard d_model=10 n_head=2 head_dim=5
 expect_fail "lambda_init" "key 'lambda_init': 'high' is neither 'schedule' nor a number" $bin train --results "$work/reg" "$work/ok.ini" lambda_init=high
+# a variant's switch: stated in its range where the variant's row needs it, refused elsewhere
+expect_fail "a switch the variant does not use" "key 'noise_group' = 2: attention = diff does not use it" \
+    $bin train --results "$work/reg" "$work/ok.ini" noise_group=2
+expect_fail "GDA without its switch" "key 'noise_group': attention = gda needs it stated, G >= 1 with G \+ 1 dividing n_head = 4 .*, got 0" \
+    $bin train --results "$work/reg" "$work/ok.ini" attention=gda n_head=4
+expect_fail "GDA's groups of G + 1 query heads" "key 'noise_group': attention = gda needs it stated, G >= 1 with G \+ 1 dividing n_head = 4 .*, got 2" \
+    $bin train --results "$work/reg" "$work/ok.ini" attention=gda n_head=4 noise_group=2
+expect_fail "shared noise maps: G divides n_head" "key 'noise_group': attention = diff_shared_noise needs it stated, a divisor of n_head = 2, got 3" \
+    $bin train --results "$work/reg" "$work/ok.ini" attention=diff_shared_noise noise_group=3
+expect_fail "Shared DIFF's rank" "key 'update_rank': attention = diff_shared needs it stated, 1 .. n_head x head_dim = 16, got 17" \
+    $bin train --results "$work/reg" "$work/ok.ini" attention=diff_shared update_rank=17
+expect_fail "the old name of shared noise maps" "key 'attention': 'diff_grouped' is not one of .*diff_shared_noise.*gda" \
+    $bin train --results "$work/reg" "$work/ok.ini" attention=diff_grouped noise_group=2
 # sizes: every size key has a bound that keeps the model's arithmetic in range, and a run that
 # needs more memory than the machine has is refused, naming the keys, before it allocates
 expect_fail "huge d_model" "key 'd_model': 2000000000 is too large \(at most 65536\)" $bin train --results "$work/reg" "$work/ok.ini" d_model=2000000000 out=$work/big

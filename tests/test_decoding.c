@@ -106,7 +106,7 @@ static void test_cache(int attention) {
 // attention_maps' rows combined with lambda and multiplied by V equal attention_forward's
 // output for the same rows, q0 > 0 included
 static void test_maps_times_v(int M, int shared_kv) {
-    AttnShape s = {1, 80, 2, 8, M, shared_kv, shared_kv, 30, {0, QUANT_PER_TENSOR}, 0, 0, 0};
+    AttnShape s = {1, 80, 2, 8, M, shared_kv ? LAYOUT_SHARED_KV : LAYOUT_PAIRED, shared_kv, 30, {0, QUANT_PER_TENSOR}, 0, 0};
     const Backend* be = backend_cpu();
     HookSite no_hook = {NULL, 0};
     int QKV = attention_qkv_width(&s), lam = attention_lambda_offset(&s);
@@ -162,8 +162,7 @@ static void test_maps_times_v(int M, int shared_kv) {
 }
 
 int main(void) {
-    for (int a = 0; a < 3; a++) test_cache(a);
-    test_cache(ATTN_DINT);
+    for (int a = 0; a < ATTN_VARIANT_COUNT; a++) test_cache(a);
     test_maps_times_v(1, 0);
     test_maps_times_v(2, 0);
     test_maps_times_v(2, 1);

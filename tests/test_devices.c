@@ -2,9 +2,9 @@
 // (CUDA on a machine with a GPU; in the test build with the CUDA kernels under the CPU emulation,
 // that emulation; otherwise a second CPU model, which holds the CPU backend to bitwise
 // repeatability). Same weights on both through model_copy_params:
-//   1. loss and every gradient tensor of a forward and backward, for the nine settings of
-//      VARIANTS (every variant; DIFF also without head norm and with a constant lambda_init,
-//      the Transformer also with head norm), and one AdamW step from the same gradients on both;
+//   1. loss and every gradient tensor of a forward and backward, for the settings of VARIANTS
+//      (every variant; DIFF also without head norm and with a constant lambda_init, the
+//      Transformer also with head norm), and one AdamW step from the same gradients on both;
 //   2. 20 training steps on each device, their losses side by side;
 //   3. the other device's 20 steps again: bitwise the same losses and parameters;
 //   4. a checkpoint written on one device after 10 steps, resumed on the other for 10 more;
@@ -48,27 +48,26 @@ typedef struct {
     const char* lambda_init;
 } Variant;
 
-static const Variant VARIANTS[] = {
-    {"standard", ATTN_STANDARD, 0, "schedule"},
-    {"standard + head norm", ATTN_STANDARD, 1, "schedule"},
-    {"diff", ATTN_DIFF, 1, "schedule"},
-    {"diff, no head norm", ATTN_DIFF, 0, "schedule"},
-    {"diff, lambda_init 0.8", ATTN_DIFF, 1, "0.8"},
-    {"diff2", ATTN_DIFF2, 0, "schedule"},
-    {"diff_grouped, one noise sub-head for 2 heads", ATTN_DIFF_GROUPED, 1, "schedule"},
-    {"diff_shared, rank-3 updates of shared Q/K projections", ATTN_DIFF_SHARED, 1, "schedule"},
-    {"dint, DIFF plus the integral term", ATTN_DINT, 1, "schedule"},
-};
-#define N_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
+// Every row of ATTN_VARIANTS with its own head norm, then DIFF without head norm and with a
+// constant lambda_init, and the Transformer with head norm
+#define N_VARIANTS (ATTN_VARIANT_COUNT + 3)
+static Variant VARIANTS[N_VARIANTS];
+static void list_variants(void) {
+    for (int k = 0; k < ATTN_VARIANT_COUNT; k++) VARIANTS[k] = (Variant){ATTN_VARIANTS[k].name, (AttentionKind)k, -1, "schedule"};
+    VARIANTS[ATTN_VARIANT_COUNT] = (Variant){"standard + head norm", ATTN_STANDARD, 1, "schedule"};
+    VARIANTS[ATTN_VARIANT_COUNT + 1] = (Variant){"diff, no head norm", ATTN_DIFF, 0, "schedule"};
+    VARIANTS[ATTN_VARIANT_COUNT + 2] = (Variant){"diff, lambda_init 0.8", ATTN_DIFF, 1, "0.8"};
+}
 
-// d_model 128, 2 heads (D 32 for diff, 64 otherwise), context 75: partial tiles everywhere
+// d_model 128, two groups of heads (attention_test_heads: 2 heads, D 32 for diff, 64 for the
+// Transformer), context 75: partial tiles everywhere
 static Config variant_config(const Variant* v, const char* device) {
     Config cfg;
     config_defaults(&cfg);
     cfg.model.attention = v->kind;
     cfg.model.n_layer = 2;
     cfg.model.d_model = 128;
-    cfg.model.n_head = 2;
+    cfg.model.n_head = attention_test_heads(&ATTN_VARIANTS[v->kind], 2);
     set_variant_switches(&cfg.model);
     cfg.model.seq_len = 75;
     cfg.batch_size = 3;
@@ -403,6 +402,7 @@ int main(void) {
     int emulated = strcmp(other_name, "cuda-emulated") == 0;
     if (why) printf("cuda: not run (%s); the second device is the cpu, held to bitwise equality\n", why);
     printf("devices: cpu and %s (%s)\n", other_name, backend_named(other)->device_name());
+    list_variants();
     printf("| one forward, backward and AdamW step | cpu | %s |\n|---|---|---|\n", other_name);
     for (int i = 0; i < N_VARIANTS; i++) test_gradients(&VARIANTS[i]);
     if (emulated) printf("%s: the training sections are left to a real device (minutes under the emulation)\n", other_name);

@@ -163,15 +163,16 @@ static double attn_loss(void* p) {
     return weighted_sum(c->y, c->R, c->ny);
 }
 
-// Every variant over 2 sequences of 2 heads of width 4 (DIFF V2's per-token lambda columns are
-// part of qkv and so are checked with the rest of d_qkv; grouped DIFF's 2 heads share one noise
-// sub-head; DINT's attention with its integral term, the two backward operations together)
+// A variant over 2 sequences of 2 groups of heads of width 4 (attention_test_heads; DIFF V2's
+// per-token lambda columns are part of qkv and so are checked with the rest of d_qkv; DINT's
+// attention with its integral term, the two backward operations together)
 static void test_attention(AttentionKind kind, int T) {
-    AttnShape shape = attention_shape(&ATTN_VARIANTS[kind], 2, 4, ATTN_VARIANTS[kind].grouped ? 2 : 0);
+    const AttnVariant* variant = &ATTN_VARIANTS[kind];
+    AttnShape shape = attention_shape(variant, attention_test_heads(variant, 2), 4, variant->test_switch);
     shape.B = 2;
     shape.T = T;
-    int M = shape.M, shared_kv = shape.shared_kv;
-    int QKV = attention_qkv_width(&shape), Dv = shared_kv ? 4 : M * 4, lam = attention_lambda_offset(&shape);
+    int M = shape.M;
+    int QKV = attention_qkv_width(&shape), Dv = attention_value_width(&shape), lam = attention_lambda_offset(&shape);
     size_t N = (size_t)shape.B * T, ny = N * shape.H * Dv;
     AttnCase c = {random_array(N * QKV, 1), random_array(ny, 1), shape.integral ? random_array(ny, 1) : NULL, random_array(N * shape.H * M, 1),
                   random_array(ny, 1), 0.6f, shape, ny};
@@ -189,18 +190,19 @@ static void test_attention(AttentionKind kind, int T) {
     const char* name = ATTN_VARIANTS[kind].name;
     snprintf(what, sizeof(what), "attention %s T=%d d_qkv", name, T);
     grad_check(what, attn_loss, &c, c.qkv, dqkv, N * QKV, 400, 1e-2, 1e-2, 1e-3);
-    if (M == 2 && !shared_kv) {
+    if (M == 2 && lam < 0) {
         snprintf(what, sizeof(what), "attention %s T=%d d_lambda", name, T);
         grad_check(what, attn_loss, &c, &c.lambda, &dlambda, 1, 1, 1e-2, 1e-2, 1e-3);
     }
     // hand case: the first query sees only the first key, so y[0] = v[0] (M=1) or v[0] - lambda v'[0],
-    // v' the value head of head 0's second map: head 0's own, or value head 1 when the halves
-    // pairing puts query head 2 (of 2 heads) on key/value group 1; DINT's integral term, the
+    // v' the value head of head 0's second map: head 0's own, or another where the halves
+    // pairing puts its second query head on another key/value group; DINT's integral term, the
     // mean of map 0's one row, gives lambda v[0] back
     attn_loss(&c);
     float lambda0 = lam >= 0 ? c.qkv[lam] : c.lambda;
-    const float* v = c.qkv + QKV - shape.H * Dv - (lam >= 0 ? shape.H : 0);  // value head 0 of token 0
-    float expect = M == 2 && !shape.integral ? v[0] - lambda0 * v[kind == ATTN_DIFF2_HALVES ? Dv : 0] : v[0];
+    const float* v = c.qkv + attention_v_col(&shape, 0, 0);  // value head 0 of token 0
+    const float* v_second = c.qkv + attention_v_col(&shape, 0, M - 1);
+    float expect = M == 2 && !shape.integral ? v[0] - lambda0 * v_second[0] : v[0];
     CHECK(fabsf(c.y[0] - expect) < 1e-5f, "attention %s position 0: %g vs %g", name, c.y[0], expect);
     free(c.qkv); free(c.y); free(c.o1); free(c.lse); free(c.R); free(dqkv); free(dy0);
 }
@@ -215,10 +217,13 @@ static double model_case_loss(void* p) {
     return model_loss(c->model);
 }
 
+// A variant's whole model, 2 layers of 2 groups of heads of width 4 (attention_test_heads)
 static void test_model(int attention, int head_norm, const char* lambda_init) {
+    const AttnVariant* v = &ATTN_VARIANTS[attention];
+    int n_head = attention_test_heads(v, 2);
     // init_std large enough that attention is far from uniform
-    ModelConfig cfg = {.attention = attention, .n_layer = 2, .d_model = 16, .n_head = 2, .head_norm = head_norm,
-                       .rope_theta = 10000.0f, .seq_len = 256, .init_std = 0.3f};
+    ModelConfig cfg = {.attention = attention, .n_layer = 2, .d_model = variant_sub_heads_per_head(v) * n_head * 4, .n_head = n_head,
+                       .head_dim = 4, .head_norm = head_norm, .rope_theta = 10000.0f, .seq_len = 256, .init_std = 0.3f};
     set_variant_switches(&cfg);
     snprintf(cfg.lambda_init, sizeof(cfg.lambda_init), "%s", lambda_init);
     model_config_validate(&cfg);
@@ -274,30 +279,17 @@ int main(void) {
     test_rope();
     test_swiglu();
     test_crossentropy();
-    test_attention(ATTN_STANDARD, 5);
+    for (int k = 0; k < ATTN_VARIANT_COUNT; k++) {
+        test_attention(k, 5);
+        test_attention(k, 130);  // three query blocks, the last partial
+    }
     test_attention(ATTN_STANDARD, 70);
-    test_attention(ATTN_DIFF, 5);
     test_attention(ATTN_DIFF, 70);
-    test_attention(ATTN_DIFF, 130);
-    test_attention(ATTN_DIFF2, 5);
-    test_attention(ATTN_DIFF2, 130);
-    test_attention(ATTN_DIFF2_HALVES, 5);
-    test_attention(ATTN_DIFF2_HALVES, 130);
-    test_attention(ATTN_DIFF_GROUPED, 5);
-    test_attention(ATTN_DIFF_GROUPED, 130);
-    test_attention(ATTN_DINT, 5);
-    test_attention(ATTN_DINT, 130);
     printf("model gradients (finite differences)\n");
-    test_model(ATTN_STANDARD, 0, "schedule");
+    for (int k = 0; k < ATTN_VARIANT_COUNT; k++) test_model(k, ATTN_VARIANTS[k].head_norm, "schedule");
     test_model(ATTN_STANDARD, 1, "schedule");
-    test_model(ATTN_DIFF, 1, "schedule");
     test_model(ATTN_DIFF, 0, "schedule");
     test_model(ATTN_DIFF, 1, "0.5");
-    test_model(ATTN_DIFF2, 0, "schedule");
     test_model(ATTN_DIFF2, 1, "schedule");
-    test_model(ATTN_DIFF2_HALVES, 0, "schedule");
-    test_model(ATTN_DIFF_GROUPED, 1, "schedule");
-    test_model(ATTN_DIFF_SHARED, 1, "schedule");
-    test_model(ATTN_DINT, 1, "schedule");
     return check_summary();
 }

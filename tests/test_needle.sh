@@ -49,12 +49,12 @@ task table2 > "$work/table2.log" 2>&1
 expect "table2 exits 0" test $? -eq 0
 expect "training mix made from the corpus" test -s "$work/mix/train.bin"
 expect "copy stage data made from the corpus" test -s "$work/mix/copy/train.bin" -a -s "$work/mix/copy/val.bin"
-expect "every row trained and FINISHED, each after its copy stage" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT row FROM runs WHERE status = 'FINISHED' ORDER BY id)")" = "standard_copy standard diff_copy diff diff_grouped_copy diff_grouped diff_shared_copy diff_shared dint_copy dint"
+expect "every row trained and FINISHED, each after its copy stage" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT row FROM runs WHERE status = 'FINISHED' ORDER BY id)")" = "standard_copy standard diff_copy diff gda_copy gda diff_shared_copy diff_shared dint_copy dint"
 expect "copy stage: 64-token windows of copy practice at a constant lr" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff_copy'\" | grep -c '^seq_len = 64\$\|^lr_final = 0.002\$\|^steps = 4\$' | grep -qx 3 &&
     test \"\$(sqlite3 '$work/results/registry.sqlite' \"SELECT data_dir FROM runs WHERE row = 'diff_copy'\")\" = '$work/mix/copy'"
 expect "needle run starts from the copy stage's checkpoint" bash -c "sqlite3 '$work/results/registry.sqlite' \"SELECT recipe_text FROM runs WHERE row = 'diff'\" | grep -qx 'init_from = $work/results/needle/smoke/diff_copy/seed2024/checkpoint.h5'"
 hash() { sha256sum "$1" | cut -c1-64; }
-expect "each stage's training data recorded by its sha256" test "$(sql "SELECT group_concat(ok, ' ') FROM (SELECT r.row || ':' || (a.sha256 = CASE WHEN r.row LIKE '%_copy' THEN '$(hash "$work/mix/copy/train.bin")' ELSE '$(hash "$work/mix/train.bin")' END) AS ok FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE a.kind = 'training_data' ORDER BY a.rowid)")" = "standard_copy:1 standard:1 diff_copy:1 diff:1 diff_grouped_copy:1 diff_grouped:1 diff_shared_copy:1 diff_shared:1 dint_copy:1 dint:1"
+expect "each stage's training data recorded by its sha256" test "$(sql "SELECT group_concat(ok, ' ') FROM (SELECT r.row || ':' || (a.sha256 = CASE WHEN r.row LIKE '%_copy' THEN '$(hash "$work/mix/copy/train.bin")' ELSE '$(hash "$work/mix/train.bin")' END) AS ok FROM artifacts a JOIN runs r ON r.id = a.run_id WHERE a.kind = 'training_data' ORDER BY a.rowid)")" = "standard_copy:1 standard:1 diff_copy:1 diff:1 gda_copy:1 gda:1 diff_shared_copy:1 diff_shared:1 dint_copy:1 dint:1"
 expect "copying check stored with its first-copy baseline" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('copy_score', 'copy_score_first') AND value BETWEEN 0 AND 1")" = 10
 expect "table2 written" grep -q "| N=1, R=1 | N=2, R=2 | N=4, R=2 | N=6, R=2 |" "$work/results/table2_smoke.md"
 expect "paper row beside" grep -q "| paper DIFF | 1.00 | 0.92 | 0.84 | 0.85 |" "$work/results/table2_smoke.md"
@@ -68,7 +68,7 @@ for row in standard diff; do
 done
 expect "table2 figure is PNG" is_png "$work/plots/table2_smoke.png"
 expect "table2 reads each row not in the paper against diff (its against key), in each setting" \
-    test "$(grep -cE '^\| (diff_grouped|diff_shared|dint) \| diff \| N=[1246], R=[12] \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/table2_smoke.md")" = 12
+    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| N=[1246], R=[12] \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/table2_smoke.md")" = 12
 
 task fig5 > "$work/fig5.log" 2>&1
 expect "fig5 exits 0" test $? -eq 0
@@ -80,7 +80,7 @@ expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-
 expect "fig5 judges DIFF against the Transformer at each of the 3 lengths, paired on episodes" \
     test "$(grep -cE '^\| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|same direction|opposite|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 3
 expect "fig5 reads each row not in the paper against diff at each length" \
-    test "$(grep -cE '^\| (diff_grouped|diff_shared|dint) \| diff \| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 9
+    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 9
 
 task table3 > "$work/table3.log" 2>&1
 expect "table3 exits 0" test $? -eq 0
@@ -95,8 +95,8 @@ head_vs_episode() {  # ROW METRIC COLUMN: |mean over heads - mean over episodes|
     sql "SELECT abs((SELECT avg(v.value) FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = '$1' AND v.key LIKE 'table3\_$2\_l%' ESCAPE '\\')
         - (SELECT avg(e.$3) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$1' AND e.task = 'table3')) < 1e-9"
 }
-expect "noise metrics: 5 per head of each model in the registry (8 heads standard, 4 DIFF, grouped DIFF, Shared DIFF and DINT)" \
-    test "$(sql "SELECT group_concat(n) FROM (SELECT r.row, COUNT(*) AS n FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE v.key LIKE 'table3\_%\_l__\_h__' ESCAPE '\\' GROUP BY r.row ORDER BY r.row)")" = "20,20,20,20,40"
+expect "noise metrics: 5 per head of each model in the registry (8 heads standard, 4 DIFF, Shared DIFF and DINT, GDA's 6 signal heads)" \
+    test "$(sql "SELECT group_concat(n) FROM (SELECT r.row, COUNT(*) AS n FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE v.key LIKE 'table3\_%\_l__\_h__' ESCAPE '\\' GROUP BY r.row ORDER BY r.row)")" = "20,20,20,30,40"
 for row in standard diff; do
     expect "noise metrics ($row): the heads' answer, noise and sink shares average to the episodes'" \
         test "$(head_vs_episode $row answer answer)$(head_vs_episode $row noise noise)$(head_vs_episode $row sink bos)" = 111
@@ -131,7 +131,7 @@ expect "fig8 figure" is_png "$work/plots/fig8_smoke.png"
 expect "fig8 judges what quantization costs DIFF against the Transformer: 2 scales x 3 widths x 2 settings" \
     test "$(grep -cE '^\| per (tensor|row) \| [864] \| [14], [12] \| [+-][0-9.]+ \| \[[^]]+\] \| (within noise|same direction|opposite|n/a \(neither retrieves\)) \|$' "$work/results/fig8_smoke.md")" = 12
 expect "fig8 reads each row not in the paper against diff at every scale, width and setting" \
-    test "$(grep -cE '^\| (diff_grouped|diff_shared|dint) \| diff \| per (tensor|row) \| [864] \| [14], [12] \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/fig8_smoke.md")" = 36
+    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| per (tensor|row) \| [864] \| [14], [12] \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/fig8_smoke.md")" = 36
 # the gap from the registry's answers: (DIFF 4-bit - DIFF 16-bit) - (Transformer 4-bit - Transformer 16-bit), N = 1
 acc() { echo "(SELECT AVG(e.correct) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$1' AND e.task = 'fig8_tensor_$2bit' AND e.n_needles = 1)"; }
 gap4=$(sql "SELECT printf('%+.3f', ($(acc diff 4) - $(acc diff 16)) - ($(acc standard 4) - $(acc standard 16)))")
@@ -168,7 +168,7 @@ expect "--seeds 2: table2 and table3 exit 0" test $? -eq 0
 sqls() { sqlite3 "$work/seeds/registry.sqlite" "$1"; }
 expect "--seeds 2 trains both stages of every row for seeds 2024 and 2025" \
     test "$(sqls "SELECT group_concat(row || ' ' || seed, ', ') FROM (SELECT row, seed FROM runs WHERE status = 'FINISHED' ORDER BY row, seed)")" = \
-    "diff 2024, diff 2025, diff_copy 2024, diff_copy 2025, diff_grouped 2024, diff_grouped 2025, diff_grouped_copy 2024, diff_grouped_copy 2025, diff_shared 2024, diff_shared 2025, diff_shared_copy 2024, diff_shared_copy 2025, dint 2024, dint 2025, dint_copy 2024, dint_copy 2025, standard 2024, standard 2025, standard_copy 2024, standard_copy 2025"
+    "diff 2024, diff 2025, diff_copy 2024, diff_copy 2025, diff_shared 2024, diff_shared 2025, diff_shared_copy 2024, diff_shared_copy 2025, dint 2024, dint 2025, dint_copy 2024, dint_copy 2025, gda 2024, gda 2025, gda_copy 2024, gda_copy 2025, standard 2024, standard 2025, standard_copy 2024, standard_copy 2025"
 expect "each seed in its own run folder" test -s "$work/seeds/needle/smoke/diff/seed2025/checkpoint.h5" -a -s "$work/seeds/needle/smoke/diff_copy/seed2025/checkpoint.h5"
 expect "table2 states its seeds and lists each seed's accuracy" bash -c "grep -q 'mean ± sample standard deviation over 2 seeds' '$work/seeds/table2_smoke.md' &&
     test \"\$(grep -cE '^\| (standard|diff) \| 202[45] \|' '$work/seeds/table2_smoke.md')\" = 4"
@@ -185,7 +185,7 @@ gap=$(sqls "SELECT printf('%+.3f', avg(a.m - b.m)) FROM $(share dint) a JOIN $(s
 expect "table3: dint minus diff in the answer share is the seeds' mean paired difference ($gap), with its interval" \
     grep -qE "^\| dint \| diff \| answer \| \\$gap \| \[[-+0-9.]+, [-+0-9.]+\] \| (within noise|higher|lower) \|$" "$work/seeds/table3_smoke.md"
 expect "table3 reads the three rows not in the paper against diff in both shares" \
-    test "$(grep -cE '^\| (diff_grouped|diff_shared|dint) \| diff \| (answer|noise) \| ' "$work/seeds/table3_smoke.md")" = 6
+    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| (answer|noise) \| ' "$work/seeds/table3_smoke.md")" = 6
 # Figure 1's answer share of the diff row, from the registry's episodes: per seed the mean over
 # Table 3's episodes, then mean and sample std over the two seeds
 want=$(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'diff' GROUP BY r.seed" |
@@ -215,7 +215,7 @@ gap=$(top1_gap needle dint diff)
 expect "table5 reads dint against diff (its against key): the seeds' paired differences with their range ($gap)" \
     grep -qF "| needle/smoke/dint − needle/smoke/diff | Attention Logits | $gap |" "$work/seeds/table5_smoke_smoke.md"
 expect "table5 reads the three needle rows not in the paper against diff, both activation types" \
-    test "$(grep -cE '^\| needle/smoke/(diff_grouped|diff_shared|dint) − needle/smoke/diff \| (Attention Logits|Hidden States) \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|' "$work/results/table5_smoke_smoke.md")" = 6
+    test "$(grep -cE '^\| needle/smoke/(gda|diff_shared|dint) − needle/smoke/diff \| (Attention Logits|Hidden States) \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|' "$work/results/table5_smoke_smoke.md")" = 6
 expect "table5 with one seed gives no interval" \
     grep -qE "^\| table6/smoke/diff − table6/smoke/transformer \| Attention Logits \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|" "$work/results/table5_smoke_smoke.md"
 
@@ -244,7 +244,7 @@ sed 's/^seq_len = 768/seq_len = 512/' "$work/needle.ini" > "$work/other_len.ini"
 expect_fail "needle: mix cut for another seq_len" "holds needle blocks of 768 tokens but the recipe trains at seq_len 512" \
     $bin needle "$work/other_len.ini" --preset smoke --task table2 --results "$work/results"
 sed 's/^against = diff$/against = nothing/' "$work/needle.ini" > "$work/bad_against.ini"
-expect_fail "needle: against names no row" "\\[row diff_grouped\\] key 'against': 'nothing' is not another row" \
+expect_fail "needle: against names no row" "\\[row gda\\] key 'against': 'nothing' is not another row" \
     $bin needle "$work/bad_against.ini" --preset smoke --task table2 --results "$work/results"
 grep -v '^copy_steps' "$work/needle.ini" > "$work/no_copy.ini"
 expect_fail "needle: copy stage unset" "\\[smoke\\] needs 'copy_steps' as a positive integer" \

@@ -24,7 +24,8 @@ typedef struct {
     const char* width;        // "d" or "2d" of the preset's d
 } RowSpec;
 
-// docs/table6.md: the paper's seven rows, DIFF V2 and its halves-pairing ablation
+// docs/table6.md: the paper's seven rows, DIFF V2 and its halves-pairing ablation, and the
+// variants not in the paper
 static const RowSpec TABLE6[] = {
     {"transformer", "standard", 0, NULL, "h", "d"},
     {"transformer_half", "standard", 0, NULL, "h/2", "2d"},
@@ -35,18 +36,19 @@ static const RowSpec TABLE6[] = {
     {"diff_lambda05", "diff", 1, "0.5", "h/2", "d"},
     {"diff2", "diff2", 0, NULL, "h", "d"},
     {"diff2_halves", "diff2_halves", 0, NULL, "h", "d"},
-    {"diff_grouped", "diff_grouped", 1, "schedule", "h/2", "d"},
+    {"gda", "gda", 1, "schedule", "h", "d"},
+    {"diff_shared_noise", "diff_shared_noise", 1, "schedule", "h/2", "d"},
     {"diff_shared", "diff_shared", 1, "schedule", "h/2", "d"},
     {"dint", "dint", 1, "schedule", "h/2", "d"},
 };
 #define TABLE6_ROWS ((int)(sizeof(TABLE6) / sizeof(TABLE6[0])))
 
 // docs/retrieval.md: standard h heads x d without per-head norm; diff h/2 heads, two d-wide maps;
-// grouped DIFF (not in the paper) DIFF's shape
+// the variants not in the paper at DIFF's query budget (GDA: h query heads)
 static const RowSpec NEEDLE[] = {
     {"standard", "standard", 0, NULL, "h", "d"},
     {"diff", "diff", 1, "schedule", "h/2", "d"},
-    {"diff_grouped", "diff_grouped", 1, "schedule", "h/2", "d"},
+    {"gda", "gda", 1, "schedule", "h", "d"},
     {"diff_shared", "diff_shared", 1, "schedule", "h/2", "d"},
     {"dint", "dint", 1, "schedule", "h/2", "d"},
 };
@@ -68,7 +70,7 @@ static void check_row(const char* path, const Section* preset, const Config* cfg
 static void test_table6(void) {
     const char* path = "experiments/table6.ini";
     Recipe* r = recipe_load(path, table6_extra_key);
-    CHECK(r->n_rows == TABLE6_ROWS, "%s holds the paper's 7 rows, DIFF V2, its halves ablation, grouped and Shared DIFF (%d rows)", path, r->n_rows);
+    CHECK(r->n_rows == TABLE6_ROWS, "%s holds the paper's 7 rows, DIFF V2, its halves ablation, GDA, shared noise maps, Shared DIFF and DINT (%d rows)", path, r->n_rows);
     for (int p = 0; p < r->n_presets; p++) {
         for (int i = 0; i < r->n_rows && i < TABLE6_ROWS; i++) {
             const RowSpec* spec = &TABLE6[i];
@@ -181,8 +183,9 @@ static void test_needle(void) {
 }
 
 static void test_defaults(void) {
-    static const int expected[ATTN_VARIANT_COUNT] = {[ATTN_STANDARD] = 0, [ATTN_DIFF] = 1, [ATTN_DIFF2] = 0, [ATTN_DIFF2_HALVES] = 0, [ATTN_DIFF_GROUPED] = 1,
-                                                    [ATTN_DIFF_SHARED] = 1, [ATTN_DINT] = 1};
+    // the paper's rule: the per-head norm belongs to the DIFF family, whose lambda is per layer
+    int expected[ATTN_VARIANT_COUNT];
+    for (int k = 0; k < ATTN_VARIANT_COUNT; k++) expected[k] = ATTN_VARIANTS[k].lambda == LAMBDA_PER_LAYER;
     for (int k = 0; k < ATTN_VARIANT_COUNT; k++) {
         Config cfg;
         config_defaults(&cfg);

@@ -8,7 +8,7 @@
 // Tolerances, for fp32 on both sides with different summation orders:
 //   logits max |diff| <= 2e-5 (logits are O(1); observed <= 1.2e-6);
 //   loss |diff| <= 1e-5 (observed <= 5e-7);
-//   each gradient tensor max |diff| <= 2e-5 * max |ref| + 1e-8 (observed <= 2e-6 relative);
+//   each gradient tensor max |diff| <= 2e-5 * max |ref| + 1e-8 (observed <= 4.2e-6 relative);
 //   AdamW step losses |diff| <= 1e-4 (rounding compounds over 5 updates at lr 1e-2; observed
 //   <= 2.3e-5).
 // Each AdamW step updates every parameter once, in at most 4 backend calls per layer and 3 for

@@ -223,7 +223,7 @@ static void test_registry_v7_migration(void) {
     sqlite3_finalize(st);
     CHECK(same && strstr(v7_text, "noise_group = 0"), "a version 7 config text loses noise_group = 0 and equals today's text of the same config");
     registry_close(&reg);
-    const char* err = config_set(&cfg, "attention", "diff_grouped");
+    const char* err = config_set(&cfg, "attention", "diff_shared_noise");
     if (!err) err = config_set(&cfg, "noise_group", "2");
     char* grouped = err ? NULL : config_to_text(&cfg);
     CHECK(grouped && strstr(grouped, "noise_group = 2\n") && !strstr(grouped, "update_rank"), "a grouped config's text keeps its noise_group and no update_rank");
@@ -233,9 +233,52 @@ static void test_registry_v7_migration(void) {
     unlink(db);
 }
 
+// Version 8 called DIFF with shared noise maps `diff_grouped`: opened now, its runs' texts and
+// params say diff_shared_noise, so the same config's finished run is found under today's name
+static void test_registry_v8_migration(void) {
+    const char* db = "build/test_train_v8.sqlite";
+    unlink(db);
+    Registry reg;
+    registry_open(&reg, db);
+    registry_close(&reg);
+    Config cfg;
+    config_defaults(&cfg);
+    CHECK(config_set(&cfg, "attention", "diff_grouped") != NULL, "the old name diff_grouped is no attention variant now");
+    CHECK(!config_set(&cfg, "attention", "diff_shared_noise") && !config_set(&cfg, "noise_group", "2"), "diff_shared_noise with G = 2 is set");
+    char* text = config_to_text(&cfg);
+    const char* name = strstr(text, "diff_shared_noise");
+    char* v8_text = mallocCheck(strlen(text) + 1);
+    snprintf(v8_text, strlen(text) + 1, "%.*sdiff_grouped%s", (int)(name - text), text, name + strlen("diff_shared_noise"));
+    sqlite3* old;
+    sqlite3_open(db, &old);
+    sqlite3_exec(old, "INSERT INTO experiments (id, name, preset, recipe_path, recipe_text, created) VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
+                      "PRAGMA user_version = 8;", NULL, NULL, NULL);
+    sqlite3_stmt* st;
+    sqlite3_prepare_v2(old, "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
+                            " ranks, device, pid, pid_start, recipe_text, out_dir, data_dir, data_id, started) VALUES (1, 'diff_grouped', 1000, 1,"
+                            " 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 'cpu', 1, 1, ?, 'o', '', '', 'now')", -1, &st, NULL);
+    sqlite3_bind_text(st, 1, v8_text, -1, SQLITE_TRANSIENT);
+    CHECK(sqlite3_step(st) == SQLITE_DONE, "a version 8 run of diff_grouped is written");
+    sqlite3_finalize(st);
+    sqlite3_exec(old, "INSERT INTO params (run_id, key, value) VALUES (1, 'attention', 'diff_grouped');", NULL, NULL, NULL);
+    sqlite3_close(old);
+    registry_open(&reg, db);
+    sqlite3_prepare_v2(reg.db, "SELECT recipe_text FROM runs WHERE id = 1", -1, &st, NULL);
+    int same = sqlite3_step(st) == SQLITE_ROW && strcmp((const char*)sqlite3_column_text(st, 0), text) == 0;
+    sqlite3_finalize(st);
+    CHECK(same && strstr(v8_text, "attention = diff_grouped\n"), "a version 8 text of diff_grouped equals today's text of diff_shared_noise");
+    CHECK(registry_count(&reg, "SELECT COUNT(*) FROM params WHERE key = 'attention' AND value = 'diff_shared_noise'") == 1,
+          "its attention param says diff_shared_noise");
+    registry_close(&reg);
+    free(text);
+    free(v8_text);
+    unlink(db);
+}
+
 int main(void) {
     test_registry();
     test_registry_migration();
     test_registry_v7_migration();
+    test_registry_v8_migration();
     return check_summary();
 }

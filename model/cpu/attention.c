@@ -22,7 +22,7 @@
 // Shapes and strides of one attention call, derived once.
 typedef struct {
     const AttnShape* s;
-    int B, T, H, D, M, shared_kv, q0;
+    int B, T, H, D, M, q0;
     int share_v;  // both maps multiply the same values
     int Vm;       // value products per head: 1, or M when the maps' values differ
     int group;    // heads that share key/value heads (attention.h)
@@ -49,7 +49,7 @@ static float* thread_scratch(size_t floats) {
 static Dims dims_of(const AttnShape* s) {
     Dims d;
     d.s = s;
-    d.B = s->B; d.T = s->T; d.H = s->H; d.D = s->D; d.M = s->M; d.shared_kv = s->shared_kv; d.q0 = s->q0;
+    d.B = s->B; d.T = s->T; d.H = s->H; d.D = s->D; d.M = s->M; d.q0 = s->q0;
     if (s->H % attention_head_group(s)) die("attention: %d heads do not split into groups of %d", s->H, attention_head_group(s));
     d.share_v = attention_maps_share_values(s);
     d.Vm = d.share_v ? 1 : s->M;

@@ -44,7 +44,7 @@ extern "C" {
 
 // One call's geometry, passed to the kernels by value
 struct Geo {
-    AttnShape s;     // B, T, H, D, M, q0, shared_kv and the qkv layout of attention.h
+    AttnShape s;     // B, T, H, D, M, q0 and the qkv layout of attention.h
     int Dv, QKV, HDv;
     int lam;         // per-token lambda columns, -1 without
     int Vm;          // value heads per head: 1, or M when the maps' values differ
@@ -368,8 +368,8 @@ __device__ __forceinline__ bool sum_complete(int col, int next_col, bool last_he
 
 // Query tiles of a group of heads: D_m (B, H, M, T) and dQ, in two sweeps over the keys per head
 // (the first finds D_m, which the second's dS needs); the lambda columns of dqkv get -D_1 per
-// token. A query sub-head the group's heads share (grouped DIFF's noise query) sums their dQ
-// in head order before it is written.
+// token. A query sub-head the group's heads share (the noise query of shared noise maps and of
+// GDA) sums their dQ in head order before it is written.
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(float* dqkv, float* Drow, const float* dy, const float* dy0,
                                                                                const float* qkv, const float* lse, const float* lambda,
                                                                                const float* qstep, Geo g) {

@@ -14,7 +14,7 @@
 // one stride apart (standard, DIFF, DIFF V2, Shared DIFF); DIFF is two calls, one per map: the
 // first map's output gradient is dy, the second's -lambda dy, dlambda = -sum dy . O_2, and each
 // map's gradients are added into dqkv (the value gradients of the maps summed). What the
-// graphs cannot express (grouped DIFF's shared noise map, DIFF V2's halves pairing, DINT's
+// graphs cannot express (shared noise maps, GDA's groups, DIFF V2's halves pairing, DINT's
 // integral term, quantized logits, the hook, decoding) keeps this backend's fp32 kernels, as
 // does every shape when libcudnn is missing or gives no engine; each shape's path is said once
 // on stderr and answered by attention_path. libcudnn is opened at run time: a machine without it
@@ -452,7 +452,7 @@ static const char* geometry_of(const AttnShape* s, int m, Geometry* x) {
     for (int h = 0; h < s->H; h++) {
         if (attention_q_col(s, h, m) != q0 + h * x->hq || attention_k_col(s, h, m) != k0 + h * x->hk ||
             attention_v_col(s, h, m) != v0 + h * x->hv)
-            return "a map's sub-heads are not one stride apart (grouped DIFF's shared noise map, DIFF V2's halves pairing)";
+            return "a map's sub-heads are not one stride apart (shared noise maps, GDA's groups, DIFF V2's halves pairing)";
     }
     // 16-byte aligned bf16 operands: every column offset and stride a multiple of 8 elements
     if (s->D % 8 || QKV % 8 || q0 % 8 || k0 % 8 || v0 % 8 || x->hq % 8 || x->hk % 8 || x->hv % 8)
