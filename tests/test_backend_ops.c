@@ -19,8 +19,11 @@
 // double product and the fp32 one (their bounds at expect_bf16_product), the weights' bf16
 // copies made once per announced change, and attention for every variant: the path it takes (the
 // CUDA backend's cuDNN graphs where every map's sub-heads lie one stride apart, its fp32 kernels
-// elsewhere) and its y, lse, dqkv and dlambda against the double reference of bf16 inputs. `--op GROUP` runs one group of operations alone
-// (`--op attention`), for a fast loop on one.
+// elsewhere) and its y, lse, dqkv and dlambda against the double reference of bf16 inputs. The
+// gradient mode (`--grad` alone; part of every run): each operation with a backward (matmul,
+// RMSNorm, RoPE, SwiGLU, cross-entropy, λ, attention of every variant with DINT's integral term)
+// against central differences of its own forward on the same backend. `--op GROUP` runs one
+// group of operations alone (`--op attention`), for a fast loop on one.
 //
 // Tolerance: |got - ref| <= atol + rtol * |ref| per element. fp32 arithmetic with sums of up to
 // a few hundred terms of O(1) values rounds at about 1e-6 relative; exp runs on vector libm
@@ -1217,21 +1220,351 @@ static const char* const OPS[] = {"table", "buffers", "matmul", "bf16", "rmsnorm
                                   "attention", "lambda", "optimizer", NULL};
 static const char* only_op;
 static int wanted(const char* op) { return !only_op || strcmp(only_op, op) == 0; }
+static int grad_only;  // --grad: the gradient mode alone
 
-// usage: test_backend_ops [--backend DEVICE] [--small] [--op OP] [--variant NAME]. --backend runs the backend a device names (cpu,
-// cuda) alone and fails when it cannot run here; --small leaves out the longest attention shape (T = 1024)
-// (for compute-sanitizer, whose racecheck is slow); --op runs one group of operations (OPS);
-// --variant runs one attention variant's cases of the attention and bf16 groups
+// ---- gradient mode: finite differences of every operation with a backward ----
+// Each operation's backward against central differences of its own forward on the same backend,
+// for a loss L = sum(out * R) in double over its output, R fixed random weights (the backward is
+// fed R as the output's gradient). The inputs live on the host, where the differences perturb
+// them, and every evaluation uploads them: the backend's buffers are only written by its
+// operations. Step h = 1e-2; fp32's rounding of L is about 1e-7 |L| / h and the truncation error
+// about h^2 |f'''|, both below atol = 1e-3 with rtol = 1e-2 at these sizes; a sign or a factor
+// error misses them by orders of magnitude. Every coordinate of the small tensors is perturbed,
+// and up to GRAD_SAMPLES of attention's qkv on the CPU; on a device, whose forward the CPU
+// emulation runs thousands of times slower, a twentieth of them at shorter lengths (the
+// contract above holds its kernels at every length).
+#define GRAD_H 1e-2
+#define GRAD_RTOL 1e-2
+#define GRAD_ATOL 1e-3
+#define GRAD_SAMPLES 400
+
+// A case: up to three host inputs and their device copies, the forward, and R
+typedef struct GradCase GradCase;
+struct GradCase {
+    float* host[3];
+    float* dev[3];
+    size_t n[3];
+    float* out;      // (n_out) on the device
+    size_t n_out;
+    const float* R;  // (n_out) on the host
+    double (*forward)(GradCase* c);
+    const void* op;  // the operation's sizes
+};
+
+static double weighted_output(const GradCase* c) {
+    float* out = from_backend(c->out, c->n_out);
+    double s = 0.0;
+    for (size_t i = 0; i < c->n_out; i++) s += (double)out[i] * c->R[i];
+    free(out);
+    return s;
+}
+
+static double grad_case_loss(void* p) {
+    GradCase* c = p;
+    for (int i = 0; i < 3 && c->host[i]; i++) be->upload(c->dev[i], c->host[i], c->n[i] * sizeof(float));
+    return c->forward(c);
+}
+
+// The case's inputs: host copies of random values (std), device buffers of their size
+static GradCase grad_case(const size_t* n, const float* std, int inputs, size_t n_out, double (*forward)(GradCase*), const void* op) {
+    GradCase c = {{0}, {0}, {0}, be->alloc(n_out * sizeof(float)), n_out, random_host(n_out, 1), forward, op};
+    for (int i = 0; i < inputs; i++) {
+        c.n[i] = n[i];
+        c.host[i] = random_host(n[i], std[i]);
+        c.dev[i] = be->alloc(n[i] * sizeof(float));
+    }
+    grad_case_loss(&c);  // every input on the device, the forward's saved values made
+    return c;
+}
+
+static void grad_case_free(GradCase* c) {
+    for (int i = 0; i < 3 && c->host[i]; i++) {
+        free(c->host[i]);
+        be->release(c->dev[i]);
+    }
+    be->release(c->out);
+    free((void*)c->R);
+}
+
+// Input i's analytic gradient (on the device, n[i] floats) against the case's differences
+static void grad_expect(GradCase* c, int i, const float* d_grad, const char* what, int samples) {
+    float* grad = from_backend(d_grad, c->n[i]);
+    char name[160];
+    snprintf(name, sizeof(name), "%s: %s", be->name, what);
+    grad_check(name, grad_case_loss, c, c->host[i], grad, c->n[i], samples, GRAD_H, GRAD_RTOL, GRAD_ATOL);
+    free(grad);
+}
+
+// The R of a case on the device, as the backward's output gradient
+static float* grad_of_output(const GradCase* c) { return to_backend(c->R, c->n_out * sizeof(float)); }
+
+typedef struct { int N, IC, OC; } MatmulSize;
+static double matmul_grad_forward(GradCase* c) {
+    const MatmulSize* s = c->op;
+    be->matmul_forward(c->out, c->dev[0], c->dev[1], s->N, s->IC, s->OC, 0);
+    return weighted_output(c);
+}
+static void grad_matmul(int N, int IC, int OC) {
+    MatmulSize s = {N, IC, OC};
+    GradCase c = grad_case((size_t[]){(size_t)N * IC, (size_t)OC * IC}, (float[]){1, 1}, 2, (size_t)N * OC, matmul_grad_forward, &s);
+    float *dout = grad_of_output(&c), *dinp = to_backend(c.host[1], (size_t)N * IC * sizeof(float)) /* overwritten */,
+          *dw = be->alloc((size_t)OC * IC * sizeof(float));
+    be->matmul_backward(dinp, dw, dout, c.dev[0], c.dev[1], N, IC, OC);
+    grad_expect(&c, 0, dinp, "matmul d_inp", GRAD_SAMPLES);
+    grad_expect(&c, 1, dw, "matmul d_w", GRAD_SAMPLES);
+    be->release(dout); be->release(dinp); be->release(dw);
+    grad_case_free(&c);
+}
+
+typedef struct { int rows, W; float scale; float* rstd; } NormSize;
+static double rmsnorm_grad_forward(GradCase* c) {
+    const NormSize* s = c->op;
+    be->rmsnorm_forward(c->out, s->rstd, c->dev[0], c->dev[1], s->scale, s->rows, s->W);
+    return weighted_output(c);
+}
+static void grad_rmsnorm(int rows, int W, float scale) {
+    NormSize s = {rows, W, scale, be->alloc(rows * sizeof(float))};
+    GradCase c = grad_case((size_t[]){(size_t)rows * W, (size_t)W}, (float[]){1, 1}, 2, (size_t)rows * W, rmsnorm_grad_forward, &s);
+    float *dout = grad_of_output(&c), *dinp = be->alloc((size_t)rows * W * sizeof(float)), *dw = be->alloc(W * sizeof(float));
+    be->rmsnorm_backward(dinp, dw, dout, c.dev[0], c.dev[1], s.rstd, scale, rows, W);
+    grad_expect(&c, 0, dinp, "rmsnorm d_inp (out_scale)", GRAD_SAMPLES);
+    grad_expect(&c, 1, dw, "rmsnorm d_weight", GRAD_SAMPLES);
+    be->release(dout); be->release(dinp); be->release(dw); be->release(s.rstd);
+    grad_case_free(&c);
+}
+
+typedef struct { int rows, T, heads, D, stride; float* cos_sin; } RopeSize;
+static double rope_grad_forward(GradCase* c) {
+    const RopeSize* s = c->op;
+    be->copy(c->out, c->dev[0], c->n_out * sizeof(float));
+    be->rope_apply(c->out, s->cos_sin, s->rows, s->T, s->heads, s->D, s->stride, 0);
+    return weighted_output(c);
+}
+static void grad_rope(int rows, int T, int heads, int D, int stride) {
+    float* table = mallocCheck((size_t)T * D * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < D / 2; j++) {
+            double angle = t * pow(10000.0, -2.0 * j / D);
+            table[(t * (D / 2) + j) * 2] = (float)cos(angle);
+            table[(t * (D / 2) + j) * 2 + 1] = (float)sin(angle);
+        }
+    }
+    RopeSize s = {rows, T, heads, D, stride, to_backend(table, (size_t)T * D * sizeof(float))};
+    GradCase c = grad_case((size_t[]){(size_t)rows * stride}, (float[]){1}, 1, (size_t)rows * stride, rope_grad_forward, &s);
+    float* dx = grad_of_output(&c);
+    be->rope_apply(dx, s.cos_sin, rows, T, heads, D, stride, 1);
+    grad_expect(&c, 0, dx, "rope d_x (the inverse rotation)", GRAD_SAMPLES);
+    be->release(dx); be->release(s.cos_sin);
+    free(table);
+    grad_case_free(&c);
+}
+
+typedef struct { int N, F; } SwigluSize;
+static double swiglu_grad_forward(GradCase* c) {
+    const SwigluSize* s = c->op;
+    be->swiglu_forward(c->out, c->dev[0], s->N, s->F);
+    return weighted_output(c);
+}
+static void grad_swiglu(int N, int F) {
+    SwigluSize s = {N, F};
+    GradCase c = grad_case((size_t[]){(size_t)N * 2 * F}, (float[]){2}, 1, (size_t)N * F, swiglu_grad_forward, &s);
+    float *dh = grad_of_output(&c), *dgu = be->alloc((size_t)N * 2 * F * sizeof(float));
+    be->swiglu_backward(dgu, dh, c.dev[0], N, F);
+    grad_expect(&c, 0, dgu, "swiglu d_gate_up", GRAD_SAMPLES);
+    be->release(dh); be->release(dgu);
+    grad_case_free(&c);
+}
+
+// Cross-entropy's loss is its own output: the sum of the rows' losses, weighted by nothing
+typedef struct { int N, V; int* targets; float* rows; } CeSize;
+static double crossentropy_grad_forward(GradCase* c) {
+    const CeSize* s = c->op;
+    be->copy(c->out, c->dev[0], c->n_out * sizeof(float));
+    return be->crossentropy_forward(c->out, s->rows, s->targets, s->N, s->V);
+}
+static void grad_crossentropy(int N, int V) {
+    int* targets = mallocCheck(N * sizeof(int));
+    for (int i = 0; i < N; i++) targets[i] = (int)(rng_next(&rng) % V);
+    CeSize s = {N, V, to_backend(targets, N * sizeof(int)), be->alloc(N * sizeof(float))};
+    GradCase c = grad_case((size_t[]){(size_t)N * V}, (float[]){2}, 1, (size_t)N * V, crossentropy_grad_forward, &s);
+    be->crossentropy_backward(c.out, s.targets, 1.0f, N, V);  // the forward's probabilities become dlogits
+    grad_expect(&c, 0, c.out, "crossentropy d_logits", GRAD_SAMPLES);
+    be->release(s.targets); be->release(s.rows);
+    free(targets);
+    grad_case_free(&c);
+}
+
+typedef struct { int D; float lambda_init; } LambdaSize;
+static double lambda_grad_forward(GradCase* c) {
+    const LambdaSize* s = c->op;
+    be->lambda_forward(c->out, c->dev[0], s->lambda_init, s->D);
+    return weighted_output(c);
+}
+static void grad_lambda(int D) {
+    LambdaSize s = {D, 0.3f};
+    GradCase c = grad_case((size_t[]){(size_t)4 * D}, (float[]){0.3f}, 1, 1, lambda_grad_forward, &s);
+    float *dlambda = grad_of_output(&c), *dlam = be->alloc((size_t)4 * D * sizeof(float));
+    be->lambda_backward(dlam, dlambda, c.dev[0], D);
+    grad_expect(&c, 0, dlam, "lambda d_lam", GRAD_SAMPLES);
+    be->release(dlambda); be->release(dlam);
+    grad_case_free(&c);
+}
+
+// Attention of a variant: qkv (its per-token lambda columns through their sigmoid, as the model
+// feeds them) and the layer's lambda; DINT's attention with its integral term, the two
+// backward operations together
+typedef struct { AttnShape s; float *o1, *lse; } AttnSize;
+static double attention_grad_forward(GradCase* c) {
+    const AttnSize* a = c->op;
+    const AttnShape* s = &a->s;
+    if (s->token_lambda) be->token_lambda_forward(c->dev[0], s->B * s->T, s);
+    be->attention_forward(c->out, a->o1, a->lse, c->dev[0], c->dev[1], s, NO_HOOK);
+    if (a->o1) be->integral_forward(c->out, a->o1, NULL, c->dev[1], s->B, s->T, s->H, attention_value_width(s), 0);
+    return weighted_output(c);
+}
+static void grad_attention(AttentionKind kind, int T, int samples) {
+    const AttnVariant* v = &ATTN_VARIANTS[kind];
+    AttnSize a = {attention_shape(v, attention_test_heads(v, 2), 4, v->test_switch), NULL, NULL};
+    AttnShape* s = &a.s;
+    s->B = 2;
+    s->T = T;
+    size_t N = (size_t)s->B * T, ny = N * s->H * attention_value_width(s);
+    a.lse = be->alloc(N * s->H * s->M * sizeof(float));
+    a.o1 = s->integral ? be->alloc(ny * sizeof(float)) : NULL;
+    GradCase c = grad_case((size_t[]){N * attention_qkv_width(s), 1}, (float[]){1, 0}, 2, ny, attention_grad_forward, &a);
+    c.host[1][0] = 0.6f;
+    grad_case_loss(&c);  // the forward's saved values at this lambda
+    float *dy = grad_of_output(&c), *dqkv = to_backend(c.host[0], c.n[0] * sizeof(float)) /* overwritten */;
+    float *dlambda = be->alloc(sizeof(float)), *dy0 = NULL, *d_integral = NULL;
+    if (s->integral) {
+        dy0 = be->alloc(ny * sizeof(float));
+        d_integral = be->alloc(sizeof(float));
+        be->integral_backward(dy0, d_integral, dy, a.o1, c.dev[1], s->B, T, s->H, attention_value_width(s));
+    }
+    // the backward reads qkv as the model keeps it, its lambda columns through their sigmoid
+    be->attention_backward(dqkv, dlambda, dy, dy0, c.dev[0], a.lse, c.dev[1], s, NO_HOOK);
+    if (s->token_lambda) be->token_lambda_backward(dqkv, c.dev[0], (int)N, s);
+    if (d_integral) be->add(dlambda, d_integral, 1);
+    char what[96];
+    snprintf(what, sizeof(what), "attention %s T=%d d_qkv", v->name, T);
+    grad_expect(&c, 0, dqkv, what, samples);
+    if (v->lambda == LAMBDA_PER_LAYER) {
+        snprintf(what, sizeof(what), "attention %s T=%d d_lambda", v->name, T);
+        grad_expect(&c, 1, dlambda, what, 1);
+    }
+    be->release(dy); be->release(dqkv); be->release(dlambda); be->release(dy0); be->release(d_integral);
+    be->release(a.lse); be->release(a.o1);
+    grad_case_free(&c);
+}
+
+static void test_gradients(int device) {
+    if (wanted("matmul")) grad_matmul(5, 7, 6);
+    if (wanted("rmsnorm")) grad_rmsnorm(6, 8, 0.7f);
+    if (wanted("rope")) grad_rope(6, 3, 2, 4, 10);  // 2 columns past the heads stay untouched
+    if (wanted("swiglu")) grad_swiglu(4, 5);
+    if (wanted("crossentropy")) grad_crossentropy(3, 5);
+    if (wanted("lambda")) grad_lambda(4);
+    for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT && wanted("attention"); k++) {
+        if (!variant_wanted(k)) continue;
+        grad_attention(k, 5, device ? GRAD_SAMPLES / 20 : GRAD_SAMPLES);
+        // three query blocks of the CPU's kernel, the last partial; two query tiles of the GPU's
+        grad_attention(k, device ? 40 : 130, device ? GRAD_SAMPLES / 20 : GRAD_SAMPLES);
+    }
+}
+
+// The contract of every operation against the references above; small: without T = 1,024
+static void test_contract(int small) {
+    if (wanted("table")) test_table();
+    if (wanted("buffers")) test_buffers();
+    if (wanted("matmul")) {
+        test_matmul_untimed();
+        test_matmul(1, 1, 1);
+        test_matmul(7, 13, 5);
+        test_matmul(64, 96, 33);
+        test_matmul(130, 64, 256);
+        test_matmul(1, 256, 1514);  // a decoding step's row through a feed-forward's width
+        test_matmul(331, 40, 197);  // rows (forward, input gradient) and output channels (weight gradient) in uneven bands
+        test_matmul_spent_many(2500);
+    }
+    if (wanted("bf16")) test_bf16();
+    if (wanted("rmsnorm")) {
+        test_rmsnorm(1, 1, 1.0f);
+        test_rmsnorm(9, 16, 1.0f);
+        test_rmsnorm(33, 64, 0.7f);
+        test_rmsnorm(150, 40, 0.9f);  // the weight gradient over three row blocks, the last one partial
+    }
+    if (wanted("rope")) {
+        test_rope(6, 3, 2, 4, 10);
+        test_rope(70, 70, 5, 8, 48);
+    }
+    if (wanted("swiglu")) {
+        test_swiglu(1, 1);
+        test_swiglu(9, 40);
+    }
+    if (wanted("embedding")) {
+        test_embedding(5, 7, 3);
+        test_embedding(40, 6, 16);
+    }
+    if (wanted("crossentropy")) {
+        test_crossentropy(1, 2);
+        test_crossentropy(13, 300);
+    }
+    const LogitQuant none = {0, QUANT_PER_TENSOR}, tensor4 = {4, QUANT_PER_TENSOR}, row6 = {6, QUANT_PER_ROW};
+    for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT && wanted("attention"); k++) {
+        if (!variant_wanted(k)) continue;
+        test_attention(k, 2, 1, 2, 4, 0, none);   // one row
+        test_attention(k, 2, 5, 2, 4, 0, none);   // a partial block
+        test_attention(k, 2, 64, 1, 8, 0, none);  // exactly one block
+        test_attention(k, 1, 70, 2, 4, 0, none);  // a block and a partial one
+        test_attention(k, 1, 130, 1, 4, 0, none); // two blocks and a partial one
+        test_attention(k, 1, 80, 2, 8, 30, none); // decoding: 50 new rows after 30 cached ones
+        test_attention(k, 1, 71, 2, 4, 70, none); // decoding one token
+        // quantized logits: the per-tensor scale spans blocks, the backward recomputes them
+        test_attention(k, 2, 130, 2, 4, 0, tensor4);
+        test_attention(k, 1, 80, 2, 8, 30, tensor4);
+        test_attention(k, 2, 70, 1, 4, 0, row6);
+        test_attention(k, 1, 80, 2, 8, 30, row6);
+        // the widths and lengths of real models: head dim 128 (DIFF's values 256 wide, the
+        // largest tiles), and head dim 64 at T = 1024 (16 blocks), each where the backend
+        // supports it
+        test_attention(k, 2, 70, 1, 128, 0, none);
+        if (small) continue;
+        test_attention(k, 1, 1024, 1, 64, 0, none);
+    }
+    if (wanted("attention")) {
+        test_diff2_pairing(ATTN_DIFF2);
+        test_diff2_pairing(ATTN_DIFF2_HALVES);
+        test_grouped_is_diff(ATTN_DIFF_SHARED_NOISE);
+        test_grouped_is_diff(ATTN_GDA);
+    }
+    if (wanted("lambda")) {
+        test_lambda(4);
+        test_lambda(32);
+    }
+    if (wanted("optimizer")) {
+        test_optimizer(1);
+        test_optimizer(1000);
+        test_optimizer(200003);  // more than one of the squared sum's chunks
+    }
+}
+
+
+// usage: test_backend_ops [--backend DEVICE] [--small] [--op OP] [--variant NAME] [--grad]. --backend runs the backend a
+// device names (cpu, cuda) alone and fails when it cannot run here; --small leaves out the longest attention shape
+// (T = 1024) (for compute-sanitizer, whose racecheck is slow); --op runs one group of operations (OPS), its contract
+// and its gradients; --variant runs one attention variant's cases of the attention and bf16 groups; --grad runs the
+// gradient mode alone
 int main(int argc, char** argv) {
     const char* only = NULL;
     int small = 0;
     const char* usage = "usage: test_backend_ops [--backend DEVICE] [--small] [--op table|buffers|matmul|bf16|rmsnorm|rope|swiglu|embedding|"
-                        "crossentropy|attention|lambda|optimizer] [--variant NAME]";
+                        "crossentropy|attention|lambda|optimizer] [--variant NAME] [--grad]";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--small") == 0) small = 1;
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) only_op = argv[++i];
         else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) only_variant = argv[++i];
+        else if (strcmp(argv[i], "--grad") == 0) grad_only = 1;
         else die("test_backend_ops: unknown argument '%s' (%s)", argv[i], usage);
     }
     int known = !only_op;
@@ -1250,83 +1583,14 @@ int main(int argc, char** argv) {
         }
         be = backend_named(backend_at(b)->device);
         int before = checks_passed + checks_failed;
-        if (wanted("table")) test_table();
-        if (wanted("buffers")) test_buffers();
-        if (wanted("matmul")) {
-            test_matmul_untimed();
-            test_matmul(1, 1, 1);
-            test_matmul(7, 13, 5);
-            test_matmul(64, 96, 33);
-            test_matmul(130, 64, 256);
-            test_matmul(1, 256, 1514);  // a decoding step's row through a feed-forward's width
-            test_matmul(331, 40, 197);  // rows (forward, input gradient) and output channels (weight gradient) in uneven bands
-            test_matmul_spent_many(2500);
-        }
-        if (wanted("bf16")) test_bf16();
-        if (wanted("rmsnorm")) {
-            test_rmsnorm(1, 1, 1.0f);
-            test_rmsnorm(9, 16, 1.0f);
-            test_rmsnorm(33, 64, 0.7f);
-            test_rmsnorm(150, 40, 0.9f);  // the weight gradient over three row blocks, the last one partial
-        }
-        if (wanted("rope")) {
-            test_rope(6, 3, 2, 4, 10);
-            test_rope(70, 70, 5, 8, 48);
-        }
-        if (wanted("swiglu")) {
-            test_swiglu(1, 1);
-            test_swiglu(9, 40);
-        }
-        if (wanted("embedding")) {
-            test_embedding(5, 7, 3);
-            test_embedding(40, 6, 16);
-        }
-        if (wanted("crossentropy")) {
-            test_crossentropy(1, 2);
-            test_crossentropy(13, 300);
-        }
-        const LogitQuant none = {0, QUANT_PER_TENSOR}, tensor4 = {4, QUANT_PER_TENSOR}, row6 = {6, QUANT_PER_ROW};
-        for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT && wanted("attention"); k++) {
-            if (!variant_wanted(k)) continue;
-            test_attention(k, 2, 1, 2, 4, 0, none);   // one row
-            test_attention(k, 2, 5, 2, 4, 0, none);   // a partial block
-            test_attention(k, 2, 64, 1, 8, 0, none);  // exactly one block
-            test_attention(k, 1, 70, 2, 4, 0, none);  // a block and a partial one
-            test_attention(k, 1, 130, 1, 4, 0, none); // two blocks and a partial one
-            test_attention(k, 1, 80, 2, 8, 30, none); // decoding: 50 new rows after 30 cached ones
-            test_attention(k, 1, 71, 2, 4, 70, none); // decoding one token
-            // quantized logits: the per-tensor scale spans blocks, the backward recomputes them
-            test_attention(k, 2, 130, 2, 4, 0, tensor4);
-            test_attention(k, 1, 80, 2, 8, 30, tensor4);
-            test_attention(k, 2, 70, 1, 4, 0, row6);
-            test_attention(k, 1, 80, 2, 8, 30, row6);
-            // the widths and lengths of real models: head dim 128 (DIFF's values 256 wide, the
-            // largest tiles), and head dim 64 at T = 1024 (16 blocks), each where the backend
-            // supports it
-            test_attention(k, 2, 70, 1, 128, 0, none);
-            if (small) continue;
-            test_attention(k, 1, 1024, 1, 64, 0, none);
-        }
-        if (wanted("attention")) {
-            test_diff2_pairing(ATTN_DIFF2);
-            test_diff2_pairing(ATTN_DIFF2_HALVES);
-            test_grouped_is_diff(ATTN_DIFF_SHARED_NOISE);
-            test_grouped_is_diff(ATTN_GDA);
-        }
-        if (wanted("lambda")) {
-            test_lambda(4);
-            test_lambda(32);
-        }
-        if (wanted("optimizer")) {
-            test_optimizer(1);
-            test_optimizer(1000);
-            test_optimizer(200003);  // more than one of the squared sum's chunks
-        }
-        double rate = wanted("matmul") ? be->matmul_rate() : 0;
-        if (wanted("matmul")) CHECK(rate > 0 && isfinite(rate), "%s matmul_rate %.1f GFLOP/s", be->name, rate);
+        if (!grad_only) test_contract(small);
+        test_gradients(strcmp(be->device, "cpu") != 0);
+        int timed = !grad_only && wanted("matmul");
+        double rate = timed ? be->matmul_rate() : 0;
+        if (timed) CHECK(rate > 0 && isfinite(rate), "%s matmul_rate %.1f GFLOP/s", be->name, rate);
         printf("backend %s: %d checks", be->name, checks_passed + checks_failed - before);
         if (only_op) printf(" of %s", only_op);
-        if (wanted("matmul")) printf(", matmul rate %.1f GFLOP/s", rate);
+        if (timed) printf(", matmul rate %.1f GFLOP/s", rate);
         printf("\n");
     }
     return check_summary();
