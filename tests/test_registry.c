@@ -189,15 +189,43 @@ static void test_registry_migration(void) {
     unlink(db);
 }
 
+// A registry at schema `version` holding one FINISHED run of `row` whose config text is old_text
+// (and whatever `extra` SQL writes beside it): opened now, whether that run's text became
+// today_text. reg is left open.
+static int migrated_text(Registry* reg, const char* db, int version, const char* row, const char* old_text, const char* today_text,
+                         const char* extra) {
+    unlink(db);
+    registry_open(reg, db);
+    registry_close(reg);
+    sqlite3* old;
+    sqlite3_open(db, &old);
+    char sql[256];
+    snprintf(sql, sizeof(sql), "INSERT INTO experiments (id, name, preset, recipe_path, recipe_text, created) VALUES (1, 'table6', 'small',"
+                               " 'x', 'x', 'now'); PRAGMA user_version = %d;", version);
+    sqlite3_exec(old, sql, NULL, NULL, NULL);
+    sqlite3_stmt* st;
+    sqlite3_prepare_v2(old, "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
+                            " ranks, device, pid, pid_start, recipe_text, out_dir, data_dir, data_id, started) VALUES (1, ?, 1000, 1,"
+                            " 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 'cpu', 1, 1, ?, 'o', '', '', 'now')", -1, &st, NULL);
+    sqlite3_bind_text(st, 1, row, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, old_text, -1, SQLITE_TRANSIENT);
+    CHECK(sqlite3_step(st) == SQLITE_DONE, "a version %d run of %s is written", version, row);
+    sqlite3_finalize(st);
+    if (extra) sqlite3_exec(old, extra, NULL, NULL, NULL);
+    sqlite3_close(old);
+    registry_open(reg, db);
+    sqlite3_prepare_v2(reg->db, "SELECT recipe_text FROM runs WHERE id = 1", -1, &st, NULL);
+    int same = sqlite3_step(st) == SQLITE_ROW && strcmp((const char*)sqlite3_column_text(st, 0), today_text) == 0;
+    sqlite3_finalize(st);
+    return same;
+}
+
 // A version 7 registry recorded noise_group = 0 in every config text: opened now, its texts are
 // rewritten as today's config text records them (a switch only where a variant uses it), so the
 // same config's finished run is found
 static void test_registry_v7_migration(void) {
     const char* db = "build/test_train_v7.sqlite";
-    unlink(db);
     Registry reg;
-    registry_open(&reg, db);
-    registry_close(&reg);
     Config cfg;
     config_defaults(&cfg);
     char* text = config_to_text(&cfg);
@@ -205,22 +233,7 @@ static void test_registry_v7_migration(void) {
     char* v7_text = mallocCheck(strlen(text) + 32);
     char* after = strstr(text, "lambda_init = ");
     snprintf(v7_text, strlen(text) + 32, "%.*snoise_group = 0\n%s", (int)(after - text), text, after);
-    sqlite3* old;
-    sqlite3_open(db, &old);
-    sqlite3_exec(old, "INSERT INTO experiments (id, name, preset, recipe_path, recipe_text, created) VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
-                      "PRAGMA user_version = 7;", NULL, NULL, NULL);
-    sqlite3_stmt* st;
-    sqlite3_prepare_v2(old, "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
-                            " ranks, device, pid, pid_start, recipe_text, out_dir, data_dir, data_id, started) VALUES (1, 'diff', 1000, 1,"
-                            " 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 'cpu', 1, 1, ?, 'o', '', '', 'now')", -1, &st, NULL);
-    sqlite3_bind_text(st, 1, v7_text, -1, SQLITE_TRANSIENT);
-    CHECK(sqlite3_step(st) == SQLITE_DONE, "a version 7 run with noise_group = 0 is written");
-    sqlite3_finalize(st);
-    sqlite3_close(old);
-    registry_open(&reg, db);
-    sqlite3_prepare_v2(reg.db, "SELECT recipe_text FROM runs WHERE id = 1", -1, &st, NULL);
-    int same = sqlite3_step(st) == SQLITE_ROW && strcmp((const char*)sqlite3_column_text(st, 0), text) == 0;
-    sqlite3_finalize(st);
+    int same = migrated_text(&reg, db, 7, "diff", v7_text, text, NULL);
     CHECK(same && strstr(v7_text, "noise_group = 0"), "a version 7 config text loses noise_group = 0 and equals today's text of the same config");
     registry_close(&reg);
     const char* err = config_set(&cfg, "attention", "diff_shared_noise");
@@ -237,10 +250,7 @@ static void test_registry_v7_migration(void) {
 // params say diff_shared_noise, so the same config's finished run is found under today's name
 static void test_registry_v8_migration(void) {
     const char* db = "build/test_train_v8.sqlite";
-    unlink(db);
     Registry reg;
-    registry_open(&reg, db);
-    registry_close(&reg);
     Config cfg;
     config_defaults(&cfg);
     CHECK(config_set(&cfg, "attention", "diff_grouped") != NULL, "the old name diff_grouped is no attention variant now");
@@ -249,23 +259,8 @@ static void test_registry_v8_migration(void) {
     const char* name = strstr(text, "diff_shared_noise");
     char* v8_text = mallocCheck(strlen(text) + 1);
     snprintf(v8_text, strlen(text) + 1, "%.*sdiff_grouped%s", (int)(name - text), text, name + strlen("diff_shared_noise"));
-    sqlite3* old;
-    sqlite3_open(db, &old);
-    sqlite3_exec(old, "INSERT INTO experiments (id, name, preset, recipe_path, recipe_text, created) VALUES (1, 'table6', 'small', 'x', 'x', 'now');"
-                      "PRAGMA user_version = 8;", NULL, NULL, NULL);
-    sqlite3_stmt* st;
-    sqlite3_prepare_v2(old, "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
-                            " ranks, device, pid, pid_start, recipe_text, out_dir, data_dir, data_id, started) VALUES (1, 'diff_grouped', 1000, 1,"
-                            " 'FINISHED', 'abc', 0, 'h', 'cpu', 2, 1, 'cpu', 1, 1, ?, 'o', '', '', 'now')", -1, &st, NULL);
-    sqlite3_bind_text(st, 1, v8_text, -1, SQLITE_TRANSIENT);
-    CHECK(sqlite3_step(st) == SQLITE_DONE, "a version 8 run of diff_grouped is written");
-    sqlite3_finalize(st);
-    sqlite3_exec(old, "INSERT INTO params (run_id, key, value) VALUES (1, 'attention', 'diff_grouped');", NULL, NULL, NULL);
-    sqlite3_close(old);
-    registry_open(&reg, db);
-    sqlite3_prepare_v2(reg.db, "SELECT recipe_text FROM runs WHERE id = 1", -1, &st, NULL);
-    int same = sqlite3_step(st) == SQLITE_ROW && strcmp((const char*)sqlite3_column_text(st, 0), text) == 0;
-    sqlite3_finalize(st);
+    int same = migrated_text(&reg, db, 8, "diff_grouped", v8_text, text,
+                             "INSERT INTO params (run_id, key, value) VALUES (1, 'attention', 'diff_grouped');");
     CHECK(same && strstr(v8_text, "attention = diff_grouped\n"), "a version 8 text of diff_grouped equals today's text of diff_shared_noise");
     CHECK(registry_count(&reg, "SELECT COUNT(*) FROM params WHERE key = 'attention' AND value = 'diff_shared_noise'") == 1,
           "its attention param says diff_shared_noise");
