@@ -451,6 +451,13 @@ static int ref_q_col(const AttnShape* s, int h, int m) { return ref_heads(s, h, 
 static int ref_k_col(const AttnShape* s, int h, int m) { RefHeads r = ref_heads(s, h, m); return (r.QH + r.k) * s->D; }
 static int ref_v_col(const AttnShape* s, int h, int m) { RefHeads r = ref_heads(s, h, m); return (r.QH + r.KH) * s->D + r.v * r.Dv; }
 
+// The n_head of a variant's case of about H heads: whole groups of its heads (two for the halves
+// pairing, G for the grouped layouts), as few as reach H
+static int case_heads(const AttnVariant* v, int H) {
+    int per_group = attention_shape(v, attention_test_heads(v, 1), 2, v->test_switch).H;
+    return attention_test_heads(v, (H + per_group - 1) / per_group);
+}
+
 static AttnRef attention_reference(const float* qkv, float lambda, const AttnShape* s, const float* dy) {
     int B = s->B, T = s->T, H = s->H, D = s->D, M = s->M, q0 = s->q0, rows = T - q0;
     int Dv = attention_value_width(s), QKV = attention_qkv_width(s), lam = attention_lambda_offset(s);
@@ -650,7 +657,7 @@ static void whole_attention_backward(float* d_dqkv, float* d_dlambda, const floa
 
 static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0, LogitQuant quant) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
-    AttnShape s = attention_shape(v, attention_test_heads(v, H), D, v->test_switch);
+    AttnShape s = attention_shape(v, case_heads(v, H), D, v->test_switch);
     H = s.H;
     s.B = B;
     s.T = T;
@@ -1046,7 +1053,7 @@ static double rel_l2_ref(const float* got, const double* ref, size_t n) {
 // within 1e-2 of itself plus bf16's rounding over its terms' magnitudes
 static void test_attention_bf16(AttentionKind kind, int B, int T, int H, int D) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
-    AttnShape s = attention_shape(v, attention_test_heads(v, H), D, v->test_switch);
+    AttnShape s = attention_shape(v, case_heads(v, H), D, v->test_switch);
     H = s.H;
     s.B = B;
     s.T = T;
