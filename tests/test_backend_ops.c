@@ -282,9 +282,8 @@ static void test_rmsnorm(int rows, int W, float scale) {
 }
 
 // ---- rope ----
-static void test_rope(int rows, int T, int heads, int D, int stride) {
-    char what[80];
-    snprintf(what, sizeof(what), "rows=%d T=%d heads=%d D=%d stride=%d", rows, T, heads, D, stride);
+// cos_sin (T, D/2, 2) of RoPE's angles t * 10000^(-2j/D), computed in double
+static float* rope_table(int T, int D) {
     float* cs = mallocCheck((size_t)T * D * sizeof(float));
     for (int t = 0; t < T; t++) {
         for (int j = 0; j < D / 2; j++) {
@@ -293,6 +292,13 @@ static void test_rope(int rows, int T, int heads, int D, int stride) {
             cs[(t * (D / 2) + j) * 2 + 1] = (float)sin(angle);
         }
     }
+    return cs;
+}
+
+static void test_rope(int rows, int T, int heads, int D, int stride) {
+    char what[80];
+    snprintf(what, sizeof(what), "rows=%d T=%d heads=%d D=%d stride=%d", rows, T, heads, D, stride);
+    float* cs = rope_table(T, D);
     size_t n = (size_t)rows * stride;
     float* x = random_host(n, 1);
     float *d_cs = to_backend(cs, (size_t)T * D * 4), *d_x = to_backend(x, n * 4);
@@ -1348,14 +1354,7 @@ static double rope_grad_forward(GradCase* c) {
     return weighted_output(c);
 }
 static void grad_rope(int rows, int T, int heads, int D, int stride) {
-    float* table = mallocCheck((size_t)T * D * sizeof(float));
-    for (int t = 0; t < T; t++) {
-        for (int j = 0; j < D / 2; j++) {
-            double angle = t * pow(10000.0, -2.0 * j / D);
-            table[(t * (D / 2) + j) * 2] = (float)cos(angle);
-            table[(t * (D / 2) + j) * 2 + 1] = (float)sin(angle);
-        }
-    }
+    float* table = rope_table(T, D);
     RopeSize s = {rows, T, heads, D, stride, to_backend(table, (size_t)T * D * sizeof(float))};
     GradCase c = grad_case((size_t[]){(size_t)rows * stride}, (float[]){1}, 1, (size_t)rows * stride, rope_grad_forward, &s);
     float* dx = grad_of_output(&c);
