@@ -37,16 +37,24 @@ static inline void set_variant_switches(ModelConfig* m) {
     if (v->needs) *config_switch(m, v->needs) = v->test_switch;
 }
 
-// Two layers, d_model 32, two groups of heads (attention_test_heads: two heads for most
-// variants, groups of G for the grouped ones), context 70: two query blocks of the CPU kernel
-static inline Config tiny_model_config(AttentionKind kind) {
+// Two layers of d_model 32 with n_head heads of width head_dim (0: from d_model), the variant's
+// switch at its test value
+static inline Config two_layer_config(AttentionKind kind, int n_head, int head_dim) {
     Config cfg;
     config_defaults(&cfg);
     cfg.model.attention = kind;
     cfg.model.n_layer = 2;
     cfg.model.d_model = 32;
-    cfg.model.n_head = attention_test_heads(&ATTN_VARIANTS[kind], 2);
+    cfg.model.n_head = n_head;
+    cfg.model.head_dim = head_dim;
     set_variant_switches(&cfg.model);
+    return cfg;
+}
+
+// Two groups of heads (attention_test_heads: two heads for most variants, groups of G for the
+// grouped ones), context 70: two query blocks of the CPU kernel
+static inline Config tiny_model_config(AttentionKind kind) {
+    Config cfg = two_layer_config(kind, attention_test_heads(&ATTN_VARIANTS[kind], 2), 0);
     cfg.model.seq_len = 70;
     cfg.batch_size = 2;
     cfg.model.init_std = 0.3f;
@@ -54,18 +62,10 @@ static inline Config tiny_model_config(AttentionKind kind) {
     return cfg;
 }
 
-// Two layers, d_model 32, sub-heads of width 8 (two heads for a variant whose heads are two maps
-// wide, else four), context 96 over one and a half query blocks: the decoding and needle tests'
-// model
+// Sub-heads of width 8 (two heads for a variant whose heads are two maps wide, else four),
+// context 96 over one and a half query blocks: the decoding and needle tests' model
 static inline Config short_context_config(AttentionKind kind) {
-    Config cfg;
-    config_defaults(&cfg);
-    cfg.model.attention = kind;
-    cfg.model.n_layer = 2;
-    cfg.model.d_model = 32;
-    cfg.model.n_head = 4 / variant_sub_heads_per_head(&ATTN_VARIANTS[kind]);
-    cfg.model.head_dim = 8;
-    set_variant_switches(&cfg.model);
+    Config cfg = two_layer_config(kind, 4 / variant_sub_heads_per_head(&ATTN_VARIANTS[kind]), 8);
     cfg.model.seq_len = 96;
     config_validate(&cfg);
     return cfg;
