@@ -1243,9 +1243,9 @@ static int grad_only;  // --grad: the gradient mode alone
 // operations. Step h = 1e-2; fp32's rounding of L is about 1e-7 |L| / h and the truncation error
 // about h^2 |f'''|, both below atol = 1e-3 with rtol = 1e-2 at these sizes; a sign or a factor
 // error misses them by orders of magnitude. Every coordinate of the small tensors is perturbed,
-// and up to GRAD_SAMPLES of attention's qkv on the CPU; on a device, whose forward the CPU
-// emulation runs thousands of times slower, a twentieth of them at shorter lengths (the
-// contract above holds its kernels at every length).
+// and up to GRAD_SAMPLES of attention's qkv on the CPU; on a device a twentieth of them at
+// shorter lengths, as the CPU emulation of the GPU is slow (a tenth at the CPU's lengths took
+// its gradient mode 5 minutes; the contract above holds the kernels at every length).
 #define GRAD_H 1e-2
 #define GRAD_RTOL 1e-2
 #define GRAD_ATOL 1e-3
