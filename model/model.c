@@ -656,8 +656,9 @@ size_t model_matmul_params(const Model* m) {
 
 double model_flops_per_token(const Model* m, int T) {
     // causal attention: a query at position t meets t+1 keys, (T+1)/2 on average, once for
-    // the scores (width M*H*D) and once for the product with V (width H*Dv); x2 multiply-add,
-    // x3 forward plus backward
-    double attention = 6.0 * m->L * ((double)m->M * m->H * m->D + (double)m->H * m->Dv) * (T + 1) / 2.0;
+    // the scores of each query sub-head (width QH*D: M*H, or a noise map once for the heads
+    // that share it) and once for the product with V (width H*Dv); x2 multiply-add, x3 forward
+    // plus backward
+    double attention = 6.0 * m->L * ((double)attention_query_heads(&m->shape) * m->D + (double)m->H * m->Dv) * (T + 1) / 2.0;
     return 6.0 * (double)model_matmul_params(m) + attention;
 }

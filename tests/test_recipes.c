@@ -182,6 +182,32 @@ static void test_needle(void) {
     free(r);
 }
 
+// A training step's attention FLOPs per token grow with the context by 6 L (QH D + H Dv) / 2 per
+// position: at the needle default preset DIFF has 8 query sub-heads of 32 and 4 heads of values
+// 64 wide, 6 x 4 x (256 + 256) per two positions; GDA at DIFF's query budget the same 8 query heads
+// (6 signal, 2 noise, each noise map counted once for the 3 heads that share it) and 6 heads of
+// values, 6 x 4 x (256 + 384)
+static void test_attention_flops(void) {
+    const char* path = "experiments/needle.ini";
+    Recipe* r = recipe_load(path, needle_extra_key);
+    const Section* preset = recipe_preset(r, "default", path);
+    static const struct { const char* row; double per_two_positions; } ROWS[] = {{"diff", 6.0 * 4 * 512}, {"gda", 6.0 * 4 * 640}};
+    for (size_t k = 0; k < sizeof(ROWS) / sizeof(ROWS[0]); k++) {
+        int i = 0;
+        while (i < r->n_rows && strcmp(r->rows[i].name, ROWS[k].row)) i++;
+        CHECK(i < r->n_rows, "%s holds the row %s", path, ROWS[k].row);
+        if (i == r->n_rows) continue;
+        Config cfg = needle_row_config(r, preset, i, 0, path, "build/test_recipes");
+        Model m;
+        model_build(&m, &cfg.model, backend_named("cpu"), 64, 1);
+        double grown = model_flops_per_token(&m, 1025) - model_flops_per_token(&m, 1023);
+        CHECK(grown == ROWS[k].per_two_positions, "%s [row %s]: attention FLOPs per token grow by %.0f over two positions (by hand %.0f)",
+              path, ROWS[k].row, grown, ROWS[k].per_two_positions);
+        model_free(&m);
+    }
+    free(r);
+}
+
 static void test_defaults(void) {
     // the paper's rule: the per-head norm belongs to the DIFF family, whose lambda is per layer
     int expected[ATTN_VARIANT_COUNT];
@@ -206,6 +232,7 @@ int main(void) {
     test_gpu_preset();
     test_paired_init();
     test_needle();
+    test_attention_flops();
     test_defaults();
     return check_summary();
 }

@@ -7,6 +7,8 @@
 // Where both maps of a head use the same values they are combined, P = P_0 - lambda P_1, before
 // the single product with the V block, so differential attention costs the same matmul FLOPs as
 // standard attention of equal width; DIFF V2's "halves" pairing multiplies each map by its own.
+// A thread takes a group of heads (attention_head_group) query block by query block, so that a
+// map the group's heads share (GDA's noise map) is formed once per block and not once per head.
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -151,53 +153,102 @@ static void causal_softmax(float* S, int i0, int nq, int kn, float* row_lse) {
     }
 }
 
+// Whether map m of a group's heads is one map: the same query and key sub-heads (the noise map of
+// GDA and of shared noise maps), where both maps take one value product, which leaves the map as
+// it is. Its dS is summed over the heads before the products with its query and key.
+static int map_shared(const Dims* d, int m) {
+    if (d->group == 1 || !d->share_v) return 0;
+    const AttnShape* s = d->s;
+    return attention_query_head(s, 0, m) == attention_query_head(s, 1, m) && attention_key_head(s, 0, m) == attention_key_head(s, 1, m);
+}
+
+// Whether a shared map's probabilities are formed once per query block for the group rather
+// than once per head: not with a hook, which may rewrite each head's logits (backend.h). Both
+// give the same bits where the hook only reads.
+static int map_formed_once(const Dims* d, int m, HookSite hook) { return !hook.hook && map_shared(d, m); }
+
+// lse (B, H, M, T) of map m of head h in sequence b
+static float* lse_row(float* lse, const Dims* d, int b, int h, int m) { return lse + (((size_t)b * d->H + h) * d->M + m) * d->T; }
+
+// Block i0's probabilities of map m of head h (S: block x T), as the softmax gives them, its
+// log-sum-exp saved for every head that shares the map (n_heads from h on) unless lse is NULL
+static void block_probabilities(float* S, float* lse, const float* qkv, const float* Kt, const Dims* d, int b, int h, int m, int n_heads,
+                                int i0, int nq, int kn, float amax, HookSite hook) {
+    block_scores(S, qkv, Kt, d, b, h, m, i0, nq, kn);
+    quantize_block(S, i0, nq, kn, &d->s->quant, amax);
+    if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 0);
+    float* first = lse ? lse_row(lse, d, b, h, m) : NULL;
+    causal_softmax(S, i0, nq, kn, first);
+    for (int k = 1; first && k < n_heads; k++) memcpy(lse_row(lse, d, b, h + k, m) + i0, first + i0, nq * sizeof(float));
+}
+
+// Kt (group, M, D, T) for the heads of group g in sequence b, then amax (group, 2), each head's
+// tensor_absmax_maps (scratch: block x T)
+static void group_keys(float* Kt, float* amax, float* scratch, const float* qkv, const Dims* d, int b, int g, int block) {
+    size_t head_keys = (size_t)d->M * d->D * d->T;
+    for (int k = 0; k < d->group; k++) {
+        keys_transposed(Kt + k * head_keys, qkv, d, b, g * d->group + k);
+        tensor_absmax_maps(amax + 2 * k, scratch, qkv, Kt + k * head_keys, d, &d->s->quant, b, g * d->group + k, block);
+    }
+}
+
+// Floats of group_keys' Kt and amax
+static size_t group_keys_floats(const Dims* d) { return (size_t)d->group * ((size_t)d->M * d->D * d->T + 2); }
+
+// The forward of the heads of group g in sequence b, query block by query block. P: the thread's
+// scratch, P_m (M, block, T), then group_keys' Kt and amax
+static void group_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const Dims* d, int b, int g, int block,
+                          float* P, HookSite hook) {
+    int T = d->T, M = d->M, h0 = g * d->group, once[2] = {map_formed_once(d, 0, hook), map_formed_once(d, 1, hook)};
+    size_t rows = (size_t)(T - d->q0), head_keys = (size_t)M * d->D * T;
+    float* Kt = P + (size_t)M * block * T;
+    float* amax = Kt + d->group * head_keys;
+    group_keys(Kt, amax, P, qkv, d, b, g, block);
+    for (int i0 = d->q0; i0 < T; i0 += block) {
+        int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
+        for (int k = 0; k < d->group; k++) {
+            int h = h0 + k;
+            for (int m = 0; m < M; m++) {
+                if (once[m] && k) continue;  // the group's first head formed it
+                block_probabilities(P + (size_t)m * block * T, lse, qkv, Kt + k * head_keys, d, b, h, m, once[m] ? d->group : 1, i0, nq,
+                                    kn, amax[2 * k + m], hook);
+            }
+            if (o1) {  // DINT: map 0's own output, before the maps are combined
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d->Dv, kn, 1.0f, P, kn, qkv + (size_t)b * T * d->QKV + v_col(d, h, 0),
+                            d->QKV, 0.0f, o1 + ((size_t)b * rows + i0 - d->q0) * d->HDv + (size_t)h * d->Dv, d->HDv);
+            }
+            // P_1 becomes -lambda P_1, added to P_0 where the maps share values (P_1 itself kept)
+            float* P1 = P + (size_t)block * T;
+            for (int r = 0; M == 2 && r < nq; r++) {
+                float lam = row_lambda(d, qkv, lambda, b, h, i0 + r);
+                float* p0 = P + (size_t)r * kn;
+                float* p1 = P1 + (size_t)r * kn;
+                if (d->share_v) {
+                    for (int j = 0; j < kn; j++) p0[j] -= lam * p1[j];
+                } else {
+                    for (int j = 0; j < kn; j++) p1[j] *= -lam;
+                }
+            }
+            float* out = y + ((size_t)b * rows + i0 - d->q0) * d->HDv + (size_t)h * d->Dv;
+            for (int m = 0; m < d->Vm; m++) {
+                const float* v = qkv + (size_t)b * T * d->QKV + v_col(d, h, m);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d->Dv, kn, 1.0f, P + (size_t)m * block * T, kn, v, d->QKV,
+                            m ? 1.0f : 0.0f, out, d->HDv);
+            }
+        }
+    }
+}
+
 void cpu_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
     Dims d = dims_of(s);
-    int T = d.T, H = d.H, M = d.M, rows = T - d.q0;
+    int T = d.T, groups = d.H / d.group;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     #pragma omp parallel
     {
-        float* P = thread_scratch((size_t)M * (block + d.D) * T);  // P (M, block, T), then Kt (M, D, T)
-        float* Kt = P + (size_t)M * block * T;
+        float* P = thread_scratch((size_t)d.M * block * T + group_keys_floats(&d));  // P (M, block, T), then group_keys' Kt and amax
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
-            for (int h = 0; h < H; h++) {
-                float amax[2];
-                keys_transposed(Kt, qkv, &d, b, h);
-                tensor_absmax_maps(amax, P, qkv, Kt, &d, &s->quant, b, h, block);
-                for (int i0 = d.q0; i0 < T; i0 += block) {
-                    int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
-                    for (int m = 0; m < M; m++) {
-                        float* S = P + (size_t)m * block * T;
-                        block_scores(S, qkv, Kt, &d, b, h, m, i0, nq, kn);
-                        quantize_block(S, i0, nq, kn, &s->quant, amax[m]);
-                        if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 0);
-                        causal_softmax(S, i0, nq, kn, lse ? lse + (((size_t)b * H + h) * M + m) * T : NULL);
-                    }
-                    if (o1) {  // DINT: map 0's own output, before the maps are combined
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d.Dv, kn, 1.0f, P, kn, qkv + (size_t)b * T * d.QKV + v_col(&d, h, 0),
-                                    d.QKV, 0.0f, o1 + ((size_t)b * rows + i0 - d.q0) * d.HDv + (size_t)h * d.Dv, d.HDv);
-                    }
-                    // P_1 becomes -lambda P_1, added to P_0 where the maps share values
-                    float* P1 = P + (size_t)block * T;
-                    for (int r = 0; M == 2 && r < nq; r++) {
-                        float lam = row_lambda(&d, qkv, lambda, b, h, i0 + r);
-                        float* p0 = P + (size_t)r * kn;
-                        float* p1 = P1 + (size_t)r * kn;
-                        if (d.share_v) {
-                            for (int j = 0; j < kn; j++) p0[j] -= lam * p1[j];
-                        } else {
-                            for (int j = 0; j < kn; j++) p1[j] *= -lam;
-                        }
-                    }
-                    float* out = y + ((size_t)b * rows + i0 - d.q0) * d.HDv + (size_t)h * d.Dv;
-                    for (int m = 0; m < d.Vm; m++) {
-                        const float* v = qkv + (size_t)b * T * d.QKV + v_col(&d, h, m);
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d.Dv, kn, 1.0f, P + (size_t)m * block * T, kn, v,
-                                    d.QKV, m ? 1.0f : 0.0f, out, d.HDv);
-                    }
-                }
-            }
+            for (int g = 0; g < groups; g++) group_forward(y, o1, lse, qkv, lambda, &d, b, g, block, P, hook);
         }
     }
 }
@@ -238,95 +289,118 @@ static void zero_group_grads(float* dbase, const Dims* d, int g) {
 // own extra gradient dy0 (DINT)
 static int dpv_slots(const Dims* d, const float* dy0) { return dy0 ? d->M : d->Vm; }
 
-// The backward of head h of sequence b over every query block: its dQ, dK and dV added,
-// the per-token lambda columns written; returns this head's part of the layer lambda's gradient.
-// P: the thread's scratch, P_m (M, block, T), dPV_m = dy V_m^T (dpv_slots, block, T; map 0's
-// with dy + dy0), the map a value product takes (block, T) and Kt (M, D, T).
-static float head_backward(float* dqkv, const float* dy, const float* dy0, const float* qkv, const float* lse, const float* lambda,
-                           const Dims* d, int b, int h, int block, float* P, HookSite hook) {
-    int T = d->T, H = d->H, M = d->M, D = d->D, slots = dpv_slots(d, dy0);
+// Floats of the backward's scratch besides group_keys': P_m (M, block, T), dPV (dpv_slots, block,
+// T), Pc (block, T), a shared map's probabilities and its summed dS (block, T each)
+static size_t backward_floats(const Dims* d, const float* dy0, int block) {
+    return (size_t)(d->M + dpv_slots(d, dy0) + 3) * block * d->T;
+}
+
+// The backward of the heads of group g in sequence b, query block by query block, each block's
+// heads in order: their dQ, dK and dV added, the per-token lambda columns written, each head's
+// part of the layer lambda's gradient added to dlambda[h]. A map the group's heads share
+// (map_shared) has its dS summed over the heads before the products with its query and key, and
+// is recomputed once per block where map_formed_once. P: the thread's scratch (backward_floats,
+// then group_keys').
+static void group_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+                           const float* lambda, const Dims* d, int b, int g, int block, float* P, HookSite hook) {
+    int T = d->T, H = d->H, M = d->M, D = d->D, slots = dpv_slots(d, dy0), h0 = g * d->group;
+    int shared[2] = {map_shared(d, 0), map_shared(d, 1)}, once[2] = {map_formed_once(d, 0, hook), map_formed_once(d, 1, hook)};
     float* dPV = P + (size_t)M * block * T;
     float* Pc = dPV + (size_t)slots * block * T;
-    float* Kt = Pc + (size_t)block * T;
+    float* Pshared = Pc + (size_t)block * T;
+    float* dSshared = Pshared + (size_t)block * T;
+    float* Kt = dSshared + (size_t)block * T;
+    size_t head_keys = (size_t)M * D * T;
+    float* amax = Kt + d->group * head_keys;
     const float* base = qkv + (size_t)b * T * d->QKV;
     float* dbase = dqkv + (size_t)b * T * d->QKV;
-    float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK], dlambda = 0.0f, amax[2];
-    keys_transposed(Kt, qkv, d, b, h);
-    tensor_absmax_maps(amax, P, qkv, Kt, d, &d->s->quant, b, h, block);
+    float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK];
+    zero_group_grads(dbase, d, g);
+    group_keys(Kt, amax, P, qkv, d, b, g, block);
     for (int i0 = 0; i0 < T; i0 += block) {
         int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
-        size_t at = ((size_t)b * T + i0) * d->HDv + (size_t)h * d->Dv;
-        const float* dyb = dy + at;
-        for (int m = 0; m < slots; m++) {
-            float* dst = dPV + (size_t)m * block * T;
-            if (m && d->share_v) {  // DINT: map 1's dy V^T is map 0's before dy0's part is added
-                memcpy(dst, dPV, (size_t)nq * kn * sizeof(float));
-                continue;
+        for (int k = 0; k < d->group; k++) {
+            int h = h0 + k;
+            size_t at = ((size_t)b * T + i0) * d->HDv + (size_t)h * d->Dv;
+            const float* dyb = dy + at;
+            for (int m = 0; m < slots; m++) {
+                float* dst = dPV + (size_t)m * block * T;
+                if (m && d->share_v) {  // DINT: map 1's dy V^T is map 0's before dy0's part is added
+                    memcpy(dst, dPV, (size_t)nq * kn * sizeof(float));
+                    continue;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dyb, d->HDv, base + v_col(d, h, m), d->QKV, 0.0f,
+                            dst, kn);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dyb, d->HDv, base + v_col(d, h, m), d->QKV, 0.0f,
-                        dst, kn);
-        }
-        if (dy0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dy0 + at, d->HDv, base + v_col(d, h, 0), d->QKV, 1.0f,
-                        dPV, kn);
-        }
-        for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(d, qkv, lambda, b, h, i0 + r);
-        for (int m = 0; m < M; m++) {
-            float* S = P + (size_t)m * block * T;
-            const float* G = dPV + (size_t)(slots == 1 ? 0 : m) * block * T;
-            const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
-            block_scores(S, qkv, Kt, d, b, h, m, i0, nq, kn);
-            quantize_block(S, i0, nq, kn, &d->s->quant, amax[m]);
-            if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 1);
-            for (int r = 0; r < nq; r++) {
-                float* sr = S + (size_t)r * kn;
-                int visible = i0 + r + 1;
-                exp_shifted(sr, sr, visible, 1.0f, row_lse[i0 + r]);
-                rowsum[r] = dot_lanes(sr, G + (size_t)r * kn, visible);
-                for (int j = visible; j < kn; j++) sr[j] = 0.0f;
-                if (m == 1) {
-                    // y = O_0 - lambda O_1, and rowsum = dy . O_1
-                    if (d->lam < 0) dlambda -= rowsum[r];
-                    else dbase[(size_t)(i0 + r) * d->QKV + d->lam + h] = -rowsum[r];
+            if (dy0) {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dy0 + at, d->HDv, base + v_col(d, h, 0), d->QKV,
+                            1.0f, dPV, kn);
+            }
+            for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(d, qkv, lambda, b, h, i0 + r);
+            for (int m = 0; m < M; m++) {
+                float* S = P + (size_t)m * block * T;  // this head's dS_m, and its P_m where the map is its own
+                float* Pm = once[m] ? Pshared : S;
+                const float* G = dPV + (size_t)(slots == 1 ? 0 : m) * block * T;
+                const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
+                if (!once[m] || k == 0) {
+                    block_scores(Pm, qkv, Kt + k * head_keys, d, b, h, m, i0, nq, kn);
+                    quantize_block(Pm, i0, nq, kn, &d->s->quant, amax[2 * k + m]);
+                    if (hook.hook) show_logits(hook, Pm, b, h, m, i0, nq, kn, kn, 1);
+                    for (int r = 0; r < nq; r++) {
+                        float* pr = Pm + (size_t)r * kn;
+                        int visible = i0 + r + 1;
+                        exp_shifted(pr, pr, visible, 1.0f, row_lse[i0 + r]);
+                        for (int j = visible; j < kn; j++) pr[j] = 0.0f;
+                    }
+                }
+                for (int r = 0; r < nq; r++) {
+                    rowsum[r] = dot_lanes(Pm + (size_t)r * kn, G + (size_t)r * kn, i0 + r + 1);
+                    if (m == 1) {
+                        // y = O_0 - lambda O_1, and rowsum = dy . O_1
+                        if (d->lam < 0) dlambda[h] -= rowsum[r];
+                        else dbase[(size_t)(i0 + r) * d->QKV + d->lam + h] = -rowsum[r];
+                    }
+                }
+                // the map a value product takes: c_m P_m, summed over the maps that share values
+                for (int r = 0; r < nq; r++) {
+                    float c = m == 0 ? 1.0f : -lam[r];
+                    float* pr = Pc + (size_t)r * kn;
+                    const float* sr = Pm + (size_t)r * kn;
+                    if (m == 0) memcpy(pr, sr, kn * sizeof(float));
+                    else if (d->share_v) for (int j = 0; j < kn; j++) pr[j] -= lam[r] * sr[j];
+                    else for (int j = 0; j < kn; j++) pr[j] = c * sr[j];
+                }
+                if (dy0 && m == 0) {  // map 0's own output's gradient: P_0^T dy0
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, Pm, kn, dy0 + at, d->HDv, 1.0f,
+                                dbase + v_col(d, h, 0), d->QKV);
+                }
+                // dV once the last map on this value head is in
+                if (!d->share_v || m == M - 1) {
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, Pc, kn, dyb, d->HDv, 1.0f,
+                                dbase + v_col(d, h, m), d->QKV);
+                }
+                // dS_m = c_m P_m (dPV_m - rowsum), c_0 = 1, c_1 = -lambda; a shared map's summed over the heads
+                for (int r = 0; r < nq; r++) {
+                    float c = m == 0 ? 1.0f : -lam[r];
+                    const float* pr = Pm + (size_t)r * kn;
+                    const float* gr = G + (size_t)r * kn;
+                    float* sr = shared[m] ? dSshared + (size_t)r * kn : S + (size_t)r * kn;
+                    if (shared[m] && k) for (int j = 0; j < kn; j++) sr[j] += c * pr[j] * (gr[j] - rowsum[r]);
+                    else for (int j = 0; j < kn; j++) sr[j] = c * pr[j] * (gr[j] - rowsum[r]);
                 }
             }
-            // the map a value product takes: c_m P_m, summed over the maps that share values
-            for (int r = 0; r < nq; r++) {
-                float c = m == 0 ? 1.0f : -lam[r];
-                float* pr = Pc + (size_t)r * kn;
-                const float* sr = S + (size_t)r * kn;
-                if (m == 0) memcpy(pr, sr, kn * sizeof(float));
-                else if (d->share_v) for (int j = 0; j < kn; j++) pr[j] -= lam[r] * sr[j];
-                else for (int j = 0; j < kn; j++) pr[j] = c * sr[j];
+            for (int m = 0; m < M; m++) {
+                if (shared[m] && k < d->group - 1) continue;  // its dS is not whole until the group's last head
+                const float* dS = shared[m] ? dSshared : P + (size_t)m * block * T;
+                const float* q = base + (size_t)i0 * d->QKV + q_col(d, h, m);
+                const float* kk = base + k_col(d, h, m);
+                float* dq = dbase + (size_t)i0 * d->QKV + q_col(d, h, m);
+                float* dk = dbase + k_col(d, h, m);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d->scale, dS, kn, kk, d->QKV, 1.0f, dq, d->QKV);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d->scale, dS, kn, q, d->QKV, 1.0f, dk, d->QKV);
             }
-            if (dy0 && m == 0) {  // map 0's own output's gradient: P_0^T dy0
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, S, kn, dy0 + at, d->HDv, 1.0f,
-                            dbase + v_col(d, h, 0), d->QKV);
-            }
-            // dV once the last map on this value head is in
-            if (!d->share_v || m == M - 1) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, Pc, kn, dyb, d->HDv, 1.0f,
-                            dbase + v_col(d, h, m), d->QKV);
-            }
-            // dS_m = c_m P_m (dPV_m - rowsum), c_0 = 1, c_1 = -lambda
-            for (int r = 0; r < nq; r++) {
-                float c = m == 0 ? 1.0f : -lam[r];
-                float* sr = S + (size_t)r * kn;
-                const float* gr = G + (size_t)r * kn;
-                for (int j = 0; j < kn; j++) sr[j] = c * sr[j] * (gr[j] - rowsum[r]);
-            }
-        }
-        for (int m = 0; m < M; m++) {
-            const float* dS = P + (size_t)m * block * T;
-            const float* q = base + (size_t)i0 * d->QKV + q_col(d, h, m);
-            const float* k = base + k_col(d, h, m);
-            float* dq = dbase + (size_t)i0 * d->QKV + q_col(d, h, m);
-            float* dk = dbase + k_col(d, h, m);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d->scale, dS, kn, k, d->QKV, 1.0f, dq, d->QKV);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d->scale, dS, kn, q, d->QKV, 1.0f, dk, d->QKV);
         }
     }
-    return dlambda;
 }
 
 void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, const float* dy0, const float* qkv, const float* lse,
@@ -339,15 +413,12 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
     float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below
     #pragma omp parallel
     {
-        float* P = thread_scratch(((size_t)(d.M + dpv_slots(&d, dy0) + 1) * block + (size_t)d.M * d.D) * T);
+        float* P = thread_scratch(backward_floats(&d, dy0, block) + group_keys_floats(&d));
         // a thread owns a group of heads: the gradients of sub-heads they share are summed here only
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
             for (int g = 0; g < groups; g++) {
-                zero_group_grads(dqkv + (size_t)b * T * d.QKV, &d, g);
-                for (int h = g * d.group; h < (g + 1) * d.group; h++) {
-                    dlambda_part[b * H + h] = head_backward(dqkv, dy, dy0, qkv, lse, lambda, &d, b, h, block, P, hook);
-                }
+                group_backward(dqkv, dlambda_part + (size_t)b * H, dy, dy0, qkv, lse, lambda, &d, b, g, block, P, hook);
             }
         }
     }
