@@ -167,8 +167,8 @@ static int map_shared(const Dims* d, int m) {
 // give the same bits where the hook only reads.
 static int map_formed_once(const Dims* d, int m, HookSite hook) { return !hook.hook && map_shared(d, m); }
 
-// lse (B, H, M, T) of map m of head h in sequence b
-static float* lse_row(float* lse, const Dims* d, int b, int h, int m) { return lse + (((size_t)b * d->H + h) * d->M + m) * d->T; }
+// Offset in lse (B, H, M, T) of map m of head h in sequence b
+static size_t lse_at(const Dims* d, int b, int h, int m) { return (((size_t)b * d->H + h) * d->M + m) * d->T; }
 
 // Block i0's probabilities of map m of head h (S: block x T), as the softmax gives them, its
 // log-sum-exp saved for every head that shares the map (n_heads from h on) unless lse is NULL
@@ -177,9 +177,9 @@ static void block_probabilities(float* S, float* lse, const float* qkv, const fl
     block_scores(S, qkv, Kt, d, b, h, m, i0, nq, kn);
     quantize_block(S, i0, nq, kn, &d->s->quant, amax);
     if (hook.hook) show_logits(hook, S, b, h, m, i0, nq, kn, kn, 0);
-    float* first = lse ? lse_row(lse, d, b, h, m) : NULL;
+    float* first = lse ? lse + lse_at(d, b, h, m) : NULL;
     causal_softmax(S, i0, nq, kn, first);
-    for (int k = 1; first && k < n_heads; k++) memcpy(lse_row(lse, d, b, h + k, m) + i0, first + i0, nq * sizeof(float));
+    for (int k = 1; first && k < n_heads; k++) memcpy(lse + lse_at(d, b, h + k, m) + i0, first + i0, nq * sizeof(float));
 }
 
 // Kt (group, M, D, T) for the heads of group g in sequence b, then amax (group, 2), each head's
@@ -303,7 +303,7 @@ static size_t backward_floats(const Dims* d, const float* dy0, int block) {
 // then group_keys').
 static void group_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
                            const float* lambda, const Dims* d, int b, int g, int block, float* P, HookSite hook) {
-    int T = d->T, H = d->H, M = d->M, D = d->D, slots = dpv_slots(d, dy0), h0 = g * d->group;
+    int T = d->T, M = d->M, D = d->D, slots = dpv_slots(d, dy0), h0 = g * d->group;
     int shared[2] = {map_shared(d, 0), map_shared(d, 1)}, once[2] = {map_formed_once(d, 0, hook), map_formed_once(d, 1, hook)};
     float* dPV = P + (size_t)M * block * T;
     float* Pc = dPV + (size_t)slots * block * T;
@@ -341,7 +341,7 @@ static void group_backward(float* dqkv, float* dlambda, const float* dy, const f
                 float* S = P + (size_t)m * block * T;  // this head's dS_m, and its P_m where the map is its own
                 float* Pm = once[m] ? Pshared : S;
                 const float* G = dPV + (size_t)(slots == 1 ? 0 : m) * block * T;
-                const float* row_lse = lse + (((size_t)b * H + h) * M + m) * T;
+                const float* row_lse = lse + lse_at(d, b, h, m);
                 if (!once[m] || k == 0) {
                     block_scores(Pm, qkv, Kt + k * head_keys, d, b, h, m, i0, nq, kn);
                     quantize_block(Pm, i0, nq, kn, &d->s->quant, amax[2 * k + m]);
