@@ -182,9 +182,10 @@ lr-stability: $(B)/difftx data/default/train.bin
 # attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|short|medium|default, SEEDS=n models
 # per row. The first of them trains the models (per seed, both rows: default about 90 minutes
 # and medium 25 under OpenBLAS's Haswell kernel; short 9 under Cooperlake, 16-17 under Haswell).
+# NEEDLE_ROWS=diff,gda: those rows alone (--rows), in outputs named <task>_<preset>+diff+gda.
 NEEDLE_PRESET ?= default
 table2 fig5 table3 fig8: $(B)/difftx data/default/train.bin
-	$(MPIRUN)$(B)/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS) --task $@ device=$(DEVICE)
+	$(MPIRUN)$(B)/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS)$(if $(NEEDLE_ROWS), --rows $(NEEDLE_ROWS)) --task $@ device=$(DEVICE)
 
 # Activation outliers (Table 5) of Table 6's transformer and diff rows (PRESET) and the needle
 # models (NEEDLE_PRESET), each trained first if it is not yet
@@ -310,7 +311,7 @@ help:
 	@echo "make bench           training speed, MFU and peak memory"
 	@echo "make table6          the paper's Table 6    PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/table6.ini | paste -sd'|') (default $(PRESET)), SEEDS=n (default $(SEEDS))"
 	@echo "make lr-stability    Table 6's Transformer and DIFF at 1x, 2x, 4x the learning rate: spikes and loss; PRESET, SEEDS as above"
-	@echo "make table2 | fig5 | table3 | fig8      NEEDLE_PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/needle.ini | paste -sd'|') (default $(NEEDLE_PRESET)), SEEDS=n (default $(SEEDS))"
+	@echo "make table2 | fig5 | table3 | fig8      NEEDLE_PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/needle.ini | paste -sd'|') (default $(NEEDLE_PRESET)), SEEDS=n (default $(SEEDS)), NEEDLE_ROWS=row,row (default every row)"
 	@echo "make table5          PRESET, NEEDLE_PRESET and SEEDS as above"
 	@echo "make CUDA=1          build/cuda/difftx with the CUDA backend (CUDA_ARCH=90); make gpu-bundle: the GPU check's folder"
 	@echo "MPI=K                run the table and figure targets as K data-parallel ranks; NO_MPI=1 builds without MPI"

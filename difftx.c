@@ -250,10 +250,10 @@ static int cmd_table6(int argc, char** argv) {
 }
 
 static int cmd_needle(int argc, char** argv) {
-    NeedleOptions opt = {NULL, "default", NULL, "results", "plots", NULL, 0, 1};
+    NeedleOptions opt = {NULL, "default", NULL, "results", "plots", NULL, 0, 1, NULL};
     const Option options[] = {{"preset", .text = &opt.preset}, {"task", .text = &opt.task},
                               {"seeds", .count = &opt.seeds}, {"results", .text = &opt.results},
-                              {"plots", .text = &opt.plots}};
+                              {"plots", .text = &opt.plots},   {"rows", .text = &opt.rows}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc) die("needle needs a RECIPE\n%s", USAGE);
     if (!opt.task) die("needle needs --task table2, fig5, table3 or fig8\n%s", USAGE);
@@ -550,7 +550,7 @@ static const Command COMMANDS[] = {
      "speed and peak memory on random tokens; --vs: two recipes' steps in turn, compared"},
     {"table6", cmd_table6, "RECIPE [key=value ...] [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "the paper's Table 6 ablations (make table6)"},
-    {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
+    {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--seeds N] [--rows ROW,ROW] [--results DIR] [--plots DIR]",
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
     {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--seeds N] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},

@@ -153,7 +153,30 @@ Recipe* recipe_load(const char* path, ExtraKey extra_key) {
     recipe_parse(text, len, path, on_line, r);
     r->path = NULL;
     free(text);
+    if (r->n_rows) r->first_row = r->rows[0];
     return r;
+}
+
+void recipe_keep_rows(Recipe* r, const char* names, const char* path) {
+    char all[RECIPE_SECTIONS * 66] = "";
+    for (int i = 0; i < r->n_rows; i++) snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s%s", i ? ", " : "", r->rows[i].name);
+    if (!*names) die("--rows: no row named (its rows: %s)", all);
+    int keep[RECIPE_SECTIONS] = {0};
+    for (const char* name = names; *name;) {
+        size_t len = strcspn(name, ",");
+        int i = 0;
+        while (i < r->n_rows && (strlen(r->rows[i].name) != len || strncmp(r->rows[i].name, name, len))) i++;
+        if (i == r->n_rows) die("--rows: '%.*s' is not a row of %s (its rows: %s)", (int)len, name, path, all);
+        if (keep[i]) die("--rows: row '%s' is named twice", r->rows[i].name);
+        keep[i] = 1;
+        name += len;
+        if (*name == ',' && !*++name) die("--rows: '%s' ends with a comma", names);
+    }
+    int n = 0;
+    for (int i = 0; i < r->n_rows; i++) {
+        if (keep[i]) r->rows[n++] = r->rows[i];
+    }
+    r->n_rows = n;
 }
 
 void recipe_override(Recipe* r, const char* const* words, int n, const char* const* derived, const char* path) {
@@ -314,9 +337,9 @@ Config recipe_row_config(const Recipe* r, const Section* preset, const Section* 
     if (match && strcmp(match, "true") && strcmp(match, "false")) {
         die("%s: [row %s] key 'match_params': '%s' is neither true nor false", path, row->name, match);
     }
-    if (match && strcmp(match, "true") == 0 && row != &r->rows[0]) {
+    if (match && strcmp(match, "true") == 0 && strcmp(row->name, r->first_row.name)) {
         // one unit of ffn_hidden is 3 x d_model parameters per layer; the vocabulary cancels
-        Config reference = recipe_row_config(r, preset, &r->rows[0], seed_index, path, results, study, extra_key);
+        Config reference = recipe_row_config(r, preset, &r->first_row, seed_index, path, results, study, extra_key);
         double missing = (double)model_param_count(&reference.model, 1) - (double)model_param_count(&cfg.model, 1);
         cfg.model.ffn_hidden = config_ffn_hidden(&cfg.model) + (int)lround(missing / (3.0 * cfg.model.d_model * cfg.model.n_layer));
         config_validate(&cfg);

@@ -32,6 +32,7 @@ typedef struct {
     Section common;
     Section overrides;  // key=value from the command line: applied to every row, after its sections
     Section presets[RECIPE_SECTIONS], rows[RECIPE_SECTIONS];
+    Section first_row;  // the file's first row, whose parameters `match_params` matches, kept where --rows leaves it out
     Section claims[RECIPE_CLAIMS];  // what the study says of its rows ([claim NAME]), in the file's order
     int n_presets, n_rows, n_claims;
     ExtraKey extra_key;
@@ -51,6 +52,11 @@ Recipe* recipe_load(const char* path, ExtraKey extra_key);
 // word that is not key=value, a bad value, a key some row sets (the rows differ in it), and the
 // runner's derived keys (NULL-terminated: computed per row, an override would be lost).
 void recipe_override(Recipe* r, const char* const* words, int n, const char* const* derived, const char* path);
+// Keeps only the rows `names` lists (comma-separated, each once), in the recipe's order; each
+// keeps the config the whole recipe gives it (`match_params` still matches the file's first
+// row), so a study of some rows trains and finds the whole recipe's models. Dies naming the
+// recipe and its rows where a name is not a row, or is given twice.
+void recipe_keep_rows(Recipe* r, const char* names, const char* path);
 // "smoke, small, gpu124m, paper": the [preset NAME] sections of the recipe file at path, into out
 void recipe_preset_names(const char* path, char* out, size_t n);
 // The preset called name, or dies naming the recipe

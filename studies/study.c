@@ -19,6 +19,7 @@ void study_load(Study* s, const StudySpec* spec) {
     if (spec->seeds < 1 || spec->seeds > 256) die("seeds must lie in 1..256, got %d", spec->seeds);
     s->seeds = spec->seeds;
     s->recipe = recipe_load(spec->recipe, spec->extra_key);
+    if (spec->rows) recipe_keep_rows(s->recipe, spec->rows, spec->recipe);
     recipe_override(s->recipe, spec->overrides, spec->n_overrides, spec->derived, spec->recipe);
     s->preset = recipe_preset(s->recipe, spec->preset, spec->recipe);
     s->n_rows = s->recipe->n_rows;
@@ -36,6 +37,7 @@ void study_load(Study* s, const StudySpec* spec) {
         if (!against) continue;
         int found = 0;
         for (int g = 0; g < s->n_rows; g++) found |= g != m->row && strcmp(s->recipe->rows[g].name, against) == 0;
+        if (!found && spec->rows) die("--rows: row '%s' is read against '%s' (its 'against' key in %s): name both", row->name, against, spec->recipe);
         if (!found) die("%s: [row %s] key 'against': '%s' is not another row of this recipe", spec->recipe, row->name, against);
         snprintf(m->against, sizeof(m->against), "%s", against);
     }

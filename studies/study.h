@@ -38,6 +38,7 @@ typedef struct {
     ExtraKey extra_key;                 // the study's recipe keys that are not training keys
     const char* const* derived;         // keys computed per row, which an override may not set
     StudyRowConfig row_config;
+    const char* rows;  // the rows studied, comma-separated (recipe_keep_rows); NULL: every row
 } StudySpec;
 
 typedef struct {

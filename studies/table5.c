@@ -173,7 +173,7 @@ static void write_verdicts(Report* f, const Studied* models, int n_rows, int see
 static int gather_models(const Table5Options* opt, Studied* models) {
     int seeds = opt->seeds;
     Table6Options t6 = {opt->table6_recipe, opt->preset, seeds, opt->results, opt->plots, opt->overrides, opt->n_overrides};
-    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots, opt->overrides, opt->n_overrides, seeds};
+    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots, opt->overrides, opt->n_overrides, seeds, NULL};
     size_t t6_tokens = preset_tokens(opt->table6_recipe, opt->preset, table6_extra_key);
     size_t nd_tokens = preset_tokens(opt->needle_recipe, opt->needle_preset, needle_extra_key);
     static const char* const T6_ROWS[2] = {"transformer", "diff"};

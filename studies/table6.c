@@ -150,7 +150,7 @@ static void read_claims(Table* t) {
 static void table_open(Table* t, const Table6Options* opt) {
     t->opt = opt;
     StudySpec spec = {opt->recipe, opt->preset, opt->seeds, opt->results, opt->overrides, opt->n_overrides, table6_extra_key,
-                      TABLE6_DERIVED_KEYS, table6_row_config};
+                      TABLE6_DERIVED_KEYS, table6_row_config, NULL};
     study_load(&t->study, &spec);
     t->seeds = t->study.seeds;
     t->preset = t->study.preset;

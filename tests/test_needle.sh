@@ -219,6 +219,30 @@ expect "table5 reads the three needle rows not in the paper against diff, both a
 expect "table5 with one seed gives no interval" \
     grep -qE "^\| table6/smoke/diff − table6/smoke/transformer \| Attention Logits \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|" "$work/results/table5_smoke_smoke.md"
 
+# --rows: some of the recipe's rows, as on a recipe of those rows alone; the models are the
+# whole recipe's (nothing trained again), the outputs named for the rows in the recipe's order
+# beside the whole recipe's, which stay as they were
+whole=$(sha256sum < "$work/seeds/table2_smoke.md")
+$bin needle "$work/needle.ini" --preset smoke --seeds 2 --rows gda,diff --task table2 --results "$work/seeds" --plots "$work/seeds_plots" > "$work/rows.log" 2>&1
+expect "--rows gda,diff: table2 exits 0 and trains nothing" bash -c "test $? -eq 0 && ! grep -q '^== ' '$work/rows.log'"
+rows_table=$work/seeds/table2_smoke+diff+gda.md
+expect "--rows: the table of diff and gda alone, each seed listed, in table2_smoke+diff+gda.md" bash -c "
+    test \"\$(grep -cE '^\| (diff|gda) \| 202[45] \|' '$rows_table')\" = 4 && ! grep -qE '^\| (standard|dint|diff_shared) ' '$rows_table'"
+expect "--rows: gda's paired gap and verdict against diff as in the whole recipe's table" \
+    test "$(grep -E '^\| gda ' "$rows_table" | grep -F '[')" = "$(grep -E '^\| gda ' "$work/seeds/table2_smoke.md" | grep -F '[')"
+expect "--rows: its figure drawn, and the whole recipe's table left as it was" bash -c "
+    head -c 4 '$work/seeds_plots/table2_smoke+diff+gda.png' | grep -q PNG && test \"\$(sha256sum < '$work/seeds/table2_smoke.md')\" = '$whole'"
+$bin needle "$work/needle.ini" --preset smoke --seeds 2 --rows gda,diff --task table3 --results "$work/seeds" --plots "$work/seeds_plots" > "$work/rows3.log" 2>&1
+expect "--rows: Table 3's paired gaps of gda against diff, intervals included, as in the whole recipe's table" bash -c "
+    test \"\$(grep -E '^\| gda \| diff \| (answer|noise) \|' '$work/seeds/table3_smoke+diff+gda.md')\" = \"\$(grep -E '^\| gda \| diff \| (answer|noise) \|' '$work/seeds/table3_smoke.md')\" &&
+    test \"\$(grep -cE '^\| gda \| diff \| (answer|noise) \| [-+0-9.]+ \| \[' '$work/seeds/table3_smoke+diff+gda.md')\" = 2"
+rows() { $bin needle "$work/needle.ini" --preset smoke --task table2 --results "$work/seeds" --rows "$1"; }
+expect_fail "--rows: a row read against a row left out" "row 'gda' is read against 'diff'" rows gda
+expect_fail "--rows: a name that is no row, with the recipe's rows" "'nope' is not a row of .*needle.ini \(its rows: standard, diff, gda, diff_shared, dint\)" rows diff,nope
+expect_fail "--rows: a row named twice" "row 'diff' is named twice" rows diff,standard,diff
+expect_fail "--rows: a trailing comma" "ends with a comma" rows diff,
+expect_fail "--rows is the needle runner's alone" "rows" $bin table6 "$work/table6.ini" --preset smoke --rows diff
+
 # the inspector reads the file alone
 $bin attn "$maps" --sample 2 --layer 0 --head 1 --out "$work/attn.png" > "$work/attn.log" 2>&1
 expect "attn renders a PNG" is_png "$work/attn.png"

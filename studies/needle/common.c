@@ -128,12 +128,19 @@ void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptions* opt
                "alone.\n\n", COPY_HALF);
 }
 
-// A task's report: results/<task>_<preset>.md (and stdout when to_stdout), its heading (a
-// printf format), the preset's note and the provenance every task states
+void needle_output_path(char* out, size_t n, const NeedleOptions* opt, const char* dir, const char* name, const char* suffix) {
+    char label[4096];
+    snprintf(label, sizeof(label), "%s%s%s", opt->preset, opt->rows ? "+" : "", opt->rows ? opt->rows : "");
+    for (char* c = label; *c; c++) {
+        if (*c == ',') *c = '+';
+    }
+    preset_path(out, n, dir, name, label, suffix);
+}
+
 void open_task_report(Report* rep, const char* task, int to_stdout, const Section* preset, const Row* rows, int n_rows,
                              const NeedleOptions* opt, int samples, const char* heading, ...) {
     char path[4200], text[1024];
-    preset_path(path, sizeof(path), opt->results, task, opt->preset, ".md");
+    needle_output_path(path, sizeof(path), opt, opt->results, task, ".md");
     report_open(rep, path, to_stdout);
     va_list ap;
     va_start(ap, heading);

@@ -103,8 +103,9 @@ static void measure_model(Fig5* t, int m, const NeedleSource* src, const Tokeniz
 // the top row), which it hands to the figure as model<g+1>
 static void write_heatmap(const Fig5* t, int g, Report* md, const NeedleOptions* opt, GnuplotVars* vars) {
     const Row* row = &t->rows[g * t->seeds];
-    char dat[4200];
-    path_printf(dat, sizeof(dat), "%s/fig5_%s_%s.dat", opt->results, opt->preset, row->study.name);
+    char dat[4200], suffix[80];
+    snprintf(suffix, sizeof(suffix), "_%s.dat", row->study.name);
+    needle_output_path(dat, sizeof(dat), opt, opt->results, "fig5", suffix);
     DataFile dat_file;
     data_file_open(&dat_file, dat);
     FILE* f = dat_file.f;
@@ -147,7 +148,7 @@ static void write_figure(const Fig5* t, const NeedleOptions* opt, GnuplotVars* v
     }
     gnuplot_string(vars, "titles", titles);
     char png[4400], text[4400], spread[64];
-    preset_path(png, sizeof(png), opt->plots, "fig5", opt->preset, ".png");
+    needle_output_path(png, sizeof(png), opt, opt->plots, "fig5", ".png");
     gnuplot_output(vars, "out", png);
     if (t->seeds > 1) snprintf(spread, sizeof(spread), "mean ± std over %d seeds", t->seeds);
     else snprintf(spread, sizeof(spread), "1 seed");

@@ -249,7 +249,7 @@ static void write_figure(const Fig8* t, const NeedleOptions* opt, const char* da
     }
     attention_numbers(&vars, t->rows, t->n_rows, t->seeds);
     char png[4400], text[4400];
-    preset_path(png, sizeof(png), opt->plots, "fig8", opt->preset, ".png");
+    needle_output_path(png, sizeof(png), opt, opt->plots, "fig8", ".png");
     gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Figure 8, preset %s: attention logits quantized (solid: per tensor, dashed: per row); %d seed%s%s",
              opt->preset, t->seeds, t->seeds > 1 ? "s" : "", t->seeds > 1 ? ", error bars: seed std" : "");
@@ -285,7 +285,7 @@ void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const 
     t.res = callocCheck(t.n_models, sizeof(*t.res));
     measure_models(&t, src, tok, val, reg);
     char dat[4200], md[4200];
-    preset_path(dat, sizeof(dat), opt->results, "fig8", opt->preset, ".dat");
+    needle_output_path(dat, sizeof(dat), opt, opt->results, "fig8", ".dat");
     write_table(&t, preset, opt, dat, md, sizeof(md));
     write_figure(&t, opt, dat, md);
     free_results(&t);

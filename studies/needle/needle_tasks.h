@@ -23,6 +23,7 @@ typedef struct {
     const char* const* overrides;  // key=value for every row (recipe_override)
     int n_overrides;
     int seeds;  // models per row: seeds seed, seed + 1, ... of the recipe's
+    const char* rows;  // --rows: the recipe's rows studied, comma-separated; NULL: every row
 } NeedleOptions;
 
 int needle_main(const NeedleOptions* opt);

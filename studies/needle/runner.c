@@ -78,7 +78,7 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
 // max_models of them (checked before the mix is made).
 static Row* configure_rows(Study* study, const NeedleOptions* opt, int max_models) {
     StudySpec spec = {opt->recipe, opt->preset, opt->seeds, opt->results, opt->overrides, opt->n_overrides, needle_extra_key,
-                      NEEDLE_DERIVED_KEYS, needle_row_config};
+                      NEEDLE_DERIVED_KEYS, needle_row_config, opt->rows};
     study_load(study, &spec);
     if (study->n_models > RECIPE_SECTIONS) {
         die("--seeds %d: %d rows x seeds must lie in 1..%d models", opt->seeds, study->n_rows, RECIPE_SECTIONS);
@@ -133,6 +133,14 @@ int needle_main(const NeedleOptions* opt) {
     if (task == n_tasks) die("--task '%s': expected table2, fig5, table3 or fig8", opt->task);
     Study study;
     Row* rows = configure_rows(&study, opt, RECIPE_SECTIONS);
+    // the rows studied in the recipe's order, which names the outputs (needle_output_path)
+    char studied[RECIPE_SECTIONS * 65] = "";
+    NeedleOptions named = *opt;
+    for (int g = 0; opt->rows && g < study.n_rows; g++) {
+        snprintf(studied + strlen(studied), sizeof(studied) - strlen(studied), "%s%s", g ? "," : "", study.recipe->rows[g].name);
+    }
+    if (opt->rows) named.rows = studied;
+    opt = &named;
     const Section* preset = study.preset;
     mkdir_p(opt->plots);
     study_begin(&study, "needle");

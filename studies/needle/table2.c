@@ -169,7 +169,7 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
     int seeds = t->m.seeds, n_rows = t->m.n_rows;
     const Row* rows = t->m.rows;
     char dat[4200];
-    preset_path(dat, sizeof(dat), opt->results, "table2", opt->preset, ".dat");
+    needle_output_path(dat, sizeof(dat), opt, opt->results, "table2", ".dat");
     DataFile bars;
     data_file_open(&bars, dat);
     fprintf(bars.f, "# setting, then per row: accuracy, error bar, paper\n");
@@ -188,7 +188,7 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
     gnuplot_input(&vars, "data", dat);
     attention_numbers(&vars, rows, n_rows, seeds);
     char png[4400];
-    preset_path(png, sizeof(png), opt->plots, "table2", opt->preset, ".png");
+    needle_output_path(png, sizeof(png), opt, opt->plots, "table2", ".png");
     gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Table 2, preset %s: retrieval at context %d, %d samples per depth, %d seed%s", opt->preset, t->m.context,
              t->m.samples, seeds, seeds > 1 ? "s" : "");

@@ -243,8 +243,8 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
     int seeds = t->m.seeds, n_rows = t->m.n_rows;
     const Row* rows = t->m.rows;
     char dat[4200], fig1[4200];
-    preset_path(dat, sizeof(dat), opt->results, "table3", opt->preset, ".dat");
-    preset_path(fig1, sizeof(fig1), opt->results, "fig1", opt->preset, ".dat");
+    needle_output_path(dat, sizeof(dat), opt, opt->results, "table3", ".dat");
+    needle_output_path(fig1, sizeof(fig1), opt, opt->results, "fig1", ".dat");
     DataFile t3, g1;
     data_file_open(&t3, dat);
     data_file_open(&g1, fig1);
@@ -272,9 +272,9 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
     attention_numbers(&vars, rows, n_rows, seeds);
     gnuplot_number(&vars, "seeds", seeds);
     char png[4400], fig1_png[4400];
-    preset_path(png, sizeof(png), opt->plots, "table3", opt->preset, ".png");
+    needle_output_path(png, sizeof(png), opt, opt->plots, "table3", ".png");
     gnuplot_output(&vars, "out", png);
-    preset_path(fig1_png, sizeof(fig1_png), opt->plots, "fig1", opt->preset, ".png");
+    needle_output_path(fig1_png, sizeof(fig1_png), opt, opt->plots, "fig1", ".png");
     gnuplot_output(&vars, "out_fig1", fig1_png);
     snprintf(text, sizeof(text), "Table 3, preset %s: attention of the question tokens, context %d, %d seed%s%s", opt->preset, t->m.context,
              seeds, seeds > 1 ? "s" : "", seeds > 1 ? " (error bars: seed std)" : "");
@@ -290,7 +290,7 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
 static void write_noise_figure(const Table3* t, const NeedleOptions* opt) {
     int seeds = t->m.seeds;
     char dat[4200], png[4400], text[4400];
-    preset_path(dat, sizeof(dat), opt->results, "table3_noise", opt->preset, ".dat");
+    needle_output_path(dat, sizeof(dat), opt, opt->results, "table3_noise", ".dat");
     DataFile file;
     data_file_open(&file, dat);
     for (int g = 0; g < t->m.n_rows; g++) {
@@ -308,7 +308,7 @@ static void write_noise_figure(const Table3* t, const NeedleOptions* opt) {
     gnuplot_input(&vars, "data", dat);
     gnuplot_number(&vars, "rows", t->m.n_rows);
     attention_numbers(&vars, t->m.rows, t->m.n_rows, seeds);
-    preset_path(png, sizeof(png), opt->plots, "table3_noise", opt->preset, ".png");
+    needle_output_path(png, sizeof(png), opt, opt->plots, "table3_noise", ".png");
     gnuplot_output(&vars, "out", png);
     snprintf(text, sizeof(text), "Attention noise per layer, preset %s, context %d: the question's rows, mean over heads and "
              "episodes%s", opt->preset, t->m.context, seeds > 1 ? " and seeds" : "");

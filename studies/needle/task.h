@@ -61,7 +61,11 @@ void run_cells(Row* row, const NeedleSource* src, const Tokenizer* tok, Cell* ce
 // Each episode's queries answered right and asked, from run_cells' records of those cells:
 // right[c * samples + e] for episode e of cell c (the verdicts' units)
 void episode_counts(const Records* rec, const Cell* cells, int n_cells, int samples, double* right, double* asked);
-// A task's report: results/<task>_<preset>.md (and stdout when to_stdout), its heading (a
+// A task's output <dir>/<name>_<preset><suffix>; of a study of some rows (--rows, listed in the
+// recipe's order) <dir>/<name>_<preset>+<row>+<row><suffix>, so that it never replaces the
+// whole recipe's ('+' is in no preset's or row's name)
+void needle_output_path(char* out, size_t n, const NeedleOptions* opt, const char* dir, const char* name, const char* suffix);
+// A task's report: results/<task>_<preset>.md (needle_output_path; and stdout when to_stdout), its heading (a
 // printf format), the preset's note and the provenance every task states
 void open_task_report(Report* rep, const char* task, int to_stdout, const Section* preset, const Row* rows, int n_rows,
                       const NeedleOptions* opt, int samples, const char* heading, ...) __attribute__((format(printf, 9, 10)));
