@@ -228,8 +228,10 @@ expect "--rows gda,diff: table2 exits 0 and trains nothing" bash -c "test $? -eq
 rows_table=$work/seeds/table2_smoke+diff+gda.md
 expect "--rows: the table of diff and gda alone, each seed listed, in table2_smoke+diff+gda.md" bash -c "
     test \"\$(grep -cE '^\| (diff|gda) \| 202[45] \|' '$rows_table')\" = 4 && ! grep -qE '^\| (standard|dint|diff_shared) ' '$rows_table'"
-expect "--rows: gda's paired gap and verdict against diff as in the whole recipe's table" \
-    test "$(grep -E '^\| gda ' "$rows_table" | grep -F '[')" = "$(grep -E '^\| gda ' "$work/seeds/table2_smoke.md" | grep -F '[')"
+# the same models (registry runs, parameters, checkpoints, copying checks) and the same verdicts
+gda_lines() { grep -E '^(- gda, seed|\| gda \| diff \|)' "$1"; }
+expect "--rows: gda's models and its paired gaps against diff as in the whole recipe's table" \
+    bash -c 'test "$(grep -c "registry run" <<<"$1")" = 2 && test "$1" = "$2"' _ "$(gda_lines "$rows_table")" "$(gda_lines "$work/seeds/table2_smoke.md")"
 expect "--rows: its figure drawn, and the whole recipe's table left as it was" bash -c "
     head -c 4 '$work/seeds_plots/table2_smoke+diff+gda.png' | grep -q PNG && test \"\$(sha256sum < '$work/seeds/table2_smoke.md')\" = '$whole'"
 $bin needle "$work/needle.ini" --preset smoke --seeds 2 --rows gda,diff --task table3 --results "$work/seeds" --plots "$work/seeds_plots" > "$work/rows3.log" 2>&1

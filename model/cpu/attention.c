@@ -289,116 +289,139 @@ static void zero_group_grads(float* dbase, const Dims* d, int g) {
 // own extra gradient dy0 (DINT)
 static int dpv_slots(const Dims* d, const float* dy0) { return dy0 ? d->M : d->Vm; }
 
-// Floats of the backward's scratch besides group_keys': P_m (M, block, T), dPV (dpv_slots, block,
-// T), Pc (block, T), a shared map's probabilities and its summed dS (block, T each)
+// The backward's per-thread scratch, cut from one buffer of backward_floats floats
+typedef struct {
+    float* P;         // P_m (M, block, T): a head's probabilities of map m, then its dS_m
+    float* dPV;       // dPV_m = dy V_m^T (dpv_slots, block, T; map 0's with dy + dy0)
+    float* Pc;        // the map a value product takes (block, T)
+    float* Pshared;   // a shared map's probabilities, formed once for the group's heads (block, T)
+    float* dSshared;  // a shared map's dS, summed over the group's heads (block, T)
+    float* Kt;        // group_keys' Kt (group, M, D, T)
+    float* amax;      // group_keys' amax (group, 2)
+} BackwardScratch;
+
 static size_t backward_floats(const Dims* d, const float* dy0, int block) {
-    return (size_t)(d->M + dpv_slots(d, dy0) + 3) * block * d->T;
+    return (size_t)(d->M + dpv_slots(d, dy0) + 3) * block * d->T + group_keys_floats(d);
+}
+
+static BackwardScratch backward_scratch(float* buffer, const Dims* d, const float* dy0, int block) {
+    size_t slab = (size_t)block * d->T;
+    BackwardScratch w;
+    w.P = buffer;
+    w.dPV = w.P + d->M * slab;
+    w.Pc = w.dPV + dpv_slots(d, dy0) * slab;
+    w.Pshared = w.Pc + slab;
+    w.dSshared = w.Pshared + slab;
+    w.Kt = w.dSshared + slab;
+    w.amax = w.Kt + (size_t)d->group * d->M * d->D * d->T;
+    return w;
+}
+
+// Query block i0 (nq rows seeing kn keys) of head h, the k-th of its group, in sequence b: its
+// dV and its own maps' dQ and dK added, the per-token lambda columns written, its part of the
+// layer lambda's gradient added to *dlambda. A map the group's heads share (map_shared) has its
+// dS summed in w->dSshared, multiplied by its query and key after the group's last head, and its
+// probabilities formed by the group's first head where map_formed_once.
+static void head_block_backward(float* dbase, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+                                const float* lambda, const Dims* d, const BackwardScratch* w, int b, int h, int k, int i0, int nq,
+                                int block, HookSite hook) {
+    int T = d->T, M = d->M, D = d->D, slots = dpv_slots(d, dy0), kn = i0 + nq;
+    const float* base = qkv + (size_t)b * T * d->QKV;
+    float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK];
+    size_t at = ((size_t)b * T + i0) * d->HDv + (size_t)h * d->Dv;
+    const float* dyb = dy + at;
+    for (int m = 0; m < slots; m++) {
+        float* dst = w->dPV + (size_t)m * block * T;
+        if (m && d->share_v) {  // DINT: map 1's dy V^T is map 0's before dy0's part is added
+            memcpy(dst, w->dPV, (size_t)nq * kn * sizeof(float));
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dyb, d->HDv, base + v_col(d, h, m), d->QKV, 0.0f, dst,
+                    kn);
+    }
+    if (dy0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dy0 + at, d->HDv, base + v_col(d, h, 0), d->QKV, 1.0f,
+                    w->dPV, kn);
+    }
+    for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(d, qkv, lambda, b, h, i0 + r);
+    for (int m = 0; m < M; m++) {
+        int shared = map_shared(d, m), once = map_formed_once(d, m, hook);
+        float* S = w->P + (size_t)m * block * T;  // this head's dS_m, and its P_m where it forms the map itself
+        float* Pm = once ? w->Pshared : S;
+        const float* G = w->dPV + (size_t)(slots == 1 ? 0 : m) * block * T;
+        const float* row_lse = lse + lse_at(d, b, h, m);
+        if (!once || k == 0) {
+            block_scores(Pm, qkv, w->Kt + (size_t)k * M * D * T, d, b, h, m, i0, nq, kn);
+            quantize_block(Pm, i0, nq, kn, &d->s->quant, w->amax[2 * k + m]);
+            if (hook.hook) show_logits(hook, Pm, b, h, m, i0, nq, kn, kn, 1);
+            for (int r = 0; r < nq; r++) {
+                float* pr = Pm + (size_t)r * kn;
+                int visible = i0 + r + 1;
+                exp_shifted(pr, pr, visible, 1.0f, row_lse[i0 + r]);
+                for (int j = visible; j < kn; j++) pr[j] = 0.0f;
+            }
+        }
+        for (int r = 0; r < nq; r++) {
+            rowsum[r] = dot_lanes(Pm + (size_t)r * kn, G + (size_t)r * kn, i0 + r + 1);
+            if (m == 1) {
+                // y = O_0 - lambda O_1, and rowsum = dy . O_1
+                if (d->lam < 0) *dlambda -= rowsum[r];
+                else dbase[(size_t)(i0 + r) * d->QKV + d->lam + h] = -rowsum[r];
+            }
+        }
+        // the map a value product takes: c_m P_m, summed over the maps that share values
+        for (int r = 0; r < nq; r++) {
+            float c = m == 0 ? 1.0f : -lam[r];
+            float* pr = w->Pc + (size_t)r * kn;
+            const float* sr = Pm + (size_t)r * kn;
+            if (m == 0) memcpy(pr, sr, kn * sizeof(float));
+            else if (d->share_v) for (int j = 0; j < kn; j++) pr[j] -= lam[r] * sr[j];
+            else for (int j = 0; j < kn; j++) pr[j] = c * sr[j];
+        }
+        if (dy0 && m == 0) {  // map 0's own output's gradient: P_0^T dy0
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, Pm, kn, dy0 + at, d->HDv, 1.0f, dbase + v_col(d, h, 0),
+                        d->QKV);
+        }
+        // dV once the last map on this value head is in
+        if (!d->share_v || m == M - 1) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, w->Pc, kn, dyb, d->HDv, 1.0f, dbase + v_col(d, h, m),
+                        d->QKV);
+        }
+        // dS_m = c_m P_m (dPV_m - rowsum), c_0 = 1, c_1 = -lambda; a shared map's summed over the heads
+        for (int r = 0; r < nq; r++) {
+            float c = m == 0 ? 1.0f : -lam[r];
+            const float* pr = Pm + (size_t)r * kn;
+            const float* gr = G + (size_t)r * kn;
+            float* sr = (shared ? w->dSshared : S) + (size_t)r * kn;
+            if (shared && k) for (int j = 0; j < kn; j++) sr[j] += c * pr[j] * (gr[j] - rowsum[r]);
+            else for (int j = 0; j < kn; j++) sr[j] = c * pr[j] * (gr[j] - rowsum[r]);
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        int shared = map_shared(d, m);
+        if (shared && k < d->group - 1) continue;  // its dS is not whole until the group's last head
+        const float* dS = shared ? w->dSshared : w->P + (size_t)m * block * T;
+        float* dq = dbase + (size_t)i0 * d->QKV + q_col(d, h, m);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d->scale, dS, kn, base + k_col(d, h, m), d->QKV, 1.0f, dq, d->QKV);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d->scale, dS, kn, base + (size_t)i0 * d->QKV + q_col(d, h, m), d->QKV,
+                    1.0f, dbase + k_col(d, h, m), d->QKV);
+    }
 }
 
 // The backward of the heads of group g in sequence b, query block by query block, each block's
-// heads in order: their dQ, dK and dV added, the per-token lambda columns written, each head's
-// part of the layer lambda's gradient added to dlambda[h]. A map the group's heads share
-// (map_shared) has its dS summed over the heads before the products with its query and key, and
-// is recomputed once per block where map_formed_once. P: the thread's scratch (backward_floats,
-// then group_keys').
+// heads in order (head_block_backward); dlambda (H) gets each head's part of the layer lambda's
+// gradient. buffer: the thread's scratch (backward_floats).
 static void group_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
-                           const float* lambda, const Dims* d, int b, int g, int block, float* P, HookSite hook) {
-    int T = d->T, M = d->M, D = d->D, slots = dpv_slots(d, dy0), h0 = g * d->group;
-    int shared[2] = {map_shared(d, 0), map_shared(d, 1)}, once[2] = {map_formed_once(d, 0, hook), map_formed_once(d, 1, hook)};
-    float* dPV = P + (size_t)M * block * T;
-    float* Pc = dPV + (size_t)slots * block * T;
-    float* Pshared = Pc + (size_t)block * T;
-    float* dSshared = Pshared + (size_t)block * T;
-    float* Kt = dSshared + (size_t)block * T;
-    size_t head_keys = (size_t)M * D * T;
-    float* amax = Kt + d->group * head_keys;
-    const float* base = qkv + (size_t)b * T * d->QKV;
-    float* dbase = dqkv + (size_t)b * T * d->QKV;
-    float rowsum[ATTN_BLOCK], lam[ATTN_BLOCK];
+                           const float* lambda, const Dims* d, int b, int g, int block, float* buffer, HookSite hook) {
+    BackwardScratch w = backward_scratch(buffer, d, dy0, block);
+    float* dbase = dqkv + (size_t)b * d->T * d->QKV;
     zero_group_grads(dbase, d, g);
-    group_keys(Kt, amax, P, qkv, d, b, g, block);
-    for (int i0 = 0; i0 < T; i0 += block) {
-        int nq = T - i0 < block ? T - i0 : block, kn = i0 + nq;
+    group_keys(w.Kt, w.amax, w.P, qkv, d, b, g, block);
+    for (int i0 = 0; i0 < d->T; i0 += block) {
+        int nq = d->T - i0 < block ? d->T - i0 : block;
         for (int k = 0; k < d->group; k++) {
-            int h = h0 + k;
-            size_t at = ((size_t)b * T + i0) * d->HDv + (size_t)h * d->Dv;
-            const float* dyb = dy + at;
-            for (int m = 0; m < slots; m++) {
-                float* dst = dPV + (size_t)m * block * T;
-                if (m && d->share_v) {  // DINT: map 1's dy V^T is map 0's before dy0's part is added
-                    memcpy(dst, dPV, (size_t)nq * kn * sizeof(float));
-                    continue;
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dyb, d->HDv, base + v_col(d, h, m), d->QKV, 0.0f,
-                            dst, kn);
-            }
-            if (dy0) {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kn, d->Dv, 1.0f, dy0 + at, d->HDv, base + v_col(d, h, 0), d->QKV,
-                            1.0f, dPV, kn);
-            }
-            for (int r = 0; M == 2 && r < nq; r++) lam[r] = row_lambda(d, qkv, lambda, b, h, i0 + r);
-            for (int m = 0; m < M; m++) {
-                float* S = P + (size_t)m * block * T;  // this head's dS_m, and its P_m where the map is its own
-                float* Pm = once[m] ? Pshared : S;
-                const float* G = dPV + (size_t)(slots == 1 ? 0 : m) * block * T;
-                const float* row_lse = lse + lse_at(d, b, h, m);
-                if (!once[m] || k == 0) {
-                    block_scores(Pm, qkv, Kt + k * head_keys, d, b, h, m, i0, nq, kn);
-                    quantize_block(Pm, i0, nq, kn, &d->s->quant, amax[2 * k + m]);
-                    if (hook.hook) show_logits(hook, Pm, b, h, m, i0, nq, kn, kn, 1);
-                    for (int r = 0; r < nq; r++) {
-                        float* pr = Pm + (size_t)r * kn;
-                        int visible = i0 + r + 1;
-                        exp_shifted(pr, pr, visible, 1.0f, row_lse[i0 + r]);
-                        for (int j = visible; j < kn; j++) pr[j] = 0.0f;
-                    }
-                }
-                for (int r = 0; r < nq; r++) {
-                    rowsum[r] = dot_lanes(Pm + (size_t)r * kn, G + (size_t)r * kn, i0 + r + 1);
-                    if (m == 1) {
-                        // y = O_0 - lambda O_1, and rowsum = dy . O_1
-                        if (d->lam < 0) dlambda[h] -= rowsum[r];
-                        else dbase[(size_t)(i0 + r) * d->QKV + d->lam + h] = -rowsum[r];
-                    }
-                }
-                // the map a value product takes: c_m P_m, summed over the maps that share values
-                for (int r = 0; r < nq; r++) {
-                    float c = m == 0 ? 1.0f : -lam[r];
-                    float* pr = Pc + (size_t)r * kn;
-                    const float* sr = Pm + (size_t)r * kn;
-                    if (m == 0) memcpy(pr, sr, kn * sizeof(float));
-                    else if (d->share_v) for (int j = 0; j < kn; j++) pr[j] -= lam[r] * sr[j];
-                    else for (int j = 0; j < kn; j++) pr[j] = c * sr[j];
-                }
-                if (dy0 && m == 0) {  // map 0's own output's gradient: P_0^T dy0
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, Pm, kn, dy0 + at, d->HDv, 1.0f,
-                                dbase + v_col(d, h, 0), d->QKV);
-                }
-                // dV once the last map on this value head is in
-                if (!d->share_v || m == M - 1) {
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d->Dv, nq, 1.0f, Pc, kn, dyb, d->HDv, 1.0f,
-                                dbase + v_col(d, h, m), d->QKV);
-                }
-                // dS_m = c_m P_m (dPV_m - rowsum), c_0 = 1, c_1 = -lambda; a shared map's summed over the heads
-                for (int r = 0; r < nq; r++) {
-                    float c = m == 0 ? 1.0f : -lam[r];
-                    const float* pr = Pm + (size_t)r * kn;
-                    const float* gr = G + (size_t)r * kn;
-                    float* sr = shared[m] ? dSshared + (size_t)r * kn : S + (size_t)r * kn;
-                    if (shared[m] && k) for (int j = 0; j < kn; j++) sr[j] += c * pr[j] * (gr[j] - rowsum[r]);
-                    else for (int j = 0; j < kn; j++) sr[j] = c * pr[j] * (gr[j] - rowsum[r]);
-                }
-            }
-            for (int m = 0; m < M; m++) {
-                if (shared[m] && k < d->group - 1) continue;  // its dS is not whole until the group's last head
-                const float* dS = shared[m] ? dSshared : P + (size_t)m * block * T;
-                const float* q = base + (size_t)i0 * d->QKV + q_col(d, h, m);
-                const float* kk = base + k_col(d, h, m);
-                float* dq = dbase + (size_t)i0 * d->QKV + q_col(d, h, m);
-                float* dk = dbase + k_col(d, h, m);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, kn, d->scale, dS, kn, kk, d->QKV, 1.0f, dq, d->QKV);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, D, nq, d->scale, dS, kn, q, d->QKV, 1.0f, dk, d->QKV);
-            }
+            int h = g * d->group + k;
+            head_block_backward(dbase, dlambda + h, dy, dy0, qkv, lse, lambda, d, &w, b, h, k, i0, nq, block, hook);
         }
     }
 }
@@ -413,7 +436,7 @@ void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, co
     float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below
     #pragma omp parallel
     {
-        float* P = thread_scratch(backward_floats(&d, dy0, block) + group_keys_floats(&d));
+        float* P = thread_scratch(backward_floats(&d, dy0, block));
         // a thread owns a group of heads: the gradients of sub-heads they share are summed here only
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
