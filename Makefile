@@ -90,7 +90,7 @@ CORE := $(MODEL) $(DATA) $(EVAL) $(RUN) $(STUDIES) $(VIZ)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 TESTS := test_blas_kernel test_bf16 test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_registry test_decoding test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: browser-deps all help deps data train check test test-build bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-build cuda-portable-build gpu-bundle
+.PHONY: browser-deps all help deps data train check test test-build bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-portable-build gpu-bundle
 .SECONDARY:
 all: $(B)/difftx
 
@@ -193,12 +193,11 @@ table5: $(B)/difftx data/default/train.bin
 	$(MPIRUN)$(B)/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET) --seeds $(SEEDS) device=$(DEVICE)
 
 # The CUDA build, whenever a toolkit is found, so that a CUDA compile or link error fails the
-# tests; its programs run in tests/test_cuda_build.sh
+# tests: in the portable form the GPU bundle packs (build/cuda-portable, no -march=native),
+# compiled beside the others (in parallel) rather than inside a test; tests/test_cuda_build.sh
+# runs its programs. `make CUDA=1` differs from it in -march=native alone, and no source of the
+# project depends on the instructions the compiler targets, so the tests compile CUDA once
 CUDA_PROGRAMS := difftx test_backend_ops test_devices test_cudnn_graphs
-cuda-build:
-	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 $(addprefix build/cuda/,$(CUDA_PROGRAMS)),@echo "no nvcc: the CUDA build is not compiled")
-# the GPU bundle's portable build, which test_cuda_build.sh packs: compiled beside the others
-# (in parallel) rather than inside that test
 cuda-portable-build:
 	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 PORTABLE=1 $(addprefix build/cuda-portable/,$(CUDA_PROGRAMS)),@echo "no nvcc: the portable CUDA build is not compiled")
 
@@ -286,7 +285,7 @@ test: build/deps.stamp browser-deps
 	$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 1) test-build
 	BUILD=$(B) tests/run.sh $(TESTS)
 test-build: $(B)/difftx $(addprefix $(B)/,$(TESTS)) $(B)/write_fixture $(B)/fake_openblas.so \
-            $(if $(SANITIZE),,cuda-build cuda-portable-build) $(if $(SANITIZE)$(CUDA),,$(EMU_ALL))
+            $(if $(SANITIZE),,cuda-portable-build) $(if $(SANITIZE)$(CUDA),,$(EMU_ALL))
 
 # A folder for a GPU machine that has the driver and CUDA but none of this project's
 # libraries: the CUDA build, its tests, the libraries they load (from ldd; glibc, the

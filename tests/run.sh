@@ -64,8 +64,8 @@ done
 [ $check = 0 ] || finish
 [ "$BUILD" = build/san ] || run test_memory tests/test_memory.sh  # sanitizers' shadow memory voids its bounds
 run test_cli tests/test_cli.sh
-# the CUDA build, compiled by make test wherever nvcc is found
-if [ "$BUILD" != build/san ] && [ -x build/cuda/difftx ]; then run test_cuda_build tests/test_cuda_build.sh; fi
+# the CUDA build (its portable form), compiled by make test wherever nvcc is found
+if [ "$BUILD" != build/san ] && [ -x build/cuda-portable/difftx ]; then run test_cuda_build tests/test_cuda_build.sh; fi
 
 # The pinned numbers are bitwise only under the golden files' OpenBLAS kernel, and OpenBLAS picks
 # its kernel by CPU model: a CPU whose own pick differs but which has that kernel's instructions

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA build without a GPU refuses `device = cuda` in `train`, `bench`, `sample`, `eval` and
+# The CUDA build (make test compiles its portable form, build/cuda-portable, which `make CUDA=1`
+# differs from in -march=native alone) without a GPU refuses `device = cuda` in `train`, `bench`, `sample`, `eval` and
 # `maps` with "no CUDA device" before writing anything, the CPU-only build names `make CUDA=1`; cuDNN's
 # attention graphs are built and offered engines by its heuristics for described GPUs
 # (test_cudnn_graphs, with the toolkit's stub libcuda); the CUDA build's
@@ -11,7 +12,8 @@
 set -u
 cd "$(dirname "$0")/.."
 source tests/harness.sh
-cuda=build/cuda/difftx
+cuda_build=build/cuda-portable  # make test compiles CUDA once, in the bundle's portable form
+cuda=$cuda_build/difftx
 work=build/test_cuda_build
 rm -rf "$work"
 mkdir -p "$work"
@@ -40,7 +42,7 @@ toolkit=$(dirname "$(dirname "$(command -v nvcc || echo "${CUDA_HOME:-/usr/local
 if [ -e "$toolkit/lib64/stubs/libcuda.so" ]; then
     mkdir -p "$work/stub"
     ln -sf "$toolkit/lib64/stubs/libcuda.so" "$work/stub/libcuda.so.1"
-    out=$(LD_LIBRARY_PATH=$work/stub build/cuda/test_cudnn_graphs 2>&1)
+    out=$(LD_LIBRARY_PATH=$work/stub $cuda_build/test_cudnn_graphs 2>&1)
     if grep -q "^skipped: " <<<"$out"; then
         echo "cuDNN's graphs not checked: $(grep '^skipped: ' <<<"$out")"
     else
@@ -55,10 +57,10 @@ expect_fail "the CPU build names the CUDA build" "built without CUDA \(build it 
     build/difftx train experiments/default.ini device=cuda out="$work/run"
 expect_fail "an unknown device" "key 'device': 'tpu' is not one of cpu, cuda" build/difftx train experiments/default.ini device=tpu
 
-ops=$(OMP_NUM_THREADS=2 build/cuda/test_backend_ops --op table 2>&1)  # the CPU backend's operations are test_backend_ops's
+ops=$(OMP_NUM_THREADS=2 $cuda_build/test_backend_ops --op table 2>&1)  # the CPU backend's operations are test_backend_ops's
 expect "the CUDA build's backend test passes ($(tail -1 <<<"$ops"))" grep -qE '^[0-9]+ passed, 0 failed$' <<<"$ops"
 expect "the CUDA build's backend test says what it did not run" grep -qE "^backend cuda: (not run: .*no CUDA device|[0-9]+ checks)" <<<"$ops"
-dev=$(OMP_NUM_THREADS=2 build/cuda/test_devices 2>&1)
+dev=$(OMP_NUM_THREADS=2 $cuda_build/test_devices 2>&1)
 expect "the CUDA build's device test passes ($(tail -1 <<<"$dev"))" grep -qE '^[0-9]+ passed, 0 failed$' <<<"$dev"
 
 # the bundle: built, under 60 MiB, and self-contained
@@ -74,8 +76,8 @@ for p in difftx test_backend_ops test_devices; do
     wide=$(wide_instructions "build/gpu-bundle/bin/$p")
     expect "the bundle's $p is built portable ($wide instructions on ymm/zmm registers)" test "$wide" = 0
 done
-native_wide=$(wide_instructions build/cuda/difftx)
-expect "while the native CUDA build uses them ($native_wide), so the check can fail" test "$native_wide" -gt 0
+native_wide=$(wide_instructions build/difftx)
+expect "while the native build uses them ($native_wide in build/difftx), so the check can fail" test "$native_wide" -gt 0
 size=$(du -sm build/gpu-bundle | cut -f1)
 expect "the bundle is under 60 MiB ($size MiB)" test "$size" -lt 60
 mkdir -p "$work/unpacked/glibc"
@@ -85,8 +87,8 @@ tar -C "$work/unpacked" -xzf build/gpu-bundle/lib.tar.gz
 for lib in libc.so.6 libm.so.6 libmvec.so.1 libpthread.so.0 libdl.so.2 librt.so.1 libresolv.so.2; do
     ln -s "$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64|AArch64/ {print $NF; exit}')" "$work/unpacked/glibc/$lib"
 done
-loader=$(readlink -f "$(ldd build/cuda/difftx | awk '/ld-linux/ {print $1}')")
-cuda_dir=$(dirname "$(readlink -f "$(ldd build/cuda/difftx | awk '$1 ~ /libcudart/ {print $3}')")")
+loader=$(readlink -f "$(ldd "$cuda" | awk '/ld-linux/ {print $1}')")
+cuda_dir=$(dirname "$(readlink -f "$(ldd "$cuda" | awk '$1 ~ /libcudart/ {print $3}')")")
 hidden() { "$loader" --inhibit-cache --library-path "$work/unpacked/lib:$work/unpacked/glibc:$cuda_dir" "$@"; }
 for p in difftx test_backend_ops test_devices; do
     missing=$(LD_LIBRARY_PATH="$work/unpacked/lib:$work/unpacked/glibc:$cuda_dir" ldd "build/gpu-bundle/bin/$p" | grep "not found")
@@ -115,7 +117,7 @@ if command -v mpirun >/dev/null; then
     rc_out=$(OMP_NUM_THREADS=1 build/gpu-bundle/ranks_check.sh build/difftx cpu "$work/ranks" 2>&1)
     expect "the bundle's ranks_check.sh: 1 and 2 ranks on the cpu agree ($(grep relative <<<"$rc_out"))" grep -q "1 and 2 ranks agree" <<<"$rc_out"
 fi
-ops_args=$(build/cuda/test_backend_ops --backend cuda 2>&1)
+ops_args=$($cuda_build/test_backend_ops --backend cuda 2>&1)
 rc=$?
 if [ $gpu -eq 0 ]; then
     expect "test_backend_ops --backend cuda fails without a GPU, saying why (exit $rc)" test $rc -ne 0 -a -n "$(grep "no CUDA device" <<<"$ops_args")"
