@@ -114,4 +114,6 @@ run test_layers tests/test_layers.sh
 run test_dist tests/test_dist.sh
 [ "$BUILD" = build/san ] || run test_make tests/test_make.sh  # the plain build's targets
 wait $lane
+lane_rc=$?  # a lane that died (killed, say) left some of its tests unrun: broken, not a pass
+[ $lane_rc -eq 0 ] || echo "broken end-to-end-lane(exit $lane_rc)" > "$reports/end-to-end-lane"
 finish
