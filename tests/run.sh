@@ -10,7 +10,8 @@
 # preset: 10.9 s with two threads, 7.0 s with one, measured on a 2-core EPYC), so two lanes of
 # one thread finish them in about half the time, and a lane never waits at a barrier for a thread
 # the other lane has pre-empted. The pinned numbers (tests/golden/) are therefore one thread's.
-# Each test's report is printed whole when it finishes, so the lanes' reports do not interleave.
+# Each test's start is a line ("-> NAME") and its report is printed whole when it finishes, so
+# the lanes' reports do not interleave.
 set -u
 check=0
 if [ "${1:-}" = --check ]; then
@@ -25,6 +26,7 @@ trap 'rm -rf "$reports"' EXIT
 run() {  # NAME COMMAND...: one test; its report goes out whole, its counts to $reports/NAME
     local name=$1 out rc summary start=$SECONDS
     shift
+    echo "-> $name" | flock "$reports" cat  # which tests are running, should one hang
     out=$("$@" 2>&1)
     rc=$?
     summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out" | tail -1)
