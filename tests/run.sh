@@ -30,14 +30,10 @@ run() {  # NAME COMMAND...: one test; its report goes out whole, its counts to $
     out=$("$@" 2>&1)
     rc=$?
     summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out" | tail -1)
-    if [ -z "$summary" ]; then
-        echo "broken $name(exit $rc)" > "$reports/$name"
-    else
-        local p=${summary%% passed*} f
-        f=$(sed -E 's/.*, ([0-9]+) failed/\1/' <<<"$summary")
-        if [ $rc -ne 0 ] && [ "$f" = 0 ]; then echo "broken $name(exit $rc)"; fi > "$reports/$name"
-        echo "counts $p $f" >> "$reports/$name"
-    fi
+    {   # broken: no summary, or a non-zero exit that no failed check explains
+        [ -z "$summary" ] || echo "counts ${summary%% passed*} $(sed -E 's/.*, ([0-9]+) failed/\1/' <<<"$summary")"
+        [ -n "$summary" ] && { [ $rc -eq 0 ] || [ "${summary#*, }" != "0 failed" ]; } || echo "broken $name(exit $rc)"
+    } > "$reports/$name"
     {
         echo "== $name"
         echo "$out" | grep -vE '^(step |model: |prepare: |  build/|  tokenizer: |  train: |  val: |  wrote |resuming |run already|finished at step |stopped at step )'
@@ -45,13 +41,13 @@ run() {  # NAME COMMAND...: one test; its report goes out whole, its counts to $
     } | flock "$reports" cat
 }
 finish() {
-    local total_passed=0 total_failed=0 broken="" kind a b
+    local total_passed=0 total_failed=0 broken="" kind rest
     for f in "$reports"/*; do
         [ -f "$f" ] || continue
-        while read -r kind a b; do
+        while read -r kind rest; do
             case $kind in
-                counts) total_passed=$((total_passed + a)) total_failed=$((total_failed + b)) ;;
-                broken) broken="$broken $a" ;;
+                counts) total_passed=$((total_passed + ${rest% *})) total_failed=$((total_failed + ${rest#* })) ;;
+                broken) broken="$broken $rest" ;;
             esac
         done < "$f"
     done
