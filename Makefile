@@ -188,9 +188,10 @@ table2 fig5 table3 fig8: $(B)/difftx data/default/train.bin
 	$(MPIRUN)$(B)/difftx needle experiments/needle.ini --preset $(NEEDLE_PRESET) --seeds $(SEEDS)$(if $(NEEDLE_ROWS), --rows $(NEEDLE_ROWS)) --task $@ device=$(DEVICE)
 
 # Activation outliers (Table 5) of Table 6's transformer and diff rows (PRESET) and the needle
-# models (NEEDLE_PRESET), each trained first if it is not yet
+# models (NEEDLE_PRESET; NEEDLE_ROWS=standard,diff those rows alone, --needle-rows), each
+# trained first if it is not yet
 table5: $(B)/difftx data/default/train.bin
-	$(MPIRUN)$(B)/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET) --seeds $(SEEDS) device=$(DEVICE)
+	$(MPIRUN)$(B)/difftx table5 experiments/table6.ini --preset $(PRESET) --needle experiments/needle.ini --needle-preset $(NEEDLE_PRESET)$(if $(NEEDLE_ROWS), --needle-rows $(NEEDLE_ROWS)) --seeds $(SEEDS) device=$(DEVICE)
 
 # The CUDA build, whenever a toolkit is found, so that a CUDA compile or link error fails the
 # tests: in the portable form the GPU bundle packs (build/cuda-portable, no -march=native),
@@ -311,7 +312,7 @@ help:
 	@echo "make table6          the paper's Table 6    PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/table6.ini | paste -sd'|') (default $(PRESET)), SEEDS=n (default $(SEEDS))"
 	@echo "make lr-stability    Table 6's Transformer and DIFF at 1x, 2x, 4x the learning rate: spikes and loss; PRESET, SEEDS as above"
 	@echo "make table2 | fig5 | table3 | fig8      NEEDLE_PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/needle.ini | paste -sd'|') (default $(NEEDLE_PRESET)), SEEDS=n (default $(SEEDS)), NEEDLE_ROWS=row,row (default every row)"
-	@echo "make table5          PRESET, NEEDLE_PRESET and SEEDS as above"
+	@echo "make table5          PRESET, NEEDLE_PRESET, NEEDLE_ROWS and SEEDS as above"
 	@echo "make CUDA=1          build/cuda/difftx with the CUDA backend (CUDA_ARCH=90); make gpu-bundle: the GPU check's folder"
 	@echo "MPI=K                run the table and figure targets as K data-parallel ranks; NO_MPI=1 builds without MPI"
 	@echo "PORTABLE=1           build without -march=native;  make clean: remove build/"

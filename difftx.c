@@ -336,9 +336,10 @@ static int cmd_view(int argc, char** argv) {
 }
 
 static int cmd_table5(int argc, char** argv) {
-    Table5Options opt = {NULL, "small", NULL, "default", "results", "plots", NULL, 0, 1};
+    Table5Options opt = {NULL, "small", NULL, "default", NULL, "results", "plots", NULL, 0, 1};
     const Option options[] = {{"preset", .text = &opt.preset},         {"needle", .text = &opt.needle_recipe},
-                              {"needle-preset", .text = &opt.needle_preset}, {"seeds", .count = &opt.seeds},
+                              {"needle-preset", .text = &opt.needle_preset}, {"needle-rows", .text = &opt.needle_rows},
+                              {"seeds", .count = &opt.seeds},
                               {"results", .text = &opt.results},       {"plots", .text = &opt.plots}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     if (first >= argc || !opt.needle_recipe) die("table5 needs a Table 6 RECIPE and --needle RECIPE\n%s", USAGE);
@@ -552,7 +553,7 @@ static const Command COMMANDS[] = {
      "the paper's Table 6 ablations (make table6)"},
     {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--seeds N] [--rows ROW,ROW] [--results DIR] [--plots DIR]",
      "multi-needle retrieval, attention allocation and attention-logit quantization"},
-    {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--seeds N] [--results DIR] [--plots DIR]",
+    {"table5", cmd_table5, "TABLE6_RECIPE [key=value ...] --needle RECIPE [--preset P] [--needle-preset Q] [--needle-rows ROW,ROW] [--seeds N] [--results DIR] [--plots DIR]",
      "activation outliers of trained standard and DIFF models"},
     {"eval", cmd_eval, "CHECKPOINT [data=DIR] [--windows N (the run's)] [--results DIR (results)] [--bits B [--scope tensor|row]] [--outliers] [--precise] [--device cpu|cuda (cpu)]",
      "validation loss and its AR-Hit / Others slices (Table 6's columns) of any checkpoint"},

@@ -168,12 +168,13 @@ static void write_verdicts(Report* f, const Studied* models, int n_rows, int see
     }
 }
 
-// The models Table 5 studies: Table 6's transformer and diff rows, then every needle row, a
-// row's seeds side by side (row g is models[g x seeds .. g x seeds + seeds - 1]); returns how many
+// The models Table 5 studies: Table 6's transformer and diff rows, then every needle row (or
+// those --needle-rows names), a row's seeds side by side (row g is models[g x seeds .. g x seeds + seeds - 1]); returns how many
 static int gather_models(const Table5Options* opt, Studied* models) {
     int seeds = opt->seeds;
     Table6Options t6 = {opt->table6_recipe, opt->preset, seeds, opt->results, opt->plots, opt->overrides, opt->n_overrides};
-    NeedleOptions nd = {opt->needle_recipe, opt->needle_preset, NULL, opt->results, opt->plots, opt->overrides, opt->n_overrides, seeds, NULL};
+    NeedleOptions nd = {.recipe = opt->needle_recipe, .preset = opt->needle_preset, .results = opt->results, .plots = opt->plots,
+                        .overrides = opt->overrides, .n_overrides = opt->n_overrides, .seeds = seeds, .rows = opt->needle_rows};
     size_t t6_tokens = preset_tokens(opt->table6_recipe, opt->preset, table6_extra_key);
     size_t nd_tokens = preset_tokens(opt->needle_recipe, opt->needle_preset, needle_extra_key);
     static const char* const T6_ROWS[2] = {"transformer", "diff"};
@@ -336,8 +337,13 @@ int table5_main(const Table5Options* opt) {
     Studied* models = callocCheck(MAX_MODELS, sizeof(Studied));
     int n = gather_models(opt, models);
     study_models(opt, models, n);
-    char presets[256], path[4200], png[4400];  // both sources' presets name the table
+    // both sources' presets name the table, and the needle rows studied when not every row, in
+    // the recipe's order (as the needle tasks name theirs: <preset>+row+row)
+    char presets[4096], path[4200], png[4400];
     snprintf(presets, sizeof(presets), "%s_%s", opt->preset, opt->needle_preset);
+    for (int i = 2 * seeds; opt->needle_rows && i < n; i += seeds) {
+        snprintf(presets + strlen(presets), sizeof(presets) - strlen(presets), "+%s", models[i].row.name);
+    }
     write_table(opt, models, n, presets, path, sizeof(path));
     write_figure(opt, models, n, presets, png, sizeof(png));
     printf("\nwrote %s, %s; per-layer statistics in %s/table5/\n", path, png, opt->results);

@@ -11,6 +11,7 @@ typedef struct {
     const char* preset;         // its preset: smoke, small, gpu124m, paper
     const char* needle_recipe;  // experiments/needle.ini
     const char* needle_preset;  // smoke, default
+    const char* needle_rows;    // --needle-rows ROW,ROW: those needle rows alone; NULL every row
     const char* results;
     const char* plots;
     const char* const* overrides;  // key=value for every row of both recipes (recipe_override)

@@ -139,7 +139,7 @@ expect "fig8's 4-bit N = 1 gap is the registry's difference of differences ($gap
 
 # Table 5: the two Table 6 rows of a preset (trained here) and the needle models
 sed "s#^data = \.\./data/default#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
-t5() { $bin table5 "$work/table6.ini" --preset smoke --needle "$work/needle.ini" --needle-preset smoke --results "$work/results" --plots "$work/plots"; }
+t5() { $bin table5 "$work/table6.ini" --preset smoke --needle "$work/needle.ini" --needle-preset smoke --results "$work/results" --plots "$work/plots" "$@"; }
 t5 > "$work/table5.log" 2>&1
 expect "table5 exits 0" test $? -eq 0
 expect "table5 trained Table 6's transformer and diff rows only" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT r.row FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'table6' AND r.status = 'FINISHED' ORDER BY r.id)")" = "transformer diff"
@@ -155,6 +155,15 @@ expect "table5 counts every causal logit of both maps" bash -c "h5dump -d attent
 expect "table5 figure" is_png "$work/plots/table5_smoke_smoke.png"
 t5 > "$work/table5_again.log" 2>&1
 expect "table5 again trains nothing" bash -c "! grep -q '^== ' '$work/table5_again.log'"
+# --needle-rows: those needle rows alone, trained ones reused, the outputs named by them
+t5 --needle-rows diff,standard > "$work/table5_rows.log" 2>&1
+expect "table5 --needle-rows exits 0 and trains nothing" bash -c "test $? -eq 0 && ! grep -q '^== ' '$work/table5_rows.log'"
+expect "table5 --needle-rows: the rows named, in the recipe's order, name the table" \
+    test "$(grep -cE '^\| (table6/smoke/(transformer|diff)|needle/smoke/(standard|diff)) \| Attention Logits \|( [0-9.]+ \|){6}$' "$work/results/table5_smoke_smoke+standard+diff.md")/$(grep -cE 'needle/smoke/(gda|diff_shared|dint)' "$work/results/table5_smoke_smoke+standard+diff.md")" = "4/0"
+expect "table5 --needle-rows figure" is_png "$work/plots/table5_smoke_smoke+standard+diff.png"
+t5 --needle-rows gda > "$work/table5_gda.log" 2>&1
+expect "table5 --needle-rows refuses a row without the row it is read against" \
+    bash -c "test $? -ne 0 && grep -q \"row 'gda' is read against 'diff'\" '$work/table5_gda.log'"
 
 
 # seeds: --seeds 2 trains seed 2025 of every row beside 2024; the tables give mean ± sample std
