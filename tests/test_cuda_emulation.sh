@@ -46,9 +46,9 @@ expect_fail "a host pointer passed to a kernel" "kernel out_of_bounds_kernel \(l
 # the defects planted in the real kernels: the emulated backend test must stop at each, with
 # the emulation's report (a numeric mismatch alone would not show the emulation at work)
 declare -A report=(
-    [missing_barrier]="kernel attention_forward_kernel .*arithmetic on shared memory that no thread of this block wrote"
-    [short_shared_memory]="kernel attention_forward_kernel .*out-of-bounds write at byte [0-9]+ of the dynamic shared memory of kernel attention_forward_kernel"
-    [unclamped_index]="kernel attention_backward_dkv_kernel .*out-of-bounds read at byte [0-9]+ of a device allocation"
+    [missing_barrier]="kernel attention_forward_kernel<ONCE> .*arithmetic on shared memory that no thread of this block wrote"
+    [short_shared_memory]="kernel attention_forward_kernel<ONCE> .*out-of-bounds write at byte [0-9]+ of the dynamic shared memory of kernel attention_forward_kernel<ONCE>"
+    [unclamped_index]="kernel attention_backward_dkv_kernel<ONCE> .*out-of-bounds read at byte [0-9]+ of a device allocation"
 )
 for defect in missing_barrier short_shared_memory unclamped_index; do
     expect_fail "the backend test stops at the planted $defect" "${report[$defect]}" "$emu/defect/$defect/test_backend_ops" --backend cuda --op attention

@@ -9,6 +9,9 @@
 // sub-heads, attention.h): one over query tiles forms each row's D_m = dy . O_m and dQ; one over
 // key tiles forms dK and dV, each key's sums owned by one warp and added in a fixed order;
 // lambda's gradient is -D_1 per row, summed in order per layer.
+// GDA's noise map is the same map with the same values for each head of a group (noise_once):
+// the forward forms it once per group, before the group's signal maps, and the backward once
+// with the sum of the group's output gradients (its dS, D_1 and value products are linear in them).
 // The logits are computed by one function everywhere (dot products in the same order), so the
 // backward's recomputation and the quantization scales see exactly the forward's logits.
 //
@@ -42,6 +45,15 @@ extern "C" {
 #define DV_SLOTS (2 * ATT_MAX_D / 32)    // columns of Dv per lane
 #define FULL 0xffffffffu
 
+// Whether the heads of a group have one map 1 with one output A_1 V: the same query, key and
+// value heads, and the layer's lambda (GDA's noise map). The kernels then form it once per group
+// and not once per head. Shared noise maps keep each head's own values: their outputs differ.
+static int noise_output_shared(const AttnShape* s) {
+    if (s->M != 2 || attention_head_group(s) == 1 || s->token_lambda || !attention_maps_share_values(s)) return 0;
+    return attention_q_col(s, 0, 1) == attention_q_col(s, 1, 1) && attention_k_col(s, 0, 1) == attention_k_col(s, 1, 1) &&
+           attention_v_col(s, 0, 1) == attention_v_col(s, 1, 1);
+}
+
 // One call's geometry, passed to the kernels by value
 struct Geo {
     AttnShape s;     // B, T, H, D, M, q0 and the qkv layout of attention.h
@@ -49,6 +61,7 @@ struct Geo {
     int lam;         // per-token lambda columns, -1 without
     int Vm;          // value heads per head: 1, or M when the maps' values differ
     int group;       // heads sharing key/value heads
+    int noise_once;  // GDA: every head of a group has the same map 1 and output A_1 V, formed once per group
     int quant_levels;  // Q, 0: unquantized
     float scale;     // 1 / sqrt(D)
 };
@@ -62,6 +75,7 @@ static Geo geo_fields(const AttnShape* s) {
     g.lam = attention_lambda_offset(s);
     g.Vm = attention_maps_share_values(s) ? 1 : s->M;
     g.group = attention_head_group(s);
+    g.noise_once = noise_output_shared(s);
     g.quant_levels = logit_quant_levels(s->quant.bits);
     g.scale = 1.0f / sqrtf((float)s->D);
     return g;
@@ -179,20 +193,33 @@ static const float* quant_steps(const float* qkv, const Geo& g, const AttnShape*
     return step;
 }
 
-// Qs (BQ, M, D): the block's query rows i0.. of head h, zero past T
-__device__ void load_query_rows(float* Qs, const float* base, const Geo& g, int h, int i0) {
+// The maps a pass over the keys forms, [lo, hi)
+struct Maps {
+    int lo, hi;
+};
+
+// A block's passes over the keys for its heads h0, h0 + 1, ..: with the noise map once per group
+// (ONCE, g.noise_once; a template argument, so that the other variants' kernels carry none of
+// it), pass -1 forms the group's map 1 (on head h0's sub-heads) and pass k map 0 of head h0 + k;
+// else pass k forms each map of head h0 + k
+template <bool ONCE>
+__device__ __forceinline__ Maps pass_maps(const Geo& g, int pass) { return pass < 0 ? Maps{1, 2} : Maps{0, ONCE ? 1 : g.s.M}; }
+
+// Qs (BQ, M, D): the block's query rows i0.. of head h, maps mp, zero past T
+__device__ void load_query_rows(float* Qs, const float* base, const Geo& g, int h, Maps mp, int i0) {
     for (int idx = threadIdx.x; idx < ATT_BQ * g.s.M * g.s.D; idx += blockDim.x) {
         int d = idx % g.s.D, m = idx / g.s.D % g.s.M, i = i0 + idx / (g.s.D * g.s.M);
-        Qs[idx] = i < g.s.T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
+        if (m >= mp.lo && m < mp.hi) Qs[idx] = i < g.s.T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
     }
 }
 
-// Ks (M, BK, D + 1) and Vs (Vm, BK, Dv + 1): head h's keys and values j0 .. j0 + BK - 1, zero past T;
-// rows padded by one float so that a warp reading a column hits 32 banks
-__device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo& g, int h, int j0) {
+// Ks (M, BK, D + 1) and Vs (Vm, BK, Dv + 1): head h's keys of maps mp and values j0 .. j0 + BK - 1,
+// zero past T; rows padded by one float so that a warp reading a column hits 32 banks
+__device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo& g, int h, Maps mp, int j0) {
     const int D = g.s.D, Dv = g.Dv;
     for (int idx = threadIdx.x; idx < g.s.M * ATT_BK * D; idx += blockDim.x) {
         int d = idx % D, jj = idx / D % ATT_BK, m = idx / (D * ATT_BK), j = j0 + jj;
+        if (m < mp.lo || m >= mp.hi) continue;
         Ks[(m * ATT_BK + jj) * (D + 1) + d] = j < g.s.T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
     }
     for (int idx = threadIdx.x; idx < g.Vm * ATT_BK * Dv; idx += blockDim.x) {
@@ -202,91 +229,117 @@ __device__ void load_key_tile(float* Ks, float* Vs, const float* base, const Geo
 }
 
 // ---- forward ----
+// A block takes ATT_BQ query rows of one head, or with noise_once of a group's heads: the group's
+// map 1 first, its output O_1 / l_1 kept in shared memory for each head's map 0 after it
+template <bool ONCE>
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float* y, float* o1, float* lse, const float* qkv,
                                                                            const float* lambda, const float* qstep, Geo g) {
     extern __shared__ float smem[];
-    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T;
-    const int bh = blockIdx.y, b = bh / g.s.H, h = bh % g.s.H;
+    const int D = g.s.D, Dv = g.Dv, M = g.s.M, T = g.s.T, heads = ONCE ? g.group : 1, blocks = g.s.H / heads;
+    const int b = blockIdx.y / blocks, h0 = blockIdx.y % blocks * heads;
     const int i0 = g.s.q0 + blockIdx.x * ATT_BQ, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* Qs = smem;                          // (BQ, M, D)
     float* Ks = Qs + ATT_BQ * M * D;           // (M, BK, D + 1)
     float* Vs = Ks + M * ATT_BK * (D + 1);     // (Vm, BK, Dv + 1)
+    float* Ns = Vs + g.Vm * ATT_BK * (Dv + 1);  // (BQ, Dv) the group's O_1 / l_1, with noise_once
     const float* base = qkv + (size_t)b * T * g.QKV;
-    load_query_rows(Qs, base, g, h, i0);
-    float run_max[ATT_RPW][2], run_sum[ATT_RPW][2], acc[ATT_RPW][2][DV_SLOTS];
-#pragma unroll
-    for (int k = 0; k < ATT_RPW; k++) {
-#pragma unroll
-        for (int m = 0; m < 2; m++) {
-            run_max[k][m] = -INFINITY;
-            run_sum[k][m] = 0.0f;
-#pragma unroll
-            for (int t = 0; t < DV_SLOTS; t++) acc[k][m][t] = 0.0f;
-        }
-    }
     int last = min(T - 1, i0 + ATT_BQ - 1);  // the last key any row of the block sees
-    for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
-        __syncthreads();
-        load_key_tile(Ks, Vs, base, g, h, j0);
-        __syncthreads();
+    int rows = T - g.s.q0;
+    for (int pass = ONCE ? -1 : 0; pass < heads; pass++) {
+        const int h = h0 + max(pass, 0), bh = b * g.s.H + h;
+        const Maps mp = pass_maps<ONCE>(g, pass);
+        __syncthreads();  // no warp reads the previous pass's rows any more
+        load_query_rows(Qs, base, g, h, mp, i0);
+        // each map's online-softmax state; with ONCE a pass forms one map, so one slot (registers)
+        constexpr int SLOTS = ONCE ? 1 : 2;
+        float run_max[ATT_RPW][SLOTS], run_sum[ATT_RPW][SLOTS], acc[ATT_RPW][SLOTS][DV_SLOTS];
 #pragma unroll
         for (int k = 0; k < ATT_RPW; k++) {
-            int r = warp * ATT_RPW + k, i = i0 + r;
-            if (i >= T || j0 > i) continue;  // the same for the whole warp
-            int j = j0 + lane;
-            bool visible = j <= i;
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                if (m >= M) break;
-                float s = tile_logit(g, Qs, Ks, qstep, bh, m, r, i, lane);
-                s = visible ? s : -INFINITY;
-                float new_max = fmaxf(run_max[k][m], warp_max(s));
-                float p = visible ? expf(s - new_max) : 0.0f;
-                float correction = expf(run_max[k][m] - new_max);
-                run_sum[k][m] = run_sum[k][m] * correction + warp_sum(p);
-                run_max[k][m] = new_max;
+            for (int sl = 0; sl < SLOTS; sl++) {
+                run_max[k][sl] = -INFINITY;
+                run_sum[k][sl] = 0.0f;
 #pragma unroll
-                for (int t = 0; t < DV_SLOTS; t++) acc[k][m][t] *= correction;
-                const float* Vmap = Vs + (g.Vm > 1 ? m : 0) * ATT_BK * (Dv + 1);
-                for (int jj = 0; jj < ATT_BK; jj++) {
-                    float pj = __shfl_sync(FULL, p, jj);
-                    const float* v = Vmap + jj * (Dv + 1);
+                for (int t = 0; t < DV_SLOTS; t++) acc[k][sl][t] = 0.0f;
+            }
+        }
+        for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
+            __syncthreads();
+            load_key_tile(Ks, Vs, base, g, h, mp, j0);
+            __syncthreads();
 #pragma unroll
-                    for (int t = 0; t < DV_SLOTS; t++) {
-                        int c = lane + 32 * t;
-                        if (c < Dv) acc[k][m][t] = fmaf(pj, v[c], acc[k][m][t]);
+            for (int k = 0; k < ATT_RPW; k++) {
+                int r = warp * ATT_RPW + k, i = i0 + r;
+                if (i >= T || j0 > i) continue;  // the same for the whole warp
+                int j = j0 + lane;
+                bool visible = j <= i;
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    if (m < mp.lo || m >= mp.hi) continue;
+                    const int sl = ONCE ? 0 : m;
+                    float s = tile_logit(g, Qs, Ks, qstep, bh, m, r, i, lane);
+                    s = visible ? s : -INFINITY;
+                    float new_max = fmaxf(run_max[k][sl], warp_max(s));
+                    float p = visible ? expf(s - new_max) : 0.0f;
+                    float correction = expf(run_max[k][sl] - new_max);
+                    run_sum[k][sl] = run_sum[k][sl] * correction + warp_sum(p);
+                    run_max[k][sl] = new_max;
+#pragma unroll
+                    for (int t = 0; t < DV_SLOTS; t++) acc[k][sl][t] *= correction;
+                    const float* Vmap = Vs + (g.Vm > 1 ? m : 0) * ATT_BK * (Dv + 1);
+                    for (int jj = 0; jj < ATT_BK; jj++) {
+                        float pj = __shfl_sync(FULL, p, jj);
+                        const float* v = Vmap + jj * (Dv + 1);
+#pragma unroll
+                        for (int t = 0; t < DV_SLOTS; t++) {
+                            int c = lane + 32 * t;
+                            if (c < Dv) acc[k][sl][t] = fmaf(pj, v[c], acc[k][sl][t]);
+                        }
                     }
                 }
             }
         }
-    }
-    int rows = T - g.s.q0;
 #pragma unroll
-    for (int k = 0; k < ATT_RPW; k++) {
-        int i = i0 + warp * ATT_RPW + k;
-        if (i >= T) continue;
-        float lam = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
-        size_t at = ((size_t)b * rows + i - g.s.q0) * g.HDv + (size_t)h * Dv;
+        for (int k = 0; k < ATT_RPW; k++) {
+            int r = warp * ATT_RPW + k, i = i0 + r;
+            if (i >= T) continue;
+            if (lse && lane == 0) {
 #pragma unroll
-        for (int t = 0; t < DV_SLOTS; t++) {
-            int c = lane + 32 * t;
-            if (c >= Dv) continue;
-            float o = acc[k][0][t] / run_sum[k][0];
-            if (o1) o1[at + c] = o;
-            if (M == 2) o -= lam * (acc[k][1][t] / run_sum[k][1]);
-            y[at + c] = o;
-        }
-        if (lse && lane == 0) {
+                for (int m = 0; m < 2; m++) {
+                    if (m < mp.lo || m >= mp.hi) continue;
+                    const int sl = ONCE ? 0 : m;
+                    // the group's map 1 is each of its heads'
+                    for (int hh = h; hh < (pass < 0 ? h0 + heads : h + 1); hh++) {
+                        lse[(((size_t)b * g.s.H + hh) * M + m) * T + i] = run_max[k][sl] + logf(run_sum[k][sl]);
+                    }
+                }
+            }
+            if (pass < 0) {  // a lane's columns of its warp's rows, read back by the same lane
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                if (m < M) lse[((size_t)bh * M + m) * T + i] = run_max[k][m] + logf(run_sum[k][m]);
+                for (int t = 0; t < DV_SLOTS; t++) {
+                    int c = lane + 32 * t;
+                    if (c < Dv) Ns[r * Dv + c] = acc[k][0][t] / run_sum[k][0];
+                }
+                continue;
+            }
+            float lam = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
+            size_t at = ((size_t)b * rows + i - g.s.q0) * g.HDv + (size_t)h * Dv;
+#pragma unroll
+            for (int t = 0; t < DV_SLOTS; t++) {
+                int c = lane + 32 * t;
+                if (c >= Dv) continue;
+                float o = acc[k][0][t] / run_sum[k][0];
+                if (o1) o1[at + c] = o;
+                if (M == 2) o -= lam * (ONCE ? Ns[r * Dv + c] : acc[k][SLOTS - 1][t] / run_sum[k][SLOTS - 1]);
+                y[at + c] = o;
             }
         }
     }
 }
 
 static size_t forward_smem(const Geo& g) {
-    return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)g.s.M * ATT_BK * (g.s.D + 1) + (size_t)g.Vm * ATT_BK * (g.Dv + 1));
+    return sizeof(float) * ((size_t)ATT_BQ * g.s.M * g.s.D + (size_t)g.s.M * ATT_BK * (g.s.D + 1) + (size_t)g.Vm * ATT_BK * (g.Dv + 1) +
+                            (g.noise_once ? (size_t)ATT_BQ * g.Dv : 0));
 }
 
 // Kernels whose shared memory may pass the default 48 KiB say so once
@@ -340,6 +393,19 @@ static void staged_backward(float* dqkv, float* dlambda, const float* dy, const 
     free(h.dqkv);
 }
 
+template <bool ONCE>
+static void forward_launch(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const float* qstep, const Geo& g) {
+    size_t smem = forward_smem(g);
+    static size_t allowed;  // one per instance
+    if (smem > allowed) {
+        allow_smem(attention_forward_kernel<ONCE>, smem);
+        allowed = smem;
+    }
+    dim3 grid(cuda_blocks(g.s.T - g.s.q0, ATT_BQ), g.s.B * (g.s.H / (ONCE ? g.group : 1)));
+    attention_forward_kernel<ONCE><<<grid, 32 * ATT_WARPS, smem>>>(y, o1, lse, qkv, lambda, qstep, g);
+    cudaCheckLaunch();
+}
+
 void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
     if (hook.hook) {
         staged_forward(y, o1, lse, qkv, lambda, s, hook);
@@ -348,15 +414,8 @@ void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, c
     if (!o1 && cudnn_attention_forward(y, lse, qkv, lambda, s)) return;
     Geo g = geo_of(s);
     const float* qstep = quant_steps(qkv, g, s);
-    size_t smem = forward_smem(g);
-    static size_t allowed;
-    if (smem > allowed) {
-        allow_smem(attention_forward_kernel, smem);
-        allowed = smem;
-    }
-    dim3 grid(cuda_blocks(g.s.T - g.s.q0, ATT_BQ), g.s.B * g.s.H);
-    attention_forward_kernel<<<grid, 32 * ATT_WARPS, smem>>>(y, o1, lse, qkv, lambda, qstep, g);
-    cudaCheckLaunch();
+    if (g.noise_once) forward_launch<true>(y, o1, lse, qkv, lambda, qstep, g);
+    else forward_launch<false>(y, o1, lse, qkv, lambda, qstep, g);
 }
 
 // ---- backward ----
@@ -368,8 +427,9 @@ __device__ __forceinline__ bool sum_complete(int col, int next_col, bool last_he
 
 // Query tiles of a group of heads: D_m (B, H, M, T) and dQ, in two sweeps over the keys per head
 // (the first finds D_m, which the second's dS needs); the lambda columns of dqkv get -D_1 per
-// token. A query sub-head the group's heads share (the noise query of shared noise maps and of
-// GDA) sums their dQ in head order before it is written.
+// token. A query sub-head the group's heads share (the noise query of shared noise maps) sums
+// their dQ in head order before it is written; GDA's is formed once (noise_once).
+template <bool ONCE>
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(float* dqkv, float* Drow, const float* dy, const float* dy0,
                                                                                const float* qkv, const float* lse, const float* lambda,
                                                                                const float* qstep, Geo g) {
@@ -384,40 +444,48 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
     float* Vs = Ks + M * ATT_BK * (D + 1);     // (Vm, BK, Dv + 1)
     const float* base = qkv + (size_t)b * T * g.QKV;
     float* dbase = dqkv + (size_t)b * T * g.QKV;
-    float dq[ATT_RPW][2][D_SLOTS];
+    // each map's sums; with ONCE a pass forms one map, whose dQ is whole at the pass's end, so one
+    // slot (registers)
+    constexpr int SLOTS = ONCE ? 1 : 2;
+    float dq[ATT_RPW][SLOTS][D_SLOTS];
 #pragma unroll
     for (int k = 0; k < ATT_RPW; k++) {
 #pragma unroll
-        for (int m = 0; m < 2; m++) {
+        for (int sl = 0; sl < SLOTS; sl++) {
 #pragma unroll
-            for (int t = 0; t < D_SLOTS; t++) dq[k][m][t] = 0.0f;
+            for (int t = 0; t < D_SLOTS; t++) dq[k][sl][t] = 0.0f;
         }
     }
-    for (int h = h0; h < h0 + g.group; h++) {
-        const int bh = b * g.s.H + h;
-        __syncthreads();  // no warp reads the previous head's rows any more
-        load_query_rows(Qs, base, g, h, i0);
+    for (int pass = ONCE ? -1 : 0; pass < g.group; pass++) {
+        const int h = h0 + max(pass, 0), bh = b * g.s.H + h, dy_heads = pass < 0 ? g.group : 1;
+        const Maps mp = pass_maps<ONCE>(g, pass);
+        __syncthreads();  // no warp reads the previous pass's rows any more
+        load_query_rows(Qs, base, g, h, mp, i0);
         for (int idx = threadIdx.x; idx < ATT_BQ * Dv; idx += blockDim.x) {
             int c = idx % Dv, i = i0 + idx / Dv;
-            DYs[idx] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
+            // the group's map 1 takes the sum of its heads' output gradients, in head order
+            float sum = 0.0f;
+            for (int hh = h; hh < h + dy_heads; hh++) sum += i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)hh * Dv + c] : 0.0f;
+            DYs[idx] = sum;
             if (dy0) DY0s[idx] = i < T ? dy0[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
         }
-        float Dsum[ATT_RPW][2], lam[ATT_RPW], row_lse[ATT_RPW][2];
+        float Dsum[ATT_RPW][SLOTS], lam[ATT_RPW], row_lse[ATT_RPW][SLOTS];
 #pragma unroll
         for (int k = 0; k < ATT_RPW; k++) {
             int i = min(i0 + warp * ATT_RPW + k, T - 1);
             lam[k] = M == 2 ? row_lambda(g, base, lambda, h, i) : 0.0f;
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                Dsum[k][m] = 0.0f;
-                row_lse[k][m] = m < M ? lse[((size_t)bh * M + m) * T + i] : 0.0f;
+            for (int sl = 0; sl < SLOTS; sl++) {
+                int m = ONCE ? mp.lo : sl;
+                Dsum[k][sl] = 0.0f;
+                row_lse[k][sl] = m < M ? lse[((size_t)bh * M + m) * T + i] : 0.0f;
             }
         }
         int last = min(T - 1, i0 + ATT_BQ - 1);
         for (int sweep = 0; sweep < 2; sweep++) {
             for (int j0 = 0; j0 <= last; j0 += ATT_BK) {
                 __syncthreads();
-                load_key_tile(Ks, Vs, base, g, h, j0);
+                load_key_tile(Ks, Vs, base, g, h, mp, j0);
                 __syncthreads();
 #pragma unroll
                 for (int k = 0; k < ATT_RPW; k++) {
@@ -431,22 +499,23 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
                     if (dy0) gv[0] += dotv(DY0s + r * Dv, Vs + lane * (Dv + 1), Dv);
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
-                        if (m >= M) break;
+                        if (m < mp.lo || m >= mp.hi) continue;
+                        const int sl = ONCE ? 0 : m;
                         float s = tile_logit(g, Qs, Ks, qstep, bh, m, r, i, lane);
-                        float p = visible ? expf(s - row_lse[k][m]) : 0.0f;
+                        float p = visible ? expf(s - row_lse[k][sl]) : 0.0f;
                         if (sweep == 0) {
-                            Dsum[k][m] = fmaf(p, gv[m], Dsum[k][m]);
+                            Dsum[k][sl] = fmaf(p, gv[m], Dsum[k][sl]);
                             continue;
                         }
                         float c = m == 0 ? 1.0f : -lam[k];
-                        float dS = c * p * (gv[m] - Dsum[k][m]);
+                        float dS = c * p * (gv[m] - Dsum[k][sl]);
                         for (int jj = 0; jj < ATT_BK; jj++) {
                             float ds = __shfl_sync(FULL, dS, jj);
                             const float* kr = Ks + (m * ATT_BK + jj) * (D + 1);
 #pragma unroll
                             for (int t = 0; t < D_SLOTS; t++) {
                                 int d = lane + 32 * t;
-                                if (d < D) dq[k][m][t] = fmaf(ds, kr[d], dq[k][m][t]);
+                                if (d < D) dq[k][sl][t] = fmaf(ds, kr[d], dq[k][sl][t]);
                             }
                         }
                     }
@@ -456,31 +525,41 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
 #pragma unroll
                 for (int k = 0; k < ATT_RPW; k++) {
 #pragma unroll
-                    for (int m = 0; m < 2; m++) Dsum[k][m] = warp_sum(Dsum[k][m]);
+                    for (int sl = 0; sl < SLOTS; sl++) Dsum[k][sl] = warp_sum(Dsum[k][sl]);
                 }
             }
         }
-        bool last_head = h + 1 == h0 + g.group;
+        // a map's query gradient is whole after this pass where the pass formed it for good: with
+        // noise_once the group's map 1 and each head's own map 0, else when no later head adds to it
+        bool last_head = h + 1 == h0 + g.group, done[2];
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            done[m] = m >= mp.lo && m < mp.hi && (ONCE || sum_complete(q_col(g, h, m), q_col(g, h + 1, m), last_head));
+        }
 #pragma unroll
         for (int k = 0; k < ATT_RPW; k++) {
             int i = i0 + warp * ATT_RPW + k;
 #pragma unroll
             for (int m = 0; m < 2; m++) {
-                if (m >= M || !sum_complete(q_col(g, h, m), q_col(g, h + 1, m), last_head)) continue;
+                if (!done[m]) continue;
+                const int sl = ONCE ? 0 : m;
                 float* out = dbase + (size_t)i * g.QKV + q_col(g, h, m);
 #pragma unroll
                 for (int t = 0; t < D_SLOTS; t++) {
                     int d = lane + 32 * t;
-                    if (d < D && i < T) out[d] = g.scale * dq[k][m][t];
-                    dq[k][m][t] = 0.0f;
+                    if (d < D && i < T) out[d] = g.scale * dq[k][sl][t];
+                    dq[k][sl][t] = 0.0f;
                 }
             }
             if (i >= T) continue;
 #pragma unroll
             for (int m = 0; m < 2; m++) {
-                if (m < M && lane == 0) Drow[((size_t)bh * M + m) * T + i] = Dsum[k][m];
+                if (m >= mp.lo && m < mp.hi && lane == 0) Drow[((size_t)bh * M + m) * T + i] = Dsum[k][ONCE ? 0 : m];
             }
-            if (M == 2 && g.lam >= 0 && lane == 0) dbase[(size_t)i * g.QKV + g.lam + h] = -Dsum[k][1];
+            // the group's D_1 is counted once, at head h0, where the dK/dV kernel reads it; lambda's
+            // gradient sums every head's
+            for (int hh = h + 1; pass < 0 && hh < h0 + g.group && lane == 0; hh++) Drow[(((size_t)b * g.s.H + hh) * M + 1) * T + i] = 0.0f;
+            if (!ONCE && M == 2 && g.lam >= 0 && lane == 0) dbase[(size_t)i * g.QKV + g.lam + h] = -Dsum[k][SLOTS - 1];
         }
     }
 }
@@ -489,6 +568,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
 // heads and query rows in order, 32 rows (one per lane) at a time; a sum is written once the
 // last head reading its sub-head is in. The value gradient's columns are those of the Vm value
 // heads side by side, VW = Vm Dv wide.
+template <bool ONCE>
 __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(float* dqkv, const float* Drow, const float* dy,
                                                                                 const float* dy0, const float* qkv, const float* lse,
                                                                                 const float* lambda, const float* qstep, Geo g) {
@@ -515,12 +595,13 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
             for (int t = 0; t < D_SLOTS; t++) dk[kk][m][t] = 0.0f;
         }
     }
-    for (int h = h0; h < h0 + g.group; h++) {
-        const int bh = b * g.s.H + h;
-        __syncthreads();  // no warp reads the previous head's keys and values any more
+    for (int pass = ONCE ? -1 : 0; pass < g.group; pass++) {
+        const int h = h0 + max(pass, 0), bh = b * g.s.H + h, dy_heads = pass < 0 ? g.group : 1;
+        const Maps mp = pass_maps<ONCE>(g, pass);
+        __syncthreads();  // no warp reads the previous pass's keys and values any more
         for (int idx = threadIdx.x; idx < ATT_BKB * M * D; idx += blockDim.x) {
             int d = idx % D, m = idx / D % M, j = j0 + idx / (D * M);
-            Kb[idx] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
+            if (m >= mp.lo && m < mp.hi) Kb[idx] = j < T ? base[(size_t)j * g.QKV + k_col(g, h, m) + d] : 0.0f;
         }
         for (int idx = threadIdx.x; idx < ATT_BKB * VW; idx += blockDim.x) {
             int c = idx % Dv, m = idx / Dv % g.Vm, j = j0 + idx / VW;
@@ -530,11 +611,13 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
             __syncthreads();
             for (int idx = threadIdx.x; idx < M * 32 * D; idx += blockDim.x) {
                 int d = idx % D, rr = idx / D % 32, m = idx / (D * 32), i = r0 + rr;
-                Qt[(m * 32 + rr) * (D + 1) + d] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
+                if (m >= mp.lo && m < mp.hi) Qt[(m * 32 + rr) * (D + 1) + d] = i < T ? base[(size_t)i * g.QKV + q_col(g, h, m) + d] : 0.0f;
             }
             for (int idx = threadIdx.x; idx < 32 * Dv; idx += blockDim.x) {
                 int c = idx % Dv, rr = idx / Dv, i = r0 + rr;
-                DYt[rr * (Dv + 1) + c] = i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
+                float sum = 0.0f;  // as the dQ kernel's
+                for (int hh = h; hh < h + dy_heads; hh++) sum += i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)hh * Dv + c] : 0.0f;
+                DYt[rr * (Dv + 1) + c] = sum;
                 if (dy0) DY0t[rr * (Dv + 1) + c] = i < T ? dy0[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
             }
             for (int idx = threadIdx.x; idx < 32; idx += blockDim.x) {
@@ -562,14 +645,15 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
                 float p[2] = {0.0f, 0.0f}, dS[2] = {0.0f, 0.0f};
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
-                    if (m >= M) break;
+                    if (m < mp.lo || m >= mp.hi) continue;
                     float s = logit(Qt + (m * 32 + lane) * (D + 1), Kb + (key * M + m) * D, D, g.scale);
                     if (qstep) s = quantize(s, rowv[(2 * M + m) * 32 + lane], g.quant_levels);
                     p[m] = visible ? expf(s - rowv[m * 32 + lane]) : 0.0f;
                     dS[m] = (m == 0 ? 1.0f : -lam) * p[m] * (gv[m] - rowv[(M + m) * 32 + lane]);
                 }
                 // the weight of each value column: P_0 - lambda P_1 on shared values, else P_0 on the
-                // first value head's columns and -lambda P_1 on the second's; P_0 on dy0 besides
+                // first value head's columns and -lambda P_1 on the second's; P_0 on dy0 besides (a
+                // map this pass does not form has P = 0)
                 float w0 = M == 2 && g.Vm == 1 ? p[0] - lam * p[1] : p[0], w1 = -lam * p[1];
                 for (int rr = 0; rr < 32; rr++) {
                     float w0r = __shfl_sync(FULL, w0, rr), w1r = __shfl_sync(FULL, w1, rr);
@@ -585,7 +669,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
                     }
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
-                        if (m >= M) break;
+                        if (m < mp.lo || m >= mp.hi) continue;
                         float dsr = __shfl_sync(FULL, dS[m], rr);
                         const float* qr = Qt + (m * 32 + rr) * (D + 1);
 #pragma unroll
@@ -673,6 +757,28 @@ int cuda_attention_supports(const AttnShape* s, const char** why) {
     return 0;
 }
 
+template <bool ONCE>
+static void backward_launch(float* dqkv, float* Drow, const float* dy, const float* dy0, const float* qkv, const float* lse,
+                            const float* lambda, const float* qstep, const Geo& g) {
+    static size_t allowed_dq, allowed_dkv;  // one per instance
+    size_t smem = dq_smem(g);
+    if (smem > allowed_dq) {
+        allow_smem(attention_backward_dq_kernel<ONCE>, smem);
+        allowed_dq = smem;
+    }
+    dim3 grid_q(cuda_blocks(g.s.T, ATT_BQ), g.s.B * (g.s.H / g.group));
+    attention_backward_dq_kernel<ONCE><<<grid_q, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
+    cudaCheckLaunch();
+    smem = dkv_smem(g);
+    if (smem > allowed_dkv) {
+        allow_smem(attention_backward_dkv_kernel<ONCE>, smem);
+        allowed_dkv = smem;
+    }
+    dim3 grid_k(cuda_blocks(g.s.T, ATT_BKB), g.s.B * (g.s.H / g.group));
+    attention_backward_dkv_kernel<ONCE><<<grid_k, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
+    cudaCheckLaunch();
+}
+
 void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
                              const float* lambda, const AttnShape* s, HookSite hook) {
     if (s->q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", s->q0);
@@ -686,23 +792,8 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
     const float* qstep = quant_steps(qkv, g, s);
     float* Drow = (float*)cuda_scratch(SCRATCH_C, (size_t)g.s.B * g.s.H * g.s.M * g.s.T * sizeof(float));
     // columns no kernel writes (DIFF V2's lambda columns get theirs from the dQ kernel)
-    static size_t allowed_dq, allowed_dkv;
-    size_t smem = dq_smem(g);
-    if (smem > allowed_dq) {
-        allow_smem(attention_backward_dq_kernel, smem);
-        allowed_dq = smem;
-    }
-    dim3 grid_q(cuda_blocks(g.s.T, ATT_BQ), g.s.B * (g.s.H / g.group));
-    attention_backward_dq_kernel<<<grid_q, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
-    cudaCheckLaunch();
-    smem = dkv_smem(g);
-    if (smem > allowed_dkv) {
-        allow_smem(attention_backward_dkv_kernel, smem);
-        allowed_dkv = smem;
-    }
-    dim3 grid_k(cuda_blocks(g.s.T, ATT_BKB), g.s.B * (g.s.H / g.group));
-    attention_backward_dkv_kernel<<<grid_k, 32 * ATT_WARPS, smem>>>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
-    cudaCheckLaunch();
+    if (g.noise_once) backward_launch<true>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
+    else backward_launch<false>(dqkv, Drow, dy, dy0, qkv, lse, lambda, qstep, g);
     if (dlambda && g.s.M == 2 && g.lam < 0) {
         // -sum of map 1's D rows, Drow (B*H, 2, T)
         cuda_sum_fixed_order(dlambda, Drow + g.s.T, (size_t)g.s.B * g.s.H, g.s.T, 2 * (size_t)g.s.T, -1.0f);

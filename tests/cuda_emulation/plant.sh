@@ -15,7 +15,7 @@
 set -eu
 defect=$1 src=$2 out=$3
 case $defect in
-    missing_barrier) edit='s/(\n {8}load_key_tile\(Ks, Vs, base, g, h, j0\);)\n {8}__syncthreads\(\);/$1/g' ;;
+    missing_barrier) edit='s/(\n {12}load_key_tile\(Ks, Vs, base, g, h, mp, j0\);)\n {12}__syncthreads\(\);/$1/g' ;;
     short_shared_memory) edit='s/(static size_t forward_smem\(const Geo& g\) \{\n\s*return sizeof\(float\) \* \(.*?\));/$1 - 16;/gs' ;;
     unclamped_index) edit='s/int i = min\(r0 \+ idx, T - 1\);/int i = r0 + idx;/g' ;;
     cudnn_wrong_stride) edit='s/(q_strides\[4\] = \{x->T \* x->QKV, x->hq, )x->QKV(, 1\};\n    int64_t kt_dims)/$1x->Dv$2/g' ;;
