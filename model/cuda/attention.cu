@@ -419,6 +419,13 @@ void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, c
 }
 
 // ---- backward ----
+// Column c of row i's output gradient summed over heads h .. h + n - 1 in head order (one head's
+// own, or the group's for its map 1 with noise_once), zero past T
+__device__ __forceinline__ float heads_dy(const float* dy, const Geo& g, int b, int i, int h, int n, int c) {
+    float sum = 0.0f;
+    for (int hh = h; hh < h + n && i < g.s.T; hh++) sum += dy[((size_t)b * g.s.T + i) * g.HDv + (size_t)hh * g.Dv + c];
+    return sum;
+}
 // Whether head h's sum for the sub-head at column col is complete: h is the last head of its
 // group, or the group's next head reads another sub-head there, next_col (attention_head_group:
 // shared sub-heads are the same for every head of a group, so a sub-head's heads are
@@ -463,10 +470,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
         load_query_rows(Qs, base, g, h, mp, i0);
         for (int idx = threadIdx.x; idx < ATT_BQ * Dv; idx += blockDim.x) {
             int c = idx % Dv, i = i0 + idx / Dv;
-            // the group's map 1 takes the sum of its heads' output gradients, in head order
-            float sum = 0.0f;
-            for (int hh = h; hh < h + dy_heads; hh++) sum += i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)hh * Dv + c] : 0.0f;
-            DYs[idx] = sum;
+            DYs[idx] = heads_dy(dy, g, b, i, h, dy_heads, c);
             if (dy0) DY0s[idx] = i < T ? dy0[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
         }
         float Dsum[ATT_RPW][SLOTS], lam[ATT_RPW], row_lse[ATT_RPW][SLOTS];
@@ -615,9 +619,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
             }
             for (int idx = threadIdx.x; idx < 32 * Dv; idx += blockDim.x) {
                 int c = idx % Dv, rr = idx / Dv, i = r0 + rr;
-                float sum = 0.0f;  // as the dQ kernel's
-                for (int hh = h; hh < h + dy_heads; hh++) sum += i < T ? dy[((size_t)b * T + i) * g.HDv + (size_t)hh * Dv + c] : 0.0f;
-                DYt[rr * (Dv + 1) + c] = sum;
+                DYt[rr * (Dv + 1) + c] = heads_dy(dy, g, b, i, h, dy_heads, c);
                 if (dy0) DY0t[rr * (Dv + 1) + c] = i < T ? dy0[((size_t)b * T + i) * g.HDv + (size_t)h * Dv + c] : 0.0f;
             }
             for (int idx = threadIdx.x; idx < 32; idx += blockDim.x) {
