@@ -7,9 +7,13 @@
 //                      E = exp(S - m), l = rowsum E, stats = m + log l, P = E / l, O = P V
 //   backward, per map: D = rowsum(dO * O) (written out), S as in the forward, P = exp(S - stats),
 //                      dV = P^T dO (P^T a bf16 reshape of P), dS = P (dO V^T - D) * scale,
-//                      dQ = dS K (K a reshape of the K^T view), dK = dS^T Q
+//                      dQ_acc = dS K (K a reshape of the K^T view), dQ = identity(dQ_acc),
+//                      dK = dS^T Q
 // (the shape of attention's backward that cuDNN's runtime-fusion engines recognise; the same
-// products from S^T = K Q^T get no engine). A map's Q, K and V are read in place from a bf16 copy
+// products from S^T = K Q^T get no engine). dQ_acc is the engine's fp32 accumulator, which it
+// adds each key block's part into (it starts zeroed, in cuDNN's own F16x16 order): on an H200
+// an engine accepted the graph with dQ written by the matmul itself and refused to execute it
+// ("nullptr == dq_ptr"), since it writes dQ from the accumulator. A map's Q, K and V are read in place from a bf16 copy
 // of the packed qkv rows by strides, wherever the variant's layout puts each map's sub-heads at
 // one stride apart (standard, DIFF, DIFF V2, Shared DIFF); DIFF is two calls, one per map: the
 // first map's output gradient is dy, the second's -lambda dy, dlambda = -sum dy . O_2, and each
@@ -133,10 +137,10 @@ static void graph_free(Graph* g) {
 
 // The graphs' tensors that the caller binds to memory, by unique id; virtual tensors take ids
 // from VIRTUAL on
-enum { T_Q = 1, T_KT, T_V, T_VT, T_O, T_STATS, T_DO, T_DROWS, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF, VIRTUAL };
+enum { T_Q = 1, T_KT, T_V, T_VT, T_O, T_STATS, T_DO, T_DROWS, T_DQ, T_DQ_ACC, T_DK, T_DV, T_SCALE, T_NEG_INF, VIRTUAL };
 
-static Desc tensor(Graph* g, int64_t uid, cudnnDataType_t type, const int64_t dims[4], const int64_t strides[4], int is_virtual,
-                   int by_value) {
+static Desc tensor_ordered(Graph* g, int64_t uid, cudnnDataType_t type, const int64_t dims[4], const int64_t strides[4], int is_virtual,
+                           int by_value, cudnnBackendTensorReordering_t order) {
     Desc t = make(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     int64_t alignment = 16;
     bool v = is_virtual, bv = by_value;
@@ -147,8 +151,14 @@ static Desc tensor(Graph* g, int64_t uid, cudnnDataType_t type, const int64_t di
     set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
     set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
     if (by_value) set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &bv);
+    if (order != CUDNN_TENSOR_REORDERING_NONE) set(g, t, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &order);
     finish(g, t, "a tensor");
     return t;
+}
+
+static Desc tensor(Graph* g, int64_t uid, cudnnDataType_t type, const int64_t dims[4], const int64_t strides[4], int is_virtual,
+                   int by_value) {
+    return tensor_ordered(g, uid, type, dims, strides, is_virtual, by_value, CUDNN_TENSOR_REORDERING_NONE);
 }
 
 // A virtual tensor (a, b, c, d), packed
@@ -288,6 +298,7 @@ static void graph_backward(Graph* g, const Geometry* x) {
     Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, row_dims, st_strides, 0, 0);
     Desc d_rows = tensor(g, T_DROWS, CUDNN_DATA_FLOAT, row_dims, d_strides, 0, 0);
     Desc dq = tensor(g, T_DQ, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0);
+    Desc dq_acc = tensor_ordered(g, T_DQ_ACC, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0, CUDNN_TENSOR_REORDERING_F16x16);
     Desc dk = tensor(g, T_DK, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0);
     Desc dv = tensor(g, T_DV, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
     Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
@@ -311,10 +322,11 @@ static void graph_backward(Graph* g, const Geometry* x) {
     pointwise(g, CUDNN_POINTWISE_SUB, dp, d_rows, diff, NULL, 0);
     pointwise(g, CUDNN_POINTWISE_MUL, diff, p, ds_unscaled, NULL, 0);
     pointwise(g, CUDNN_POINTWISE_MUL, ds_unscaled, scale, ds, NULL, 0);
-    // dQ = dS K, dK = dS^T Q
+    // dQ = dS K through the accumulator, dK = dS^T Q
     Desc k = tensor(g, g->next_virtual++, CUDNN_DATA_BFLOAT16, q_dims, k_strides, 1, 0);
     reshape(g, kt, k);
-    matmul(g, ds, k, dq);
+    matmul(g, ds, k, dq_acc);
+    pointwise(g, CUDNN_POINTWISE_IDENTITY, dq_acc, NULL, dq, NULL, 0);
     Desc dst = tensor(g, g->next_virtual++, CUDNN_DATA_BFLOAT16, map_dims, map_t_strides, 1, 0);
     reshape(g, ds, dst);
     matmul(g, dst, q, dk);
@@ -378,6 +390,55 @@ static Desc finalized_plan(Graph* g, Desc config, Desc device) {
     return NULL;
 }
 
+// Executes plan on the tensors bound by uids and pointers; NULL, or why not
+static const char* run_plan(Desc plan, int64_t workspace_size, const int64_t* uids, void* const* pointers, int n) {
+    static char why[320];
+    Graph g;
+    memset(&g, 0, sizeof(g));
+    Desc pack = make(&g, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    void* workspace = workspace_size ? cuda_scratch(SCRATCH_CUDNN_WORK, (size_t)workspace_size) : NULL;
+    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, pointers);
+    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    finish(&g, pack, "the variant pack");
+    if (!g.why[0]) {
+        cudnnStatus_t status = dnn.Execute(dnn.handle, plan, pack);
+        if (status != CUDNN_STATUS_SUCCESS) failed(&g, status, "executing a plan");
+    }
+    graph_free(&g);
+    if (!g.why[0]) return NULL;
+    snprintf(why, sizeof(why), "%s", g.why);
+    return why;
+}
+
+// the tensors a variant pack binds, in the order of the pointers given with them
+static const int64_t FORWARD_UIDS[] = {T_Q, T_KT, T_V, T_O, T_STATS, T_SCALE, T_NEG_INF};
+static const int64_t BACKWARD_UIDS[] = {T_Q, T_KT, T_VT, T_O, T_DO, T_STATS, T_DROWS, T_DQ, T_DQ_ACC, T_DK, T_DV, T_SCALE, T_NEG_INF};
+#define N_UIDS(uids) ((int)(sizeof(uids) / sizeof(uids[0])))
+
+// A new plan executed once on zeros, in memory of its own: an engine can finalize a plan it then
+// refuses to execute (on an H200, the backward graph before its dQ accumulator), and a refusal
+// found here passes the shape to the next engine, or to this backend's kernels, before any call
+// depends on the plan. NULL, or why not
+static const char* trial_run(Desc plan, int64_t workspace, const Geometry* x, int backward) {
+    size_t N = (size_t)(x->B * x->T), HD = N * x->H * x->D, HDv = N * x->H * x->Dv;
+    size_t bytes[] = {N * x->QKV * 2, HDv * 4, HDv * 2, (size_t)(x->B * x->lse_b) * 4, (size_t)(x->B * x->H * x->T) * 4,
+                      HD * 4, HD * 4, HD * 4, HDv * 4};  // qkv, O, dO, stats, D rows, dQ, dQ_acc, dK, dV
+    enum { QKV, O, DO, STATS, DROWS, DQ, DQ_ACC, DK, DV, N_BUFFERS };
+    size_t at[N_BUFFERS], total = 0;
+    for (int i = 0; i < N_BUFFERS; i++) at[i] = total, total += (bytes[i] + 255) / 256 * 256;
+    char* memory = (char*)cuda_alloc(total);  // zeroed
+    float scale = 1.0f, neg_inf = -INFINITY;
+    void* fwd[] = {memory + at[QKV], memory + at[QKV], memory + at[QKV], memory + at[O], memory + at[STATS], &scale, &neg_inf};
+    void* bwd[] = {memory + at[QKV], memory + at[QKV], memory + at[QKV], memory + at[O], memory + at[DO], memory + at[STATS],
+                   memory + at[DROWS], memory + at[DQ], memory + at[DQ_ACC], memory + at[DK], memory + at[DV], &scale, &neg_inf};
+    const char* why = backward ? run_plan(plan, workspace, BACKWARD_UIDS, bwd, N_UIDS(BACKWARD_UIDS))
+                               : run_plan(plan, workspace, FORWARD_UIDS, fwd, N_UIDS(FORWARD_UIDS));
+    cudaCheck(cudaDeviceSynchronize());
+    cuda_release(memory);
+    return why;
+}
+
 // ---- plans, one per geometry and direction, kept ----
 #define MAX_CONFIGS 16
 typedef struct {
@@ -417,6 +478,13 @@ static const Plan* plan_for(const Geometry* x, int backward) {
         if (!p->plan) continue;
         int64_t n = 0;
         dnn.GetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &p->workspace);
+        const char* refused = trial_run(p->plan, p->workspace, x, backward);
+        if (refused) {
+            snprintf(g->why, sizeof(g->why), "%s", refused);
+            dnn.DestroyDescriptor(p->plan);
+            p->plan = NULL;
+            continue;
+        }
         Desc engine = NULL;
         p->engine = -1;
         if (dnn.CreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) == CUDNN_STATUS_SUCCESS) {
@@ -590,30 +658,13 @@ static const __nv_bfloat16* qkv_bf16(const float* qkv, const AttnShape* s) {
     return out;
 }
 
-static void execute(const Plan* p, const int64_t* uids, void* const* pointers, int n) {
-    Graph g;
-    memset(&g, 0, sizeof(g));
-    Desc pack = make(&g, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    void* workspace = p->workspace ? cuda_scratch(SCRATCH_CUDNN_WORK, (size_t)p->workspace) : NULL;
-    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
-    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, pointers);
-    set(&g, pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-    finish(&g, pack, "the variant pack");
-    if (!g.why[0]) {
-        cudnnStatus_t status = dnn.Execute(dnn.handle, p->plan, pack);
-        if (status != CUDNN_STATUS_SUCCESS) failed(&g, status, "executing a plan");
-    }
-    graph_free(&g);
-    if (g.why[0]) die("cuDNN: %s", g.why);
-}
-
 // Map m's forward into o (B*T, H, Dv) and stats (lse's layout, map m's rows)
 static void forward_map(const Plan* p, const AttnShape* s, int m, const __nv_bfloat16* qb, float* o, float* stats) {
     float scale = 1.0f / sqrtf((float)s->D), neg_inf = -INFINITY;
-    int64_t uids[] = {T_Q, T_KT, T_V, T_O, T_STATS, T_SCALE, T_NEG_INF};
     void* pointers[] = {(void*)(qb + attention_q_col(s, 0, m)), (void*)(qb + attention_k_col(s, 0, m)), (void*)(qb + attention_v_col(s, 0, m)),
                         o, stats, &scale, &neg_inf};
-    execute(p, uids, pointers, 7);
+    const char* why = run_plan(p->plan, p->workspace, FORWARD_UIDS, pointers, N_UIDS(FORWARD_UIDS));
+    if (why) die("cuDNN: %s", why);
 }
 
 // Takes the call to the graphs where s allows; 0 when this backend's kernels are to run it
@@ -644,8 +695,8 @@ int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const
     float *stats = buf, *d_rows = buf + s->M * rows, *lam_rows = d_rows + rows;
     for (int m = 0; m < s->M; m++) forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + (size_t)m * s->T);
     __nv_bfloat16* d_o = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_DO, N * HDv * sizeof(__nv_bfloat16));
-    float* grads = (float*)cuda_scratch(SCRATCH_CUDNN_GRADS, N * H * (2 * (size_t)D + Dv) * sizeof(float));
-    float *dq = grads, *dk = grads + N * H * D, *dv = grads + 2 * N * H * D;
+    float* grads = (float*)cuda_scratch(SCRATCH_CUDNN_GRADS, N * H * (3 * (size_t)D + Dv) * sizeof(float));
+    float *dq = grads, *dk = grads + N * H * D, *dq_acc = grads + 2 * N * H * D, *dv = grads + 3 * N * H * D;
     int lam_col = s->token_lambda ? attention_lambda_offset(s) : -1;
     float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY;
     cudaCheck(cudaMemsetAsync(dqkv, 0, N * QKV * sizeof(float), 0));
@@ -661,10 +712,11 @@ int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const
             lambda_rows_kernel<<<cuda_blocks(N * H, CUDA_THREADS), CUDA_THREADS>>>(lam_rows, om, dy, N, H, Dv);
             cudaCheckLaunch();
         }
-        int64_t uids[] = {T_Q, T_KT, T_VT, T_O, T_DO, T_STATS, T_DROWS, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF};
+        cudaCheck(cudaMemsetAsync(dq_acc, 0, N * H * D * sizeof(float), 0));
         void* pointers[] = {(void*)(qb + attention_q_col(s, 0, m)), (void*)(qb + attention_k_col(s, 0, m)), (void*)(qb + attention_v_col(s, 0, m)),
-                            (void*)om, d_o, stats + (size_t)m * s->T, d_rows, dq, dk, dv, &scale, &neg_inf};
-        execute(bwd[m], uids, pointers, 12);
+                            (void*)om, d_o, stats + (size_t)m * s->T, d_rows, dq, dq_acc, dk, dv, &scale, &neg_inf};
+        const char* why = run_plan(bwd[m]->plan, bwd[m]->workspace, BACKWARD_UIDS, pointers, N_UIDS(BACKWARD_UIDS));
+        if (why) die("cuDNN: %s", why);
         add_heads_kernel<<<cuda_blocks(N * H * D, CUDA_THREADS), CUDA_THREADS>>>(dqkv, dq, N, H, D, QKV, attention_q_col(s, 0, m),
                                                                                  H > 1 ? attention_q_col(s, 1, m) - attention_q_col(s, 0, m) : D);
         add_heads_kernel<<<cuda_blocks(N * H * D, CUDA_THREADS), CUDA_THREADS>>>(dqkv, dk, N, H, D, QKV, attention_k_col(s, 0, m),
