@@ -2,7 +2,8 @@
 // from C: no C++ frontend. cuDNN 9.19's own SDPA operation has no causal mask and its backward
 // graph does not build, so the graphs here are composites of matmul, pointwise and reduction
 // operations that cuDNN's runtime-fusion engines fuse into one kernel each (bf16 operands, the
-// probabilities feeding the second product bf16, fp32 accumulation, statistics and outputs):
+// probabilities feeding the second product bf16, fp32 accumulation and statistics, outputs and
+// gradients bf16, the operands' type, in which the engines write them):
 //   forward, per map:  S = Q K^T, S * scale, causal mask (key j <= query i), m = rowmax,
 //                      E = exp(S - m), l = rowsum E, stats = m + log l, P = E / l, O = P V
 //   backward, per map: D = rowsum(dO * O) (written out), S as in the forward, P = exp(S - stats),
@@ -252,7 +253,7 @@ static void graph_forward(Graph* g, const Geometry* x) {
     Desc q = tensor(g, T_Q, CUDNN_DATA_BFLOAT16, q_dims, q_strides, 0, 0);
     Desc kt = tensor(g, T_KT, CUDNN_DATA_BFLOAT16, kt_dims, kt_strides, 0, 0);
     Desc v = tensor(g, T_V, CUDNN_DATA_BFLOAT16, v_dims, v_strides, 0, 0);
-    Desc o = tensor(g, T_O, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
+    Desc o = tensor(g, T_O, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
     Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, st_dims, st_strides, 0, 0);
     Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
     Desc s = masked_logits(g, x, q, kt, scale, neg_inf);
@@ -293,14 +294,14 @@ static void graph_backward(Graph* g, const Geometry* x) {
     Desc q = tensor(g, T_Q, CUDNN_DATA_BFLOAT16, q_dims, q_strides, 0, 0);
     Desc kt = tensor(g, T_KT, CUDNN_DATA_BFLOAT16, qt_dims, kt_strides, 0, 0);
     Desc vt = tensor(g, T_VT, CUDNN_DATA_BFLOAT16, vt_dims, vt_strides, 0, 0);
-    Desc o = tensor(g, T_O, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
+    Desc o = tensor(g, T_O, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
     Desc d_o = tensor(g, T_DO, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
     Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, row_dims, st_strides, 0, 0);
     Desc d_rows = tensor(g, T_DROWS, CUDNN_DATA_FLOAT, row_dims, d_strides, 0, 0);
-    Desc dq = tensor(g, T_DQ, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0);
+    Desc dq = tensor(g, T_DQ, CUDNN_DATA_BFLOAT16, q_dims, dq_strides, 0, 0);
     Desc dq_acc = tensor_ordered(g, T_DQ_ACC, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0, CUDNN_TENSOR_REORDERING_F16x16);
-    Desc dk = tensor(g, T_DK, CUDNN_DATA_FLOAT, q_dims, dq_strides, 0, 0);
-    Desc dv = tensor(g, T_DV, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);
+    Desc dk = tensor(g, T_DK, CUDNN_DATA_BFLOAT16, q_dims, dq_strides, 0, 0);
+    Desc dv = tensor(g, T_DV, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
     Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
     // D = rowsum(dO * O), written out for the rows' corrections
     Desc d_o_o = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->Dv);
@@ -422,8 +423,8 @@ static const int64_t BACKWARD_UIDS[] = {T_Q, T_KT, T_VT, T_O, T_DO, T_STATS, T_D
 // depends on the plan. NULL, or why not
 static const char* trial_run(Desc plan, int64_t workspace, const Geometry* x, int backward) {
     size_t N = (size_t)(x->B * x->T), HD = N * x->H * x->D, HDv = N * x->H * x->Dv;
-    size_t bytes[] = {N * x->QKV * 2, HDv * 4, HDv * 2, (size_t)(x->B * x->lse_b) * 4, (size_t)(x->B * x->H * x->T) * 4,
-                      HD * 4, HD * 4, HD * 4, HDv * 4};  // qkv, O, dO, stats, D rows, dQ, dQ_acc, dK, dV
+    size_t bytes[] = {N * x->QKV * 2, HDv * 2, HDv * 2, (size_t)(x->B * x->lse_b) * 4, (size_t)(x->B * x->H * x->T) * 4,
+                      HD * 2, HD * 4, HD * 2, HDv * 2};  // qkv, O, dO, stats, D rows, dQ, dQ_acc, dK, dV
     enum { QKV, O, DO, STATS, DROWS, DQ, DQ_ACC, DK, DV, N_BUFFERS };
     size_t at[N_BUFFERS], total = 0;
     for (int i = 0; i < N_BUFFERS; i++) at[i] = total, total += (bytes[i] + 255) / 256 * 256;
@@ -610,37 +611,37 @@ __global__ void scaled_grad_kernel(__nv_bfloat16* out, const float* dy, const fl
 }
 
 // y = O_0 - lambda O_1 (O_1 NULL: y = O_0)
-__global__ void combine_kernel(float* y, const float* o0, const float* o1, const float* lambda, const float* qkv, int lam_col, int QKV,
+__global__ void combine_kernel(float* y, const __nv_bfloat16* o0, const __nv_bfloat16* o1, const float* lambda, const float* qkv, int lam_col, int QKV,
                                size_t N, int H, int Dv) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * H * Dv) return;
-    float out = o0[i];
+    float out = __bfloat162float(o0[i]);
     if (o1) {
         size_t n = i / ((size_t)H * Dv);
         int h = (int)(i / Dv % H);
         float lam = lam_col < 0 ? *lambda : qkv[n * QKV + lam_col + h];
-        out -= lam * o1[i];
+        out -= lam * __bfloat162float(o1[i]);
     }
     y[i] = out;
 }
 
 // One thread per (token, head): -dy . O_1 of the row, into rows (N, H): DIFF V2's per-token
 // lambda gradients, or the terms of the layer's dlambda
-__global__ void lambda_rows_kernel(float* rows, const float* o, const float* dy, size_t N, int H, int Dv) {
+__global__ void lambda_rows_kernel(float* rows, const __nv_bfloat16* o, const float* dy, size_t N, int H, int Dv) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * H) return;
     float lam = 0.0f;
-    for (int c = 0; c < Dv; c++) lam -= dy[i * Dv + c] * o[i * Dv + c];
+    for (int c = 0; c < Dv; c++) lam -= dy[i * Dv + c] * __bfloat162float(o[i * Dv + c]);
     rows[i] = lam;
 }
 
 // dqkv's columns col0 + h * stride + c of every row += src (N, H, W)
-__global__ void add_heads_kernel(float* dqkv, const float* src, size_t N, int H, int W, int QKV, int col0, int stride) {
+__global__ void add_heads_kernel(float* dqkv, const __nv_bfloat16* src, size_t N, int H, int W, int QKV, int col0, int stride) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * H * W) return;
     size_t n = i / ((size_t)H * W);
     int h = (int)(i / W % H), c = (int)(i % W);
-    dqkv[n * QKV + col0 + (size_t)h * stride + c] += src[i];
+    dqkv[n * QKV + col0 + (size_t)h * stride + c] += __bfloat162float(src[i]);
 }
 
 // per-token lambda gradients (N, H) into dqkv's lambda columns
@@ -658,8 +659,10 @@ static const __nv_bfloat16* qkv_bf16(const float* qkv, const AttnShape* s) {
     return out;
 }
 
-// Map m's forward into o (B*T, H, Dv) and stats (lse's layout, map m's rows)
-static void forward_map(const Plan* p, const AttnShape* s, int m, const __nv_bfloat16* qb, float* o, float* stats) {
+// Map m's forward into o (B*T, H, Dv) and stats (lse's layout, map m's rows). o is bf16, the
+// operands' type: the engines write it so whatever type the graph gives it (an fp32 O read back
+// on an H200 was bf16 pairs: relative errors 1.2 with the statistics right)
+static void forward_map(const Plan* p, const AttnShape* s, int m, const __nv_bfloat16* qb, __nv_bfloat16* o, float* stats) {
     float scale = 1.0f / sqrtf((float)s->D), neg_inf = -INFINITY;
     void* pointers[] = {(void*)(qb + attention_q_col(s, 0, m)), (void*)(qb + attention_k_col(s, 0, m)), (void*)(qb + attention_v_col(s, 0, m)),
                         o, stats, &scale, &neg_inf};
@@ -673,7 +676,7 @@ int cudnn_attention_forward(float* y, float* lse, const float* qkv, const float*
     if (decide(s, fwd, bwd, lse != NULL)) return 0;
     size_t N = (size_t)s->B * s->T, HDv = (size_t)s->H * attention_value_width(s);
     const __nv_bfloat16* qb = qkv_bf16(qkv, s);
-    float* o = (float*)cuda_scratch(SCRATCH_CUDNN_O, 2 * N * HDv * sizeof(float));
+    __nv_bfloat16* o = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_O, 2 * N * HDv * sizeof(__nv_bfloat16));
     float* stats = lse ? lse : (float*)cuda_scratch(SCRATCH_CUDNN_ROWS, (size_t)s->B * s->H * s->M * s->T * sizeof(float));
     for (int m = 0; m < s->M; m++) forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + (size_t)m * s->T);
     int lam_col = s->token_lambda ? attention_lambda_offset(s) : -1;
@@ -690,18 +693,19 @@ int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const
     size_t N = (size_t)s->B * s->T, HDv = (size_t)H * Dv, rows = (size_t)s->B * H * s->T;
     const __nv_bfloat16* qb = qkv_bf16(qkv, s);
     // the maps' outputs and statistics again: the backend contract keeps only lse
-    float* o = (float*)cuda_scratch(SCRATCH_CUDNN_O, 2 * N * HDv * sizeof(float));
+    __nv_bfloat16* o = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_O, 2 * N * HDv * sizeof(__nv_bfloat16));
     float* buf = (float*)cuda_scratch(SCRATCH_CUDNN_ROWS, (s->M * rows + rows + N * H) * sizeof(float));
     float *stats = buf, *d_rows = buf + s->M * rows, *lam_rows = d_rows + rows;
     for (int m = 0; m < s->M; m++) forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + (size_t)m * s->T);
     __nv_bfloat16* d_o = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_DO, N * HDv * sizeof(__nv_bfloat16));
-    float* grads = (float*)cuda_scratch(SCRATCH_CUDNN_GRADS, N * H * (3 * (size_t)D + Dv) * sizeof(float));
-    float *dq = grads, *dk = grads + N * H * D, *dq_acc = grads + 2 * N * H * D, *dv = grads + 3 * N * H * D;
+    // dQ_acc fp32, then dQ, dK, dV in bf16 (as O, the engines write the gradients in the operands' type)
+    float* dq_acc = (float*)cuda_scratch(SCRATCH_CUDNN_GRADS, N * H * (D * sizeof(float) + (2 * (size_t)D + Dv) * sizeof(__nv_bfloat16)));
+    __nv_bfloat16 *dq = (__nv_bfloat16*)(dq_acc + N * H * D), *dk = dq + N * H * D, *dv = dk + N * H * D;
     int lam_col = s->token_lambda ? attention_lambda_offset(s) : -1;
     float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY;
     cudaCheck(cudaMemsetAsync(dqkv, 0, N * QKV * sizeof(float), 0));
     for (int m = 0; m < s->M; m++) {
-        const float* om = o + m * N * HDv;
+        const __nv_bfloat16* om = o + m * N * HDv;
         if (m == 0) {
             cuda_round_bf16(d_o, dy, N * HDv);
         } else {
