@@ -412,6 +412,10 @@ void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, c
         return;
     }
     if (!o1 && cudnn_attention_forward(y, lse, qkv, lambda, s)) return;
+    cuda_attention_forward_kernels(y, o1, lse, qkv, lambda, s);
+}
+
+void cuda_attention_forward_kernels(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s) {
     Geo g = geo_of(s);
     const float* qstep = quant_steps(qkv, g, s);
     if (g.noise_once) forward_launch<true>(y, o1, lse, qkv, lambda, qstep, g);
@@ -790,6 +794,11 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
         return;
     }
     if (!dy0 && cudnn_attention_backward(dqkv, dlambda, dy, qkv, lambda, s)) return;
+    cuda_attention_backward_kernels(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s);
+}
+
+void cuda_attention_backward_kernels(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+                                     const float* lambda, const AttnShape* s) {
     Geo g = geo_of(s);
     const float* qstep = quant_steps(qkv, g, s);
     float* Drow = (float*)cuda_scratch(SCRATCH_C, (size_t)g.s.B * g.s.H * g.s.M * g.s.T * sizeof(float));

@@ -113,6 +113,10 @@ int cuda_attention_supports(const AttnShape* s, const char** why);
 void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
 void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
                              const float* lambda, const AttnShape* s, HookSite hook);
+// the same on this backend's kernels alone, never cuDNN's graphs (which cudnn_attention.cu holds to them)
+void cuda_attention_forward_kernels(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s);
+void cuda_attention_backward_kernels(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+                                     const float* lambda, const AttnShape* s);
 void cuda_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos);
 void cuda_integral_backward(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
                             int Dv);

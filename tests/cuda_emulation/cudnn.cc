@@ -146,7 +146,6 @@ struct Tensor {
     int64_t dims[4], strides[4];
     char* data;   // bound memory, or the storage of a virtual tensor
     std::vector<float> own;  // a virtual tensor's values (packed by its strides)
-    bool accumulator;        // F16x16 order: an engine's accumulator, which a matmul adds into
 };
 
 static float load(const Tensor& t, const int64_t* at) {
@@ -196,7 +195,6 @@ static Tensor& tensor_of(Tensors& tensors, const EmuDescriptor* d, const std::ma
     if (it != tensors.end()) return it->second;
     Tensor& t = tensors[uid];
     t.type = attribute<cudnnDataType_t>(d, CUDNN_ATTR_TENSOR_DATA_TYPE);
-    t.accumulator = attribute<cudnnBackendTensorReordering_t>(d, CUDNN_ATTR_TENSOR_REORDERING_MODE) == CUDNN_TENSOR_REORDERING_F16x16;
     int64_t span = 1;
     for (int i = 0; i < 4; i++) {
         t.dims[i] = attribute<int64_t>(d, CUDNN_ATTR_TENSOR_DIMENSIONS, i);
@@ -240,7 +238,6 @@ static void run_pointwise(Tensors& tensors, const EmuDescriptor* op, const std::
             case CUDNN_POINTWISE_SUB: v = a - bv; break;
             case CUDNN_POINTWISE_EXP: v = expf(a); break;
             case CUDNN_POINTWISE_LOG: v = logf(a); break;
-            case CUDNN_POINTWISE_IDENTITY: v = a; break;
             case CUDNN_POINTWISE_CMP_GT: v = a > bv; break;
             case CUDNN_POINTWISE_CMP_GE: v = a >= bv; break;
             case CUDNN_POINTWISE_GEN_INDEX: v = a; break;
@@ -288,7 +285,7 @@ static void run_matmul(Tensors& tensors, const EmuDescriptor* op, const std::map
             ib[2] = k;
             sum += (double)load(a, ia) * load(b, ib);
         }
-        store(c, at, (float)(c.accumulator ? load(c, at) + sum : sum));
+        store(c, at, (float)sum);
     });
 }
 
