@@ -526,20 +526,26 @@ static const char* fallback_reason(const AttnShape* s, const Plan** fwd, const P
         if (!bwd[m]->plan) return bwd[m]->why;
     }
     // checked once per shape and direction
-    static struct {
+    typedef struct {
         AttnShape s;
         int with_backward;
         char why[320];  // "" where they agree
-    } checked[64];
-    static int n_checked;
+    } Checked;
+    static Checked* checked;
+    static int n_checked, checked_capacity;
     for (int i = 0; i < n_checked; i++) {
         if (!memcmp(&checked[i].s, s, sizeof(*s)) && checked[i].with_backward == with_backward) return checked[i].why[0] ? checked[i].why : NULL;
     }
     const char* why = agreement(s, fwd, bwd, with_backward);
-    if (n_checked == 64) die("cuDNN attention: more than 64 shapes");
-    checked[n_checked].s = *s, checked[n_checked].with_backward = with_backward;
-    snprintf(checked[n_checked].why, sizeof(checked[n_checked].why), "%s", why ? why : "");
-    return checked[n_checked++].why[0] ? checked[n_checked - 1].why : NULL;
+    if (n_checked == checked_capacity) {
+        checked_capacity = checked_capacity ? 2 * checked_capacity : 16;
+        checked = (Checked*)realloc(checked, checked_capacity * sizeof(Checked));
+        if (!checked) die("out of memory keeping cuDNN's checked shapes");
+    }
+    Checked* c = &checked[n_checked++];
+    c->s = *s, c->with_backward = with_backward;
+    snprintf(c->why, sizeof(c->why), "%s", why ? why : "");
+    return c->why[0] ? c->why : NULL;
 }
 
 // Says once per shape and kind of call which path it takes
