@@ -253,7 +253,7 @@ $(EMU)/defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/defec
                                   $(filter-out $(EMU)/obj/attention.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
 	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
 # and the same with a defect planted in the host code around cuDNN's graphs
-EMU_CUDNN_DEFECTS := cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds
+EMU_CUDNN_DEFECTS := cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds cudnn_fp32_output
 $(EMU)/cudnn-defect/%/cudnn_attention.cc: model/cuda/cudnn_attention.cu tests/cuda_emulation/plant.sh tests/cuda_emulation/translate.sh
 	@mkdir -p $(dir $@)
 	tests/cuda_emulation/plant.sh $* $< $(dir $@)cudnn_attention.cu

@@ -55,10 +55,10 @@ for defect in missing_barrier short_shared_memory unclamped_index; do
 done
 # the defects planted in the host code around cuDNN's graphs: the emulated cuDNN interprets the
 # graphs literally, and the bf16 attention checks fail at each
-# (DIFF's cases, whose two maps show the -lambda; the four programs two at a time, one per core)
-cudnn_defects=(cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds)
+# (DIFF's cases, whose two maps show the -lambda; the five programs two at a time, one per core)
+cudnn_defects=(cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds cudnn_fp32_output)
 mkdir -p "$emu/cudnn-defect/out"
-for i in 0 2; do
+for i in 0 2 4; do
     for defect in "${cudnn_defects[@]:$i:2}"; do
         "$emu/cudnn-defect/$defect/test_backend_ops" --op bf16 --backend cuda --variant diff > "$emu/cudnn-defect/out/$defect.txt" 2>&1 &
     done
@@ -70,7 +70,7 @@ for defect in "${cudnn_defects[@]}"; do
         bash -c '! grep -q "^[0-9]* passed, 0 failed$" <<<"$1" && grep -q "^FAIL .*bf16 .*cuDNN" <<<"$1"' _ "$out"
 done
 expect "the cuDNN plants differ from the real source by one edit each" \
-    test "$(for d in cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds; do diff model/cuda/cudnn_attention.cu "$emu/cudnn-defect/$d/cudnn_attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "2 2 2 2 "
+    test "$(for d in cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds cudnn_fp32_output; do diff model/cuda/cudnn_attention.cu "$emu/cudnn-defect/$d/cudnn_attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "2 2 2 2 2 "
 # and the unplanted kernels pass the same test (run in full as test_backend_ops_emulated)
 expect "the planted sources differ from the real one by one edit each" \
     test "$(for d in missing_barrier short_shared_memory unclamped_index; do diff model/cuda/attention.cu "$emu/defect/$d/attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "1 2 2 "

@@ -1,5 +1,6 @@
 // The cuDNN backend API subset of cudnn.h: descriptors keep their attributes; finalizing checks
-// what the operations need; the heuristics offer one engine (index 0) whose plan interprets the
+// what the operations need; the heuristics offer one engine (index 0; none for a graph that writes
+// a product to memory in fp32, as below) whose plan interprets the
 // operation graph, an operation at a time in the order given, in fp32 (matmuls accumulate in
 // double), storing each result in its tensor's type. A tensor the variant pack binds is read
 // and written through its pointer and strides, so a stride that leaves its allocation stops at
@@ -118,6 +119,18 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
     (void)type;
     if (!d->finalized) return error(CUDNN_STATUS_BAD_PARAM, "attribute %d read before finalizing", (int)name);
     if (name == CUDNN_ATTR_ENGINEHEUR_RESULTS) {  // one engine configuration, on the heuristics' graph
+        // none where a product is written to memory in fp32: on an H200 cuDNN's fused attention
+        // engines wrote such an output in bf16 anyway (an fp32 O read back held bf16 pairs)
+        const EmuDescriptor* graph = attribute<EmuDescriptor*>(d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
+        for (int64_t i = 0; i < graph->attributes.at(CUDNN_ATTR_OPERATIONGRAPH_OPS).count; i++) {
+            const EmuDescriptor* op = attribute<EmuDescriptor*>(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, i);
+            if (op->type != CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) continue;
+            const EmuDescriptor* c = attribute<EmuDescriptor*>(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC);
+            if (!attribute<bool>(c, CUDNN_ATTR_TENSOR_IS_VIRTUAL) && attribute<cudnnDataType_t>(c, CUDNN_ATTR_TENSOR_DATA_TYPE) != CUDNN_DATA_BFLOAT16) {
+                *count = 0;
+                return CUDNN_STATUS_SUCCESS;
+            }
+        }
         *count = 1;
         if (requested >= 1) {
             EmuDescriptor* config = ((EmuDescriptor**)elements)[0];

@@ -10,6 +10,7 @@
 #   cudnn_strict_causal         the graphs' mask keeps keys j < i, not j <= i
 #   cudnn_missing_minus_lambda  the second map's output gradient is lambda dy, not -lambda dy
 #   cudnn_untransposed_ds       the backward's key gradient is dS Q, not dS^T Q
+#   cudnn_fp32_output           the forward graph declares O fp32, which engines write in bf16
 # Fails unless the edit changes the source exactly once, so a change to the kernels cannot
 # turn a demonstration into a test of the unchanged code.
 set -eu
@@ -22,6 +23,7 @@ case $defect in
     cudnn_strict_causal) edit='s/pointwise\(g, CUDNN_POINTWISE_CMP_GE, row, col/pointwise(g, CUDNN_POINTWISE_CMP_GT, row, col/g' ;;
     cudnn_missing_minus_lambda) edit='s/__float2bfloat16_rn\(-lam \* dy\[i\]\)/__float2bfloat16_rn(lam * dy[i])/g' ;;
     cudnn_untransposed_ds) edit='s/matmul\(g, dst, q, dk\)/matmul(g, ds, q, dk)/g' ;;
+    cudnn_fp32_output) edit='s/Desc o = tensor\(g, T_O, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0\);\n    Desc stats/Desc o = tensor(g, T_O, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);\n    Desc stats/g' ;;
     *) echo "plant.sh: no defect '$defect'" >&2; exit 1 ;;
 esac
 count=$(perl -0ne "\$n = ($edit); print \$n || 0" "$src")
