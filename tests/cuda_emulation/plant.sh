@@ -10,7 +10,8 @@
 #   cudnn_strict_causal         the graphs' mask keeps keys j < i, not j <= i
 #   cudnn_missing_minus_lambda  the second map's output gradient is lambda dy, not -lambda dy
 #   cudnn_untransposed_ds       the backward's key gradient is dS Q, not dS^T Q
-#   cudnn_fp32_output           the forward graph declares O fp32, which engines write in bf16
+#   cudnn_fp32_output           the forward graph declares O fp32 (an H200's engine computed such
+#                               an O wrong; the emulated heuristics offer no engine for it)
 # Fails unless the edit changes the source exactly once, so a change to the kernels cannot
 # turn a demonstration into a test of the unchanged code.
 set -eu
