@@ -92,6 +92,10 @@ Allocation allocation_of_row(const float* row, int visible, int context, int ans
         double p = fabs(row[j]) / magnitude;
         if (p > 0) a.entropy -= p * log(p);
     }
+    if (magnitude > 0) {
+        a.answer_abs = a.answer / magnitude;
+        a.noise_abs = a.noise / magnitude;
+    }
     return a;
 }
 
@@ -102,10 +106,12 @@ void allocation_add(Allocation* sum, const Allocation* a) {
     sum->bos += a->bos;
     sum->entropy += a->entropy;
     sum->negative += a->negative;
+    sum->answer_abs += a->answer_abs;
+    sum->noise_abs += a->noise_abs;
 }
 
 Allocation allocation_divide(Allocation a, double n) {
-    return (Allocation){a.answer / n, a.noise / n, a.question / n, a.bos / n, a.entropy / n, a.negative / n};
+    return (Allocation){a.answer / n, a.noise / n, a.question / n, a.bos / n, a.entropy / n, a.negative / n, a.answer_abs / n, a.noise_abs / n};
 }
 
 int head_maps_combined_row(const HeadMaps* maps, int row, int normalise, float* out) {

@@ -30,6 +30,9 @@ CopyScore copy_score(Model* model, const Shard* text, int half, int sequences, u
 
 // Where one attention row's weight goes, and how it is spread. Rows are normalised to sum to 1:
 // a softmax row as it is, a DIFF row w = A1 - lambda A2 divided by its sum 1 - lambda.
+// Dividing by 1 - lambda magnifies a layer whose lambda nears 1 without bound, so the answer
+// and noise weights are also given over the row's absolute weight sum |w|: bounded by 1
+// whatever lambda, equal to the shares for a softmax row.
 typedef struct {
     double answer;    // the answer needle's tokens
     double noise;     // every other context token after BOS, distractor needles included
@@ -37,6 +40,8 @@ typedef struct {
     double bos;       // position 0: the attention sink's mass
     double entropy;   // -sum p ln p in nats, p = |w| / sum |w| over the visible positions (softmax: p = w)
     double negative;  // sum of max(0, -w): the weight DIFF puts below zero (0 for a softmax row)
+    double answer_abs;  // answer / sum |w|, in [-1, 1]
+    double noise_abs;   // noise / sum |w|, in [-1, 1]
 } Allocation;
 
 // row (visible) over positions 0..visible-1; context = BOS + haystack + needles; the answer

@@ -202,6 +202,19 @@ static void test_allocation(void) {
     CHECK(a.negative == 0 && fabs(a.entropy - 1.9448254) < 1e-6, "softmax row: negative mass %g, entropy %.7f", a.negative, a.entropy);
     CHECK(fabs(d.negative - 0.75) < 1e-6 && fabs(d.entropy - 0.9404480) < 1e-6, "DIFF row: negative mass %.4f (0.75), entropy %.7f (0.9404480)",
           d.negative, d.entropy);
+    // over sum |w|: the softmax row's shares as they are; the DIFF row's 1.75 and -0.25 over 2.5
+    CHECK(fabs(a.answer_abs - 0.35) < 1e-6 && fabs(a.noise_abs - 0.25) < 1e-6 && fabs(d.answer_abs - 0.7) < 1e-6 &&
+          fabs(d.noise_abs + 0.1) < 1e-6, "over sum |w|: softmax answer %.3f noise %.3f (0.35, 0.25), DIFF answer %.3f noise %.3f (0.7, -0.1)",
+          a.answer_abs, a.noise_abs, d.answer_abs, d.noise_abs);
+    // lambda near 1: w = (-0.24975, -0.24975, 0.75025, -0.24975) sums to 1 - lambda = 0.001, so the
+    // answer's share is 750 (0.999f is 0.99900001, hence 750.26), while over sum |w| = 1.4995 it
+    // is 0.75025 / 1.4995 = 0.5003334 and the noise -0.24975 / 1.4995 = -0.1665555
+    lam = 0.999f;
+    head_maps_combined_row(&maps, 0, 1, out);
+    Allocation near = allocation_of_row(out, 4, 3, 2, 1);
+    CHECK(fabs(near.answer - 750.26) < 0.01 && fabs(near.answer_abs - 0.5003334) < 1e-5 && fabs(near.noise_abs + 0.1665555) < 1e-5,
+          "lambda 0.999: answer %.2f (750.26), over sum |w| answer %.7f (0.5003334) noise %.7f (-0.1665555)", near.answer,
+          near.answer_abs, near.noise_abs);
 }
 
 static int count_of(const char* text, const char* what) {

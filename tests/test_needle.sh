@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `table2`, `fig5` and `table3` on the smoke preset end to end: tables beside the paper's numbers,
 # the N = 6 cells equal to the database's per-query outcomes, allocations summing to 1 for every
-# episode, the per-head noise metrics (5 per head in the registry, their mean over heads the
-# episodes' mean share, no negative mass for softmax) with their table and figure, the maps file's
+# episode, the per-head noise metrics (7 per head in the registry, their mean over heads the
+# episodes' mean share, no negative mass for softmax, over sum |w| a softmax head's shares and
+# every head within [-1, 1]) with their table and figure, the maps file's
 # layout and map = A1 − λ·A2 on a stored entry, `difftx attn` rendering PNGs from the file alone,
 # errors for a missing sample, a bad head, a non-maps file, a bad task or preset, a context too
 # short for the needles, a training mix cut for another seq_len, a missing copy stage; later tasks
@@ -95,14 +96,23 @@ head_vs_episode() {  # ROW METRIC COLUMN: |mean over heads - mean over episodes|
     sql "SELECT abs((SELECT avg(v.value) FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = '$1' AND v.key LIKE 'table3\_$2\_l%' ESCAPE '\\')
         - (SELECT avg(e.$3) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$1' AND e.task = 'table3')) < 1e-9"
 }
-expect "noise metrics: 5 per head of each model in the registry (8 heads standard, 4 DIFF, Shared DIFF and DINT, GDA's 6 signal heads)" \
-    test "$(sql "SELECT group_concat(n) FROM (SELECT r.row, COUNT(*) AS n FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE v.key LIKE 'table3\_%\_l__\_h__' ESCAPE '\\' GROUP BY r.row ORDER BY r.row)")" = "20,20,20,30,40"
+expect "noise metrics: 7 per head of each model in the registry (8 heads standard, 4 DIFF, Shared DIFF and DINT, GDA's 6 signal heads)" \
+    test "$(sql "SELECT group_concat(n) FROM (SELECT r.row, COUNT(*) AS n FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE v.key LIKE 'table3\_%\_l__\_h__' ESCAPE '\\' GROUP BY r.row ORDER BY r.row)")" = "28,28,28,42,56"
 for row in standard diff; do
     expect "noise metrics ($row): the heads' answer, noise and sink shares average to the episodes'" \
         test "$(head_vs_episode $row answer answer)$(head_vs_episode $row noise noise)$(head_vs_episode $row sink bos)" = 111
 done
 expect "noise metrics: no softmax head has negative mass, a DIFF head has" test "$(sql "SELECT (SELECT max(v.value) FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = 'standard' AND v.key LIKE 'table3_negative_%') || ',' || (SELECT max(v.value) > 0 FROM evaluations v JOIN runs r ON r.id = v.run_id WHERE r.row = 'diff' AND v.key LIKE 'table3_negative_%')")" = "0.0,1"
-expect "noise metrics: the table per layer and its figure" bash -c "$(declare -f is_png); grep -qx '| Model | layer | sink | entropy | negative | answer | noise |' '$work/results/table3_smoke.md' && is_png '$work/plots/table3_noise_smoke.png'"
+# over sum |w|: a softmax head's shares as they are (|w| sums to 1 within float rounding), every
+# head's within [-1, 1]
+abs_vs_sum() {  # ROW SHARE: the largest |share over sum |w| - share| of the row's heads
+    sql "SELECT max(abs(a.value - s.value)) < 1e-6 FROM evaluations a JOIN evaluations s ON s.run_id = a.run_id
+        AND s.key = replace(a.key, '_abs_', '_') JOIN runs r ON r.id = a.run_id WHERE r.row = '$1' AND a.key LIKE 'table3\_$2\_abs\_%' ESCAPE '\\'"
+}
+expect "noise metrics: over sum |w| a softmax head's answer and noise shares as they are" test "$(abs_vs_sum standard answer)$(abs_vs_sum standard noise)" = 11
+expect "noise metrics: over sum |w| every head's answer and noise within [-1, 1], DIFF's apart from its shares" \
+    test "$(sql "SELECT (SELECT COUNT(*) FROM evaluations WHERE key LIKE 'table3\_%\_abs\_%' ESCAPE '\\' AND abs(value) > 1) || ',' || (SELECT max(abs(a.value - s.value)) > 1e-6 FROM evaluations a JOIN evaluations s ON s.run_id = a.run_id AND s.key = replace(a.key, '_abs_', '_') JOIN runs r ON r.id = a.run_id WHERE r.row = 'diff' AND a.key LIKE 'table3\_answer\_abs\_%' ESCAPE '\\')")" = "0,1"
+expect "noise metrics: the table per layer and its figure" bash -c "$(declare -f is_png); grep -qxF '| Model | layer | sink | entropy | negative | answer | noise | answer / sum \|w\| | noise / sum \|w\| |' '$work/results/table3_smoke.md' && is_png '$work/plots/table3_noise_smoke.png'"
 maps="$work/results/needle/smoke/maps_diff.h5"
 expect "maps artifact recorded" test "$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'attention_maps' AND length(sha256) = 64")" = 5
 expect "maps: 5 samples" test "$(h5ls "$maps" | grep -c sample_)" = 5
@@ -185,7 +195,7 @@ expect "table2 states its seeds and lists each seed's accuracy" bash -c "grep -q
 expect "table2 makes no verdict where neither row retrieves" bash -c "
     test \"\$(grep -c '^| standard |.* 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] |$' '$work/seeds/table2_smoke.md')\" = 1 &&
     test \"\$(grep -cE '\| n/a \(neither retrieves\) \|$' '$work/seeds/table2_smoke.md')\" = 16"
-expect "table3's verdicts come from the paired interval" test "$(grep -cE '\| (answer|noise) \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+ \| (within noise|same direction|opposite) \|$' "$work/seeds/table3_smoke.md")" = 2
+expect "table3's verdicts come from the paired interval" test "$(grep -cE '\| (answer|noise)( / sum \\\|w\\\|)? \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+ \| (within noise|same direction|opposite) \|$' "$work/seeds/table3_smoke.md")" = 4
 # a row not in the paper against diff: the paired gap is the mean over the seeds of the rows'
 # differences in the registry's episodes (both rows answer the same episodes)
 # (one sqlite3 at a time: two opening the registry at once can meet a lock and print nothing)
@@ -193,8 +203,8 @@ share() { echo "(SELECT r.seed, avg(e.answer) AS m FROM episodes e JOIN runs r O
 gap=$(sqls "SELECT printf('%+.3f', avg(a.m - b.m)) FROM $(share dint) a JOIN $(share diff) b ON a.seed = b.seed")
 expect "table3: dint minus diff in the answer share is the seeds' mean paired difference ($gap), with its interval" \
     grep -qE "^\| dint \| diff \| answer \| \\$gap \| \[[-+0-9.]+, [-+0-9.]+\] \| (within noise|higher|lower) \|$" "$work/seeds/table3_smoke.md"
-expect "table3 reads the three rows not in the paper against diff in both shares" \
-    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| (answer|noise) \| ' "$work/seeds/table3_smoke.md")" = 6
+expect "table3 reads the three rows not in the paper against diff in both shares, both readings" \
+    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| (answer|noise)( / sum \\\|w\\\|)? \| ' "$work/seeds/table3_smoke.md")" = 12
 # Figure 1's answer share of the diff row, from the registry's episodes: per seed the mean over
 # Table 3's episodes, then mean and sample std over the two seeds
 want=$(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'diff' GROUP BY r.seed" |

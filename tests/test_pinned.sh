@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The numbers of each experiment's smallest preset (Table 6 smoke; the needle training with Table 2,
 # Figure 5 and Table 3; Figure 8; Table 5), as the two runs above leave them in their registries,
-# against `tests/golden/*.txt` (740 values: evaluations, final losses, episode outcomes). Each
+# against `tests/golden/*.txt` (820 values: evaluations, final losses, episode outcomes). Each
 # golden file names the machine facts that decide bitwise equality (threads, OpenBLAS's kernel, CPU
 # model, the instruction sets the build targets and the CPU offers, compiler, build; a build without
 # AVX-512, or glibc's libm kept off FMA, moves every Table 6 smoke row in its last digits on the

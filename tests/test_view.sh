@@ -10,8 +10,8 @@
 # browser's network log (which does show the request of a page that makes one), token text holding
 # `</script><script>` shown as text, a DINT page's signed A2 - G read back below zero, and two
 # screenshots. The noise metrics beside each head: on a hand-made file (write_fixture hand_maps)
-# sink -0.25, negative mass 0.75, answer 1.75, noise -0.25 and entropy 0.9404480 as worked out by
-# hand; none negative for softmax; the page showing what its data holds. It uses the models
+# sink -0.25, negative mass 0.75, answer 1.75, noise -0.25 (over sum |w| 0.7 and -0.1) and entropy
+# 0.9404480 as worked out by hand; none negative for softmax; the page showing what its data holds. It uses the models
 # test_needle.sh and test_table6.sh trained (run.sh runs them first).
 set -u
 cd "$(dirname "$0")/.."
@@ -102,6 +102,7 @@ expect "view: a head whose combined map is exactly zero has no metrics; the othe
 expect "view metrics by hand: the question's 1 row" test "$(metric "$work/hand.html" rows)" = 1
 expect "view metrics by hand: sink -0.25, negative mass 0.75" bash -c "$(declare -f near); near '$(metric "$work/hand.html" sink)' -0.25 && near '$(metric "$work/hand.html" negative)' 0.75"
 expect "view metrics by hand: answer 1.75, noise -0.25" bash -c "$(declare -f near); near '$(metric "$work/hand.html" answer)' 1.75 && near '$(metric "$work/hand.html" noise)' -0.25"
+expect "view metrics by hand: over sum |w| = 2.5, answer 0.7, noise -0.1" bash -c "$(declare -f near); near '$(metric "$work/hand.html" answer_abs)' 0.7 && near '$(metric "$work/hand.html" noise_abs)' -0.1"
 expect "view metrics by hand: entropy -(3 x 0.1 ln 0.1 + 0.7 ln 0.7)" bash -c "$(declare -f near); near '$(metric "$work/hand.html" entropy)' \
     \$(awk 'BEGIN { print -(3 * 0.1 * log(0.1) + 0.7 * log(0.7)) }')"
 expect "view metrics: a text's over all its $T rows, no answer or noise share" \

@@ -114,6 +114,8 @@ static json_t* pack_heads(const MapsSample* s, unsigned char** q, size_t* used) 
                 if (s->N) {
                     set(metrics, "answer", json_real(a.answer), label);
                     set(metrics, "noise", json_real(a.noise), label);
+                    set(metrics, "answer_abs", json_real(a.answer_abs), label);
+                    set(metrics, "noise_abs", json_real(a.noise_abs), label);
                 }
                 set(head, "metrics", metrics, label);
             }

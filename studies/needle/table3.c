@@ -10,24 +10,33 @@
 #include "../../base/util.h"
 #include "../verdict.h"
 
-// Table 3's numbers: per model the mean shares at each depth, per episode the answer and
-// noise shares (the verdicts' units), and per row their spreads over seeds
+// The per-episode shares the verdicts read: answer and noise of rows summing to 1, then the
+// same over each row's absolute weight (bounded whatever lambda)
+#define SHARES 4
+static const char* const SHARE_NAMES[SHARES] = {"answer", "noise", "answer / sum \\|w\\|", "noise / sum \\|w\\|"};
+static double share_of(const Allocation* a, int k) {
+    const double v[SHARES] = {a->answer, a->noise, a->answer_abs, a->noise_abs};
+    return v[k];
+}
+
+// Table 3's numbers: per model the mean shares at each depth, per episode the shares (the
+// verdicts' units), and per row their spreads over seeds
 typedef struct {
     TaskModels m;
     int units;      // episodes per model: N_DEPTHS x N_SETTINGS x samples
-    double* shares; // (2, n_models, units): answer, then noise, per episode
+    double* shares; // (SHARES, n_models, units): each share per episode
     Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];  // (n_models, N_DEPTHS)
-    Spread answer[RECIPE_SECTIONS][N_DEPTHS], noise[RECIPE_SECTIONS][N_DEPTHS];  // (n_rows, N_DEPTHS)
+    Spread depth_shares[SHARES][RECIPE_SECTIONS][N_DEPTHS];  // (SHARES, n_rows, N_DEPTHS)
     Spread overall[RECIPE_SECTIONS][4];  // (n_rows, answer noise question BOS): Figure 1, means over depths
     Allocation** heads;  // (n_models) each model's (L, H): every head's mean over all its episodes
 } Table3;
 
 // The noise metrics per head, as the registry keys them (table3_<key>_lLL_hHH, from 1) and the
 // report names them
-#define NOISE_METRICS 5
-static const char* const NOISE_KEYS[NOISE_METRICS] = {"sink", "entropy", "negative", "answer", "noise"};
+#define NOISE_METRICS 7
+static const char* const NOISE_KEYS[NOISE_METRICS] = {"sink", "entropy", "negative", "answer", "noise", "answer_abs", "noise_abs"};
 static double noise_metric(const Allocation* a, int k) {
-    const double v[NOISE_METRICS] = {a->bos, a->entropy, a->negative, a->answer, a->noise};
+    const double v[NOISE_METRICS] = {a->bos, a->entropy, a->negative, a->answer, a->noise, a->answer_abs, a->noise_abs};
     return v[k];
 }
 
@@ -77,8 +86,7 @@ static void measure_model(Table3* t, int i, const NeedleSource* src, const Token
                 allocation_add(&sum, &a);
                 for (int j = 0; j < heads; j++) allocation_add(&t->heads[i][j], &per_head[j]);
                 size_t u = (size_t)i * t->units + ((size_t)d * N_SETTINGS + s) * samples + k;
-                t->shares[u] = a.answer;
-                t->shares[(size_t)t->m.n_models * t->units + u] = a.noise;
+                for (int q = 0; q < SHARES; q++) t->shares[(size_t)q * t->m.n_models * t->units + u] = share_of(&a, q);
                 EpisodeRecord* r = add_record(&rec);
                 r->length = context;
                 r->n_needles = SETTING_N[s];
@@ -127,10 +135,12 @@ static void spread_over_seeds(Table3* t) {
             }
         }
         for (int k = 0; k < 4; k++) t->overall[g][k] = spread_of(&parts[0][k], seeds, 4);
-        int stride = (int)(sizeof(t->by_depth[0]) / (sizeof(double)));  // one model's allocations, in doubles
         for (int d = 0; d < N_DEPTHS; d++) {
-            t->answer[g][d] = spread_of(&t->by_depth[g * seeds][d].answer, seeds, stride);
-            t->noise[g][d] = spread_of(&t->by_depth[g * seeds][d].noise, seeds, stride);
+            for (int q = 0; q < SHARES; q++) {
+                double v[RECIPE_SECTIONS];
+                for (int s = 0; s < seeds; s++) v[s] = share_of(&t->by_depth[g * seeds + s][d], q);
+                t->depth_shares[q][g][d] = spread_of(v, seeds, 1);
+            }
         }
     }
 }
@@ -148,11 +158,13 @@ static void write_verdicts(Report* f, const Table3* t) {
                  rows[c[i].a * seeds].study.name, rows[c[i].b * seeds].study.name);
         comparison_heading(f, c, i, caption, "share | gap (ours) | 95% interval | paper gap | verdict", "mean over depths",
                            "share | gap | 95% interval | verdict");
-        for (int k = 0; k < 2; k++) {
+        // the paper's normalisation is unpublished: both readings are set against its gap
+        for (int k = 0; k < SHARES; k++) {
             double paper_gap = NAN;
             if (c[i].paper) {
-                const double* paper = k ? PAPER_NOISE[0] : PAPER_ANSWER[0];
-                const double* paper_diff = k ? PAPER_NOISE[1] : PAPER_ANSWER[1];
+                int noise = k % 2;
+                const double* paper = noise ? PAPER_NOISE[0] : PAPER_ANSWER[0];
+                const double* paper_diff = noise ? PAPER_NOISE[1] : PAPER_ANSWER[1];
                 paper_gap = 0;
                 for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
             }
@@ -161,7 +173,7 @@ static void write_verdicts(Report* f, const Table3* t) {
             GapInterval g = paired_gap(&p);
             char interval[64];
             comparison_row(f, rows, seeds, c[i]);
-            report_printf(f, "| %s | %+.3f | %s |", k ? "noise" : "answer", g.gap, interval_text(interval, sizeof(interval), g, 3));
+            report_printf(f, "| %s | %+.3f | %s |", SHARE_NAMES[k], g.gap, interval_text(interval, sizeof(interval), g, 3));
             if (c[i].paper) report_printf(f, " %+.3f |", paper_gap);
             report_printf(f, " %s |\n", gap_verdict(g, paper_gap));
         }
@@ -188,9 +200,10 @@ static void write_noise_table(Report* f, const Table3* t) {
     report_printf(f, "\nAttention noise per layer: each head's question rows (normalised as above), averaged over the episodes, "
                   "then over the layer's heads. Sink: the weight on BOS; entropy: -sum p ln p in nats of p = |w| / sum |w| "
                   "(a row spread evenly over n positions has ln n); negative: the weight below zero (DIFF's subtraction; 0 for "
-                  "softmax); answer and noise as above. Each head's values are in the registry (evaluations "
-                  "table3_<metric>_lLL_hHH).\n\n| Model | layer | sink | entropy | negative | answer | noise |\n"
-                  "|---|---|---|---|---|---|---|\n");
+                  "softmax); answer and noise as above, and over sum |w|. Each head's values are in the registry (evaluations "
+                  "table3_<metric>_lLL_hHH; answer_abs and noise_abs over sum |w|).\n\n"
+                  "| Model | layer | sink | entropy | negative | answer | noise | answer / sum \\|w\\| | noise / sum \\|w\\| |\n"
+                  "|---|---|---|---|---|---|---|---|---|\n");
     for (int g = 0; g < t->m.n_rows; g++) {
         for (int l = 0; l < t->m.rows[g * seeds].model.L; l++) {
             report_printf(f, "| %s | %d |", t->m.rows[g * seeds].study.name, l + 1);
@@ -216,14 +229,25 @@ static void write_table(const Table3* t, const Section* preset, const NeedleOpti
     report_printf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int g = 0; g < n_rows; g++) {
         report_printf(f, "| %s |", t->m.rows[g * seeds].study.name);
-        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->answer[g][d], seeds, 3));
-        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->noise[g][d], seeds, 3));
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->depth_shares[0][g][d], seeds, 3));
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->depth_shares[1][g][d], seeds, 3));
         report_printf(f, "\n");
     }
     for (int p = 0; p < 2; p++) {
         report_printf(f, "| paper %s |", p ? "DIFF" : "Transformer");
         for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_ANSWER[p][d]);
         for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_NOISE[p][d]);
+        report_printf(f, "\n");
+    }
+    report_printf(f, "\nThe same weights over each row's absolute weight sum |w| instead of its sum: bounded by 1 whatever "
+                  "lambda, where 1 / (1 - lambda) magnifies a layer whose lambda nears 1 without bound; softmax rows as above "
+                  "(docs/needle.md).\n\n| Model | answer / sum \\|w\\| 0%% | 25%% | 50%% | 75%% | 100%% | noise / sum \\|w\\| 0%% "
+                  "| 25%% | 50%% | 75%% | 100%% |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int g = 0; g < n_rows; g++) {
+        report_printf(f, "| %s |", t->m.rows[g * seeds].study.name);
+        for (int q = 2; q < SHARES; q++) {
+            for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %s |", spread_text(cell, sizeof(cell), t->depth_shares[q][g][d], seeds, 3));
+        }
         report_printf(f, "\n");
     }
     report_printf(f, "\nFigure 1 breakdown (mean over depths):\n\n| Model | answer | noise | question | BOS |\n|---|---|---|---|---|\n");
@@ -252,9 +276,9 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
         fprintf(t3.f, "\"%.0f%%\"", 100 * DEPTHS[d]);
         for (int g = 0; g < n_rows; g++) {
             int p = paper_row(&rows[g * seeds]);
-            fprintf(t3.f, " %.4f %.4f %.2f %.2f %.4f %.4f", t->answer[g][d].mean, t->noise[g][d].mean,
+            fprintf(t3.f, " %.4f %.4f %.2f %.2f %.4f %.4f", t->depth_shares[0][g][d].mean, t->depth_shares[1][g][d].mean,
                     paper_value(PAPER_ANSWER[0][d], PAPER_ANSWER[1][d], p), paper_value(PAPER_NOISE[0][d], PAPER_NOISE[1][d], p),
-                    t->answer[g][d].std, t->noise[g][d].std);
+                    t->depth_shares[0][g][d].std, t->depth_shares[1][g][d].std);
         }
         fprintf(t3.f, "\n");
     }
@@ -323,7 +347,7 @@ void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, cons
     t->m = task_models(rows, n_rows, seeds, preset, opt);
     t->units = N_DEPTHS * N_SETTINGS * t->m.samples;
     int eval_seed = section_int(preset, "eval_seed", opt->recipe);
-    t->shares = mallocCheck((size_t)2 * t->m.n_models * t->units * sizeof(double));
+    t->shares = mallocCheck((size_t)SHARES * t->m.n_models * t->units * sizeof(double));
     t->heads = callocCheck(t->m.n_models, sizeof(Allocation*));
     for (int i = 0; i < t->m.n_models; i++) measure_model(t, i, src, tok, reg, preset, opt, eval_seed);
     spread_over_seeds(t);
