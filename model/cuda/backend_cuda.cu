@@ -132,13 +132,16 @@ void cuda_sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
     cublasCheck(cublasSgemm(cublas, ta, tb, m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc));
 }
 
-__global__ void fill_kernel(float* x, size_t n) {
+__global__ void fill_kernel(float* x, size_t n, uint32_t seed) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    if (i >= n) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16, h *= 0x7feb352du, h ^= h >> 15, h *= 0x846ca68bu, h ^= h >> 16;
+    x[i] = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
 }
 
-void cuda_fill(float* x, size_t n) {
-    fill_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(x, n);
+void cuda_fill(float* x, size_t n, uint32_t seed) {
+    fill_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(x, n, seed);
     cudaCheckLaunch();
 }
 
@@ -173,8 +176,8 @@ static double cuda_matmul_rate(void) {
     size_t count = (size_t)RATE_N * RATE_N;
     float* abc[3];
     for (int i = 0; i < 3; i++) abc[i] = (float*)cuda_alloc(count * sizeof(float));
-    cuda_fill(abc[0], count);
-    cuda_fill(abc[1], count);
+    cuda_fill(abc[0], count, 1);
+    cuda_fill(abc[1], count, 2);
     float ms = cuda_best_ms(square_sgemm, abc);
     for (int i = 0; i < 3; i++) cuda_release(abc[i]);
     return 2.0 * count * RATE_N / (ms / 1e3) / 1e9;

@@ -6,6 +6,7 @@
 #define DIFFTX_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,9 +58,10 @@ void cuda_download(void* host, const void* src, size_t bytes);
 // column-major sgemm on the backend's handle: C (m, n) = alpha op(A) op(B) + beta C
 void cuda_sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float* A, int lda,
                 const float* B, int ldb, float beta, float* C, int ldc);
-// x (n) filled with values in [-1, 1) for timing products: a GPU multiplying zeros draws less
-// power and clocks higher than on real data
-void cuda_fill(float* x, size_t n);
+// x (n) filled with values uniform in [-1, 1) from a hash of (seed, index): inputs for timing
+// products (a GPU multiplying zeros draws less power and clocks higher than on real data) and for
+// checking one path against another
+void cuda_fill(float* x, size_t n, uint32_t seed);
 // The best time in ms of a few calls of call(ctx) on the GPU's clock (the first, which loads
 // its kernel, not counted): how the matmul rates are measured
 float cuda_best_ms(void (*call)(void* ctx), void* ctx);

@@ -507,7 +507,6 @@ static const char* agreement(const AttnShape* s, const Plan* const* fwd, const P
 // backward (a forward whose backward recomputes on the kernels would see other statistics), and
 // their results in agreement with the kernels'
 static const char* fallback_reason(const AttnShape* s, const Plan** fwd, const Plan** bwd, int with_backward) {
-    if (!cuda_bf16_enabled()) return "precision = fp32";
     const char* missing = cudnn_open();
     if (missing) return missing;
     if (!dnn.handle) {
@@ -526,59 +525,65 @@ static const char* fallback_reason(const AttnShape* s, const Plan** fwd, const P
         bwd[m] = plan_for(&x, 1);
         if (!bwd[m]->plan) return bwd[m]->why;
     }
-    // checked once per shape and direction
-    typedef struct {
-        AttnShape s;
-        int with_backward;
-        char why[320];  // "" where they agree
-    } Checked;
-    static Checked* checked;
-    static int n_checked, checked_capacity;
-    for (int i = 0; i < n_checked; i++) {
-        if (!memcmp(&checked[i].s, s, sizeof(*s)) && checked[i].with_backward == with_backward) return checked[i].why[0] ? checked[i].why : NULL;
-    }
-    const char* why = agreement(s, fwd, bwd, with_backward);
-    if (n_checked == checked_capacity) {
-        checked_capacity = checked_capacity ? 2 * checked_capacity : 16;
-        checked = (Checked*)realloc(checked, checked_capacity * sizeof(Checked));
-        if (!checked) die("out of memory keeping cuDNN's checked shapes");
-    }
-    Checked* c = &checked[n_checked++];
-    c->s = *s, c->with_backward = with_backward;
-    snprintf(c->why, sizeof(c->why), "%s", why ? why : "");
-    return c->why[0] ? c->why : NULL;
+    return agreement(s, fwd, bwd, with_backward);
 }
 
-// Says once per shape and kind of call which path it takes
+// Each shape and kind of call (training, or forward only) is decided once, in bf16: its plans,
+// or why it keeps the kernels
+typedef struct {
+    AttnShape s;
+    int with_backward;
+    const Plan *fwd[2], *bwd[2];
+    char why[320];  // "" where the graphs run it
+    int said;       // its path told on stderr
+} Decision;
+
+static Decision* decision_for(const AttnShape* s, int with_backward) {
+    static Decision** decisions;  // each allocated once, as the plans
+    static int n_decisions, capacity;
+    for (int i = 0; i < n_decisions; i++) {
+        if (!memcmp(&decisions[i]->s, s, sizeof(*s)) && decisions[i]->with_backward == with_backward) return decisions[i];
+    }
+    if (n_decisions == capacity) {
+        capacity = capacity ? 2 * capacity : 16;
+        decisions = (Decision**)realloc(decisions, capacity * sizeof(Decision*));
+        if (!decisions) die("out of memory keeping cuDNN's decisions");
+    }
+    Decision* d = (Decision*)calloc(1, sizeof(Decision));
+    if (!d) die("out of memory keeping cuDNN's decisions");
+    decisions[n_decisions++] = d;
+    d->s = *s, d->with_backward = with_backward;
+    const char* why = fallback_reason(s, d->fwd, d->bwd, with_backward);
+    snprintf(d->why, sizeof(d->why), "%s", why ? why : "");
+    return d;
+}
+
+// The graphs' plans for s into fwd and bwd, saying once per shape and kind of call which path
+// it takes; NULL, or why the kernels run it
 static const char* decide(const AttnShape* s, const Plan** fwd, const Plan** bwd, int with_backward) {
-    const char* why = fallback_reason(s, fwd, bwd, with_backward);
-    static struct {
-        AttnShape s;
-        int with_backward;
-    } said[64];
-    static int n_said;
-    for (int i = 0; i < n_said; i++) {
-        if (!memcmp(&said[i].s, s, sizeof(*s)) && said[i].with_backward == with_backward) return why;
-    }
-    if (n_said < 64) said[n_said].s = *s, said[n_said++].with_backward = with_backward;
+    if (!cuda_bf16_enabled()) return "precision = fp32";
+    Decision* d = decision_for(s, with_backward);
     const char* calls = with_backward ? "training" : "forward only";
-    if (!why) {
+    if (!d->said && !d->why[0]) {
         fprintf(stderr, "attention B=%d T=%d H=%d D=%d, %d map(s), %s: cuDNN %zu fused graphs (engine %lld forward%s%lld)\n", s->B,
-                s->T, s->H, s->D, s->M, calls, dnn.version, (long long)fwd[0]->engine, with_backward ? ", backward " : "",
-                with_backward ? (long long)bwd[0]->engine : 0LL);
-    } else if (cuda_bf16_enabled()) {
+                s->T, s->H, s->D, s->M, calls, dnn.version, (long long)d->fwd[0]->engine, with_backward ? ", backward " : "",
+                with_backward ? (long long)d->bwd[0]->engine : 0LL);
+    } else if (!d->said) {
         fprintf(stderr, "attention B=%d T=%d H=%d D=%d, %d map(s), %s: this backend's fp32 kernels (%s)\n", s->B, s->T, s->H, s->D, s->M,
-                calls, why);
+                calls, d->why);
     }
-    return why;
+    d->said = 1;
+    memcpy(fwd, d->fwd, sizeof(d->fwd));
+    memcpy(bwd, d->bwd, sizeof(d->bwd));
+    return d->why[0] ? d->why : NULL;
 }
 
 // the path of a training call (forward and backward)
 const char* cuda_attention_path(const AttnShape* s) {
     static char path[400];
-    const Plan *fwd[2], *bwd[2];
-    const char* why = fallback_reason(s, fwd, bwd, 1);
-    if (why) snprintf(path, sizeof(path), "fp32 kernels (%s)", why);
+    const Decision* d = cuda_bf16_enabled() ? decision_for(s, 1) : NULL;
+    if (!d) snprintf(path, sizeof(path), "fp32 kernels (precision = fp32)");
+    else if (d->why[0]) snprintf(path, sizeof(path), "fp32 kernels (%s)", d->why);
     else snprintf(path, sizeof(path), "cuDNN %zu fused graphs", dnn.version);
     return path;
 }
@@ -732,21 +737,12 @@ static const char* graphs_backward(float* dqkv, float* dlambda, const float* dy,
     return NULL;
 }
 
-// x[i] uniform in [-1, 1) from a hash of (seed, i): inputs for the check below
-__global__ void fill_uniform_kernel(float* x, size_t n, uint32_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16, h *= 0x7feb352du, h ^= h >> 15, h *= 0x846ca68bu, h ^= h >> 16;
-    x[i] = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
-}
-
 // ||a - b|| / ||b|| over n floats of device memory
 static double relative_l2(const float* a, const float* b, size_t n) {
     float* host = (float*)malloc(2 * n * sizeof(float));
     if (!host) die("out of memory checking cuDNN's attention");
-    cudaCheck(cudaMemcpy(host, a, n * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(host + n, b, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cuda_download(host, a, n * sizeof(float));
+    cuda_download(host + n, b, n * sizeof(float));
     double diff = 0, ref = 0;
     for (size_t i = 0; i < n; i++) diff += ((double)host[i] - host[n + i]) * ((double)host[i] - host[n + i]), ref += (double)host[n + i] * host[n + i];
     free(host);
@@ -764,11 +760,10 @@ static const char* agreement(const AttnShape* s, const Plan* const* fwd, const P
     enum { QKV_IN, DY, LAMBDA, Y_REF, Y, LSE_REF, LSE, DQKV_REF, DQKV, DLAMBDA_REF, DLAMBDA, N_BUFFERS };
     float* b[N_BUFFERS];
     for (int i = 0; i < N_BUFFERS; i++) b[i] = (float*)cuda_alloc(sizes[i] * sizeof(float));
-    fill_uniform_kernel<<<cuda_blocks(N * QKV, CUDA_THREADS), CUDA_THREADS>>>(b[QKV_IN], N * QKV, 0x9e3779b9u);
-    fill_uniform_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(b[DY], N * HDv, 0x85ebca6bu);
-    cudaCheckLaunch();
+    cuda_fill(b[QKV_IN], N * QKV, 0x9e3779b9u);
+    cuda_fill(b[DY], N * HDv, 0x85ebca6bu);
     float half = 0.5f;
-    cudaCheck(cudaMemcpy(b[LAMBDA], &half, sizeof(float), cudaMemcpyHostToDevice));
+    cuda_upload(b[LAMBDA], &half, sizeof(float));
     const char* failed = NULL;
     double e_y = 0, e_dqkv = 0, e_dlambda = 0;
     cuda_attention_forward_kernels(b[Y_REF], NULL, b[LSE_REF], b[QKV_IN], b[LAMBDA], s);

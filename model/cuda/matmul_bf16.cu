@@ -91,7 +91,7 @@ double cuda_bf16_matmul_rate(void) {
     const int n = 4096;
     size_t count = (size_t)n * n;
     float* x = (float*)cuda_alloc(count * sizeof(float));
-    cuda_fill(x, count);
+    cuda_fill(x, count, 1);
     void* ac[2] = {cuda_alloc(count * sizeof(__nv_bfloat16)), x};  // x is then the product's output
     cuda_round_bf16((__nv_bfloat16*)ac[0], x, count);
     float ms = cuda_best_ms(square_product, ac);
