@@ -417,34 +417,59 @@ static const int64_t FORWARD_UIDS[] = {T_Q, T_KT, T_V, T_O, T_STATS, T_SCALE, T_
 static const int64_t BACKWARD_UIDS[] = {T_Q, T_KT, T_VT, T_O, T_DO, T_STATS, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF, T_ONE};
 #define N_UIDS(uids) ((int)(sizeof(uids) / sizeof(uids[0])))
 
+// ---- records kept for the process's life, each found by the key it opens with ----
+// Callers keep pointers to records while later ones are added, so each is its own allocation.
+typedef struct {
+    void** records;
+    int n, capacity;
+} Kept;
+
+// The record whose first key_size bytes equal key's, or a new zeroed one of size bytes that opens
+// with key (*made says which). Keys are compared as bytes: the caller zeroes a key's padding.
+static void* kept_record(Kept* kept, const void* key, size_t key_size, size_t size, int* made) {
+    for (int i = 0; i < kept->n; i++) {
+        if (!memcmp(kept->records[i], key, key_size)) {
+            *made = 0;
+            return kept->records[i];
+        }
+    }
+    if (kept->n == kept->capacity) {
+        kept->capacity = kept->capacity ? 2 * kept->capacity : 16;
+        kept->records = (void**)realloc(kept->records, kept->capacity * sizeof(void*));
+        if (!kept->records) die("out of memory keeping cuDNN's plans");
+    }
+    void* record = calloc(1, size);
+    if (!record) die("out of memory keeping cuDNN's plans");
+    memcpy(record, key, key_size);
+    kept->records[kept->n++] = record;
+    *made = 1;
+    return record;
+}
+
 // ---- plans, one per geometry and direction, kept ----
 #define MAX_CONFIGS 16
 typedef struct {
     Geometry x;
     int backward;
+} PlanKey;
+typedef struct {
+    PlanKey key;
     Graph graph;     // the descriptors, kept alive with the plan
     Desc plan;       // NULL where none could be made
     int64_t workspace;
     int64_t engine;  // cuDNN's global index of the engine that runs it
     char why[320];   // why not, where plan is NULL
 } Plan;
-static Plan** plans;  // each allocated once: callers keep pointers to them across new plans
-static int n_plans, plans_capacity;
 
 static const Plan* plan_for(const Geometry* x, int backward) {
-    for (int i = 0; i < n_plans; i++) {
-        if (!memcmp(&plans[i]->x, x, sizeof(*x)) && plans[i]->backward == backward) return plans[i];
-    }
-    if (n_plans == plans_capacity) {
-        plans_capacity = plans_capacity ? 2 * plans_capacity : 16;
-        plans = (Plan**)realloc(plans, plans_capacity * sizeof(Plan*));
-        if (!plans) die("out of memory keeping cuDNN plans");
-    }
-    Plan* p = (Plan*)calloc(1, sizeof(Plan));
-    if (!p) die("out of memory keeping cuDNN plans");
-    plans[n_plans++] = p;
-    p->x = *x;
-    p->backward = backward;
+    static Kept plans;
+    PlanKey key;
+    memset(&key, 0, sizeof(key));
+    memcpy(&key.x, x, sizeof(*x));
+    key.backward = backward;
+    int made;
+    Plan* p = (Plan*)kept_record(&plans, &key, sizeof(key), sizeof(Plan), &made);
+    if (!made) return p;
     Graph* g = &p->graph;
     g->next_virtual = VIRTUAL;
     if (backward) graph_backward(g, x);
@@ -533,26 +558,23 @@ static const char* fallback_reason(const AttnShape* s, const Plan** fwd, const P
 typedef struct {
     AttnShape s;
     int with_backward;
+} DecisionKey;
+typedef struct {
+    DecisionKey key;
     const Plan *fwd[2], *bwd[2];
     char why[320];  // "" where the graphs run it
     int said;       // its path told on stderr
 } Decision;
 
 static Decision* decision_for(const AttnShape* s, int with_backward) {
-    static Decision** decisions;  // each allocated once, as the plans
-    static int n_decisions, capacity;
-    for (int i = 0; i < n_decisions; i++) {
-        if (!memcmp(&decisions[i]->s, s, sizeof(*s)) && decisions[i]->with_backward == with_backward) return decisions[i];
-    }
-    if (n_decisions == capacity) {
-        capacity = capacity ? 2 * capacity : 16;
-        decisions = (Decision**)realloc(decisions, capacity * sizeof(Decision*));
-        if (!decisions) die("out of memory keeping cuDNN's decisions");
-    }
-    Decision* d = (Decision*)calloc(1, sizeof(Decision));
-    if (!d) die("out of memory keeping cuDNN's decisions");
-    decisions[n_decisions++] = d;
-    d->s = *s, d->with_backward = with_backward;
+    static Kept decisions;
+    DecisionKey key;
+    memset(&key, 0, sizeof(key));
+    memcpy(&key.s, s, sizeof(*s));
+    key.with_backward = with_backward;
+    int made;
+    Decision* d = (Decision*)kept_record(&decisions, &key, sizeof(key), sizeof(Decision), &made);
+    if (!made) return d;
     const char* why = fallback_reason(s, d->fwd, d->bwd, with_backward);
     snprintf(d->why, sizeof(d->why), "%s", why ? why : "");
     return d;
