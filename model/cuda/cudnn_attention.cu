@@ -436,10 +436,10 @@ static void* kept_record(Kept* kept, const void* key, size_t key_size, size_t si
     if (kept->n == kept->capacity) {
         kept->capacity = kept->capacity ? 2 * kept->capacity : 16;
         kept->records = (void**)realloc(kept->records, kept->capacity * sizeof(void*));
-        if (!kept->records) die("out of memory keeping cuDNN's plans");
+        if (!kept->records) die("out of memory keeping cuDNN's plans and decisions");
     }
     void* record = calloc(1, size);
-    if (!record) die("out of memory keeping cuDNN's plans");
+    if (!record) die("out of memory keeping cuDNN's plans and decisions");
     memcpy(record, key, key_size);
     kept->records[kept->n++] = record;
     *made = 1;
