@@ -13,7 +13,7 @@
 # PORTABLE=1 builds without -march=native. make test SANITIZE=1 builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build/san and runs the tests on it.
 
-PACKAGES := gcc g++ make pkg-config libopenblas-openmp-dev libdnnl-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev zlib1g-dev \
+PACKAGES := gcc g++ make pkg-config libopenblas-openmp-dev libdnnl-dev libhdf5-dev libsqlite3-dev libssl-dev libjansson-dev libgsl-dev zlib1g-dev \
             gnuplot-nox hdf5-tools sqlite3 strace time perl $(if $(NO_MPI),,openmpi-bin libopenmpi-dev)
 DATA_PACKAGES := npm
 # Deferred (=), not immediate (:=): on a fresh machine pkg-config and the libraries only exist
@@ -29,9 +29,12 @@ OPENBLAS_PC = PKG_CONFIG_PATH=/usr/lib/$(MULTIARCH)/openblas-openmp/pkgconfig pk
 OPENBLAS_DIR = $(shell $(OPENBLAS_PC) --variable=libdir openblas 2>/dev/null)
 PKG_CFLAGS = $(shell pkg-config --cflags hdf5-serial sqlite3 libcrypto jansson zlib $(MPI_PC) 2>/dev/null) \
              $(shell $(OPENBLAS_PC) --cflags openblas 2>/dev/null) $(if $(NO_MPI),,-DDIFFTX_MPI)
-# libm's linker script brings in libmvec, which the vectorised expf of vecmath.c calls
+# libm's linker script brings in libmvec, which the vectorised expf of vecmath.c calls. GSL
+# (the t distribution of the verdicts) is linked after OpenBLAS and without its own CBLAS
+# (gsl.pc's -lgslcblas): libgsl still loads libgslcblas, but behind OpenBLAS, whose cblas_*
+# the program's products then bind to
 PKG_LIBS = $(shell pkg-config --libs hdf5-serial sqlite3 libcrypto jansson zlib $(MPI_PC) 2>/dev/null) \
-           $(shell $(OPENBLAS_PC) --libs openblas 2>/dev/null) -Wl,-rpath,$(OPENBLAS_DIR) -ldnnl -lm
+           $(shell $(OPENBLAS_PC) --libs openblas 2>/dev/null) -Wl,-rpath,$(OPENBLAS_DIR) -ldnnl -lgsl -lm
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 ARCH := $(if $(PORTABLE),-mtune=generic,-march=native)
@@ -107,7 +110,9 @@ ensure = missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || command -v 
 	  fi; \
 	fi
 
-build/deps.stamp:
+# redone when this file changes, so a checkout that built before a package was added gets it
+# (objects wait for the stamp without depending on its time: nothing is rebuilt for it)
+build/deps.stamp: Makefile
 	@mkdir -p build
 	@$(call ensure,$(PACKAGES))
 	@touch $@

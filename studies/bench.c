@@ -164,7 +164,7 @@ static void bench_close(Bench* b, int forward_only) {
 }
 
 // The second model's tokens/s against the first's, step pair by step pair: the geometric mean
-// of the pairs' ratios and its 95% bootstrap interval over the pairs (verdict.h), in percent
+// of the pairs' ratios and its 95% t-interval over the pairs (verdict.h), in percent
 static void bench_compare(const Bench* a, const Bench* b, int timed) {
     double* log_a = mallocCheck((size_t)timed * sizeof(double));
     double* log_b = mallocCheck((size_t)timed * sizeof(double));
@@ -172,12 +172,13 @@ static void bench_compare(const Bench* a, const Bench* b, int timed) {
         log_a[s] = log(a->N / a->dt[s]);
         log_b[s] = log(b->N / b->dt[s]);
     }
-    Paired p = {1, timed, log_b, NULL, log_a, NULL};
+    Paired p = {timed, 1, log_b, NULL, log_a, NULL};  // each pair a replicate, as a seed is in the tables
     GapInterval g = paired_gap(&p);
     printf("%s against %s, step pair by step pair: tokens/s %+.1f%%", b->recipe_path, a->recipe_path, 100.0 * expm1(g.gap));
     if (isnan(g.lo)) printf(" (one pair: no interval)\n");
-    else printf(" [%+.1f%%, %+.1f%%] (geometric mean over %d alternated pairs of timed steps; 95%% bootstrap interval over "
-                "the pairs)\n", 100.0 * expm1(g.lo), 100.0 * expm1(g.hi), timed);
+    else printf(" [%+.1f%%, %+.1f%%] (geometric mean over %d alternated pairs of timed steps; 95%% t-interval over "
+                "the pairs' log ratios; %d of %d pairs %s)\n", 100.0 * expm1(g.lo), 100.0 * expm1(g.hi), timed, g.same_sign, timed,
+                g.gap >= 0 ? "faster" : "slower");
     free(log_a);
     free(log_b);
 }

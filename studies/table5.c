@@ -123,8 +123,8 @@ static int row_of(const Studied* models, int n_rows, int seeds, const char* sour
 // seed, against the paper's gaps when paper (NaN otherwise: the verdict reads the direction)
 static void write_gap_rows(Report* f, const Studied* models, int seeds, int a, int b, int paper) {
     static const ModelValue VALUES[2] = {stat_of, ratio_of};
+    static const char* const STATISTICS[2] = {"Top-1", "Top-1 / median"};
     for (int k = 0; k < OUTLIER_KINDS; k++) {
-        report_printf(f, "| %s − %s | %s |", models[a * seeds].label, models[b * seeds].label, KIND_LABELS[k]);
         for (int v = 0; v < 2; v++) {
             double x[MAX_MODELS], y[MAX_MODELS];
             for (int s = 0; s < seeds; s++) {
@@ -136,25 +136,25 @@ static void write_gap_rows(Report* f, const Studied* models, int seeds, int a, i
             double paper_gap = !paper ? NAN
                                : v == 0 ? PAPER[1][k][0] - PAPER[0][k][0]
                                         : PAPER[1][k][0] / PAPER[1][k][N_TOPS] - PAPER[0][k][0] / PAPER[0][k][N_TOPS];
-            char interval[64];
-            report_printf(f, " %+.2f | %s | %s |", g.gap, interval_text(interval, sizeof(interval), g, 2), gap_verdict(g, paper_gap));
+            char cells[1024], paper_text[32] = "-";
+            if (!isnan(paper_gap)) snprintf(paper_text, sizeof(paper_text), "%+.2f", paper_gap);
+            report_printf(f, "| %s − %s | %s | %s | %s |%s\n", models[a * seeds].label, models[b * seeds].label, KIND_LABELS[k],
+                          STATISTICS[v], paper_text, gap_cells(cells, sizeof(cells), &g, paper_gap, 0, 2));
         }
-        report_printf(f, "\n");
     }
 }
 
 // DIFF minus Transformer of each source in Top-1 and in Top-1 / median, then each row not in
 // the paper minus the row its `against` key names, paired by seed. The statistics are maxima over
-// every position, which do not split into units to resample, so the interval is a bootstrap over
-// seeds alone and one seed has none.
+// every position, which do not split into units to resample: one seed has no interval.
 static void write_verdicts(Report* f, const Studied* models, int n_rows, int seeds) {
     static const char* const SOURCES[2] = {"table6", "needle"};
-    report_printf(f, "\nDIFF minus Transformer, rows paired by seed (the same data order and validation text); 95%% interval: "
-                  "percentile bootstrap over the seeds (%d draws), none from one seed; the paper's DIFF is lower in both. Then "
-                  "each row not in the paper minus the row it is read against (`against`), the verdict reading the direction "
-                  "(higher or lower) where the interval excludes 0.\n\n"
-                  "| models | activation type | Top-1 gap | 95%% interval | verdict | Top-1 / median gap | 95%% interval | verdict |\n"
-                  "|---|---|---|---|---|---|---|---|\n", BOOTSTRAP_DRAWS);
+    report_printf(f, "\nDIFF minus Transformer, rows paired by seed (the same data order and validation text); the paper's DIFF "
+                  "is lower in both. Then each row not in the paper minus the row it is read against (`against`). %s\n\n"
+                  "| models | activation type | statistic | paper gap | %s |\n|---|---|---|---|%s|\n",
+                  seeds > 1 ? interval_note(seeds, "text")
+                            : "One seed: no interval (the statistics are maxima over every position, which do not split into "
+                              "units to resample) and no verdict; `--seeds N` measures the seeds' spread.", GAP_HEADER, GAP_HEADER_RULE);
     for (int src = 0; src < 2; src++) {
         int base = row_of(models, n_rows, seeds, SOURCES[src], 1), diff = row_of(models, n_rows, seeds, SOURCES[src], 2);
         if (base >= 0 && diff >= 0) write_gap_rows(f, models, seeds, diff, base, 1);

@@ -22,9 +22,10 @@ static int is_row_key(const char* k) {
 static int is_preset_key(const char* k) {
     return recipe_shape_key(0, k) || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
 }
-// outside any section: `study`, the outputs' name; a claim: its text, gap and metric
+// outside any section: `study`, the outputs' name; a claim: its text, gap, metric and, for a
+// claim that a change barely matters, the equivalence margin
 int table6_extra_key(int place, const char* k) {
-    if (place == RECIPE_CLAIM) return !strcmp(k, "text") || !strcmp(k, "gap") || !strcmp(k, "metric");
+    if (place == RECIPE_CLAIM) return !strcmp(k, "text") || !strcmp(k, "gap") || !strcmp(k, "metric") || !strcmp(k, "margin");
     return place == RECIPE_ROW ? is_row_key(k) : place == RECIPE_PRESET ? is_preset_key(k) : !strcmp(k, "study");
 }
 
@@ -98,11 +99,13 @@ typedef struct {
     WindowLoss* windows;    // (seeds, eval_windows) each seed's per-window sums
 } Row;
 
-// A claim of the recipe ([claim NAME]: text, gap = a - b by the rows' names, metric)
+// A claim of the recipe ([claim NAME]: text, gap = a - b by the rows' names, metric, and
+// margin: the claim is that the gap lies within ±margin, judged by equivalence tests)
 typedef struct {
     const char* text;
     const Row *a, *b;
     int metric;
+    double margin;  // 0: a claim of a direction
 } Claim;
 
 typedef struct {
@@ -144,6 +147,15 @@ static void read_claims(Table* t) {
             if (!strcmp(metric, METRIC_KEYS[k])) cl->metric = k;
         }
         if (cl->metric < 0) die("%s: [claim %s] key 'metric': '%s' is not valid, arhit or others", path, s->name, metric);
+        const char* margin = section_get(s, "margin");
+        cl->margin = 0;
+        if (margin) {
+            char* end;
+            cl->margin = strtod(margin, &end);
+            if (!plain_number(margin, 1) || end == margin || *end || !isnormal(cl->margin) || !(cl->margin > 0)) {
+                die("%s: [claim %s] key 'margin': '%s' is not a positive number", path, s->name, margin);
+            }
+        }
     }
 }
 
@@ -350,7 +362,7 @@ static GapInterval row_gap(const Table* t, const Row* a, const Row* b, int which
         }
         kept++;
     }
-    GapInterval g = {NAN, NAN, NAN};
+    GapInterval g = {.gap = NAN, .lo = NAN, .hi = NAN};
     if (kept) {
         Paired p = {kept, t->eval_windows, units, units + n, units + 2 * n, units + 3 * n};
         g = paired_gap(&p);
@@ -436,20 +448,18 @@ static void write_health(const Table* t, Registry* reg, Report* rep) {
 
 static void write_claims(const Table* t, Report* rep) {
     report_printf(rep, "\n### The paper's claims against these runs\n\n");
-    report_printf(rep, "| claim | gap (ours) | 95%% interval | paper gap | verdict |\n|---|---|---|---|---|\n");
+    report_printf(rep, "| claim | paper gap | %s |\n|---|---|%s|\n", GAP_HEADER, GAP_HEADER_RULE);
     for (int c = 0; c < t->n_claims; c++) {
         const Claim* cl = &t->claims[c];
         const Row *a = cl->a, *b = cl->b;
         GapInterval g = row_gap(t, a, b, cl->metric);
         double paper_gap = a->paper[cl->metric] - b->paper[cl->metric];
-        char paper_text[32] = "n/a (not in the paper)", gap_text[32] = "n/a (no tokens)", interval[64];
+        char paper_text[32] = "n/a (not in the paper)", cells[1024];
         if (!isnan(paper_gap)) snprintf(paper_text, sizeof(paper_text), "%+.3f", paper_gap);
-        if (!isnan(g.gap)) snprintf(gap_text, sizeof(gap_text), "%+.4f", g.gap);
-        report_printf(rep, "| %s | %s | %s | %s | %s |\n", cl->text, gap_text, interval_text(interval, sizeof(interval), g, 4),
-                      paper_text, gap_verdict(g, paper_gap));
+        report_printf(rep, "| %s | %s |%s\n", cl->text, paper_text, gap_cells(cells, sizeof(cells), &g, paper_gap, cl->margin, 4));
     }
-    report_printf(rep, "\nGaps are the first row named minus the second (negative = lower loss). %s\n",
-                  interval_note(t->seeds, "windows"));
+    report_printf(rep, "\nGaps are the first row named minus the second (negative = lower loss). A claim with a margin (that a "
+                  "change barely matters) is judged by equivalence within it. %s\n", interval_note(t->seeds, "windows"));
 }
 
 // Rows not in the paper, each against the row its `against` names (DIFF for a DIFF variant):
@@ -461,25 +471,22 @@ static void write_against(const Table* t, Report* rep) {
         if (!base) continue;
         if (!any) {
             report_printf(rep, "\n### Rows against the row each is read against (`against`)\n\n");
-            report_printf(rep, "| row | against | Valid gap | 95%% interval | verdict | AR-Hit gap | 95%% interval | verdict | "
-                          "Others gap | 95%% interval | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+            report_printf(rep, "| row | against | metric | %s |\n|---|---|---|%s|\n", GAP_HEADER, GAP_HEADER_RULE);
             any = 1;
         }
         const Row* b = row_named(t, base);
         char a_label[2 * CONFIG_STR], b_label[2 * CONFIG_STR];
         markdown_cell(a_label, sizeof(a_label), t->rows[i].title);
         markdown_cell(b_label, sizeof(b_label), b->title);
-        report_printf(rep, "| %s | %s |", a_label, b_label);
         static const int metrics[] = {VALID, ARHIT, OTHERS};
+        static const char* const names[] = {"Valid", "AR-Hit", "Others"};
         for (int k = 0; k < 3; k++) {
             GapInterval g = row_gap(t, &t->rows[i], b, metrics[k]);
-            char interval[64];
-            if (isnan(g.gap)) report_printf(rep, " n/a | n/a | %s |", gap_verdict(g, NAN));
-            else report_printf(rep, " %+.4f | %s | %s |", g.gap, interval_text(interval, sizeof(interval), g, 4), gap_verdict(g, NAN));
+            char cells[1024];
+            report_printf(rep, "| %s | %s | %s |%s\n", a_label, b_label, names[k], gap_cells(cells, sizeof(cells), &g, NAN, 0, 4));
         }
-        report_printf(rep, "\n");
     }
-    if (any) report_printf(rep, "\nGap = the row minus the row it is read against (negative = lower loss), paired and resampled as the claims above.\n");
+    if (any) report_printf(rep, "\nGap = the row minus the row it is read against (negative = lower loss), paired and judged as the claims above.\n");
 }
 
 // The header of a table with a column per position bin, named by its token range or its number
@@ -523,7 +530,7 @@ static void write_positions(const Table* t, Report* rep) {
             GapInterval g = row_gap(t, &t->rows[i], &t->rows[0], METRICS + b);
             char interval[64];
             if (isnan(g.gap)) report_printf(rep, " - |");
-            else report_printf(rep, " %+.3f %s |", g.gap, interval_text(interval, sizeof(interval), g, 3));
+            else report_printf(rep, " %+.3f %s |", g.gap, interval_text(interval, sizeof(interval), &g, 3));
         }
         report_printf(rep, "\n");
     }
@@ -542,7 +549,7 @@ static void write_bars(const Table* t, const char* bars) {
         const Row* row = &t->rows[i];
         fprintf(f, "%d \"%s\" %d", i, row->title, config_variant(&row->models[0].cfg.model)->colour);
         for (int k = 0; k < METRICS; k++) {
-            GapInterval g = i ? row_gap(t, row, &t->rows[0], k) : (GapInterval){0, 0, 0};
+            GapInterval g = i ? row_gap(t, row, &t->rows[0], k) : (GapInterval){.n = 1};
             if (isnan(g.lo)) g.lo = g.hi = g.gap;  // no interval: a dot without a bar
             fprintf(f, " %.6f %.6f %.6f %.4f", g.gap, g.lo, g.hi, row->paper[k] - t->rows[0].paper[k]);
         }
@@ -645,8 +652,8 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
     preset_path(positions_png, n, opt->plots, t->name, opt->preset, "_positions.png");
     gnuplot_output(&vars, "out_positions", positions_png);
     snprintf(text, sizeof(text), "Table 6, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
-             "paired interval over %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
-             opt->preset, t->seeds > 1 ? "seeds and windows" : "windows, 1 seed", t->eval_windows, first->model.seq_len);
+             "paired interval, %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
+             opt->preset, t->seeds > 1 ? "t over the seeds" : "1 seed: windows' noise only", t->eval_windows, first->model.seq_len);
     gnuplot_string(&vars, "title_text", text);
     snprintf(text, sizeof(text), "Table 6, preset %s: validation loss during training, on eval_batches x batch_size = %d "
              "windows (the table: %d)", opt->preset, first->eval_batches * first->batch_size, t->eval_windows);

@@ -381,7 +381,7 @@ expect "bench --vs benches both recipes under the overrides given" \
     bash -c "test \$(grep -cE '^bench train: attention=(standard|diff) L=1 C=32 .* T=8 B=2 V=300 ' <<<\"\$1\") = 2 &&
              test \"\$(grep -oE '^bench train: attention=[a-z]+' <<<\"\$1\" | tr '\\n' ' ')\" = 'bench train: attention=standard bench train: attention=diff '" _ "$out"
 expect "bench --vs compares the second with the first, pair of steps by pair, with an interval" \
-    grep -qE "^$work/ok.ini against $work/ok_standard.ini, step pair by step pair: tokens/s [+-][0-9]+\.[0-9]% \[[+-][0-9]+\.[0-9]%, [+-][0-9]+\.[0-9]%\] \(geometric mean over 2 alternated pairs of timed steps; 95% bootstrap interval over the pairs\)$" <<<"$out"
+    grep -qE "^$work/ok.ini against $work/ok_standard.ini, step pair by step pair: tokens/s [+-][0-9]+\.[0-9]% \[[+-][0-9]+\.[0-9]%, [+-][0-9]+\.[0-9]%\] \(geometric mean over 2 alternated pairs of timed steps; 95% t-interval over the pairs' log ratios; [0-2] of 2 pairs (faster|slower)\)$" <<<"$out"
 expect "bench --vs states the peak memory of both models together, not of either" \
     bash -c "grep -qE '^both models in one process, their steps alternated: peak RSS [0-9]+ MiB together$' <<<\"\$1\" && ! grep -q ', peak RSS' <<<\"\$1\"" _ "$out"
 expect "bench --vs records both runs as alternated, with no peak memory of their own" \

@@ -23,19 +23,23 @@
 # Top-1 equal to the registry's, one HDF5 file per model with the documented shapes and the exact
 # count of causal logits, a PNG, and a rerun that trains nothing. With `--seeds 2` (a results folder
 # of its own): both stages of every row trained for seeds 2024 and 2025 in their own run folders;
-# Table 2 stating its two seeds, listing each seed's accuracies and judging each gap from the spread
-# (and, with one seed, every verdict "n/a"); Figure 1's DIFF answer share equal to the mean ± sample
+# Table 2 stating its two seeds and listing each seed's accuracies (with one seed, the evaluation's
+# interval and no verdict); Table 3 per depth and over depths with the t-interval, both seeds'
+# differences and no verdict from two, its dint-minus-diff answer gap, interval and per-seed values
+# recomputed from the registry's episodes; Figure 1's DIFF answer share equal to the mean ± sample
 # std of the registry's per-seed episode means; `table5 --seeds 2` writing fourteen statistics files
 # and a Top-1 equal to the mean ± std of the registry's two values, and its Top-1 gap of `diff` over
-# `transformer` the mean of the two seeds' paired differences with the interval running from the
-# smaller to the larger (one seed: no interval). A tiny corpus holding the needles' words is made
-# here.
+# `transformer` the mean of the two seeds' paired differences with their Student-t interval (one
+# seed: no interval, no verdict). A tiny corpus holding the needles' words is made here.
 set -u
 cd "$(dirname "$0")/.."
 bin=${BUILD:-build}/difftx
 work=$PWD/build/test_needle_sh
 rm -rf "$work" && mkdir -p "$work/corpus"
 source tests/harness.sh
+# a one-seed gap's cells (gap, interval, per seed, seeds, verdict; studies/verdict.h): the
+# evaluation's interval and no verdict, or no test at all where neither row retrieves
+one_seed='[+-][0-9.]+ \| (\[[-+0-9.]+, [-+0-9.]+\] \(evaluation noise only\) \| [-+0-9.]+ \| 1 seed \| no verdict \(one seed\)|- \| - \| - \| n/a \(neither retrieves\)) \|'
 sql() { sqlite3 "$work/results/registry.sqlite" "$1"; }
 is_png() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = "211PNG" ]; }
 
@@ -69,7 +73,7 @@ for row in standard diff; do
 done
 expect "table2 figure is PNG" is_png "$work/plots/table2_smoke.png"
 expect "table2 reads each row not in the paper against diff (its against key), in each setting" \
-    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| N=[1246], R=[12] \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/table2_smoke.md")" = 12
+    test "$(grep -cE "^\| (gda|diff_shared|dint) \| diff \| N=[1246], R=[12] \| $one_seed\$" "$work/results/table2_smoke.md")" = 12
 
 task fig5 > "$work/fig5.log" 2>&1
 expect "fig5 exits 0" test $? -eq 0
@@ -79,9 +83,9 @@ expect "fig5 sweeps 3 lengths x 5 depths" test "$(sql "SELECT COUNT(DISTINCT len
 expect "fig5 has 8 needles" test "$(sql "SELECT DISTINCT n_needles FROM episodes WHERE task = 'fig5'")" = 8
 expect "fig5 table: 5 depth rows and the average row" test "$(grep -cE '^\| ([0-9]+%|average) \|( [0-9.]+ \|){3}$' "$work/results/fig5_smoke.md")" = 30
 expect "fig5 judges DIFF against the Transformer at each of the 3 lengths, paired on episodes" \
-    test "$(grep -cE '^\| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|same direction|opposite|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 3
+    test "$(grep -cE "^\| (256|384|512) \| $one_seed\$" "$work/results/fig5_smoke.md")" = 3
 expect "fig5 reads each row not in the paper against diff at each length" \
-    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| (256|384|512) \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/fig5_smoke.md")" = 9
+    test "$(grep -cE "^\| (gda|diff_shared|dint) \| diff \| (256|384|512) \| $one_seed\$" "$work/results/fig5_smoke.md")" = 9
 
 task table3 > "$work/table3.log" 2>&1
 expect "table3 exits 0" test $? -eq 0
@@ -139,9 +143,9 @@ loss16=$(sql "SELECT printf('%.4f', value) FROM evaluations e JOIN runs r ON r.i
 expect "fig8 table's 16-bit loss is the registry's" grep -qE "^\| diff \| none \| 16 \| $loss16 \|" "$work/results/fig8_smoke.md"
 expect "fig8 figure" is_png "$work/plots/fig8_smoke.png"
 expect "fig8 judges what quantization costs DIFF against the Transformer: 2 scales x 3 widths x 2 settings" \
-    test "$(grep -cE '^\| per (tensor|row) \| [864] \| [14], [12] \| [+-][0-9.]+ \| \[[^]]+\] \| (within noise|same direction|opposite|n/a \(neither retrieves\)) \|$' "$work/results/fig8_smoke.md")" = 12
+    test "$(grep -cE "^\| per (tensor|row) \| [864] \| [14], [12] \| $one_seed\$" "$work/results/fig8_smoke.md")" = 12
 expect "fig8 reads each row not in the paper against diff at every scale, width and setting" \
-    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| per (tensor|row) \| [864] \| [14], [12] \| [+-][0-9.]+ \| (\[[^]]+\]|n/a) \| (within noise|higher|lower|n/a \(neither retrieves\)) \|$' "$work/results/fig8_smoke.md")" = 36
+    test "$(grep -cE "^\| (gda|diff_shared|dint) \| diff \| per (tensor|row) \| [864] \| [14], [12] \| $one_seed\$" "$work/results/fig8_smoke.md")" = 36
 # the gap from the registry's answers: (DIFF 4-bit - DIFF 16-bit) - (Transformer 4-bit - Transformer 16-bit), N = 1
 acc() { echo "(SELECT AVG(e.correct) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE r.row = '$1' AND e.task = 'fig8_tensor_$2bit' AND e.n_needles = 1)"; }
 gap4=$(sql "SELECT printf('%+.3f', ($(acc diff 4) - $(acc diff 16)) - ($(acc standard 4) - $(acc standard 16)))")
@@ -178,9 +182,9 @@ expect "table5 --needle-rows refuses a row without the row it is read against" \
 
 # seeds: --seeds 2 trains seed 2025 of every row beside 2024; the tables give mean ± sample std
 # over the seeds, each seed's numbers, and verdicts from the spread (none from one seed)
-expect "one seed: Table 2's intervals cover the episodes only" bash -c "grep -q 'One seed per row' '$work/results/table2_smoke.md' &&
-    grep -q 'covers the evaluation.s sampling only' '$work/results/table2_smoke.md' &&
-    test \"\$(grep -cE '\| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+ \| (n/a \(neither retrieves\)|within noise|same direction|opposite) \|$' '$work/results/table2_smoke.md')\" = 4"
+expect "one seed: Table 2's intervals cover the episodes only, and there is no verdict" bash -c "grep -q 'One seed per row' '$work/results/table2_smoke.md' &&
+    grep -q 'covers the evaluation.s noise only' '$work/results/table2_smoke.md' &&
+    test \"\$(grep -cE '^\| N=[1246], R=[12] \| [-+0-9.]+ \| $one_seed\$' '$work/results/table2_smoke.md')\" = 4"
 seeds() { $bin needle "$work/needle.ini" --preset smoke --seeds 2 --task "$1" --results "$work/seeds" --plots "$work/seeds_plots"; }
 seeds table2 > "$work/seeds_table2.log" 2>&1 && seeds table3 > "$work/seeds_table3.log" 2>&1
 expect "--seeds 2: table2 and table3 exit 0" test $? -eq 0
@@ -195,16 +199,22 @@ expect "table2 states its seeds and lists each seed's accuracy" bash -c "grep -q
 expect "table2 makes no verdict where neither row retrieves" bash -c "
     test \"\$(grep -c '^| standard |.* 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] | 0.00 ± 0.00 \[0.00\] |$' '$work/seeds/table2_smoke.md')\" = 1 &&
     test \"\$(grep -cE '\| n/a \(neither retrieves\) \|$' '$work/seeds/table2_smoke.md')\" = 16"
-expect "table3's verdicts come from the paired interval" test "$(grep -cE '\| (answer|noise)( / sum \\\|w\\\|)? \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+ \| (within noise|same direction|opposite) \|$' "$work/seeds/table3_smoke.md")" = 4
+expect "table3 gives DIFF minus standard per depth and over depths, with the t-interval, both seeds, and no verdict from 2" \
+    test "$(grep -cE '^\| (answer|noise)( / sum \\\|w\\\|)? \| ([0-9]+%|mean) \| [-+0-9.]+ \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+, [-+0-9.]+ \| [012] of 2 seeds (higher|lower|at 0); t p = [^;]+; MDG [0-9.]+ \| n too small for a verdict(; underpowered for the paper.s gap)? \|$' "$work/seeds/table3_smoke.md")" = 24
 # a row not in the paper against diff: the paired gap is the mean over the seeds of the rows'
 # differences in the registry's episodes (both rows answer the same episodes)
 # (one sqlite3 at a time: two opening the registry at once can meet a lock and print nothing)
 share() { echo "(SELECT r.seed, avg(e.answer) AS m FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = '$1' GROUP BY r.seed)"; }
-gap=$(sqls "SELECT printf('%+.3f', avg(a.m - b.m)) FROM $(share dint) a JOIN $(share diff) b ON a.seed = b.seed")
-expect "table3: dint minus diff in the answer share is the seeds' mean paired difference ($gap), with its interval" \
-    grep -qE "^\| dint \| diff \| answer \| \\$gap \| \[[-+0-9.]+, [-+0-9.]+\] \| (within noise|higher|lower) \|$" "$work/seeds/table3_smoke.md"
+# and its interval Student's t on the two differences: mean ± t(0.975, 1) |d1 - d2| / 2
+paired_t() {  # DIGITS, the per-seed differences on stdin: "gap | [lo, hi] | d1, d2"
+    awk -v k="$1" '{v[NR] = $1; m += $1} END {m /= NR; h = 12.7062047 * sqrt((v[1] - m)^2 + (v[2] - m)^2) / sqrt(2);
+        f = "%+." k "f"; printf f " | [" f ", " f "] | " f ", " f, m, m - h, m + h, v[1], v[2]}'
+}
+gap=$(sqls "SELECT a.m - b.m FROM $(share dint) a JOIN $(share diff) b ON a.seed = b.seed ORDER BY a.seed" | paired_t 3)
+expect "table3: dint minus diff in the answer share over depths is the seeds' mean paired difference, its t-interval and each seed's ($gap)" \
+    grep -qF "| dint | diff | answer | mean | $gap |" "$work/seeds/table3_smoke.md"
 expect "table3 reads the three rows not in the paper against diff in both shares, both readings" \
-    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| (answer|noise)( / sum \\\|w\\\|)? \| ' "$work/seeds/table3_smoke.md")" = 12
+    test "$(grep -cE '^\| (gda|diff_shared|dint) \| diff \| (answer|noise)( / sum \\\|w\\\|)? \| ([0-9]+%|mean) \| ' "$work/seeds/table3_smoke.md")" = 72
 # Figure 1's answer share of the diff row, from the registry's episodes: per seed the mean over
 # Table 3's episodes, then mean and sample std over the two seeds
 want=$(sqls "SELECT avg(e.answer) FROM episodes e JOIN runs r ON r.id = e.run_id WHERE e.task = 'table3' AND r.row = 'diff' GROUP BY r.seed" |
@@ -219,24 +229,22 @@ top=$(sqls "SELECT e.value FROM evaluations e JOIN runs r ON r.id = e.run_id JOI
     awk '{v[NR] = $1; m += $1} END {m /= NR; for (i = 1; i <= NR; i++) s += (v[i] - m)^2; printf "%.2f ± %.2f", m, sqrt(s / (NR - 1))}')
 expect "table5's Top-1 of table6/smoke/diff is its two seeds' mean ± std ($top)" \
     grep -qE "^\| table6/smoke/diff \| Attention Logits \| $top \|" "$work/seeds/table5_smoke_smoke.md"
-# the verdict's gap is the mean of the seeds' paired differences, and with two seeds the
-# bootstrap's interval runs from the smaller seed difference to the larger
-top1_gap() {  # EXPERIMENT ROW BASE: the mean of the seeds' paired Top-1 differences | [smaller, larger]
+# the verdict's gap is the mean of the seeds' paired differences, with their t-interval
+top1_gap() {  # EXPERIMENT ROW BASE: the mean of the seeds' paired Top-1 differences | [lo, hi] | d1, d2
     sqls "SELECT d.value - t.value FROM evaluations d JOIN runs rd ON rd.id = d.run_id JOIN experiments xd ON xd.id = rd.experiment_id
           JOIN runs rt ON rt.seed = rd.seed AND rt.experiment_id = rd.experiment_id JOIN evaluations t ON t.run_id = rt.id AND t.key = d.key
-          WHERE xd.name = '$1' AND rd.row = '$2' AND rt.row = '$3' AND d.key = 'table5_attention_logits_top1' ORDER BY rd.seed" |
-        awk '{v[NR] = $1; m += $1} END {lo = v[1] < v[2] ? v[1] : v[2]; hi = v[1] < v[2] ? v[2] : v[1]; printf "%+.2f | [%+.2f, %+.2f]", m / NR, lo, hi}'
+          WHERE xd.name = '$1' AND rd.row = '$2' AND rt.row = '$3' AND d.key = 'table5_attention_logits_top1' ORDER BY rd.seed" | paired_t 2
 }
 gap=$(top1_gap table6 diff transformer)
-expect "table5's Top-1 gap of diff over transformer is the seeds' paired differences with their range ($gap)" \
-    grep -qF "| table6/smoke/diff − table6/smoke/transformer | Attention Logits | $gap |" "$work/seeds/table5_smoke_smoke.md"
+expect "table5's Top-1 gap of diff over transformer is the seeds' paired differences with their t-interval ($gap)" \
+    grep -qF "| table6/smoke/diff − table6/smoke/transformer | Attention Logits | Top-1 | -279.20 | $gap |" "$work/seeds/table5_smoke_smoke.md"
 gap=$(top1_gap needle dint diff)
-expect "table5 reads dint against diff (its against key): the seeds' paired differences with their range ($gap)" \
-    grep -qF "| needle/smoke/dint − needle/smoke/diff | Attention Logits | $gap |" "$work/seeds/table5_smoke_smoke.md"
+expect "table5 reads dint against diff (its against key): the seeds' paired differences with their t-interval ($gap)" \
+    grep -qF "| needle/smoke/dint − needle/smoke/diff | Attention Logits | Top-1 | - | $gap |" "$work/seeds/table5_smoke_smoke.md"
 expect "table5 reads the three needle rows not in the paper against diff, both activation types" \
-    test "$(grep -cE '^\| needle/smoke/(gda|diff_shared|dint) − needle/smoke/diff \| (Attention Logits|Hidden States) \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|' "$work/results/table5_smoke_smoke.md")" = 6
-expect "table5 with one seed gives no interval" \
-    grep -qE "^\| table6/smoke/diff − table6/smoke/transformer \| Attention Logits \| [+-][0-9.]+ \| n/a \| n/a \(no interval\) \|" "$work/results/table5_smoke_smoke.md"
+    test "$(grep -cE '^\| needle/smoke/(gda|diff_shared|dint) − needle/smoke/diff \| (Attention Logits|Hidden States) \| Top-1 \| - \| [+-][0-9.]+ \| n/a \| [+-][0-9.]+ \| 1 seed \| no verdict \(one seed\) \|$' "$work/results/table5_smoke_smoke.md")" = 6
+expect "table5 with one seed gives no interval and no verdict" \
+    grep -qE "^\| table6/smoke/diff − table6/smoke/transformer \| Attention Logits \| Top-1 \| -279.20 \| [+-][0-9.]+ \| n/a \| [+-][0-9.]+ \| 1 seed \| no verdict \(one seed\) \|$" "$work/results/table5_smoke_smoke.md"
 
 # --rows: some of the recipe's rows, as on a recipe of those rows alone; the models are the
 # whole recipe's (nothing trained again), the outputs named for the rows in the recipe's order
@@ -256,7 +264,7 @@ expect "--rows: its figure drawn, and the whole recipe's table left as it was" b
 $bin needle "$work/needle.ini" --preset smoke --seeds 2 --rows gda,diff --task table3 --results "$work/seeds" --plots "$work/seeds_plots" > "$work/rows3.log" 2>&1
 expect "--rows: Table 3's paired gaps of gda against diff, intervals included, as in the whole recipe's table" bash -c "
     test \"\$(grep -E '^\| gda \| diff \| (answer|noise) \|' '$work/seeds/table3_smoke+diff+gda.md')\" = \"\$(grep -E '^\| gda \| diff \| (answer|noise) \|' '$work/seeds/table3_smoke.md')\" &&
-    test \"\$(grep -cE '^\| gda \| diff \| (answer|noise) \| [-+0-9.]+ \| \[' '$work/seeds/table3_smoke+diff+gda.md')\" = 2"
+    test \"\$(grep -cE '^\| gda \| diff \| (answer|noise) \| mean \| [-+0-9.]+ \| \[' '$work/seeds/table3_smoke+diff+gda.md')\" = 2"
 rows() { $bin needle "$work/needle.ini" --preset smoke --task table2 --results "$work/seeds" --rows "$1"; }
 expect_fail "--rows: a row read against a row left out" "row 'gda' is read against 'diff'" rows gda
 expect_fail "--rows: a name that is no row, with the recipe's rows" "'nope' is not a row of .*needle.ini \(its rows: standard, diff, gda, diff_shared, dint\)" rows diff,nope

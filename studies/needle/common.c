@@ -107,8 +107,17 @@ void episode_counts(const Records* rec, const Cell* cells, int n_cells, int samp
     }
 }
 
-const char* retrieval_verdict(GapInterval g, double paper_gap, int retrieves) {
-    return retrieves ? gap_verdict(g, paper_gap) : "n/a (neither retrieves)";
+const char* retrieval_cells(char* out, size_t n, const GapInterval* g, double paper_gap, int retrieves, int digits) {
+    if (retrieves) return gap_cells(out, n, g, paper_gap, 0, digits);
+    snprintf(out, n, " %+.*f | - | - | - | n/a (neither retrieves) |", digits, g->gap);
+    return out;
+}
+
+int retrieval_family(GapInterval* cells, const int* retrieves, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!retrieves[i]) cells[i].p = NAN;
+    }
+    return verdict_holm(cells, n);
 }
 
 void provenance(Report* f, const Row* rows, int n_rows, const NeedleOptions* opt, int samples) {
@@ -224,7 +233,7 @@ void comparison_heading(Report* f, const Comparison* c, int k, const char* paper
     if (k > 0 && !c[k - 1].paper) return;
     char caption[512], against_columns[256];
     snprintf(caption, sizeof(caption), "Rows not in the paper, each minus the row it is read against (`against`), %s; the "
-             "verdict reads the direction (higher or lower) where the interval excludes 0:", what);
+             "verdict as in the note below:", what);
     snprintf(against_columns, sizeof(against_columns), "row | against | %s", columns);
     table_heading(f, caption, against_columns);
 }

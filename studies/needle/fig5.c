@@ -52,18 +52,20 @@ static void write_verdicts(Report* md, const Fig5* t) {
         char caption[512];
         snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s) in accuracy averaged over the depths; the paper has "
                  "DIFF ahead at every length (its 3B models from 8K to 64K):", t->rows[c[i].a * seeds].study.name, t->rows[c[i].b * seeds].study.name);
-        comparison_heading(md, c, i, caption, "context | gap (ours) | 95% interval | verdict", "in accuracy averaged over the depths",
-                           "context | gap | 95% interval | verdict");
+        comparison_heading(md, c, i, caption, "context | " GAP_HEADER, "in accuracy averaged over the depths", "context | " GAP_HEADER);
+        GapInterval g[MAX_LENGTHS];
+        int retrieves[MAX_LENGTHS];
+        for (int l = 0; l < t->n_lengths; l++) g[l] = length_gap(t, c[i].a, c[i].b, l, pick, &retrieves[l]);
+        retrieval_family(g, retrieves, t->n_lengths);
         for (int l = 0; l < t->n_lengths; l++) {
-            int retrieves;
-            GapInterval g = length_gap(t, c[i].a, c[i].b, l, pick, &retrieves);
-            char interval[64];
+            char cells[1024];
             comparison_row(md, t->rows, seeds, c[i]);
-            report_printf(md, "| %d | %+.2f | %s | %s |\n", t->lengths[l], g.gap, interval_text(interval, sizeof(interval), g, 2),
-                          retrieval_verdict(g, c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves));
+            report_printf(md, "| %d |%s\n", t->lengths[l],
+                          retrieval_cells(cells, sizeof(cells), &g[l], c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves[l], 2));
         }
     }
-    if (n) report_printf(md, "\n%s\n\n", interval_note(seeds, "episodes"));
+    char family[256];
+    if (n) report_printf(md, "\n%s %s\n\n", interval_note(seeds, "episodes"), family_note(family, sizeof(family), t->n_lengths, "context lengths"));
     for (int k = 0; k < 4; k++) free(pick[k]);
 }
 

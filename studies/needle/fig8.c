@@ -117,24 +117,33 @@ static void write_verdicts(Report* f, const Fig8* t) {
         snprintf(caption, sizeof(caption), "What quantization costs DIFF (%s) minus what it costs the Transformer (%s): each model's "
                  "retrieval accuracy quantized minus its own unquantized, DIFF's change minus the Transformer's; positive is DIFF "
                  "losing less, which the paper reports.", rows[c[i].a * seeds].study.name, rows[c[i].b * seeds].study.name);
-        comparison_heading(f, c, i, caption, "scale | bits | N, R | gap (ours) | 95% interval | verdict",
+        comparison_heading(f, c, i, caption, "scale | bits | N, R | " GAP_HEADER,
                            "in what quantization costs each (its retrieval accuracy quantized minus unquantized)",
-                           "scale | bits | N, R | gap | 95% interval | verdict");
+                           "scale | bits | N, R | " GAP_HEADER);
+        enum { CELLS = 2 * (FIG8_WIDTHS - 1) * FIG8_SETTINGS };  // scopes x quantized widths x settings: one family
+        GapInterval g[CELLS];
+        int retrieves[CELLS], k = 0;
         for (int scope = 0; scope < 2; scope++) {
             for (int w = 1; w < FIG8_WIDTHS; w++) {
-                for (int st = 0; st < FIG8_SETTINGS; st++) {
-                    int retrieves;
-                    GapInterval g = quantization_gap(t, c[i].a, c[i].b, scope, w, st, change, &retrieves);
-                    char interval[64];
+                for (int st = 0; st < FIG8_SETTINGS; st++, k++) g[k] = quantization_gap(t, c[i].a, c[i].b, scope, w, st, change, &retrieves[k]);
+            }
+        }
+        retrieval_family(g, retrieves, CELLS);
+        k = 0;
+        for (int scope = 0; scope < 2; scope++) {
+            for (int w = 1; w < FIG8_WIDTHS; w++) {
+                for (int st = 0; st < FIG8_SETTINGS; st++, k++) {
+                    char cells[1024];
                     comparison_row(f, rows, seeds, c[i]);
-                    report_printf(f, "| %s | %d | %d, %d | %+.3f | %s | %s |\n", SCOPE_NAMES[scope], FIG8_BITS[w], FIG8_N[st],
-                                  FIG8_R[st], g.gap, interval_text(interval, sizeof(interval), g, 3),
-                                  retrieval_verdict(g, c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves));
+                    report_printf(f, "| %s | %d | %d, %d |%s\n", SCOPE_NAMES[scope], FIG8_BITS[w], FIG8_N[st], FIG8_R[st],
+                                  retrieval_cells(cells, sizeof(cells), &g[k], c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves[k], 3));
                 }
             }
         }
     }
-    if (n) report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
+    char family[256];
+    if (n) report_printf(f, "\n%s %s\n", interval_note(seeds, "episodes"),
+                         family_note(family, sizeof(family), 2 * (FIG8_WIDTHS - 1) * FIG8_SETTINGS, "cells (scale, bits, N and R)"));
     for (int k = 0; k < 4; k++) free(change[k]);
 }
 

@@ -145,10 +145,27 @@ static void spread_over_seeds(Table3* t) {
     }
 }
 
-// DIFF minus the Transformer in each share, mean over depths, paired on the episodes, against the
-// paper's gap; then each row not in the paper minus the row it is read against
+// Row group a minus row group b in share k, paired on the episodes: at depth d, or over every
+// depth (d = N_DEPTHS, the mean over depths: each depth has as many episodes)
+static GapInterval share_gap(const Table3* t, int a, int b, int k, int d, double* pick[2]) {
+    int seeds = t->m.seeds, units = t->units, per_depth = units / N_DEPTHS;
+    int first = d == N_DEPTHS ? 0 : d * per_depth, count = d == N_DEPTHS ? units : per_depth;
+    const double* share = t->shares + (size_t)k * t->m.n_models * units;
+    for (int s = 0; s < seeds; s++) {
+        memcpy(pick[0] + (size_t)s * count, share + ((size_t)a * seeds + s) * units + first, count * sizeof(double));
+        memcpy(pick[1] + (size_t)s * count, share + ((size_t)b * seeds + s) * units + first, count * sizeof(double));
+    }
+    Paired p = {seeds, count, pick[0], NULL, pick[1], NULL};
+    return paired_gap(&p);
+}
+
+// DIFF minus the Transformer in each share, per depth (one family of N_DEPTHS cells per share)
+// and mean over depths, paired on the episodes, against the paper's gap; then each row not in
+// the paper minus the row it is read against
 static void write_verdicts(Report* f, const Table3* t) {
     int seeds = t->m.seeds, units = t->units;
+    double* pick[2];  // row a's shares, then row b's, at a depth or over all: (seeds, units)
+    for (int k = 0; k < 2; k++) pick[k] = mallocCheck((size_t)seeds * units * sizeof(double));
     const Row* rows = t->m.rows;
     Comparison c[RECIPE_SECTIONS + 1];
     int n = task_comparisons(rows, t->m.n_rows, seeds, c);
@@ -156,29 +173,37 @@ static void write_verdicts(Report* f, const Table3* t) {
         char caption[512];
         snprintf(caption, sizeof(caption), "DIFF (%s) minus Transformer (%s), mean over depths, against the paper's gap:",
                  rows[c[i].a * seeds].study.name, rows[c[i].b * seeds].study.name);
-        comparison_heading(f, c, i, caption, "share | gap (ours) | 95% interval | paper gap | verdict", "mean over depths",
-                           "share | gap | 95% interval | verdict");
+        comparison_heading(f, c, i, caption, "share | depth | paper gap | " GAP_HEADER, "per depth and mean over depths",
+                           "share | depth | " GAP_HEADER);
         // the paper's normalisation is unpublished: both readings are set against its gap
         for (int k = 0; k < SHARES; k++) {
-            double paper_gap = NAN;
-            if (c[i].paper) {
-                int noise = k % 2;
-                const double* paper = noise ? PAPER_NOISE[0] : PAPER_ANSWER[0];
-                const double* paper_diff = noise ? PAPER_NOISE[1] : PAPER_ANSWER[1];
-                paper_gap = 0;
-                for (int d = 0; d < N_DEPTHS; d++) paper_gap += (paper_diff[d] - paper[d]) / N_DEPTHS;
+            double paper_gap[N_DEPTHS + 1];
+            int noise = k % 2;
+            const double* paper = noise ? PAPER_NOISE[0] : PAPER_ANSWER[0];
+            const double* paper_diff = noise ? PAPER_NOISE[1] : PAPER_ANSWER[1];
+            paper_gap[N_DEPTHS] = 0;
+            for (int d = 0; d < N_DEPTHS; d++) {
+                paper_gap[d] = c[i].paper ? paper_diff[d] - paper[d] : NAN;
+                paper_gap[N_DEPTHS] += paper_gap[d] / N_DEPTHS;
             }
-            const double* share = t->shares + (size_t)k * t->m.n_models * units;
-            Paired p = {seeds, units, share + (size_t)c[i].a * seeds * units, NULL, share + (size_t)c[i].b * seeds * units, NULL};
-            GapInterval g = paired_gap(&p);
-            char interval[64];
-            comparison_row(f, rows, seeds, c[i]);
-            report_printf(f, "| %s | %+.3f | %s |", SHARE_NAMES[k], g.gap, interval_text(interval, sizeof(interval), g, 3));
-            if (c[i].paper) report_printf(f, " %+.3f |", paper_gap);
-            report_printf(f, " %s |\n", gap_verdict(g, paper_gap));
+            GapInterval g[N_DEPTHS + 1];
+            for (int d = 0; d <= N_DEPTHS; d++) g[d] = share_gap(t, c[i].a, c[i].b, k, d, pick);
+            verdict_holm(g, N_DEPTHS);  // the depths are the family; their mean is a test of its own
+            for (int d = 0; d <= N_DEPTHS; d++) {
+                char cells[1024], depth[32];
+                if (d < N_DEPTHS) snprintf(depth, sizeof(depth), "%.0f%%", 100 * DEPTHS[d]);
+                else snprintf(depth, sizeof(depth), "mean");
+                comparison_row(f, rows, seeds, c[i]);
+                report_printf(f, "| %s | %s |", SHARE_NAMES[k], depth);
+                if (c[i].paper) report_printf(f, " %+.3f |", paper_gap[d]);
+                report_printf(f, "%s\n", gap_cells(cells, sizeof(cells), &g[d], paper_gap[d], 0, 3));
+            }
         }
     }
-    if (n) report_printf(f, "\n%s\n", interval_note(seeds, "episodes"));
+    char family[256];
+    if (n) report_printf(f, "\n%s %s The mean over depths is tested on its own.\n", interval_note(seeds, "episodes"),
+                         family_note(family, sizeof(family), N_DEPTHS, "depths of a share"));
+    for (int k = 0; k < 2; k++) free(pick[k]);
 }
 
 // Row g's noise metric k in layer l: the mean over the layer's heads, spread over the row's seeds

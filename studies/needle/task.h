@@ -98,10 +98,13 @@ void comparison_heading(Report* f, const Comparison* c, int k, const char* paper
                         const char* what, const char* columns);
 // A comparison's table row starts with the two rows' names where it reads a row against another
 void comparison_row(Report* f, const Row* rows, int seeds, Comparison c);
-// A retrieval gap's verdict (gap_verdict), or "n/a (neither retrieves)" when no model of either
-// row answered a query right: models that retrieve nothing agree exactly, which says nothing
-// about the paper's gap
-const char* retrieval_verdict(GapInterval g, double paper_gap, int retrieves);
+// A retrieval gap's cells (gap_cells), or the gap alone with "n/a (neither retrieves)" when no
+// model of either row answered a query right: models that retrieve nothing agree exactly, which
+// says nothing about the paper's gap
+const char* retrieval_cells(char* out, size_t n, const GapInterval* g, double paper_gap, int retrieves, int digits);
+// Holm's correction over a family of n retrieval cells, those where neither row retrieves left out
+// of it; returns the cells tested
+int retrieval_family(GapInterval* cells, const int* retrieves, int n);
 // The paper's direction for a claim it makes without a number ("DIFF ahead"): a gap of this sign
 #define PAPER_DIFF_AHEAD 1.0
 
