@@ -93,7 +93,7 @@ CORE := $(MODEL) $(DATA) $(EVAL) $(RUN) $(STUDIES) $(VIZ)
 OBJS := $(patsubst %.c,$(B)/obj/%.o,$(CORE)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 TESTS := test_blas_kernel test_bf16 test_backend_ops test_devices test_grad test_reference test_tokenizer test_train test_eval test_registry test_decoding test_needle test_hook test_recipes test_safety test_checkpoint test_outliers test_corpora
 
-.PHONY: browser-deps all help deps data train check test test-build bench table6 lr-stability table2 fig5 table3 fig8 table5 clean cuda-portable-build gpu-bundle
+.PHONY: browser-deps all help deps data train check test test-build bench table6 lr-stability scaling table2 fig5 table3 fig8 table5 clean cuda-portable-build gpu-bundle
 .SECONDARY:
 all: $(B)/difftx
 
@@ -182,6 +182,12 @@ table6: $(B)/difftx data/default/train.bin
 # learning rate, with each row's spikes and final loss; PRESET and SEEDS as for table6
 lr-stability: $(B)/difftx data/default/train.bin
 	$(MPIRUN)$(B)/difftx table6 experiments/lr_stability.ini --preset $(PRESET) --seeds $(SEEDS) device=$(DEVICE)
+
+# The paper's Figure 3b at this scale: the DIFF-minus-Transformer gap in validation loss against
+# training tokens, with its t-interval over the seeds; PRESET=smoke|small|gpu124m, SEEDS=n;
+# VARIANTS=1 adds DIFF V2 and GDA (experiments/scaling_variants.ini)
+scaling: $(B)/difftx data/default/train.bin
+	$(MPIRUN)$(B)/difftx table6 experiments/$(if $(VARIANTS),scaling_variants,scaling).ini --preset $(PRESET) --seeds $(SEEDS) device=$(DEVICE)
 
 # Multi-needle retrieval (Table 2, Figure 5) and attention allocation (Table 3, Figure 1);
 # attention-logit quantization (Figure 8); NEEDLE_PRESET=smoke|short|medium|default, SEEDS=n models
@@ -316,6 +322,7 @@ help:
 	@echo "make bench           training speed, MFU and peak memory"
 	@echo "make table6          the paper's Table 6    PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/table6.ini | paste -sd'|') (default $(PRESET)), SEEDS=n (default $(SEEDS))"
 	@echo "make lr-stability    Table 6's Transformer and DIFF at 1x, 2x, 4x the learning rate: spikes and loss; PRESET, SEEDS as above"
+	@echo "make scaling         the DIFF - Transformer gap against training tokens (Figure 3b)  PRESET=smoke|small|gpu124m, SEEDS as above, VARIANTS=1 adds DIFF V2 and GDA"
 	@echo "make table2 | fig5 | table3 | fig8      NEEDLE_PRESET=$$(sed -n 's/^\[preset \(.*\)\]$$/\1/p' experiments/needle.ini | paste -sd'|') (default $(NEEDLE_PRESET)), SEEDS=n (default $(SEEDS)), NEEDLE_ROWS=row,row (default every row)"
 	@echo "make table5          PRESET, NEEDLE_PRESET, NEEDLE_ROWS and SEEDS as above"
 	@echo "make CUDA=1          build/cuda/difftx with the CUDA backend (CUDA_ARCH=90); make gpu-bundle: the GPU check's folder"

@@ -22,11 +22,12 @@ static int is_row_key(const char* k) {
 static int is_preset_key(const char* k) {
     return recipe_shape_key(0, k) || !strcmp(k, "eval_windows") || !strcmp(k, "outlier_tokens");
 }
-// outside any section: `study`, the outputs' name; a claim: its text, gap, metric and, for a
+// outside any section: `study`, the outputs' name, and `gap_curve`, whether the gaps are also
+// followed along training (write_gap_curve); a claim: its text, gap, metric and, for a
 // claim that a change barely matters, the equivalence margin
 int table6_extra_key(int place, const char* k) {
     if (place == RECIPE_CLAIM) return !strcmp(k, "text") || !strcmp(k, "gap") || !strcmp(k, "metric") || !strcmp(k, "margin");
-    return place == RECIPE_ROW ? is_row_key(k) : place == RECIPE_PRESET ? is_preset_key(k) : !strcmp(k, "study");
+    return place == RECIPE_ROW ? is_row_key(k) : place == RECIPE_PRESET ? is_preset_key(k) : !strcmp(k, "study") || !strcmp(k, "gap_curve");
 }
 
 // computed per row from the preset's h and d, the row's heads and width, and match_params
@@ -118,6 +119,7 @@ typedef struct {
     int n_rows;
     Claim claims[RECIPE_CLAIMS];
     int n_claims;
+    int gap_curve;  // the recipe's `gap_curve`: the gaps along training too
 } Table;
 
 static const Row* row_named(const Table* t, const char* name) {
@@ -182,6 +184,9 @@ static void table_open(Table* t, const Table6Options* opt) {
         paper_values(row->section, row->paper, opt->recipe);
     }
     read_claims(t);
+    const char* curve = section_get(&t->study.recipe->common, "gap_curve");
+    if (curve && strcmp(curve, "true") && strcmp(curve, "false")) die("%s: key 'gap_curve': '%s' is not true or false", opt->recipe, curve);
+    t->gap_curve = curve && !strcmp(curve, "true");
 }
 
 static void table_close(Table* t) {
@@ -536,6 +541,151 @@ static void write_positions(const Table* t, Report* rep) {
     }
 }
 
+// ---- the gaps along training (`gap_curve = true`): Figure 3b of the paper at this scale ----
+#define CURVE_POINTS 12  // validation points reported per comparison, log-spaced in tokens
+
+// Two rows compared along training: a claim on Valid, or a row against the row it names
+typedef struct {
+    const Row *a, *b;
+    char label[2 * CONFIG_STR + 8];
+} CurvePair;
+
+static int curve_pairs(const Table* t, CurvePair* out) {
+    int n = 0;
+    char a[CONFIG_STR], b[CONFIG_STR];  // a title cut to fit, never overrun
+    for (int c = 0; c < t->n_claims; c++) {
+        if (t->claims[c].metric != VALID) continue;
+        out[n] = (CurvePair){t->claims[c].a, t->claims[c].b, ""};
+        markdown_cell(a, sizeof(a), t->claims[c].a->title);
+        markdown_cell(b, sizeof(b), t->claims[c].b->title);
+        snprintf(out[n++].label, sizeof(out[0].label), "%s − %s", a, b);
+    }
+    for (int i = 0; i < t->n_rows; i++) {
+        const char* base = section_get(t->rows[i].section, "against");
+        if (!base) continue;
+        out[n] = (CurvePair){&t->rows[i], row_named(t, base), ""};
+        markdown_cell(a, sizeof(a), t->rows[i].title);
+        markdown_cell(b, sizeof(b), out[n].b->title);
+        snprintf(out[n++].label, sizeof(out[0].label), "%s − %s", a, b);
+    }
+    return n;
+}
+
+// The validation points nearest CURVE_POINTS targets spread evenly in log(tokens) from the
+// first point to the last, each once, in order; returns how many
+static int log_spaced(const int64_t* tokens, int points, int* pick) {
+    int n = 0;
+    for (int j = 0; j < CURVE_POINTS && points > 0; j++) {
+        double target = log((double)tokens[0]) + j * (log((double)tokens[points - 1]) - log((double)tokens[0])) / (CURVE_POINTS - 1);
+        int best = 0;
+        for (int k = 1; k < points; k++) {
+            if (fabs(log((double)tokens[k]) - target) < fabs(log((double)tokens[best]) - target)) best = k;
+        }
+        if (n == 0 || best > pick[n - 1]) pick[n++] = best;
+    }
+    return n;
+}
+
+// Per comparison, at log-spaced validation points, the paired gap in validation loss (every run
+// evaluates the same eval_batches x batch_size windows at the same steps) over the seeds both
+// rows finished, with its t-interval; the points of a comparison are one family. The data file
+// holds one block per comparison: "tokens gap low high" (no interval: low = high = gap).
+static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const char* dat) {
+    const Config* first = &t->rows[0].models[0].cfg;
+    DataDir data;
+    data_open(&data, first->data, DATA_TRAIN);
+    double train_tokens = (double)data.train.n_tokens;
+    data_close(&data);
+    CurvePair pairs[RECIPE_CLAIMS + RECIPE_SECTIONS];
+    int n_pairs = curve_pairs(t, pairs);
+    report_printf(rep, "\n### The gaps along training (validation loss against training tokens)\n\nEach comparison's gap in "
+                  "validation loss at %d validation points spread evenly in log(tokens), on the eval_batches x batch_size = %d "
+                  "windows every run evaluates at the same steps; epochs = tokens over the training split's %.0f tokens.\n\n"
+                  "| comparison | tokens | epochs | %s |\n|---|---|---|%s|\n", CURVE_POINTS, first->eval_batches * first->batch_size,
+                  train_tokens, GAP_HEADER, GAP_HEADER_RULE);
+    DataFile file;
+    data_file_open(&file, dat);
+    for (int c = 0; c < n_pairs; c++) {
+        const Row *a = pairs[c].a, *b = pairs[c].b;
+        int kept = 0, points = -1, same = 1;
+        int64_t* tokens = NULL;
+        double *va[256], *vb[256];  // each kept seed's curves
+        for (int s = 0; s < t->seeds; s++) {
+            if (!a->runs[s] || !b->runs[s]) continue;
+            int64_t *ta, *tb;
+            int na = registry_run_curve(reg, a->runs[s], "val_loss", &ta, &va[kept]);
+            int nb = registry_run_curve(reg, b->runs[s], "val_loss", &tb, &vb[kept]);
+            same &= na == nb && (points < 0 || na == points) && !memcmp(ta, tb, (size_t)na * sizeof(int64_t)) &&
+                    (!tokens || !memcmp(ta, tokens, (size_t)na * sizeof(int64_t)));
+            points = na;
+            free(tb);
+            if (!tokens) tokens = ta;
+            else free(ta);
+            kept++;
+        }
+        char quoted[sizeof(pairs[0].label)];
+        gnuplot_data_text(quoted, sizeof(quoted), pairs[c].label);
+        fprintf(file.f, "\"%s\"\n", quoted);
+        if (!kept || !same || points < 1) {
+            report_printf(rep, "| %s | - | - | n/a | n/a | - | - | %s |\n", pairs[c].label,
+                          kept ? "n/a (the runs' validation points differ)" : "n/a (no data)");
+        } else {
+            int pick[CURVE_POINTS];
+            int n = log_spaced(tokens, points, pick);
+            GapInterval g[CURVE_POINTS];
+            for (int i = 0; i < n; i++) {
+                double x[256], y[256];
+                for (int s = 0; s < kept; s++) {
+                    x[s] = va[s][pick[i]];
+                    y[s] = vb[s][pick[i]];
+                }
+                Paired p = {kept, 1, x, NULL, y, NULL};
+                g[i] = paired_gap(&p);
+            }
+            verdict_holm(g, n);
+            for (int i = 0; i < n; i++) {
+                char cells[1024];
+                double tok = (double)tokens[pick[i]];
+                report_printf(rep, "| %s | %.0f | %.2f |%s\n", pairs[c].label, tok, tok / train_tokens,
+                              gap_cells(cells, sizeof(cells), &g[i], NAN, 0, 4));
+                fprintf(file.f, "%.0f %.6f %.6f %.6f\n", tok, g[i].gap, isnan(g[i].lo) ? g[i].gap : g[i].lo,
+                        isnan(g[i].hi) ? g[i].gap : g[i].hi);
+            }
+        }
+        fprintf(file.f, "\n\n");
+        for (int s = 0; s < kept; s++) {
+            free(va[s]);
+            free(vb[s]);
+        }
+        free(tokens);
+    }
+    data_file_close(&file);
+    char family[256];
+    if (t->seeds > 1) {
+        report_printf(rep, "\nGap = the first row minus the second (negative = lower loss). %s %s\n", interval_note(t->seeds, "windows"),
+                      family_note(family, sizeof(family), CURVE_POINTS, "validation points"));
+    } else {
+        report_printf(rep, "\nGap = the first row minus the second (negative = lower loss). One seed: a validation point's loss is one "
+                      "number per run, so there is no interval and no verdict; `--seeds N` gives the t-interval over seeds.\n");
+    }
+    return n_pairs;
+}
+
+// The gaps' figure: plots/<name>_<preset>_gaps.png from the data file write_gap_curve wrote
+static void draw_gap_curve(const Table* t, const char* dat, int pairs, char* png, size_t n) {
+    GnuplotVars vars;
+    gnuplot_init(&vars);
+    gnuplot_input(&vars, "gaps", dat);
+    gnuplot_number(&vars, "pairs", pairs);
+    preset_path(png, n, t->opt->plots, t->name, t->opt->preset, "_gaps.png");
+    gnuplot_output(&vars, "out_gaps", png);
+    char text[512];
+    snprintf(text, sizeof(text), "%s, preset %s: validation loss gap against training tokens (bars: 95%% %s)", t->name, t->opt->preset,
+             t->seeds > 1 ? "t-interval over the seeds" : "none, 1 seed");
+    gnuplot_string(&vars, "title_text", text);
+    gnuplot("gap_curve.gp", &vars);
+}
+
 // ---- figures: data files, then gnuplot ----
 // Each row against the first (the Transformer), ours and the paper's on one axis: the paper's
 // claims are differences, and its 3B models' absolute losses are not on our scale
@@ -683,10 +833,18 @@ int table6_main(const Table6Options* opt) {
     write_claims(&t, &rep);
     write_against(&t, &rep);
     write_positions(&t, &rep);
+    char gaps[4096], gaps_png[4400] = "";
+    int pairs = 0;
+    if (t.gap_curve) {
+        preset_path(gaps, sizeof(gaps), opt->results, t.name, opt->preset, "_gaps.dat");
+        pairs = write_gap_curve(&t, reg, &rep, gaps);
+    }
     report_close(&rep);
     char png[4400], curves_png[4400], positions_png[4400];
     write_figures(&t, reg, png, curves_png, positions_png, sizeof(png));
-    printf("\nwrote %s, %s, %s, %s; runs in %s/registry.sqlite\n", path, png, curves_png, positions_png, opt->results);
+    if (pairs) draw_gap_curve(&t, gaps, pairs, gaps_png, sizeof(gaps_png));
+    printf("\nwrote %s, %s, %s, %s%s%s; runs in %s/registry.sqlite\n", path, png, curves_png, positions_png, pairs ? ", " : "", gaps_png,
+           opt->results);
     int missing = 0;
     for (int i = 0; i < t.n_rows; i++) {
         if (t.rows[i].n < t.seeds) {

@@ -183,10 +183,10 @@ const char* interval_text(char* out, int n, const GapInterval* g, int digits) {
     return out;
 }
 
-// A p-value as a table shows it: two significant digits, "< 0.001" below
+// A p-value as a table shows it after its name: "= " and two significant digits, "< 0.001" below
 static const char* p_text(char* out, size_t n, double p) {
     if (p < 0.001) snprintf(out, n, "< 0.001");
-    else snprintf(out, n, "%.2g", p);
+    else snprintf(out, n, "= %.2g", p);
     return out;
 }
 
@@ -218,14 +218,14 @@ const char* gap_cells(char* out, size_t n, const GapInterval* g, double paper_ga
         append(out, n, " 1 seed |");
     } else {
         const char* way = g->gap > 0 ? "higher" : g->gap < 0 ? "lower" : "at 0";
-        append(out, n, " %d of %d seeds %s; t p = %s", g->gap == 0 ? 0 : g->same_sign, g->n, way, p_text(p, sizeof(p), g->p));
+        append(out, n, " %d of %d seeds %s; t p %s", g->gap == 0 ? 0 : g->same_sign, g->n, way, p_text(p, sizeof(p), g->p));
         if (g->p_holm != g->p && !isnan(g->p_holm)) append(out, n, " (Holm %s)", p_text(holm, sizeof(holm), g->p_holm));
         append(out, n, "; MDG %.*f |", digits, g->mdg);
     }
     append(out, n, " ");
     if (margin > 0 && g->n >= 2) {
         double tp = tost_p(g, margin);
-        append(out, n, "%s within ±%g (TOST p = %s); ", tp < VERDICT_ALPHA ? "equivalent" : "not shown equivalent", margin,
+        append(out, n, "%s within ±%g (TOST p %s); ", tp < VERDICT_ALPHA ? "equivalent" : "not shown equivalent", margin,
                p_text(p, sizeof(p), tp));
     }
     append(out, n, "%s", gap_word(g, paper_gap));
@@ -255,7 +255,7 @@ const char* interval_note(int seeds, const char* units) {
 }
 
 const char* family_note(char* out, size_t n, int cells, const char* family) {
-    snprintf(out, n, "Each comparison's %d %s are one family: a cell's direction needs its Holm-adjusted p (shown as Holm) "
-             "below 0.05.", cells, family);
+    snprintf(out, n, "Each comparison's %s (%d at most) are one family: a cell's direction needs its Holm-adjusted p (shown as "
+             "Holm) below 0.05.", family, cells);
     return out;
 }

@@ -86,7 +86,7 @@ const char* interval_text(char* out, int n, const GapInterval* g, int digits);
 // The sentences a table states under its verdicts: how rows are paired and what the interval,
 // the p-values, the minimum detectable gap and the words mean
 const char* interval_note(int seeds, const char* units);
-// The sentence under a family of cells: how many were tested and that Holm's correction holds
+// The sentence under a family of cells: how many there are (at most) and that Holm's correction holds
 const char* family_note(char* out, size_t n, int cells, const char* family);
 
 #endif

@@ -104,6 +104,35 @@ static void test_gpu_preset(void) {
     free(r);
 }
 
+// The gap-against-tokens studies: both recipes resolve in every preset of scaling_presets.ini to
+// the Transformer, DIFF (and in scaling_variants.ini DIFF V2 and GDA) rows of table6.ini's shape
+// rule; the CPU preset trains at least 2e7 tokens a run with at least 12 validation points, and
+// every row is within 1% of the Transformer's parameters (the check table6 makes before training)
+static void test_scaling(void) {
+    static const char* const PATHS[2] = {"experiments/scaling.ini", "experiments/scaling_variants.ini"};
+    static const char* const ATTENTION[4] = {"standard", "diff", "diff2", "gda"};
+    for (int f = 0; f < 2; f++) {
+        Recipe* r = recipe_load(PATHS[f], table6_extra_key);
+        CHECK(r->n_presets == 3 && r->n_rows == 2 + 2 * f && r->n_claims == 1, "%s: 3 presets, %d rows, a claim (got %d, %d, %d)",
+              PATHS[f], 2 + 2 * f, r->n_presets, r->n_rows, r->n_claims);
+        for (int p = 0; p < r->n_presets; p++) {
+            size_t first = 0;
+            for (int i = 0; i < r->n_rows; i++) {
+                Config cfg = table6_row_config(r, &r->presets[p], i, 0, PATHS[f], "build/test_recipes");
+                size_t params = model_param_count(&cfg.model, 4096);
+                if (i == 0) first = params;
+                long long tokens = (long long)cfg.optim.steps * cfg.batch_size * cfg.grad_accum * cfg.model.seq_len;
+                int points = cfg.optim.steps / cfg.eval_every;
+                CHECK(strcmp(config_attention_name(&cfg.model), ATTENTION[i]) == 0 && fabs((double)params - (double)first) <= 0.01 * first &&
+                          points >= 12 && (strcmp(r->presets[p].name, "small") || tokens >= 20000000LL),
+                      "%s preset %s [row %s]: %s, %zu parameters (first row %zu), %lld tokens, %d validation points", PATHS[f],
+                      r->presets[p].name, r->rows[i].name, config_attention_name(&cfg.model), params, first, tokens, points);
+            }
+        }
+        free(r);
+    }
+}
+
 static const ParamTensor* param_named(const Model* m, const char* name) {
     for (int i = 0; i < m->n_tensors; i++) {
         if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
@@ -230,6 +259,7 @@ static void test_defaults(void) {
 int main(void) {
     test_table6();
     test_gpu_preset();
+    test_scaling();
     test_paired_init();
     test_needle();
     test_attention_flops();

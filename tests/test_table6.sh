@@ -326,6 +326,25 @@ if [ "$(uname -m)" = x86_64 ] && [ "${BUILD:-build}" != build/san ]; then
         bash -c "test $rc = 0 && test \$(grep -c '^== .* seed 1001' '$work/restart2.log') = $n_rows && test \$(grep -c '^== .* seed 1000' '$work/restart2.log') = 0"
 fi
 
+# The gap against training tokens (experiments/scaling.ini, `make scaling PRESET=smoke SEEDS=3` on
+# this corpus): 3 seeds of both rows, the gap at log-spaced validation points with the t-interval,
+# and at the first point the gap, its interval and each seed's difference recomputed from the
+# registry's validation losses (t(0.975, 2) = 4.302653); the gaps' figure and the loss curves
+$bin table6 experiments/scaling.ini --preset smoke --seeds 3 --results "$work/scaling" --plots "$work/scaling" data="$work/data" \
+    > "$work/scaling.log" 2>&1
+expect "scaling smoke with 3 seeds exits 0, its gaps' figure and loss curves drawn" \
+    bash -c "test $? = 0 && head -c 4 '$work/scaling/scaling_smoke_gaps.png' | grep -q PNG && head -c 4 '$work/scaling/scaling_smoke_curves.png' | grep -q PNG"
+expect "scaling: at least 6 log-spaced validation points of DIFF minus the Transformer, none from 3 seeds a verdict" \
+    test "$(grep -cE '^\| DIFF 2x16 GN − Transformer 4x16 \| [0-9]+ \| [0-9.]+ \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+, [-+0-9.]+, [-+0-9.]+ \| [0-3] of 3 seeds .* \| n too small for a verdict \|$' "$work/scaling/scaling_smoke.md")" -ge 6
+first=$(sqlite3 "$work/scaling/registry.sqlite" "SELECT d.value - t.value FROM metrics d JOIN runs rd ON rd.id = d.run_id JOIN runs rt
+    ON rt.seed = rd.seed AND rt.experiment_id = rd.experiment_id JOIN metrics t ON t.run_id = rt.id AND t.key = d.key AND t.step = d.step
+    WHERE rd.row = 'diff' AND rt.row = 'transformer' AND rd.status = 'FINISHED' AND rt.status = 'FINISHED' AND d.key = 'val_loss'
+    AND d.step = (SELECT min(step) FROM metrics WHERE key = 'val_loss') ORDER BY rd.seed" |
+    awk '{v[NR] = $1; m += $1} END {m /= NR; for (i = 1; i <= NR; i++) s += (v[i] - m)^2; h = 4.302653 * sqrt(s / (NR - 1) / NR);
+        printf "%+.4f | [%+.4f, %+.4f] | %+.4f, %+.4f, %+.4f", m, m - h, m + h, v[1], v[2], v[3]}')
+expect "scaling: the first point's gap, t-interval and per-seed differences are the registry's ($first)" \
+    grep -qE "^\| DIFF 2x16 GN − Transformer 4x16 \| 2560 \| [0-9.]+ \| $(sed 's/[][|+.]/\\&/g' <<<"$first") \|" "$work/scaling/scaling_smoke.md"
+
 # last, as it adds an attempt: a rerun after a row's checkpoint is gone trains that row alone
 # again, as a new attempt
 rm "$ckpt"
