@@ -25,6 +25,7 @@
 #include "studies/runs.h"
 #include "studies/table5.h"
 #include "studies/table6.h"
+#include "studies/verdict.h"
 #include "run/train.h"
 #include "model/backend.h"
 #include "run/checkpoint.h"
@@ -532,6 +533,47 @@ static int run_ids_command(int argc, char** argv, const char* figure,
 static int cmd_compare(int argc, char** argv) { return run_ids_command(argc, argv, "compare", runs_compare); }
 static int cmd_lambda(int argc, char** argv) { return run_ids_command(argc, argv, "lambda", runs_lambda); }
 
+// A signed number as a table prints it ("+0.0401", "-0.03", "1e-3"), or dies naming what it is
+static double parse_signed_arg(const char* what, const char* value) {
+    const char* text = value[0] == '+' ? value + 1 : value;
+    char* end;
+    double v = strtod(text, &end);
+    if (!plain_number(text, 1) || end == text || *end || !isfinite(v)) die("%s: '%s' is not a number", what, value);
+    return v;
+}
+
+// `gap`: the tables' verdict policy on paired differences read elsewhere (a table of another
+// run, a paper's per-seed values), one per seed. Parsed by hand, not by getopt: a difference
+// such as -0.03 is an argument, not an option.
+static int cmd_gap(int argc, char** argv) {
+    static double d[VERDICT_MAX_SEEDS], zeros[VERDICT_MAX_SEEDS];
+    double paper = NAN, margin = 0;
+    int digits = 4, n = 0;
+    for (int i = 1; i < argc; i++) {
+        int is_paper = strcmp(argv[i], "--paper") == 0, is_margin = strcmp(argv[i], "--margin") == 0;
+        if (is_paper || is_margin || strcmp(argv[i], "--digits") == 0) {
+            if (i + 1 == argc) die("option %s needs a value\n%s", argv[i], USAGE);
+            if (is_paper) paper = parse_signed_arg("option --paper", argv[++i]);
+            else if (is_margin) margin = parse_signed_arg("option --margin", argv[++i]);
+            else digits = parse_int_arg("--digits", argv[++i]);
+            if (is_margin && !(margin > 0)) die("option --margin: '%s' is not a positive number", argv[i]);
+            if (digits > 12) die("option --digits: at most 12, got %d", digits);
+        } else if (strncmp(argv[i], "--", 2) == 0) {
+            die("unknown option '%s' (gap takes --paper, --margin and --digits)\n%s", argv[i], USAGE);
+        } else {
+            if (n == VERDICT_MAX_SEEDS) die("gap takes at most %d differences", VERDICT_MAX_SEEDS);
+            d[n++] = parse_signed_arg("a per-seed difference", argv[i]);
+        }
+    }
+    if (n < 1) die("gap takes each seed's paired difference, at least one\n%s", USAGE);
+    Paired p = {n, 1, d, NULL, zeros, NULL};
+    GapInterval g = paired_gap(&p);
+    char cells[2048];
+    printf("| %s |\n|%s|\n|%s\n\n%s\n", GAP_HEADER, GAP_HEADER_RULE, gap_cells(cells, sizeof(cells), &g, paper, margin, digits),
+           n > 1 ? interval_note(n, "units") : "One difference: no interval and no verdict.");
+    return 0;
+}
+
 static int cmd_keys(int argc, char** argv) {
     (void)argv;
     if (argc > 1) die("keys takes no arguments\n%s", USAGE);
@@ -564,6 +606,8 @@ static const Command COMMANDS[] = {
      "runs' differing config keys and final metrics side by side; their loss curves in one figure"},
     {"lambda", cmd_lambda, "ID... [--results DIR] [--out PNG]",
      "each run's lambda per layer at every evaluation of its training, printed and drawn (default plots/lambda_<ids>.png)"},
+    {"gap", cmd_gap, "D1 D2 ... [--paper G] [--margin M] [--digits K (4)]",
+     "the tables' verdict on per-seed paired differences: t-interval, p, minimum detectable gap, equivalence within ±M"},
     {"keys", cmd_keys, "", "every recipe key with its default and meaning, as a Markdown table"},
     {"help", NULL, "[SUBCOMMAND]", "this list, or one subcommand's usage (also: difftx SUBCOMMAND --help)"},
     {"maps", cmd_maps, "CHECKPOINT (--text FILE | --prompt TEXT) [--layers L,..] [--heads H,..] [--device cpu|cuda (cpu)] -o OUT.h5",

@@ -658,6 +658,20 @@ expect "make_gpu_bundle.sh takes a relative OUT from where it is run" test -f "$
 (cd "$work" && "$OLDPWD/tests/make_gpu_bundle.sh" relative_bundle "$OLDPWD/$bin" > /dev/null 2>&1)
 expect "... and replaces a bundle it made" test -f "$work/relative_bundle/bin/difftx"
 
+# `gap`: the tables' verdict on differences given by hand, here the review's three GDA - DIFF
+# seeds (t-interval [+0.0148, +0.0782] by hand, t(0.975, 2) = 4.302653) and a TOST case whose p
+# is 2 df's closed form (1 - t / sqrt(t^2 + 2)) / 2 at t = 5.196: 0.018
+expect_fail "gap takes no '--' or other option it does not know" "unknown option '--'" $bin gap +0.0401 +0.0612 -- 0.0382
+out=$($bin gap +0.0401 +0.0612 0.0382 2>&1)
+expect "gap prints the t-interval, each seed, t's p and no verdict from 3 seeds" \
+    grep -qF "| +0.0465 | [+0.0148, +0.0782] | +0.0401, +0.0612, +0.0382 | 3 of 3 seeds higher; t p = 0.024; MDG 0.0417 | n too small for a verdict |" <<<"$out"
+out=$($bin gap 0.004 0.006 0.002 --margin 0.01 --paper 0.004 --digits 3 2>&1)
+expect "gap --margin judges equivalence by TOST, and --paper flags a gap below the MDG" \
+    grep -qF "| equivalent within ±0.01 (TOST p = 0.018); n too small for a verdict; underpowered for the paper's gap |" <<<"$out"
+expect_fail "gap refuses a difference that is not a number" "a per-seed difference: 'x' is not a number" $bin gap 0.1 x
+expect_fail "gap refuses a margin that is not positive" "option --margin: '-0.01' is not a positive number" $bin gap 0.1 0.2 --margin -0.01
+expect_fail "gap needs a difference" "at least one" $bin gap --paper 0.1
+
 # OMP_DYNAMIC on one allowed CPU gives a 1-thread team where OpenBLAS's matmul of a d_model-256
 # layer waits for 2 (a hang before difftx turned dynamic teams off)
 expect "OMP_DYNAMIC=true trains (2 threads on 1 CPU) instead of hanging" \
