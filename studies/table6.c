@@ -680,8 +680,8 @@ static void draw_gap_curve(const Table* t, const char* dat, int pairs, char* png
     preset_path(png, n, t->opt->plots, t->name, t->opt->preset, "_gaps.png");
     gnuplot_output(&vars, "out_gaps", png);
     char text[512];
-    snprintf(text, sizeof(text), "%s, preset %s: validation loss gap against training tokens (bars: 95%% %s)", t->name, t->opt->preset,
-             t->seeds > 1 ? "t-interval over the seeds" : "none, 1 seed");
+    snprintf(text, sizeof(text), "%s, preset %s: validation loss gap against training tokens (%s)", t->name, t->opt->preset,
+             t->seeds > 1 ? "bars: 95% t-interval over the seeds" : "1 seed: no interval");
     gnuplot_string(&vars, "title_text", text);
     gnuplot("gap_curve.gp", &vars);
 }
