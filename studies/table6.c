@@ -550,23 +550,23 @@ typedef struct {
     char label[2 * CONFIG_STR + 8];
 } CurvePair;
 
+static CurvePair curve_pair(const Row* a, const Row* b) {
+    CurvePair p = {a, b, ""};
+    char ta[CONFIG_STR], tb[CONFIG_STR];  // a title cut to fit, never overrun
+    markdown_cell(ta, sizeof(ta), a->title);
+    markdown_cell(tb, sizeof(tb), b->title);
+    snprintf(p.label, sizeof(p.label), "%s − %s", ta, tb);
+    return p;
+}
+
 static int curve_pairs(const Table* t, CurvePair* out) {
     int n = 0;
-    char a[CONFIG_STR], b[CONFIG_STR];  // a title cut to fit, never overrun
     for (int c = 0; c < t->n_claims; c++) {
-        if (t->claims[c].metric != VALID) continue;
-        out[n] = (CurvePair){t->claims[c].a, t->claims[c].b, ""};
-        markdown_cell(a, sizeof(a), t->claims[c].a->title);
-        markdown_cell(b, sizeof(b), t->claims[c].b->title);
-        snprintf(out[n++].label, sizeof(out[0].label), "%s − %s", a, b);
+        if (t->claims[c].metric == VALID) out[n++] = curve_pair(t->claims[c].a, t->claims[c].b);
     }
     for (int i = 0; i < t->n_rows; i++) {
         const char* base = section_get(t->rows[i].section, "against");
-        if (!base) continue;
-        out[n] = (CurvePair){&t->rows[i], row_named(t, base), ""};
-        markdown_cell(a, sizeof(a), t->rows[i].title);
-        markdown_cell(b, sizeof(b), out[n].b->title);
-        snprintf(out[n++].label, sizeof(out[0].label), "%s − %s", a, b);
+        if (base) out[n++] = curve_pair(&t->rows[i], row_named(t, base));
     }
     return n;
 }
@@ -609,7 +609,7 @@ static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const cha
         const Row *a = pairs[c].a, *b = pairs[c].b;
         int kept = 0, points = -1, same = 1;
         int64_t* tokens = NULL;
-        double *va[256], *vb[256];  // each kept seed's curves
+        double *va[VERDICT_MAX_SEEDS], *vb[VERDICT_MAX_SEEDS];  // each kept seed's curves (a study has at most 256 seeds)
         for (int s = 0; s < t->seeds; s++) {
             if (!a->runs[s] || !b->runs[s]) continue;
             int64_t *ta, *tb;
@@ -634,7 +634,7 @@ static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const cha
             int n = log_spaced(tokens, points, pick);
             GapInterval g[CURVE_POINTS];
             for (int i = 0; i < n; i++) {
-                double x[256], y[256];
+                double x[VERDICT_MAX_SEEDS], y[VERDICT_MAX_SEEDS];
                 for (int s = 0; s < kept; s++) {
                     x[s] = va[s][pick[i]];
                     y[s] = vb[s][pick[i]];

@@ -31,18 +31,14 @@ static double power_integrand(double v, void* params) {
     return exp(log_chi) * (gsl_cdf_ugaussian_P(a->ncp - s) + gsl_cdf_ugaussian_P(-a->ncp - s));
 }
 
-static double t_power(double df, double tc, double ncp) {
-    gsl_set_error_handler_off();  // a status is returned and checked instead of an abort
-    gsl_integration_workspace* w = gsl_integration_workspace_alloc(256);
-    if (!w) die("out of memory integrating a t-test's power");
+static double t_power(gsl_integration_workspace* w, double df, double tc, double ncp) {
     PowerArgs a = {df, tc, ncp};
     gsl_function f = {power_integrand, &a};
     double power, err;
     // χ(df) lies within 12 of √df but for 1e-30 of its mass (its spread is about 1/√2): a
     // finite range, where an infinite one would miss the narrow peak of a large df
     double mid = sqrt(df);
-    int status = gsl_integration_qags(&f, fmax(0, mid - 12), mid + 12, 1e-12, 1e-10, 256, w, &power, &err);
-    gsl_integration_workspace_free(w);
+    int status = gsl_integration_qags(&f, fmax(0, mid - 12), mid + 12, 1e-12, 1e-10, w->limit, w, &power, &err);
     if (status && err > 1e-6) die("the power of a t-test with %g degrees of freedom did not integrate: %s", df, gsl_strerror(status));
     return power;
 }
@@ -52,16 +48,20 @@ double t_detectable_ncp(double df, double alpha, double power) {
     static double cached[VERDICT_MAX_SEEDS];
     int key = df == floor(df) && df >= 1 && df < VERDICT_MAX_SEEDS && alpha == VERDICT_ALPHA && power == VERDICT_POWER ? (int)df : 0;
     if (key && cached[key] > 0) return cached[key];
+    gsl_set_error_handler_off();  // a status is returned and checked instead of an abort
+    gsl_integration_workspace* w = gsl_integration_workspace_alloc(256);  // one for the whole search
+    if (!w) die("out of memory integrating a t-test's power");
     double tc = t_quantile(1 - alpha / 2, df), lo = 0, hi = 1;
-    while (t_power(df, tc, hi) < power) {  // power rises with ncp, to 1
+    while (t_power(w, df, tc, hi) < power) {  // power rises with ncp, to 1
         hi *= 2;
         if (hi > 1e6) die("no noncentrality gives a t-test with %g degrees of freedom power %g", df, power);
     }
     for (int i = 0; i < 60; i++) {
         double mid = 0.5 * (lo + hi);
-        if (t_power(df, tc, mid) < power) lo = mid;
+        if (t_power(w, df, tc, mid) < power) lo = mid;
         else hi = mid;
     }
+    gsl_integration_workspace_free(w);
     if (key) cached[key] = hi;
     return hi;
 }
@@ -103,24 +103,27 @@ static void unit_bootstrap(const Paired* p, int seed, GapInterval* g) {
 GapInterval paired_gap(const Paired* p) {
     GapInterval g = {.gap = NAN, .sd = NAN, .lo = NAN, .hi = NAN, .p = NAN, .p_holm = NAN, .mdg = NAN};
     int only = -1;  // the seed, when one alone has a value
+    double* d = mallocCheck((size_t)(p->seeds > 0 ? p->seeds : 1) * sizeof(double));  // the seeds' differences
     double sum = 0;
     for (int s = 0; s < p->seeds; s++) {
-        double d = seed_gap(p, s, NULL);
-        if (isnan(d)) continue;
+        double gap = seed_gap(p, s, NULL);
+        if (isnan(gap)) continue;
         only = s;
-        if (g.n < VERDICT_MAX_SEEDS) g.seed_gap[g.n] = d;
-        g.n++;
-        sum += d;
+        if (g.n < VERDICT_MAX_SEEDS) g.seed_gap[g.n] = gap;
+        d[g.n++] = gap;
+        sum += gap;
     }
-    if (g.n == 0) return g;
+    if (g.n == 0) {
+        free(d);
+        return g;
+    }
     g.gap = sum / g.n;
-    double ss = 0;  // a second pass about the mean: no cancellation
-    for (int s = 0; s < p->seeds; s++) {
-        double d = seed_gap(p, s, NULL);
-        if (isnan(d)) continue;
-        g.same_sign += g.gap > 0 ? d > 0 : g.gap < 0 ? d < 0 : 0;
-        ss += (d - g.gap) * (d - g.gap);
+    double ss = 0;  // about the mean, a second pass: no cancellation
+    for (int i = 0; i < g.n; i++) {
+        g.same_sign += g.gap > 0 ? d[i] > 0 : g.gap < 0 ? d[i] < 0 : 0;
+        ss += (d[i] - g.gap) * (d[i] - g.gap);
     }
+    free(d);
     if (g.n == 1) {
         if (p->units > 1) unit_bootstrap(p, only, &g);
         return g;
