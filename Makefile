@@ -274,8 +274,20 @@ $(EMU)/cudnn-defect/%/cudnn_attention.o: $(EMU)/cudnn-defect/%/cudnn_attention.c
 $(EMU)/cudnn-defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/cudnn-defect/%/cudnn_attention.o \
                                         $(filter-out $(EMU)/obj/cudnn_attention.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
 	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
+# and in the path that writes the maps out
+EMU_WRITTEN_DEFECTS := written_wrong_stride written_strict_causal written_missing_minus_lambda
+$(EMU)/written-defect/%/attention_written.cc: model/cuda/attention_written.cu tests/cuda_emulation/plant.sh tests/cuda_emulation/translate.sh
+	@mkdir -p $(dir $@)
+	tests/cuda_emulation/plant.sh $* $< $(dir $@)attention_written.cu
+	tests/cuda_emulation/translate.sh $(dir $@)attention_written.cu $@
+$(EMU)/written-defect/%/attention_written.o: $(EMU)/written-defect/%/attention_written.cc $(B)/flags.txt
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+$(EMU)/written-defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/written-defect/%/attention_written.o \
+                                          $(filter-out $(EMU)/obj/attention_written.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
+	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
 EMU_ALL := $(EMU_PROGRAMS) $(EMU)/selftest $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/test_backend_ops) \
-           $(foreach d,$(EMU_CUDNN_DEFECTS),$(EMU)/cudnn-defect/$(d)/test_backend_ops)
+           $(foreach d,$(EMU_CUDNN_DEFECTS),$(EMU)/cudnn-defect/$(d)/test_backend_ops) \
+           $(foreach d,$(EMU_WRITTEN_DEFECTS),$(EMU)/written-defect/$(d)/test_backend_ops)
 
 # The viewer's browser test (tests/test_view.sh) needs Chromium and jq: installed when run as
 # root; otherwise that part of the test is skipped and says how to install them

@@ -31,8 +31,10 @@
 // far below any indexing, sign or scaling error, which is O(1); attention's dqkv, whose sums
 // cancel, to 1e-5 times its largest element. Exact operations (copies, gathers, scale, add, the
 // squared sum in double) are held to 0 or 1e-12.
+#define _POSIX_C_SOURCE 200809L  // setenv
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../model/backend.h"
@@ -661,6 +663,32 @@ static void whole_attention_backward(float* d_dqkv, float* d_dlambda, const floa
     be->release(d_dlambda_integral);
 }
 
+// The CUDA backends' attention paths (attention_path): their maps written out through cuBLAS
+// for training shapes within the budget (every shape here), their memory-linear kernels for
+// decoding or where DIFFTX_ATTENTION_PATH = kernels, and in bf16 cuDNN's graphs where they run
+// the shape (graphs: 1 they do, -1 they may, 0 they must not); each pass of the attention cases
+// forces one (forced_path) or leaves the choice to the backend (NULL)
+static const char* forced_path;
+static void expect_attention_path(const AttnShape* s, const char* what, int graphs) {
+    if (strcmp(be->device, "cuda") != 0) return;
+    const char* path = be->attention_path(s);
+    int written = strstr(path, "maps written out through cuBLAS") != NULL, kernels = strstr(path, "this backend's fp32 kernels") != NULL;
+    int took_graphs = strstr(path, "fused graphs") != NULL;
+    int want_kernels = s->q0 || (forced_path && strcmp(forced_path, "kernels") == 0);
+    if (graphs == 1 || (graphs == -1 && took_graphs)) {
+        CHECK(took_graphs, "%s [%s]: attention takes cuDNN's graphs, not %s", be->name, what, path);
+    } else {
+        CHECK(!took_graphs && (want_kernels ? kernels && !written : written && !kernels), "%s [%s]: attention takes its %s, not %s", be->name,
+              what, want_kernels ? "kernels" : "maps written out", path);
+    }
+}
+
+static void force_path(const char* path) {
+    forced_path = path;
+    if (path) setenv("DIFFTX_ATTENTION_PATH", path, 1);
+    else unsetenv("DIFFTX_ATTENTION_PATH");
+}
+
 static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q0, LogitQuant quant) {
     const AttnVariant* v = &ATTN_VARIANTS[kind];
     AttnShape s = attention_shape(v, case_heads(v, H), D, v->test_switch);
@@ -669,9 +697,10 @@ static void test_attention(AttentionKind kind, int B, int T, int H, int D, int q
     s.T = T;
     s.q0 = q0;
     s.quant = quant;
-    char what[128];
-    snprintf(what, sizeof(what), "%s B=%d T=%d H=%d D=%d q0=%d logits %d bits%s", v->name, B, T, H, D, q0, quant.bits,
-             quant.bits ? (quant.scope == QUANT_PER_ROW ? " per row" : " per tensor") : "");
+    char what[160];
+    snprintf(what, sizeof(what), "%s B=%d T=%d H=%d D=%d q0=%d logits %d bits%s%s", v->name, B, T, H, D, q0, quant.bits,
+             quant.bits ? (quant.scope == QUANT_PER_ROW ? " per row" : " per tensor") : "", forced_path ? ", path forced" : "");
+    expect_attention_path(&s, what, 0);
     int QKV = attention_qkv_width(&s), Dv = attention_value_width(&s), lam = attention_lambda_offset(&s), M = s.M, rows = T - q0;
     size_t n_qkv = (size_t)B * T * QKV, n_y = (size_t)B * rows * H * Dv;
     // quantized logits: inputs drawn again until no logit lies at a rounding midpoint, where the
@@ -1063,8 +1092,8 @@ static void test_attention_bf16(AttentionKind kind, int B, int T, int H, int D) 
     H = s.H;
     s.B = B;
     s.T = T;
-    char what[128];
-    snprintf(what, sizeof(what), "bf16 %s B=%d T=%d H=%d D=%d", v->name, B, T, H, D);
+    char what[160];
+    snprintf(what, sizeof(what), "bf16 %s B=%d T=%d H=%d D=%d%s", v->name, B, T, H, D, forced_path ? ", maps written out" : "");
     const char* path = be->attention_path(&s);
     // the rule the graphs follow, stated here apart from the backend: every map's query, key and
     // value sub-heads one column stride apart over the heads (a stride of 0 included), no
@@ -1080,9 +1109,8 @@ static void test_attention_bf16(AttentionKind kind, int B, int T, int H, int D) 
     // on a GPU a shape the rule admits may still keep the kernels where the installed cuDNN
     // offers no engine for a graph, no plan finalizes or executes, or the graphs' results
     // disagree with the kernels': the path then says so (the emulation's engine must agree)
-    int graphs = strcmp(be->device, "cuda") == 0 && one_stride, on_gpu = strcmp(be->name, "cuda") == 0;
-    int took = strstr(path, "fused graphs") != NULL;
-    CHECK(graphs ? took || on_gpu : !took, "%s [%s]: attention takes %s", be->name, what, path);
+    int graphs = strcmp(be->device, "cuda") == 0 && one_stride && !forced_path, on_gpu = strcmp(be->name, "cuda") == 0;
+    expect_attention_path(&s, what, graphs ? (on_gpu ? -1 : 1) : 0);
     int QKV = attention_qkv_width(&s), Dv = attention_value_width(&s), lam = attention_lambda_offset(&s);
     size_t n_qkv = (size_t)B * T * QKV, n_y = (size_t)B * T * H * Dv, n_lse = (size_t)B * H * s.M * T;
     float *qkv = random_host(n_qkv, 1.0f), *dy = random_host(n_y, 1.0f);
@@ -1146,11 +1174,17 @@ static void test_bf16(void) {
     test_matmul_bf16(7, 5, 3);
     test_matmul_bf16(64, 96, 80);
     test_matmul_bf16(130, 257, 129);
-    for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
-        if (!variant_wanted(k)) continue;
-        test_attention_bf16(k, 2, 70, 2, 8);
-        test_attention_bf16(k, 1, 33, 4, 16);  // four heads: the halves pairing's key/value heads no longer one stride apart
+    // on CUDA twice: as the backend chooses (cuDNN's graphs where they run a shape), then with
+    // every shape's maps written out
+    for (int pass = 0; pass < (strcmp(be->device, "cuda") == 0 ? 2 : 1); pass++) {
+        force_path(pass ? "written" : NULL);
+        for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
+            if (!variant_wanted(k)) continue;
+            test_attention_bf16(k, 2, 70, 2, 8);
+            test_attention_bf16(k, 1, 33, 4, 16);  // four heads: the halves pairing's key/value heads no longer one stride apart
+        }
     }
+    force_path(NULL);
     double rate = be->matmul_rate();
     CHECK(rate > 0 && isfinite(rate), "%s bf16 matmul_rate %.1f GFLOP/s", be->name, rate);
     printf("backend %s: bf16 products, matmul rate %.1f GFLOP/s (%s)\n", be->name, rate, be->device_name());
@@ -1518,27 +1552,34 @@ static void test_contract(int small) {
         test_crossentropy(13, 300);
     }
     const LogitQuant none = {0, QUANT_PER_TENSOR}, tensor4 = {4, QUANT_PER_TENSOR}, row6 = {6, QUANT_PER_ROW};
-    for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT && wanted("attention"); k++) {
-        if (!variant_wanted(k)) continue;
-        test_attention(k, 2, 1, 2, 4, 0, none);   // one row
-        test_attention(k, 2, 5, 2, 4, 0, none);   // a partial block
-        test_attention(k, 2, 64, 1, 8, 0, none);  // exactly one block
-        test_attention(k, 1, 70, 2, 4, 0, none);  // a block and a partial one
-        test_attention(k, 1, 130, 1, 4, 0, none); // two blocks and a partial one
-        test_attention(k, 1, 80, 2, 8, 30, none); // decoding: 50 new rows after 30 cached ones
-        test_attention(k, 1, 71, 2, 4, 70, none); // decoding one token
-        // quantized logits: the per-tensor scale spans blocks, the backward recomputes them
-        test_attention(k, 2, 130, 2, 4, 0, tensor4);
-        test_attention(k, 1, 80, 2, 8, 30, tensor4);
-        test_attention(k, 2, 70, 1, 4, 0, row6);
-        test_attention(k, 1, 80, 2, 8, 30, row6);
-        // the widths and lengths of real models: head dim 128 (DIFF's values 256 wide, the
-        // largest tiles), and head dim 64 at T = 1024 (16 blocks), each where the backend
-        // supports it
-        test_attention(k, 2, 70, 1, 128, 0, none);
-        if (small) continue;
-        test_attention(k, 1, 1024, 1, 64, 0, none);
+    // on CUDA twice: with the maps written out (the backend's choice at these sizes), then on its
+    // memory-linear kernels
+    int passes = strcmp(be->device, "cuda") == 0 ? 2 : 1;
+    for (int pass = 0; pass < passes && wanted("attention"); pass++) {
+        force_path(pass ? "kernels" : NULL);
+        for (AttentionKind k = 0; k < ATTN_VARIANT_COUNT; k++) {
+            if (!variant_wanted(k)) continue;
+            test_attention(k, 2, 1, 2, 4, 0, none);   // one row
+            test_attention(k, 2, 5, 2, 4, 0, none);   // a partial block
+            test_attention(k, 2, 64, 1, 8, 0, none);  // exactly one block
+            test_attention(k, 1, 70, 2, 4, 0, none);  // a block and a partial one
+            test_attention(k, 1, 130, 1, 4, 0, none); // two blocks and a partial one
+            test_attention(k, 1, 80, 2, 8, 30, none); // decoding: 50 new rows after 30 cached ones
+            test_attention(k, 1, 71, 2, 4, 70, none); // decoding one token
+            // quantized logits: the per-tensor scale spans blocks, the backward recomputes them
+            test_attention(k, 2, 130, 2, 4, 0, tensor4);
+            test_attention(k, 1, 80, 2, 8, 30, tensor4);
+            test_attention(k, 2, 70, 1, 4, 0, row6);
+            test_attention(k, 1, 80, 2, 8, 30, row6);
+            // the widths and lengths of real models: head dim 128 (DIFF's values 256 wide, the
+            // largest tiles), and head dim 64 at T = 1024 (16 blocks), each where the backend
+            // supports it
+            test_attention(k, 2, 70, 1, 128, 0, none);
+            if (small) continue;
+            test_attention(k, 1, 1024, 1, 64, 0, none);
+        }
     }
+    force_path(NULL);
     if (wanted("attention")) {
         test_diff2_pairing(ATTN_DIFF2);
         test_diff2_pairing(ATTN_DIFF2_HALVES);

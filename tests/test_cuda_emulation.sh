@@ -6,10 +6,13 @@
 #   - it reports each kind of defect it promises to, naming the kernel, block and thread:
 #     a barrier reached by part of a block, a shuffle reached by part of a warp, a deadlock,
 #     threads at different barriers, arithmetic on shared memory no thread wrote, an
-#     out-of-bounds write, a host pointer passed to a kernel;
+#     out-of-bounds write, a host pointer passed to a kernel, two entries of a batched cuBLAS product
+#     writing one element;
 #   - the backend test fails on each defect planted in the real attention kernels
 #     (tests/cuda_emulation/plant.sh): a missing barrier, shared memory 16 bytes short, an
 #     unclamped index. Without the emulation's checks each would pass or fail only by luck;
+#   - the attention checks fail on each defect planted in the path that writes the maps out
+#     (a wrong stride, a strict causal mask, a missing -lambda);
 #   - the bf16 attention checks fail on each defect planted in the host code around cuDNN's
 #     graphs (a wrong row stride, a strict causal mask, a missing -lambda, the key gradient from
 #     dS rather than its transpose), which the emulated
@@ -40,6 +43,8 @@ expect_fail "arithmetic on shared memory no thread wrote" \
 expect_fail "an out-of-bounds write" \
     "kernel out_of_bounds_kernel .*thread \(64,0,0\): out-of-bounds write at byte 256 of a device allocation of 256 bytes" \
     "$emu/selftest" out_of_bounds
+expect_fail "two entries of a batched product writing one element" \
+    "cublasSgemmBatched.*entries 0 and 1 of the batch write the same output element" "$emu/selftest" batch_overlap
 expect_fail "a host pointer passed to a kernel" "kernel out_of_bounds_kernel \(launched at [^)]*\): argument 1 is the pointer 0x[0-9a-f]+, which is not device memory" \
     "$emu/selftest" host_pointer
 
@@ -71,6 +76,23 @@ for defect in "${cudnn_defects[@]}"; do
 done
 expect "the cuDNN plants differ from the real source by one edit each" \
     test "$(for d in cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds cudnn_fp32_output; do diff model/cuda/cudnn_attention.cu "$emu/cudnn-defect/$d/cudnn_attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "2 2 2 2 2 "
+# the defects planted in the path that writes the maps out: the fp32 attention checks fail at each
+# (DIFF's cases, whose two maps show the -lambda)
+written_defects=(written_wrong_stride written_strict_causal written_missing_minus_lambda)
+mkdir -p "$emu/written-defect/out"
+for i in 0 2; do
+    for defect in "${written_defects[@]:$i:2}"; do
+        "$emu/written-defect/$defect/test_backend_ops" --op attention --backend cuda --variant diff --small > "$emu/written-defect/out/$defect.txt" 2>&1 &
+    done
+    wait
+done
+for defect in "${written_defects[@]}"; do
+    out=$(cat "$emu/written-defect/out/$defect.txt")
+    expect "the attention checks fail at the planted $defect ($(grep -m1 -oE '^(FAIL|.*emulat).{0,90}' <<<"$out"))" \
+        bash -c '! grep -q "^[0-9]* passed, 0 failed$" <<<"$1" && grep -qE "^FAIL .*diff .*q0=0|cuBLAS|cublas" <<<"$1"' _ "$out"
+done
+expect "the written-out plants differ from the real source by one edit each" \
+    test "$(for d in "${written_defects[@]}"; do diff model/cuda/attention_written.cu "$emu/written-defect/$d/attention_written.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "2 2 2 "
 # and the unplanted kernels pass the same test (run in full as test_backend_ops_emulated)
 expect "the planted sources differ from the real one by one edit each" \
     test "$(for d in missing_barrier short_shared_memory unclamped_index; do diff model/cuda/attention.cu "$emu/defect/$d/attention.cu" | grep -c '^[<>]'; done | tr '\n' ' ')" = "1 2 2 "

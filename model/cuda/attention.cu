@@ -19,14 +19,17 @@
 // accumulate P V with lanes over output columns. Head widths up to ATT_MAX_D (Dv up to
 // 2 ATT_MAX_D) fit the registers.
 //
-// With a hook the call runs staged through the host on the CPU backend's table entry, so the hook
-// sees host memory, one block at a time (backend.h); attention maps are materialized on the
-// GPU (cuBLAS for Q K^T, row kernels for quantization and softmax).
+// These kernels run what the maps written out (attention_written.cu) cannot: decoding, and maps
+// over that path's memory budget. With a hook there, the call runs staged through the host on the
+// CPU backend's table entry, so the hook sees host memory, one block at a time (backend.h).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "cuda.h"
 
@@ -43,7 +46,6 @@ extern "C" {
 #define ATT_MAX_D 128
 #define D_SLOTS (ATT_MAX_D / 32)         // columns of D per lane
 #define DV_SLOTS (2 * ATT_MAX_D / 32)    // columns of Dv per lane
-#define FULL 0xffffffffu
 
 // Whether the heads of a group have one map 1 with one output A_1 V: the same query, key and
 // value heads, and the layer's lambda (GDA's noise map). The kernels then form it once per group
@@ -98,14 +100,6 @@ __device__ __forceinline__ int q_col(const Geo& g, int h, int m) { return attent
 __device__ __forceinline__ int k_col(const Geo& g, int h, int m) { return attention_k_col(&g.s, h, m); }
 __device__ __forceinline__ int v_col(const Geo& g, int h, int m) { return attention_v_col(&g.s, h, m); }
 
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(FULL, x, o);
-    return x;
-}
-__device__ __forceinline__ float warp_max(float x) {
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL, x, o));
-    return x;
-}
 
 // The one logit: scale * (q . k), summed from d = 0 up
 __device__ __forceinline__ float logit(const float* q, const float* k, int D, float scale) {
@@ -120,12 +114,6 @@ __device__ __forceinline__ float dotv(const float* a, const float* b, int n) {
     return acc;
 }
 
-// absmax_quantize of attention.c
-__device__ __forceinline__ float quantize(float x, float s, int Q) {
-    if (s == 0.0f) return x;
-    float level = rintf(x / s);
-    return s * fminf(fmaxf(level, (float)-Q), (float)Q);
-}
 
 // The logit of the block's query row r (query row i) in Qs (BQ, M, D) and the key tile's key
 // `lane` in Ks (M, BK, D + 1), map m of (sequence, head) bh, quantized where qstep is given: what
@@ -176,6 +164,11 @@ __global__ void quant_steps_kernel(float* step, const float* amax, int first, in
     __syncthreads();
     float tensor_max = part[0];
     for (int r = threadIdx.x; r < count; r += blockDim.x) s[r] = (per_row ? a[r] : tensor_max) / (float)Q;
+}
+
+void cuda_quant_steps(float* step, const float* amax, int tensors, int rows, int per_row, int Q) {
+    quant_steps_kernel<<<tensors, CUDA_THREADS>>>(step, amax, 0, rows, rows, per_row, Q);
+    cudaCheckLaunch();
 }
 
 // The steps (B, H, M, T) of a quantized call, or NULL when the logits are not quantized
@@ -288,7 +281,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_forward_kernel(float
                     for (int t = 0; t < DV_SLOTS; t++) acc[k][sl][t] *= correction;
                     const float* Vmap = Vs + (g.Vm > 1 ? m : 0) * ATT_BK * (Dv + 1);
                     for (int jj = 0; jj < ATT_BK; jj++) {
-                        float pj = __shfl_sync(FULL, p, jj);
+                        float pj = __shfl_sync(FULL_WARP, p, jj);
                         const float* v = Vmap + jj * (Dv + 1);
 #pragma unroll
                         for (int t = 0; t < DV_SLOTS; t++) {
@@ -406,13 +399,67 @@ static void forward_launch(float* y, float* o1, float* lse, const float* qkv, co
     cudaCheckLaunch();
 }
 
-void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
-    if (hook.hook) {
-        staged_forward(y, o1, lse, qkv, lambda, s, hook);
-        return;
+// ---- the path of a call ----
+// A call of shape s takes, in order: cuDNN's graphs (precision = bf16, cudnn_attention.cu), the
+// maps written out (attention_written.cu), this file's kernels; with a hook, the written-out maps or
+// else the CPU's kernels on host copies. Each shape's path is said once per kind of call on stderr.
+static void say_path(const AttnShape* s, int training, const char* path) {
+    static std::vector<std::pair<AttnShape, int>> said;
+    for (const auto& k : said) {
+        if (memcmp(&k.first, s, sizeof(*s)) == 0 && k.second == training) return;
     }
-    if (!o1 && cudnn_attention_forward(y, lse, qkv, lambda, s)) return;
-    cuda_attention_forward_kernels(y, o1, lse, qkv, lambda, s);
+    said.push_back({*s, training});
+    fprintf(stderr, "attention B=%d T=%d H=%d D=%d, %d map(s), %s: %s\n", s->B, s->T, s->H, s->D, s->M, training ? "training" : "forward only",
+            path);
+}
+
+// The written-out path's description, or why not (NULL: it does not run s)
+static const char* written_path(const AttnShape* s, int training, const char** why) {
+    static char path[240];
+    *why = written_attention_refusal(s, training);
+    if (*why) return NULL;
+    const char* how;
+    double budget = written_attention_budget(&how);
+    snprintf(path, sizeof(path), "maps written out through cuBLAS in %s (within a budget of %.0f MiB: %s)", cuda_bf16_enabled() ? "bf16" : "fp32",
+             budget / 1048576.0, how);
+    return path;
+}
+
+static const char* kernels_path(const char* why_not_written) {
+    static char path[400];
+    snprintf(path, sizeof(path), "this backend's fp32 kernels (maps not written out: %s)", why_not_written);
+    return path;
+}
+
+const char* cuda_attention_path(const AttnShape* s) {
+    static char path[700];
+    const char* graphs_why = !cuda_bf16_enabled() ? "precision = fp32"
+                             : cuda_attention_forced() ? "DIFFTX_ATTENTION_PATH is set"
+                                                       : cudnn_attention_refusal(s);
+    if (!graphs_why) {
+        snprintf(path, sizeof(path), "cuDNN %zu fused graphs", cudnn_version());
+        return path;
+    }
+    const char *why, *written = written_path(s, 1, &why);
+    snprintf(path, sizeof(path), "%s", written ? written : kernels_path(why));
+    if (cuda_bf16_enabled()) snprintf(path + strlen(path), sizeof(path) - strlen(path), "; not cuDNN's graphs: %s", graphs_why);
+    return path;
+}
+
+void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
+    if (!hook.hook && !o1 && !cuda_attention_forced() && cudnn_attention_forward(y, lse, qkv, lambda, s)) return;
+    int training = lse != NULL;
+    const char *why, *written = written_path(s, training, &why);
+    if (written) {
+        say_path(s, training, written);
+        written_attention_forward(y, o1, lse, qkv, lambda, s, hook);
+    } else if (hook.hook) {
+        say_path(s, training, "the CPU backend's kernels on host copies (with a hook; maps not written out)");
+        staged_forward(y, o1, lse, qkv, lambda, s, hook);
+    } else {
+        say_path(s, training, kernels_path(why));
+        cuda_attention_forward_kernels(y, o1, lse, qkv, lambda, s);
+    }
 }
 
 void cuda_attention_forward_kernels(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s) {
@@ -518,7 +565,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dq_kernel(f
                         float c = m == 0 ? 1.0f : -lam[k];
                         float dS = c * p * (gv[m] - Dsum[k][sl]);
                         for (int jj = 0; jj < ATT_BK; jj++) {
-                            float ds = __shfl_sync(FULL, dS, jj);
+                            float ds = __shfl_sync(FULL_WARP, dS, jj);
                             const float* kr = Ks + (m * ATT_BK + jj) * (D + 1);
 #pragma unroll
                             for (int t = 0; t < D_SLOTS; t++) {
@@ -662,8 +709,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
                 // map this pass does not form has P = 0)
                 float w0 = M == 2 && g.Vm == 1 ? p[0] - lam * p[1] : p[0], w1 = -lam * p[1];
                 for (int rr = 0; rr < 32; rr++) {
-                    float w0r = __shfl_sync(FULL, w0, rr), w1r = __shfl_sync(FULL, w1, rr);
-                    float p0r = dy0 ? __shfl_sync(FULL, p[0], rr) : 0.0f;  // dy0 is the same for the whole warp
+                    float w0r = __shfl_sync(FULL_WARP, w0, rr), w1r = __shfl_sync(FULL_WARP, w1, rr);
+                    float p0r = dy0 ? __shfl_sync(FULL_WARP, p[0], rr) : 0.0f;  // dy0 is the same for the whole warp
                     const float* dyr = DYt + rr * (Dv + 1);
                     const float* dy0r = DY0t + rr * (Dv + 1);
 #pragma unroll
@@ -676,7 +723,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attention_backward_dkv_kernel(
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
                         if (m < mp.lo || m >= mp.hi) continue;
-                        float dsr = __shfl_sync(FULL, dS[m], rr);
+                        float dsr = __shfl_sync(FULL_WARP, dS[m], rr);
                         const float* qr = Qt + (m * 32 + rr) * (D + 1);
 #pragma unroll
                         for (int t = 0; t < D_SLOTS; t++) {
@@ -789,12 +836,10 @@ void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const
                              const float* lambda, const AttnShape* s, HookSite hook) {
     if (s->q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", s->q0);
     if (!dy0 != !s->integral) die("attention_backward: dy0 is given exactly for DINT's integral term");
-    if (hook.hook) {
-        staged_backward(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
-        return;
-    }
-    if (!dy0 && cudnn_attention_backward(dqkv, dlambda, dy, qkv, lambda, s)) return;
-    cuda_attention_backward_kernels(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s);
+    if (!hook.hook && !dy0 && !cuda_attention_forced() && cudnn_attention_backward(dqkv, dlambda, dy, qkv, lambda, s)) return;
+    if (!written_attention_refusal(s, 1)) written_attention_backward(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
+    else if (hook.hook) staged_backward(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
+    else cuda_attention_backward_kernels(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s);
 }
 
 void cuda_attention_backward_kernels(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
@@ -809,71 +854,6 @@ void cuda_attention_backward_kernels(float* dqkv, float* dlambda, const float* d
         // -sum of map 1's D rows, Drow (B*H, 2, T)
         cuda_sum_fixed_order(dlambda, Drow + g.s.T, (size_t)g.s.B * g.s.H, g.s.T, 2 * (size_t)g.s.T, -1.0f);
     }
-}
-
-// ---- attention maps: materialized, one head of sequence 0 ----
-// S (rows, T): the causal entries of each row quantized with its step; the rest untouched
-__global__ void quantize_rows_kernel(float* S, const float* step, int rows, int T, int q0, int Q) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)rows * T) return;
-    int r = (int)(idx / T), j = (int)(idx % T);
-    if (j <= q0 + r) S[idx] = quantize(S[idx], step[r], Q);
-}
-
-// absmax of each row's causal entries, one warp per row
-__global__ void rows_absmax_kernel(float* amax, const float* S, int rows, int T, int q0) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= rows) return;
-    float mx = 0.0f;
-    for (int j = lane; j <= q0 + r; j += 32) mx = fmaxf(mx, fabsf(S[(size_t)r * T + j]));
-    mx = warp_max(mx);
-    if (lane == 0) amax[r] = mx;
-}
-
-// softmax of each row over the keys it sees, zero beyond; one warp per row
-__global__ void causal_softmax_kernel(float* S, int rows, int T, int q0) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= rows) return;
-    float* row = S + (size_t)r * T;
-    int visible = q0 + r + 1;
-    float mx = -INFINITY;
-    for (int j = lane; j < visible; j += 32) mx = fmaxf(mx, row[j]);
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int j = lane; j < visible; j += 32) sum += expf(row[j] - mx);
-    float inv = 1.0f / warp_sum(sum);
-    for (int j = lane; j < T; j += 32) row[j] = j < visible ? expf(row[j] - mx) * inv : 0.0f;
-}
-
-void cuda_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
-    Geo g = geo_of(s);
-    int T = g.s.T, rows = T - g.s.q0;
-    float* host = hook.hook ? (float*)mallocCheck((size_t)rows * T * sizeof(float)) : NULL;
-    for (int m = 0; m < g.s.M; m++) {
-        float* S = P + (size_t)m * rows * T;
-        const float* q = qkv + (size_t)g.s.q0 * g.QKV + attention_q_col(s, h, m);
-        const float* k = qkv + attention_k_col(s, h, m);
-        // column-major S^T (T, rows) = K Q^T: row r, key j at S[r * T + j]
-        cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, T, rows, g.s.D, g.scale, k, g.QKV, q, g.QKV, 0.0f, S, T);
-        if (g.quant_levels) {
-            float* amax = (float*)cuda_scratch(SCRATCH_B, 2 * (size_t)rows * sizeof(float));
-            rows_absmax_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(amax, S, rows, T, g.s.q0);
-            cudaCheckLaunch();
-            quant_steps_kernel<<<1, CUDA_THREADS>>>(amax + rows, amax, 0, rows, rows, s->quant.scope == QUANT_PER_ROW, g.quant_levels);
-            cudaCheckLaunch();
-            quantize_rows_kernel<<<cuda_blocks((size_t)rows * T, CUDA_THREADS), CUDA_THREADS>>>(S, amax + rows, rows, T, g.s.q0, g.quant_levels);
-            cudaCheckLaunch();
-        }
-        if (host) {  // the hook sees a host copy, which goes back since it may write
-            cuda_download(host, S, (size_t)rows * T * sizeof(float));
-            Activation act = {ACT_ATTN_LOGITS, hook.layer, 0, h, m, g.s.q0, rows, T, T, 1, host};
-            hook.hook->fn(hook.hook->ctx, &act);
-            cuda_upload(S, host, (size_t)rows * T * sizeof(float));
-        }
-        causal_softmax_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(S, rows, T, g.s.q0);
-        cudaCheckLaunch();
-    }
-    free(host);
 }
 
 // ---- lambda ----

@@ -30,6 +30,8 @@ size_t cudnn_version(void);
 #define CUDA_BACKEND_NAME "cuda"
 #endif
 
+#include <math.h>
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -48,7 +50,8 @@ size_t cuda_shared_memory_limit(void);
 // every operation runs on one stream in order, so reuse across operations is safe
 enum {
     SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_BF16_A, SCRATCH_BF16_B, SCRATCH_BF16_C,
-    SCRATCH_CUDNN_QKV, SCRATCH_CUDNN_O, SCRATCH_CUDNN_ROWS, SCRATCH_CUDNN_DO, SCRATCH_CUDNN_GRADS, SCRATCH_CUDNN_WORK, SCRATCH_SLOTS
+    SCRATCH_CUDNN_QKV, SCRATCH_CUDNN_O, SCRATCH_CUDNN_ROWS, SCRATCH_CUDNN_DO, SCRATCH_CUDNN_GRADS, SCRATCH_CUDNN_WORK,
+    SCRATCH_MAPS, SCRATCH_MAP_GRADS, SCRATCH_MAPS_BF16, SCRATCH_OPERANDS_BF16, SCRATCH_MAP_ROWS, SCRATCH_SLOTS
 };
 void* cuda_scratch(int slot, size_t bytes);
 void* cuda_alloc(size_t bytes);
@@ -73,6 +76,8 @@ const char* cuda_bf16_enable(int on);
 // out (n) = x (n) rounded to bf16 (to nearest, ties to even)
 void cuda_round_bf16(__nv_bfloat16* out, const float* x, size_t n);
 int cuda_bf16_enabled(void);
+// the tensor cores' cuBLAS handle (default math mode) of the bf16 products, made on first use
+cublasHandle_t cuda_bf16_cublas(void);
 void cuda_weights_changed(const float* w, size_t n);
 void cuda_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
 void cuda_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
@@ -104,11 +109,30 @@ void cuda_add(float* y, const float* x, size_t n);
 void cuda_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
 
 // ---- cudnn_attention.cu: attention on cuDNN's fused graphs in precision = bf16 ----
-// Each runs the call where the shape allows and returns 1, or returns 0 for this backend's kernels
+// Each runs the call where the shape allows and returns 1, or returns 0 for another path
 int cudnn_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s);
 int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lambda, const AttnShape* s);
+// NULL where a training call of shape s takes the graphs (bf16, plans made, in agreement with the
+// kernels), else why not (static storage); says the graphs' engines once per shape when taken
+const char* cudnn_attention_refusal(const AttnShape* s);
+
+// ---- attention_written.cu: attention with its T x T maps written out, through cuBLAS ----
+// NULL where a call of shape s (backward: a training call) takes the written-out path, else why
+// not (static storage): decoding, maps over the memory budget, or DIFFTX_ATTENTION_PATH
+const char* written_attention_refusal(const AttnShape* s, int backward);
+// the budget in bytes and how it was set, for the path's description
+double written_attention_budget(const char** how);
+void written_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
+void written_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+                                const float* lambda, const AttnShape* s, HookSite hook);
+// The path the user forces with DIFFTX_ATTENTION_PATH: 0 none (unset or "auto"), else one of
+enum { ATTENTION_FORCE_NONE, ATTENTION_FORCE_KERNELS, ATTENTION_FORCE_WRITTEN };
+int cuda_attention_forced(void);
 // the path attention of shape s takes (the backend table's attention_path)
 const char* cuda_attention_path(const AttnShape* s);
+// steps (tensors, rows) = the quantization step of each row of amax (tensors, rows): its own
+// absmax (per_row) or its tensor's largest, over Q levels
+void cuda_quant_steps(float* step, const float* amax, int tensors, int rows, int per_row, int Q);
 
 // ---- attention.cu ----
 int cuda_attention_supports(const AttnShape* s, const char** why);
@@ -130,6 +154,21 @@ void cuda_token_lambda_backward(float* dqkv, const float* qkv, int N, const Attn
 
 // threads per block of the row and element kernels
 #define CUDA_THREADS 256
+#define FULL_WARP 0xffffffffu
+__device__ __forceinline__ static float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_WARP, x, o);
+    return x;
+}
+__device__ __forceinline__ static float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL_WARP, x, o));
+    return x;
+}
+// absmax_quantize of attention.c
+__device__ __forceinline__ static float quantize(float x, float s, int Q) {
+    if (s == 0.0f) return x;
+    float level = rintf(x / s);
+    return s * fminf(fmaxf(level, (float)-Q), (float)Q);
+}
 static inline unsigned cuda_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 #endif
 

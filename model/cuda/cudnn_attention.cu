@@ -17,15 +17,16 @@
 // through an fp32 accumulator, P fp32, dS bf16, no products with 1). Since an engine's reading of a
 // graph shows only in what it computes, a shape takes the graphs only after they agree with this
 // backend's fp32 kernels on random inputs, once per shape (y and dqkv within 2e-2 relative L2,
-// bf16's error being a few 1e-3); else it keeps the kernels, saying why. A map's Q, K and V are
+// bf16's error being a few 1e-3); else it takes another path, saying why. A map's Q, K and V are
 // read in place from a bf16 copy of the packed qkv rows by strides, wherever the variant's layout
 // puts each map's sub-heads at one stride apart (standard, DIFF, DIFF V2, Shared DIFF); DIFF is two
 // calls, one per map: the first map's output gradient is dy, the second's -lambda dy, dlambda =
 // -sum dy . O_2, and each map's gradients are added into dqkv (the value gradients of the maps
 // summed). What the graphs cannot express (shared noise maps, GDA's groups, DIFF V2's halves
-// pairing, DINT's integral term, quantized logits, the hook, decoding) keeps this backend's fp32
-// kernels, as does every shape when libcudnn is missing or gives no engine; each shape's path is
-// said once on stderr and answered by attention_path. libcudnn is opened at run time: a machine
+// pairing, DINT's integral term, quantized logits, the hook, decoding) takes another path
+// (attention.cu: the maps written out, else the kernels), as does every shape when libcudnn is
+// missing or gives no engine or the graphs disagree; a shape the graphs take is said once on
+// stderr, cudnn_attention_refusal says why one is not. libcudnn is opened at run time: a machine
 // without it runs everything else. Plans compile when first built (seconds) and are kept per shape.
 #include <cuda_bf16.h>
 #include <cudnn.h>
@@ -527,7 +528,7 @@ static const char* geometry_of(const AttnShape* s, int m, Geometry* x) {
 
 static const char* agreement(const AttnShape* s, const Plan* const* fwd, const Plan* const* bwd, int with_backward);
 
-// Why s takes this backend's kernels rather than the graphs, or NULL when it takes the graphs:
+// Why s does not take the graphs, or NULL when it does:
 // plans for every map made (or found made), in both directions where training needs its
 // backward (a forward whose backward recomputes on the kernels would see other statistics), and
 // their results in agreement with the kernels'
@@ -554,7 +555,7 @@ static const char* fallback_reason(const AttnShape* s, const Plan** fwd, const P
 }
 
 // Each shape and kind of call (training, or forward only) is decided once, in bf16: its plans,
-// or why it keeps the kernels
+// or why another path runs it
 typedef struct {
     AttnShape s;
     int with_backward;
@@ -580,8 +581,8 @@ static Decision* decision_for(const AttnShape* s, int with_backward) {
     return d;
 }
 
-// The graphs' plans for s into fwd and bwd, saying once per shape and kind of call which path
-// it takes; NULL, or why the kernels run it
+// The graphs' plans for s into fwd and bwd, saying once per shape and kind of call where the
+// graphs take it; NULL, or why they do not
 static const char* decide(const AttnShape* s, const Plan** fwd, const Plan** bwd, int with_backward) {
     if (!cuda_bf16_enabled()) return "precision = fp32";
     Decision* d = decision_for(s, with_backward);
@@ -590,9 +591,6 @@ static const char* decide(const AttnShape* s, const Plan** fwd, const Plan** bwd
         fprintf(stderr, "attention B=%d T=%d H=%d D=%d, %d map(s), %s: cuDNN %zu fused graphs (engine %lld forward%s%lld)\n", s->B,
                 s->T, s->H, s->D, s->M, calls, dnn.version, (long long)d->fwd[0]->engine, with_backward ? ", backward " : "",
                 with_backward ? (long long)d->bwd[0]->engine : 0LL);
-    } else if (!d->said) {
-        fprintf(stderr, "attention B=%d T=%d H=%d D=%d, %d map(s), %s: this backend's fp32 kernels (%s)\n", s->B, s->T, s->H, s->D, s->M,
-                calls, d->why);
     }
     d->said = 1;
     memcpy(fwd, d->fwd, sizeof(d->fwd));
@@ -600,14 +598,10 @@ static const char* decide(const AttnShape* s, const Plan** fwd, const Plan** bwd
     return d->why[0] ? d->why : NULL;
 }
 
-// the path of a training call (forward and backward)
-const char* cuda_attention_path(const AttnShape* s) {
-    static char path[400];
-    const Decision* d = cuda_bf16_enabled() ? decision_for(s, 1) : NULL;
-    if (!d) snprintf(path, sizeof(path), "fp32 kernels (precision = fp32)");
-    else if (d->why[0]) snprintf(path, sizeof(path), "fp32 kernels (%s)", d->why);
-    else snprintf(path, sizeof(path), "cuDNN %zu fused graphs", dnn.version);
-    return path;
+const char* cudnn_attention_refusal(const AttnShape* s) {
+    if (!cuda_bf16_enabled()) return "precision = fp32";
+    const Decision* d = decision_for(s, 1);
+    return d->why[0] ? d->why : NULL;
 }
 
 // ---- the kernels around the graphs ----
@@ -812,7 +806,7 @@ static const char* agreement(const AttnShape* s, const Plan* const* fwd, const P
     return why;
 }
 
-// Takes the call to the graphs where s allows; 0 when this backend's kernels are to run it
+// Takes the call to the graphs where s allows; 0 when another path is to run it
 int cudnn_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s) {
     const Plan *fwd[2], *bwd[2];
     if (decide(s, fwd, bwd, lse != NULL)) return 0;

@@ -76,16 +76,6 @@ void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float
     matmul_end(4.0 * N * IC * (double)OC);
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-
 // A block's sum or max of one value per thread, the same tree every time; every thread gets it
 template <bool MAX>
 __device__ float block_reduce(float x) {

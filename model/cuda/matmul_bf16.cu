@@ -51,7 +51,7 @@ static const __nv_bfloat16* operand(const float* x, size_t n, int slot) {
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const __nv_bfloat16* A, int lda,
                  const __nv_bfloat16* B, int ldb, float beta, float* C, int ldc) {
     const float one = 1.0f;
-    cublasCheck(cublasGemmEx(tensor_cores, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
+    cublasCheck(cublasGemmEx(cuda_bf16_cublas(), ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -72,11 +72,16 @@ void cuda_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const 
 
 int cuda_bf16_enabled(void) { return enabled; }
 
-const char* cuda_bf16_enable(int on) {
-    if (on && !tensor_cores) {
+cublasHandle_t cuda_bf16_cublas(void) {
+    if (!tensor_cores) {
         cublasCheck(cublasCreate(&tensor_cores));
         cublasCheck(cublasSetMathMode(tensor_cores, CUBLAS_DEFAULT_MATH));
     }
+    return tensor_cores;
+}
+
+const char* cuda_bf16_enable(int on) {
+    if (on) cuda_bf16_cublas();
     enabled = on;
     return NULL;
 }

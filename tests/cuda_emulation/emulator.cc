@@ -778,3 +778,57 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
     host_call = NULL;
     return CUBLAS_STATUS_SUCCESS;
 }
+
+// ---- cuBLAS's batched products: pointer arrays in device memory, one product per entry ----
+// Besides each entry's checks, the entries' outputs must not share an element: cuBLAS runs the
+// entries concurrently, so two writing one element race (each column of each C an interval)
+static void check_batch(const char* call, const void* A, const void* B, const void* C, int count, int m, int n, int ldc) {
+    if (count < 0) return;
+    const char* names[] = {"A", "B", "C"};
+    const void* arrays[] = {A, B, C};
+    for (int i = 0; i < 3; i++) {
+        if (count && !device_region(arrays[i], (size_t)count * sizeof(void*))) {
+            host_call = call;
+            report("the pointer array %s (%d entries at %p) is not inside one device allocation", names[i], count, arrays[i]);
+        }
+    }
+    std::vector<std::pair<uintptr_t, int>> columns;  // (first byte, entry)
+    for (int i = 0; i < count && m; i++) {
+        uintptr_t c = (uintptr_t)((void* const*)C)[i];
+        for (int col = 0; col < n; col++) columns.push_back({c + (uintptr_t)col * ldc * sizeof(float), i});
+    }
+    std::sort(columns.begin(), columns.end());
+    for (size_t k = 1; k < columns.size(); k++) {
+        if (columns[k].first < columns[k - 1].first + (uintptr_t)m * sizeof(float) && columns[k].second != columns[k - 1].second) {
+            host_call = call;
+            report("entries %d and %d of the batch write the same output element (at %p): cuBLAS runs them concurrently", columns[k - 1].second,
+                   columns[k].second, (void*)columns[k].first);
+        }
+    }
+}
+
+cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
+                                  const float* const A[], int lda, const float* const B[], int ldb, const float* beta, float* const C[], int ldc,
+                                  int count) {
+    if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    check_batch("cublasSgemmBatched", A, B, C, count, m, n, ldc);
+    for (int i = 0; i < count; i++) {
+        cublasStatus_t status = cublasSgemm(handle, ta, tb, m, n, k, alpha, A[i], lda, B[i], ldb, beta, C[i], ldc);
+        if (status != CUBLAS_STATUS_SUCCESS) return status;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* alpha,
+                                   const void* const A[], cudaDataType a_type, int lda, const void* const B[], cudaDataType b_type, int ldb,
+                                   const void* beta, void* const C[], cudaDataType c_type, int ldc, int count, cublasComputeType_t compute,
+                                   cublasGemmAlgo_t algo) {
+    if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    check_batch("cublasGemmBatchedEx", A, B, C, count, m, n, ldc);
+    for (int i = 0; i < count; i++) {
+        cublasStatus_t status = cublasGemmEx(handle, ta, tb, m, n, k, alpha, A[i], a_type, lda, B[i], b_type, ldb, beta, C[i], c_type, ldc,
+                                             compute, algo);
+        if (status != CUBLAS_STATUS_SUCCESS) return status;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -12,6 +12,11 @@
 #   cudnn_untransposed_ds       the backward's key gradient is dS Q, not dS^T Q
 #   cudnn_fp32_output           the forward graph declares O fp32 (an H200's engine computed such
 #                               an O wrong; the emulated heuristics offer no engine for it)
+# and in the path that writes the maps out (model/cuda/attention_written.cu):
+#   written_wrong_stride          the value products step through V's rows by the output's width,
+#                                 not the qkv row's
+#   written_strict_causal         the softmax keeps keys j < i, not j <= i
+#   written_missing_minus_lambda  the second map's output gradient is lambda dy, not -lambda dy
 # Fails unless the edit changes the source exactly once, so a change to the kernels cannot
 # turn a demonstration into a test of the unchanged code.
 set -eu
@@ -25,6 +30,9 @@ case $defect in
     cudnn_missing_minus_lambda) edit='s/__float2bfloat16_rn\(-lam \* dy\[i\]\)/__float2bfloat16_rn(lam * dy[i])/g' ;;
     cudnn_untransposed_ds) edit='s/matmul\(g, dst, q, dk\)/matmul(g, ds, q, dk)/g' ;;
     cudnn_fp32_output) edit='s/Desc o = tensor\(g, T_O, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0\);\n    Desc stats/Desc o = tensor(g, T_O, CUDNN_DATA_FLOAT, v_dims, o_strides, 0, 0);\n    Desc stats/g' ;;
+    written_wrong_stride) edit='s/(g\.Dv, g\.T, g\.T, 1\.0f, )g\.QKV(, g\.T, beta, g\.HDv\);)/$1g.HDv$2/g' ;;
+    written_strict_causal) edit='s/visible = g\.q0 \+ r \+ 1, T = g\.T;/visible = g.q0 + r, T = g.T;/g' ;;
+    written_missing_minus_lambda) edit='s/G\[n \+ i\] = narrow<TP>\(-lam \* dy\[i\]\);/G[n + i] = narrow<TP>(lam * dy[i]);/g' ;;
     *) echo "plant.sh: no defect '$defect'" >&2; exit 1 ;;
 esac
 count=$(perl -0ne "\$n = ($edit); print \$n || 0" "$src")

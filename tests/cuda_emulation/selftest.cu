@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
@@ -160,6 +161,18 @@ int main(int argc, char** argv) {
         unwritten_shared_kernel<<<1, 32>>>(d);
     } else if (strcmp(what, "out_of_bounds") == 0) {
         out_of_bounds_kernel<<<1, 65>>>(d, 64);
+    } else if (strcmp(what, "batch_overlap") == 0) {
+        // two entries of one batched product writing the same 2 x 2 output
+        cublasHandle_t handle;
+        cublasCreate(&handle);
+        const float* a[2] = {d, d + 4};
+        float* c[2] = {d + 8, d + 9};  // columns 2 apart (ldc 2) overlapping in one element
+        const float** da = (const float**)device_floats(4);
+        float** dc = (float**)device_floats(4);
+        cudaMemcpy(da, a, sizeof(a), cudaMemcpyHostToDevice);
+        cudaMemcpy(dc, c, sizeof(c), cudaMemcpyHostToDevice);
+        const float one = 1.0f, zero = 0.0f;
+        cublasSgemmBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, da, 2, da, 2, &zero, dc, 2, 2);
     } else if (strcmp(what, "host_pointer") == 0) {
         float host[64];
         out_of_bounds_kernel<<<1, 32>>>(host, 64);
