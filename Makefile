@@ -80,7 +80,7 @@ LDLIBS = $(SANITIZERS) $(PKG_LIBS) -fopenmp $(CUDA_LIBS)
 BACKENDS := model/cpu/backend_cpu.c model/cpu/blas_kernel.c model/cpu/blas_memory.c model/cpu/peak.c model/cpu/layers.c model/cpu/matmul_bf16.c \
             model/cpu/attention.c model/cpu/optim.c model/cpu/vecmath.c
 BASE := base/util.c base/h5.c base/recipe_format.c base/dist.c
-MODEL := $(BASE) model/model_config.c model/attention.c model/backend.c model/weight_copies.c model/model.c model/optim.c \
+MODEL := $(BASE) model/model_config.c model/attention.c model/backend.c model/weight_copies.c model/profile.c model/model.c model/optim.c \
          model/safetensors.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c eval/sample.c

@@ -214,9 +214,10 @@ static int cmd_bench(int argc, char** argv) {
     int vocab = 4096, steps = 6, forward_only = 0;
     const char* results = "results";
     const char* versus = NULL;
+    const char* profile = NULL;
     const Option options[] = {{"vocab", .count = &vocab}, {"steps", .count = &steps},
                               {"forward", .flag = &forward_only}, {"results", .text = &results},
-                              {"vs", .text = &versus}};
+                              {"vs", .text = &versus}, {"profile", .text = &profile}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     Config cfg[2];
     const Backend* be = load_config(&cfg[0], argc, argv, first);
@@ -232,9 +233,11 @@ static int cmd_bench(int argc, char** argv) {
         }
     }
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
+    if (profile && versus) die("option --profile: it profiles one recipe's step, not two alternated (--vs)");
+    if (profile && !*profile) die("option --profile: an empty path");
     if (vocab < 2 || vocab > 65536) die("option --vocab: must lie in 2..65536, got %d", vocab);
     const Config* cfgs[2] = {&cfg[0], &cfg[1]};
-    bench_run(cfgs, paths, versus ? 2 : 1, be, vocab, steps, forward_only, results);
+    bench_run(cfgs, paths, versus ? 2 : 1, be, vocab, steps, forward_only, results, profile);
     return 0;
 }
 
@@ -589,8 +592,9 @@ static const Command COMMANDS[] = {
     {"train", cmd_train, "RECIPE [key=value ...] [--until STEP] [--results DIR]",
      "train (resumes from OUT/checkpoint.h5 if present), recorded in DIR/registry.sqlite (default results)"},
     {"sample", cmd_sample, "CHECKPOINT [--prompt TEXT (\"\")] [--tokens N (200)] [--temperature X (0.8)] [--seed S (1)] [--device cpu|cuda (cpu)]", "generate text"},
-    {"bench", cmd_bench, "RECIPE [key=value ...] [--vs RECIPE2] [--vocab N] [--steps N] [--forward] [--results DIR]",
-     "speed and peak memory on random tokens; --vs: two recipes' steps in turn, compared"},
+    {"bench", cmd_bench, "RECIPE [key=value ...] [--vs RECIPE2] [--vocab N] [--steps N] [--forward] [--results DIR] [--profile CSV]",
+     "speed and peak memory on random tokens; --vs: two recipes' steps in turn, compared; --profile: one more step's time by "
+     "operation and layer, into CSV"},
     {"table6", cmd_table6, "RECIPE [key=value ...] [--preset P] [--seeds N] [--results DIR] [--plots DIR]",
      "the paper's Table 6 ablations (make table6)"},
     {"needle", cmd_needle, "RECIPE [key=value ...] --task table2|fig5|table3|fig8 [--preset P] [--seeds N] [--rows ROW,ROW] [--results DIR] [--plots DIR]",

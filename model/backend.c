@@ -47,7 +47,7 @@ static const struct {
     ENTRY(supports), ENTRY(attention_forward), ENTRY(attention_backward), ENTRY(integral_forward), ENTRY(integral_backward),
     ENTRY(attention_maps), ENTRY(lambda_forward), ENTRY(lambda_backward), ENTRY(token_lambda_forward), ENTRY(token_lambda_backward),
     ENTRY(sum_squares), ENTRY(scale), ENTRY(add), ENTRY(sum_across_ranks), ENTRY(adamw_update), ENTRY(matmul_spent), ENTRY(matmul_rate), ENTRY(peak_rate),
-    ENTRY(set_precision), ENTRY(weights_changed), ENTRY(attention_path),
+    ENTRY(set_precision), ENTRY(weights_changed), ENTRY(attention_path), ENTRY(timer_mark), ENTRY(timer_read),
 };
 #define N_ENTRIES (sizeof(ENTRIES) / sizeof(ENTRIES[0]))
 _Static_assert(offsetof(Backend, init) + N_ENTRIES * sizeof(void (*)(void)) == sizeof(Backend),

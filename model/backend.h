@@ -196,6 +196,13 @@ typedef struct {
     // a backend that keeps copies of its weights in another precision makes them again; n = 0
     // forgets the range (its model is freed)
     void (*weights_changed)(const float* w, size_t n);
+
+    // Timing a sequence of operations on the device's own clock (profiles, model/profile.h):
+    // timer_mark(i) records mark i (0, 1, ... in order) at the point everything issued before it
+    // has run; timer_read(seconds, n) waits for marks 0..n-1 and gives each one's time after
+    // mark 0. The next sequence reuses the marks.
+    void (*timer_mark)(int i);
+    void (*timer_read)(double* seconds, int n);
 } Backend;
 
 enum { PRECISION_FP32, PRECISION_BF16, PRECISION_COUNT };

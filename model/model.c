@@ -119,6 +119,7 @@ static void require_support(const Model* m, int B, int T) {
 void model_build(Model* m, const ModelConfig* cfg, const Backend* be, int vocab_size, int batch_size) {
     model_shape(m, cfg, vocab_size);
     m->be = be;
+    m->layer_now = -1;
     require_support(m, batch_size, cfg->seq_len);
     m->lambda_init = mallocCheck(m->L * sizeof(float));
     for (int l = 0; l < m->L; l++) m->lambda_init[l] = config_lambda_init(cfg, l);
@@ -364,6 +365,7 @@ static void show_layer_output(Model* m, int l, float* out, int row0, int N) {
 // pos cached rows, attending to all of them.
 static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
     const Backend* be = m->be;
+    m->layer_now = l;
     const LayerParams* p = &m->params.layers[l];
     int N = m->B * m->T, C = m->C, HDv = m->H * m->Dv;
     float* cache = m->cache + (size_t)l * m->cache_T * m->QKV;  // (cache_T, QKV)
@@ -417,6 +419,7 @@ static void forward_rows(Model* m, const int* tokens, int pos, int first_logit) 
         float* out = l + 1 == m->L ? m->x_final : m->training ? m->acts[l + 1].x : a->x;
         layer_forward(m, l, a, out, pos);
     }
+    m->layer_now = -1;
     size_t r0 = (size_t)first_logit;
     be->rmsnorm_forward(m->lnf + r0 * C, m->lnf_rstd + r0, m->x_final + r0 * C, m->params.final_norm, 1.0f, N - first_logit, C);
     be->matmul_forward(m->logits + r0 * m->V, m->lnf + r0 * C, m->params.lm_head, N - first_logit, C, m->V, 0);
@@ -460,6 +463,7 @@ void model_forward_cached(Model* m, const int* tokens, int n, int pos) {
 
 static void layer_backward(Model* m, int l, float* dres) {
     const Backend* be = m->be;
+    m->layer_now = l;
     const LayerParams* p = &m->params.layers[l];
     LayerParams* g = &m->grads.layers[l];
     const LayerActs* a = &m->acts[l];
@@ -507,6 +511,7 @@ void model_backward(Model* m, float dloss_scale) {
     be->zero(dres, N * C * sizeof(float));
     be->rmsnorm_backward(dres, m->grads.final_norm, dln, m->x_final, m->params.final_norm, m->lnf_rstd, 1.0f, N, C);
     for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l, dres);
+    m->layer_now = -1;
     be->embedding_backward(m->grads.tok_embedding, dres, m->tokens, N, C);
 }
 

@@ -75,6 +75,7 @@ typedef struct {
     ModelConfig cfg;
     const AttnVariant* variant;
     const Backend* be;
+    int layer_now;       // the layer whose operations the model is issuing, -1 outside the layers: what a profile credits
     int V, L, C, H, D, M, Dv, F, QKV;
     int KH;              // key heads: M*H, or H when the maps share key/value heads
     int head_norm;       // the config's, resolved

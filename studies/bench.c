@@ -10,6 +10,7 @@
 
 #include "../base/util.h"
 #include "../model/optim.h"
+#include "../model/profile.h"
 #include "runs.h"
 #include "../run/train.h"
 #include "verdict.h"
@@ -64,9 +65,9 @@ static void bench_open(Bench* b, const Config* cfg, const char* recipe_path, con
 // read against then ran under the same conditions (one rate measured once, as the best of a few
 // products, set a lucky moment against ten ordinary steps and moved MFU by 5 points from run to
 // run).
-static void bench_step(Bench* b, int s, int forward_only) {
+// Step s, returned once its work is done, not only issued
+static void run_step(Bench* b, int s, int forward_only) {
     int B = b->cfg->batch_size, T = b->cfg->model.seq_len;
-    double t0 = wall_time();
     if (forward_only) {
         for (int micro = 0; micro < b->cfg->grad_accum; micro++) {
             model_forward(&b->model, b->inputs + micro * (size_t)B * T, b->targets + micro * (size_t)B * T, B, T, 0);
@@ -74,7 +75,12 @@ static void bench_step(Bench* b, int s, int forward_only) {
     } else {
         train_step(&b->model, &b->opt, b->cfg, &b->share, s, b->inputs, b->targets);
     }
-    b->model.be->synchronize();  // the step's work is done, not only issued
+    b->model.be->synchronize();
+}
+
+static void bench_step(Bench* b, int s, int forward_only) {
+    double t0 = wall_time();
+    run_step(b, s, forward_only);
     double dt = wall_time() - t0, matmul_seconds, matmul_flops;
     b->model.be->matmul_spent(&matmul_seconds, &matmul_flops);
     if (s == 0) return;
@@ -154,6 +160,25 @@ static void bench_report(Bench* b, int timed, int forward_only, double peak, con
     runs_record_bench(results, b->recipe_path, row, b->cfg, m->be, forward_only, &numbers);
 }
 
+// Step s, one more after the timed ones, profiled (model/profile.h): printed by operation, and
+// by operation and layer into the CSV file. Not among the timed steps, whose tokens/s the marks
+// around every call would lower.
+static void bench_profile(Bench* b, int s, int forward_only, const char* csv) {
+    Profile p;
+    profile_attach(&p, &b->model);
+    double t0 = wall_time();
+    profile_step_begin(&p);
+    run_step(b, s, forward_only);
+    profile_step_end(&p);
+    double wall = wall_time() - t0;
+    profile_detach(&p, &b->model);
+    printf("%s: one more %s, each backend call between two timer marks (%s)\n", b->recipe_path, forward_only ? "forward pass" : "step", csv);
+    profile_print(&p, stdout);
+    printf("  the calls take %.1f of the step's %.1f ms on the host's clock\n", 1e3 * profile_total_seconds(&p), 1e3 * wall);
+    profile_write_csv(&p, csv);
+    profile_free(&p);
+}
+
 static void bench_close(Bench* b, int forward_only) {
     if (!forward_only) adamw_free(&b->opt);
     free(b->dt);
@@ -184,7 +209,7 @@ static void bench_compare(const Bench* a, const Bench* b, int timed) {
 }
 
 void bench_run(const Config* const* cfgs, const char* const* recipe_paths, int n_recipes, const Backend* be, int vocab,
-               int steps, int forward_only, const char* results) {
+               int steps, int forward_only, const char* results, const char* profile_csv) {
     Bench b[2];
     double held = 0.0;  // both models live in one process: each is checked beside the one before
     for (int r = 0; r < n_recipes; r++) held += train_check_memory(cfgs[r], be, vocab, held);
@@ -205,5 +230,6 @@ void bench_run(const Config* const* cfgs, const char* const* recipe_paths, int n
                be->host_memory ? "RSS" : "device memory", peak);
         bench_compare(&b[0], &b[1], steps - 1);
     }
+    if (profile_csv) bench_profile(&b[0], steps, forward_only, profile_csv);
     for (int r = 0; r < n_recipes; r++) bench_close(&b[r], forward_only);
 }

@@ -12,8 +12,10 @@
 // results/registry.sqlite (row `train` or `forward`). Two recipes run in one process, their
 // steps alternated, so that a machine whose speed drifts slows both alike: each is recorded as
 // row `train-alternated` (or `forward-alternated`) without a peak memory of its own, and the
-// second's tokens/s is compared with the first's pair of steps by pair of steps.
+// second's tokens/s is compared with the first's pair of steps by pair of steps. With
+// profile_csv (one recipe), one more step is profiled operation by operation (model/profile.h):
+// printed, and written to that file by operation and layer.
 void bench_run(const Config* const* cfgs, const char* const* recipe_paths, int n_recipes, const Backend* be, int vocab,
-               int steps, int forward_only, const char* results);
+               int steps, int forward_only, const char* results, const char* profile_csv);
 
 #endif

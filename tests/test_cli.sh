@@ -373,6 +373,18 @@ expect "bench's products and the rest add up to the step, to a millisecond of ro
     test -n "$step_ms" -a $((products_ms + rest_ms - step_ms)) -ge -1 -a $((products_ms + rest_ms - step_ms)) -le 1
 expect "bench records the products' share of the step and their rate" \
     test "$(sqlite3 "$work/products_reg/registry.sqlite" "SELECT COUNT(*) FROM evaluations WHERE (key = 'matmul_share' AND value > 0 AND value < 100) OR (key = 'matmul_gflops' AND value > 0)")" = 2
+# one more step profiled by operation and layer: the printed table, and a CSV whose rows cover
+# every layer's four weight products (two layers here) and sum to the step
+out=$($bin bench experiments/bench_diff.ini --steps 2 batch_size=1 n_layer=2 --results "$work/profile_reg" --profile "$work/profile.csv" 2>&1)
+expect "bench --profile prints the step's time by operation" \
+    bash -c "grep -qE '^  matmul_forward +9 +[0-9.]+ +[0-9.]+$' <<<\"\$1\" && grep -qE '^  attention_backward +2 +[0-9.]+ +[0-9.]+$' <<<\"\$1\"" _ "$out"
+expect "bench --profile writes each operation's calls per layer, its parts summing to the step" \
+    bash -c "head -1 '$work/profile.csv' | grep -qx 'operation,layer,calls_per_step,ms_per_step,percent_of_step' &&
+             test \"\$(grep -cE '^matmul_forward,[01],4,' '$work/profile.csv')\" = 2 && grep -qE '^matmul_forward,-,1,' '$work/profile.csv' &&
+             awk -F, 'NR > 1 { p += \$5 } END { exit !(p > 99.9 && p < 100.1) }' '$work/profile.csv'"
+expect_fail "bench --profile refuses an empty path" "option --profile: an empty path" $bin bench experiments/bench_diff.ini --profile "" --results "$work/profile_reg"
+expect_fail "bench --profile refuses --vs" "option --profile: it profiles one recipe" \
+    $bin bench experiments/bench_diff.ini --vs experiments/bench_diff.ini --profile "$work/p2.csv" --results "$work/profile_reg"
 # two recipes benched in turn, step by step, under the same overrides, and compared pair by pair
 recipe "$work/ok_standard.ini"
 sed -i 's/^attention = diff$/attention = standard/' "$work/ok_standard.ini"

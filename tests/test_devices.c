@@ -10,7 +10,8 @@
 //   4. a checkpoint written on one device after 10 steps, resumed on the other for 10 more;
 //   5. precision = bf16 on the other device (CUDA, on a GPU or emulated: the CPU's bf16 is
 //      test_bf16's) against the CPU in fp32: one forward and backward, then 20 training steps,
-//      repeated bitwise and resumed bitwise from a checkpoint at step 10.
+//      repeated bitwise and resumed bitwise from a checkpoint at step 10;
+//   6. one training step profiled on each device (test_profile).
 // The emulation runs sections 1 and 5's gradients only: the training sections take minutes there
 // and test the devices' training loop, which is the CPU's code on both sides.
 // Tolerances, CPU against CUDA (fp32 both, different summation orders): loss within 1e-5
@@ -30,6 +31,7 @@
 #include "../run/checkpoint.h"
 #include "../model/model.h"
 #include "../model/optim.h"
+#include "../model/profile.h"
 #include "../base/util.h"
 #include "bf16_reference.h"
 #include "check.h"
@@ -396,6 +398,55 @@ static void test_bf16(const Variant* v, int train) {
     free(params), free(fp32), free(bf16), free(rounded), free(tokens), free(targets);
 }
 
+// Section 6: one training step profiled (model/profile.h) on device `device`: calls of the
+// operations counted by hand from the model's structure (per layer: the four weight products,
+// attention, two RMSNorms and DIFF's head norm; the LM head, the final norm; AdamW's four
+// launches per layer and three more, the gradient norm's one squared sum), and the calls' times
+// summing to the step's wall time within 5% (the marks wait for nothing, so what lies between
+// the calls is only the host's own work)
+static void test_profile(const Variant* v, const char* device) {
+    Config cfg = variant_config(v, device);
+    Model m;
+    AdamW opt;
+    fresh_run(&m, &opt, &cfg);
+    double loss[STEPS];
+    train_steps(&m, &opt, &cfg, 0, 1, loss);  // the first step allocates; the profiled one reuses
+    Profile p;
+    profile_attach(&p, &m);
+    double t0 = wall_time();
+    profile_step_begin(&p);
+    train_steps(&m, &opt, &cfg, 1, 2, loss);
+    m.be->synchronize();
+    profile_step_end(&p);
+    double wall = wall_time() - t0;
+    profile_detach(&p, &m);
+    int L = m.L, norms = 2 + m.head_norm;
+    struct {
+        ProfileOp op;
+        int want;
+    } counts[] = {{OP_MATMUL_FORWARD, 4 * L + 1}, {OP_MATMUL_BACKWARD, 4 * L + 1}, {OP_ATTENTION_FORWARD, L}, {OP_ATTENTION_BACKWARD, L},
+                  {OP_RMSNORM_FORWARD, norms * L + 1}, {OP_RMSNORM_BACKWARD, norms * L + 1}, {OP_ADAMW_UPDATE, 4 * L + 3},
+                  {OP_EMBEDDING_FORWARD, 1}, {OP_CROSSENTROPY_FORWARD, 1}, {OP_SUM_SQUARES, 1}};
+    int wrong = 0;
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        double calls;
+        profile_op_seconds(&p, counts[k].op, &calls);
+        if (calls != counts[k].want) {
+            wrong++;
+            printf("%s on %s: %s called %.0f times, %d by hand\n", v->name, device, PROFILE_OP_NAMES[counts[k].op], calls, counts[k].want);
+        }
+    }
+    double parts = profile_total_seconds(&p);
+    CHECK(p.steps == 1 && wrong == 0 && fabs(parts - wall) <= 0.05 * wall,
+          "profile of a %s step on %s: every operation's calls as counted by hand (%d wrong); the calls %.2f ms of the step's %.2f ms",
+          v->name, backend_of_device(cfg.device)->name, wrong, 1e3 * parts, 1e3 * wall);
+    printf("| profile of a %s step on %s: calls' time against the step's | %.2f ms | %.2f ms |\n", v->name,
+           backend_of_device(cfg.device)->name, 1e3 * parts, 1e3 * wall);
+    profile_free(&p);
+    adamw_free(&opt);
+    model_free(&m);
+}
+
 int main(void) {
     // the second backend of this program where it can run here, else a second cpu
     const char* why = backend_unusable("cuda");
@@ -412,6 +463,8 @@ int main(void) {
     // the CPU's own bf16 is test_bf16's
     if (strcmp(other, "cpu") == 0) printf("bf16: the second device is the cpu, whose bf16 products test_bf16 checks\n");
     for (int i = 0; i < N_VARIANTS && strcmp(other, "cpu") != 0; i++) test_bf16(&VARIANTS[i], !emulated);
+    const AttentionKind profiled[] = {ATTN_STANDARD, ATTN_DIFF};  // VARIANTS' first rows are ATTN_VARIANTS'
+    for (int k = 0; k < 2; k++) test_profile(&VARIANTS[profiled[k]], "cpu"), test_profile(&VARIANTS[profiled[k]], other);
     remove("build/test_devices.h5");
     return check_summary();
 }

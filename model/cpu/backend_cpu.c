@@ -124,6 +124,21 @@ static double cpu_peak(char* how, size_t n) {
     return cpu_peak_rate(omp_get_max_threads(), how, n);
 }
 
+// Marks on the host's clock: every operation here has finished when it returns
+static double* marks;
+static int mark_capacity;
+static void cpu_timer_mark(int i) {
+    if (i >= mark_capacity) {
+        mark_capacity = 2 * i + 64;
+        marks = realloc(marks, (size_t)mark_capacity * sizeof(double));
+        if (!marks) die("out of memory for timer marks");
+    }
+    marks[i] = wall_time();
+}
+static void cpu_timer_read(double* seconds, int n) {
+    for (int i = 0; i < n; i++) seconds[i] = marks[i] - marks[0];
+}
+
 static const Backend CPU = {
     .name = "cpu",
     .device = "cpu",
@@ -171,6 +186,8 @@ static const Backend CPU = {
     .weights_changed = cpu_weights_changed,
     .peak_rate = cpu_peak,
     .attention_path = cpu_attention_path,
+    .timer_mark = cpu_timer_mark,
+    .timer_read = cpu_timer_read,
 };
 
 const Backend* backend_cpu(void) { return &CPU; }

@@ -3,6 +3,7 @@
 // cuBLAS handle with TF32 off, scratch buffers, NCCL for the ranks. Every operation runs in order on the
 // default stream; upload and download are synchronous.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef DIFFTX_MPI
 #include <nccl.h>
@@ -237,6 +238,28 @@ static void cuda_sum_across_ranks(float* x, size_t n) {
 #endif
 }
 
+// Marks as events on the stream, read on the GPU's clock
+static cudaEvent_t* marks;
+static int mark_capacity;
+static void cuda_timer_mark(int i) {
+    while (i >= mark_capacity) {
+        marks = (cudaEvent_t*)realloc(marks, (size_t)(mark_capacity + 64) * sizeof(cudaEvent_t));
+        if (!marks) die("out of memory for timer marks");
+        for (int k = mark_capacity; k < mark_capacity + 64; k++) cudaCheck(cudaEventCreate(&marks[k]));
+        mark_capacity += 64;
+    }
+    cudaCheck(cudaEventRecord(marks[i], 0));
+}
+static void cuda_timer_read(double* seconds, int n) {
+    if (n <= 0) return;
+    cudaCheck(cudaEventSynchronize(marks[n - 1]));
+    for (int i = 0; i < n; i++) {
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, marks[0], marks[i]));
+        seconds[i] = ms / 1e3;
+    }
+}
+
 static Backend table(void) {
     Backend b;
     memset(&b, 0, sizeof(b));
@@ -286,6 +309,8 @@ static Backend table(void) {
     b.set_precision = cuda_set_precision;
     b.weights_changed = cuda_weights_changed;
     b.attention_path = cuda_attention_path;
+    b.timer_mark = cuda_timer_mark;
+    b.timer_read = cuda_timer_read;
     return b;
 }
 
