@@ -44,7 +44,7 @@ cp experiments/bench_standard.ini experiments/bench_diff.ini experiments/default
 cp tests/ranks_check.sh "$out.tmp/"
 mkdir -p "$out.tmp/tests/gpus"
 cp tests/gpus/*.json "$out.tmp/tests/gpus/"  # test_cudnn_graphs' described GPUs, read from the bundle's folder
-cp tests/bench_torch_gpu.py "$out.tmp/"
+cp tests/bench_torch_gpu.py tests/sdpa_cudnn.py "$out.tmp/"
 cp tests/gpu-check.sh "$out.tmp/gpu-check.sh"
 git describe --always --dirty --abbrev=12 >"$out.tmp/COMMIT" 2>/dev/null || echo unknown >"$out.tmp/COMMIT"
 rm -rf "$out"

@@ -1192,6 +1192,108 @@ static void test_bf16(void) {
           be->device_name());
 }
 
+// ---- --parts: bf16 attention part by part at a model's shape (the GPU window's verdict) ----
+// Sums of squares over the columns [c0, c0 + w) of rows of `stride` floats: of got - ref (err)
+// and of ref (size), added to what they hold
+static void add_squares(double* err, double* size, const float* got, const float* ref, size_t rows, int stride, int c0, int w) {
+    for (size_t r = 0; r < rows; r++) {
+        for (int c = c0; c < c0 + w; c++) {
+            double d = (double)got[r * stride + c] - ref[r * stride + c];
+            *err += d * d, *size += (double)ref[r * stride + c] * ref[r * stride + c];
+        }
+    }
+}
+static double relative(double err, double size) { return isnan(err) ? INFINITY : sqrt(err / (size + 1e-300)); }
+
+// The training attention of spec "VARIANT:B:T:N_HEAD:D" on random inputs (qkv rounded to bf16,
+// the same for every path): the backend's fp32 kernels (DIFFTX_ATTENTION_PATH = kernels) as the
+// reference, against the bf16 path it chooses and, where that is not it, bf16 with the maps
+// written out. Each part on its own: y, the log-sum-exp (largest absolute error), each map's dQ,
+// dK and dV (relative L2 over that map's sub-heads' columns of dqkv; a sub-head two maps share
+// counts in both) and dlambda (relative); each within 2e-2, bf16's own error being a few 1e-3.
+// One markdown row per path.
+static void attention_parts(const char* spec) {
+    char name[64];
+    int B, T, n_head, D;
+    if (sscanf(spec, "%63[a-z0-9_]:%d:%d:%d:%d", name, &B, &T, &n_head, &D) != 5 || B < 1 || T < 1 || n_head < 1 || D < 1)
+        die("test_backend_ops --parts: '%s' is not VARIANT:B:T:N_HEAD:D", spec);
+    const AttnVariant* v = attention_variant_named(name);
+    if (!v) die("test_backend_ops --parts: no attention variant '%s'", name);
+    AttnShape s = attention_shape(v, n_head, D, v->test_switch);
+    s.B = B, s.T = T;
+    const char* why;
+    if (!be->supports(&s, &why)) die("test_backend_ops --parts %s: %s", spec, why);
+    int QKV = attention_qkv_width(&s), Dv = attention_value_width(&s), lam = attention_lambda_offset(&s), H = s.H, M = s.M;
+    int per_layer = M == 2 && lam < 0;
+    size_t N = (size_t)B * T, n_qkv = N * QKV, n_y = N * H * Dv, n_lse = (size_t)B * H * M * T;
+    float *qkv = random_host(n_qkv, 1.0f), *dy = random_host(n_y, 1.0f);
+    for (size_t n = 0; lam >= 0 && n < N; n++) {
+        for (int h = 0; h < H; h++) qkv[n * QKV + lam + h] = 0.1f + 0.8f * rng_uniform(&rng);
+    }
+    for (size_t i = 0; i < n_qkv; i++) qkv[i] = bf16_reference_round(qkv[i]);
+    float lambda = 0.6f;
+    float *d_qkv = to_backend(qkv, n_qkv * 4), *d_lambda = to_backend(&lambda, 4), *d_dy = to_backend(dy, n_y * 4);
+    float *d_y = be->alloc(n_y * 4), *d_lse = be->alloc(n_lse * 4), *d_dqkv = be->alloc(n_qkv * 4), *d_dlambda = be->alloc(4);
+    float* ref[3] = {NULL, NULL, NULL};  // y, lse, dqkv of the fp32 kernels
+    float ref_dlambda = 0;
+    printf("| bf16 attention %s B=%d T=%d H=%d D=%d: path | y | lse | ", name, B, T, H, D);
+    for (int m = 0; m < M; m++) printf("map %d dQ | dK | dV | ", m);
+    printf("dlambda | verdict |\n|---|---|---|");
+    for (int m = 0; m < M; m++) printf("---|---|---|");
+    printf("---|---|\n");
+    const char* forced[] = {"kernels", NULL, "written"};
+    char chosen[700] = "";
+    for (int run = 0; run < 3; run++) {
+        force_path(forced[run]);
+        if (be->set_precision(run ? PRECISION_BF16 : PRECISION_FP32)) die("test_backend_ops --parts: %s cannot run bf16", be->name);
+        char path[700];
+        snprintf(path, sizeof(path), "%s", be->attention_path(&s));
+        if (run == 2 && (strstr(chosen, "maps written out") || !strstr(path, "maps written out"))) break;  // ran, or cannot run
+        if (run == 1) snprintf(chosen, sizeof(chosen), "%s", path);
+        float* d_sums = whole_attention_forward(d_y, d_lse, d_qkv, d_lambda, &s, NO_HOOK);
+        whole_attention_backward(d_dqkv, d_dlambda, d_dy, d_sums, d_qkv, d_lse, d_lambda, &s);
+        be->release(d_sums);
+        float got_dlambda, *got[3] = {from_backend(d_y, n_y), from_backend(d_lse, n_lse), from_backend(d_dqkv, n_qkv)};
+        be->download(&got_dlambda, d_dlambda, 4);
+        if (run == 0) {
+            memcpy(ref, got, sizeof(got));
+            ref_dlambda = got_dlambda;
+            continue;
+        }
+        double err = 0, size = 0, e_lse = 0;
+        add_squares(&err, &size, got[0], ref[0], N, H * Dv, 0, H * Dv);
+        double worst = relative(err, size);
+        printf("| %s | %.1e | ", path, worst);
+        for (size_t i = 0; i < n_lse; i++) e_lse = fmax(e_lse, isnan(got[1][i]) ? INFINITY : fabs(got[1][i] - ref[1][i]));
+        worst = fmax(worst, e_lse);
+        printf("%.1e | ", e_lse);
+        for (int m = 0; m < M; m++) {
+            for (int k = 0; k < 3; k++) {  // dQ, dK, dV
+                err = size = 0;
+                for (int h = 0; h < H; h++) {
+                    int col = k == 0 ? attention_q_col(&s, h, m) : k == 1 ? attention_k_col(&s, h, m) : attention_v_col(&s, h, m);
+                    add_squares(&err, &size, got[2], ref[2], N, QKV, col, k == 2 ? Dv : D);
+                }
+                worst = fmax(worst, relative(err, size));
+                printf("%.1e | ", relative(err, size));
+            }
+        }
+        double e_lambda = per_layer ? fabs((double)got_dlambda - ref_dlambda) / (fabs(ref_dlambda) + 1e-30) : 0;
+        worst = fmax(worst, e_lambda);
+        if (per_layer) printf("%.1e | ", e_lambda);
+        else printf("- | ");
+        printf("%s |\n", worst <= 2e-2 ? "agrees" : "DISAGREES");
+        CHECK(worst <= 2e-2, "%s bf16 attention %s [%s]: worst part %.2e (at most 2e-2)", be->name, spec, path, worst);
+        for (int k = 0; k < 3; k++) free(got[k]);
+    }
+    force_path(NULL);
+    be->set_precision(PRECISION_FP32);
+    for (int k = 0; k < 3; k++) free(ref[k]);
+    free(qkv), free(dy);
+    be->release(d_qkv), be->release(d_lambda), be->release(d_dy), be->release(d_y), be->release(d_lse), be->release(d_dqkv);
+    be->release(d_dlambda);
+}
+
 // ---- optimizer ----
 static void test_optimizer(size_t n) {
     char what[32];
@@ -1602,18 +1704,20 @@ static void test_contract(int small) {
 // device names (cpu, cuda) alone and fails when it cannot run here; --small leaves out the longest attention shape
 // (T = 1024) (for compute-sanitizer, whose racecheck is slow); --op runs one group of operations (OPS), its contract
 // and its gradients; --variant runs one attention variant's cases of the attention and bf16 groups; --grad runs the
-// gradient mode alone
+// gradient mode alone; --parts (up to 8) runs bf16 attention part by part at those shapes alone (attention_parts)
 int main(int argc, char** argv) {
     const char* only = NULL;
-    int small = 0;
+    const char* parts[8];
+    int small = 0, n_parts = 0;
     const char* usage = "usage: test_backend_ops [--backend DEVICE] [--small] [--op table|buffers|matmul|bf16|rmsnorm|rope|swiglu|embedding|"
-                        "crossentropy|attention|lambda|optimizer] [--variant NAME] [--grad]";
+                        "crossentropy|attention|lambda|optimizer] [--variant NAME] [--grad] [--parts VARIANT:B:T:N_HEAD:D]...";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--small") == 0) small = 1;
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) only_op = argv[++i];
         else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) only_variant = argv[++i];
         else if (strcmp(argv[i], "--grad") == 0) grad_only = 1;
+        else if (strcmp(argv[i], "--parts") == 0 && i + 1 < argc && n_parts < 8) parts[n_parts++] = argv[++i];
         else die("test_backend_ops: unknown argument '%s' (%s)", argv[i], usage);
     }
     int known = !only_op;
@@ -1631,6 +1735,10 @@ int main(int argc, char** argv) {
             continue;
         }
         be = backend_named(backend_at(b)->device);
+        if (n_parts) {  // --parts alone
+            for (int k = 0; k < n_parts; k++) attention_parts(parts[k]);
+            continue;
+        }
         int before = checks_passed + checks_failed;
         if (!grad_only) test_contract(small);
         test_gradients(strcmp(be->device, "cpu") != 0);

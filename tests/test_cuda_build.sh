@@ -6,7 +6,7 @@
 # (test_cudnn_graphs, with the toolkit's stub libcuda); the CUDA build's
 # `test_backend_ops` and `test_devices` pass on its CPU backend and say what they did not run; `make
 # gpu-bundle` builds a bundle under 60 MiB whose programs find every library in it with the system's
-# copies hidden, and whose `gpu-check.sh tests|bench OUT` reports "no CUDA device" cleanly, in its
+# copies hidden, and whose `gpu-check.sh tests|bench|window OUT` reports "no CUDA device" cleanly, in its
 # report too. What runs on a GPU is in docs/gpu.md. On a machine with a GPU the bundle's
 # gpu-check.sh is the check.
 set -u
@@ -98,15 +98,39 @@ expect "the bundle's difftx starts with the system's libraries hidden" hidden bu
 if [ $gpu -eq 0 ]; then
     expect_fail "the bundle's difftx says no CUDA device, libraries hidden" "device 'cuda' cannot run here: no CUDA device" \
         hidden build/gpu-bundle/bin/difftx bench build/gpu-bundle/experiments/bench_standard.ini device=cuda --steps 2 --results "$work/r"
-    for part in tests bench; do
+    for part in tests bench window; do
         out=$(build/gpu-bundle/gpu-check.sh $part "$work/check-$part" 2>&1)
         rc=$?
         expect "gpu-check.sh $part without a GPU exits 1 saying no CUDA device (exit $rc)" test $rc -eq 1 -a -n "$(grep 'no CUDA device' <<<"$out")"
         expect "gpu-check.sh $part writes its report in the folder it is given even then" grep -q "no CUDA device" "$work/check-$part/report.md"
     done
+    expect "gpu-check.sh window leaves exactly its three files even then" test "$(ls "$work/check-window" | tr '\n' ' ')" = "logs.tar.gz profile.csv report.md "
 fi
-for args in "" "tests" "all $work/x" "tests $work/x extra" "bench $work/x tpu"; do
-    expect_fail "gpu-check.sh ${args:-with no arguments} is a usage error" "usage: gpu-check.sh tests OUT" build/gpu-bundle/gpu-check.sh $args
+# the window's deadline, in dry runs (each section sleeps): with time enough every section
+# passes; with sections of 30 s and a deadline of 8 s the first is cut at the deadline and the
+# rest are not started; either way the report, the logs and the profile (its header alone) are
+# there, and nothing else
+out=$(GPU_CHECK_DRY_RUN=1 GPU_CHECK_DEADLINE=120 GPU_CHECK_MARGIN=1 build/gpu-bundle/gpu-check.sh window "$work/dry" 2>&1)
+rc=$?
+expect "gpu-check.sh window in a dry run with time enough: every section passes (exit $rc)" \
+    bash -c "test $rc = 0 && grep -qE '^9 passed, 0 failed, 0 skipped$' '$work/dry/report.md'"
+out=$(GPU_CHECK_DRY_RUN=30 GPU_CHECK_DEADLINE=8 GPU_CHECK_MARGIN=1 build/gpu-bundle/gpu-check.sh window "$work/dry-cut" 2>&1)
+rc=$?
+expect "gpu-check.sh window in a dry run past its deadline: the first section cut at it, the rest not started (exit $rc)" \
+    bash -c "test $rc = 1 && grep -q \"^\*\*CUT at the window's deadline of 8 s\*\*\" '$work/dry-cut/report.md' &&
+             grep -qE '^0 passed, 1 failed, 8 skipped$' '$work/dry-cut/report.md' &&
+             test \"\$(grep -c '^\*\*skipped\*\*: cut: ' '$work/dry-cut/report.md')\" = 8"
+for d in dry dry-cut; do
+    expect "gpu-check.sh window ($d) leaves exactly its three files: report.md, logs.tar.gz with each section's log, profile.csv" \
+        bash -c "test \"\$(ls '$work/$d' | tr '\n' ' ')\" = 'logs.tar.gz profile.csv report.md ' &&
+                 test \"\$(tar -tzf '$work/$d/logs.tar.gz' | grep -c '\.log$')\" = \"\$(grep -c '(full output: ' '$work/$d/report.md')\" &&
+                 test \"\$(cat '$work/$d/profile.csv')\" = 'run,operation,layer,calls_per_step,ms_per_step,percent_of_step'"
+done
+mkdir -p "$work/dry-used" && touch "$work/dry-used/mine.txt"
+expect_fail "gpu-check.sh window refuses an OUT holding other files" "holds files other than its own three" \
+    env GPU_CHECK_DRY_RUN=1 build/gpu-bundle/gpu-check.sh window "$work/dry-used"
+for args in "" "tests" "all $work/x" "tests $work/x extra" "bench $work/x tpu" "window $work/x extra"; do
+    expect_fail "gpu-check.sh ${args:-with no arguments} is a usage error" "usage: gpu-check.sh window OUT" build/gpu-bundle/gpu-check.sh $args
 done
 expect "gpu-check.sh gives the bundle's libraries to the project's programs only, never to PyTorch" \
     test "$(grep -c 'LD_LIBRARY_PATH=' build/gpu-bundle/gpu-check.sh)" = 1 -a -z "$(grep -n '^export LD_LIBRARY_PATH' build/gpu-bundle/gpu-check.sh)"
