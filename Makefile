@@ -210,8 +210,22 @@ table5: $(B)/difftx data/default/train.bin
 # runs its programs. `make CUDA=1` differs from it in -march=native alone, and no source of the
 # project depends on the instructions the compiler targets, so the tests compile CUDA once
 CUDA_PROGRAMS := difftx test_backend_ops test_devices test_cudnn_graphs
+# and test_cudnn_graphs with each of the differences from NVIDIA's frontend that the cuDNN graphs
+# once had put back (tests/cuda_emulation/plant.sh), which its golden-lowering check must report
+GOLDEN_DEFECTS := golden_d_virtual golden_p_bf16 golden_pt_fp32 golden_dst_fp32 golden_mask_before_stats golden_cmp_float golden_dp_times_one
+GOLDEN_PROGRAMS := $(foreach d,$(GOLDEN_DEFECTS),golden-defect/$(d)/test_cudnn_graphs)
 cuda-portable-build:
-	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 PORTABLE=1 $(addprefix build/cuda-portable/,$(CUDA_PROGRAMS)),@echo "no nvcc: the portable CUDA build is not compiled")
+	$(if $(NVCC),$(MAKE) --no-print-directory CUDA=1 PORTABLE=1 $(addprefix build/cuda-portable/,$(CUDA_PROGRAMS) $(GOLDEN_PROGRAMS)),@echo "no nvcc: the portable CUDA build is not compiled")
+ifdef CUDA
+$(B)/golden-defect/%/cudnn_attention.cu: model/cuda/cudnn_attention.cu tests/cuda_emulation/plant.sh
+	@mkdir -p $(dir $@)
+	tests/cuda_emulation/plant.sh $* $< $@
+$(B)/golden-defect/%/cudnn_attention.o: $(B)/golden-defect/%/cudnn_attention.cu $(B)/flags.txt
+	$(NVCC) $(NVCCFLAGS) -I model/cuda -c -o $@ $<
+$(B)/golden-defect/%/test_cudnn_graphs: $(B)/obj/tests/test_cudnn_graphs.o $(B)/golden-defect/%/cudnn_attention.o \
+                                        $(filter-out $(B)/obj/model/cuda/cudnn_attention.o,$(OBJS))
+	$(CC) -o $@ $^ $(LDLIBS)
+endif
 
 # The CUDA kernels under a CPU emulation of the GPU (tests/cuda_emulation), in every test run:
 # the .cu sources, translated (launch syntax, __shared__) and compiled as C++ unchanged, with

@@ -3,7 +3,8 @@
 # differs from in -march=native alone) without a GPU refuses `device = cuda` in `train`, `bench`, `sample`, `eval` and
 # `maps` with "no CUDA device" before writing anything, the CPU-only build names `make CUDA=1`; cuDNN's
 # attention graphs are built and offered engines by its heuristics for described GPUs
-# (test_cudnn_graphs, with the toolkit's stub libcuda); the CUDA build's
+# (test_cudnn_graphs, with the toolkit's stub libcuda), and their golden lowering against NVIDIA's
+# frontend with each former difference planted back (test_cudnn_graphs --golden); the CUDA build's
 # `test_backend_ops` and `test_devices` pass on its CPU backend and say what they did not run; `make
 # gpu-bundle` builds a bundle under 60 MiB whose programs find every library in it with the system's
 # copies hidden, and whose `gpu-check.sh tests|bench|window OUT` reports "no CUDA device" cleanly, in its
@@ -49,6 +50,18 @@ if [ -e "$toolkit/lib64/stubs/libcuda.so" ]; then
         expect "cuDNN's heuristics take every graph the recipes need on an H100 and an H200, none on a V100 ($(grep -m1 '^cuDNN' <<<"$out"), $(grep -cE '^\| .*(h100|h200).* forward \| [1-9]' <<<"$out") forward and $(grep -cE '^\| .*(h100|h200).* backward \| [1-9]' <<<"$out") backward graphs accepted)" \
             grep -qE "^[0-9]+ passed, 0 failed$" <<<"$out"
         grep FAIL <<<"$out"
+        # the golden lowering: the 124M shape's graphs as cuDNN reads them are the graphs it reads
+        # from NVIDIA's frontend, node by node; and each difference the graphs once had, put back,
+        # is found
+        out=$(LD_LIBRARY_PATH=$work/stub $cuda_build/test_cudnn_graphs --golden tests/golden 2>&1)
+        expect "cuDNN reads the 124M shape's forward and backward graphs as it reads NVIDIA's frontend lowering, node by node" \
+            grep -qE "^2 passed, 0 failed$" <<<"$out"
+        grep -E "FAIL|only " <<<"$out" | head -20
+        for d in golden_d_virtual golden_p_bf16 golden_pt_fp32 golden_dst_fp32 golden_mask_before_stats golden_cmp_float golden_dp_times_one; do
+            out=$(LD_LIBRARY_PATH=$work/stub $cuda_build/golden-defect/$d/test_cudnn_graphs --golden tests/golden 2>&1)
+            expect "the golden lowering finds the planted $d ($(grep -c '^  only ' <<<"$out") nodes differ)" \
+                bash -c '! grep -q "^[0-9]* passed, 0 failed$" <<<"$1" && grep -q "^  only difftx.s: " <<<"$1"' _ "$out"
+        done
     fi
 else
     echo "cuDNN's graphs not checked: no stub libcuda in $toolkit/lib64/stubs"

@@ -5,17 +5,24 @@
 // probabilities feeding the products bf16, fp32 accumulation and statistics; outputs and
 // gradients bf16, the operands' type, as NVIDIA's own graphs declare them: on an H200 an O
 // declared fp32 came back wrong, and right once declared bf16):
-//   forward, per map:  S = Q K^T, S * scale, causal mask (key j <= query i), m = rowmax,
-//                      E = exp(S - m), l = rowsum E, stats = m + log l, P = E / l, O = P V
-//   backward, per map: D = rowsum(dO * O) * 1, S as in the forward, P = exp(S - stats),
-//                      dV = P^T dO (P^T a reshape of P), dS = (dO V^T * 1 - D) P * scale,
-//                      dK = dS^T Q, dQ = dS K (K a reshape of the K^T view)
-// The backward is the composite of NVIDIA's own frontend for cuDNN 9 without dropout, its two
-// products with 1 included (where dropout's scale and mask go): the engines recognise attention's
-// backward by its shape, and two graphs that differed from it ran on an H200 not at all (dQ in
-// fp32: "nullptr == dq_ptr") or with wrong gradients (dqkv off by 0.6-1.7 in relative L2, dQ
-// through an fp32 accumulator, P fp32, dS bf16, no products with 1). Since an engine's reading of a
-// graph shows only in what it computes, a shape takes the graphs only after they agree with this
+//   forward, per map:  S = Q K^T, S * scale, causal mask (key j <= query i: CMP_GE computed as
+//                      BOOLEAN), m = rowmax, E = exp(S - m), l = rowsum E, stats = m + log l
+//                      (packed (B, H, T) per map), P = E / l, O = P V
+//   backward, per map: D = rowsum(dO * O) * 1 into memory (fp32 (B, H, T)), S * scale - stats,
+//                      then the causal mask, P = exp(.) in fp32, dV = P^T dO (P^T a bf16 reshape
+//                      of P), dS = (dO V^T - D) P * scale in fp32, dK = dS^T Q (dS^T a bf16
+//                      reshape), dQ = dS K (K an fp32 reshape of the K^T view), dQ written bf16
+//                      directly (deterministic: no atomics, no accumulator)
+// The backward is the composite NVIDIA's cudnn-frontend (v1.18, CompositeSDPABackwardNode,
+// deterministic, without dropout) lowers, tensor by tensor: its types, its order of the mask and
+// the statistics, D bound to memory after its product with 1 (where dropout's scale goes), no
+// product with 1 after dO V^T (dropped in v1.11); tests/test_cudnn_graphs.c holds the graphs as
+// cuDNN reads them to that lowering (tests/golden/cudnn_sdpa_backward.txt). The engines
+// recognise attention's backward by its shape, and graphs that differed from it ran on an H200
+// not at all (dQ in fp32: "nullptr == dq_ptr") or with wrong gradients (dqkv off by 0.6-1.7 in
+// relative L2: dQ through a reordered fp32 accumulator, dS bf16, D without its product with 1).
+// Since an engine's reading of a graph shows only in what it computes, a shape takes the graphs
+// only after they agree with this
 // backend's fp32 kernels on random inputs, once per shape (y and dqkv within 2e-2 relative L2,
 // bf16's error being a few 1e-3); else it takes another path, saying why. A map's Q, K and V are
 // read in place from a bf16 copy of the packed qkv rows by strides, wherever the variant's layout
@@ -143,7 +150,7 @@ static void graph_free(Graph* g) {
 
 // The graphs' tensors that the caller binds to memory, by unique id; virtual tensors take ids
 // from VIRTUAL on
-enum { T_Q = 1, T_KT, T_V, T_VT, T_O, T_STATS, T_DO, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF, T_ONE, VIRTUAL };
+enum { T_Q = 1, T_KT, T_V, T_VT, T_O, T_STATS, T_DO, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF, T_ONE, T_D, VIRTUAL };
 
 static Desc tensor(Graph* g, int64_t uid, cudnnDataType_t type, const int64_t dims[4], const int64_t strides[4], int is_virtual,
                    int by_value) {
@@ -176,7 +183,7 @@ static void add_op(Graph* g, Desc op) {
 // y = mode(x, b) (b NULL for one operand); BINARY_SELECT takes its condition t; GEN_INDEX its axis
 static void pointwise(Graph* g, cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t, int64_t axis) {
     Desc p = make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    cudnnDataType_t precision = mode == CUDNN_POINTWISE_CMP_GE ? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT;  // the frontend's
     set(g, p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
     set(g, p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision);
     if (mode == CUDNN_POINTWISE_GEN_INDEX) set(g, p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
@@ -224,21 +231,26 @@ static void matmul(Graph* g, Desc a, Desc b, Desc c) {
 typedef struct {
     int64_t B, H, T, D, Dv, QKV;
     int64_t hq, hk, hv;      // columns from one head's query (key, value) sub-head to the next's
-    int64_t lse_b, lse_h;    // strides of a map's statistics in lse (B, H, M, T)
 } Geometry;
 
 // the causal logits of one map, scaled and masked (query i sees key j <= i): s (B, H, T, T) from
 // q (.., T, D) and k^T (.., D, T)
-static Desc masked_logits(Graph* g, const Geometry* x, Desc q, Desc kt, Desc scale, Desc neg_inf) {
+// scale Q K^T (B, H, T, T)
+static Desc scaled_logits(Graph* g, const Geometry* x, Desc q, Desc kt, Desc scale) {
     Desc raw = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), scaled = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
     matmul(g, q, kt, raw);
     pointwise(g, CUDNN_POINTWISE_MUL, raw, scale, scaled, NULL, 0);
+    return scaled;
+}
+
+// s with the keys past each query (column > row) set to -inf
+static Desc causal_mask(Graph* g, const Geometry* x, Desc s, Desc neg_inf) {
     Desc row = temp(g, CUDNN_DATA_INT32, x->B, x->H, x->T, x->T), col = temp(g, CUDNN_DATA_INT32, x->B, x->H, x->T, x->T);
     Desc keep = temp(g, CUDNN_DATA_BOOLEAN, x->B, x->H, x->T, x->T), masked = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
-    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, row, NULL, 2);
-    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, col, NULL, 3);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, row, NULL, 2);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, col, NULL, 3);
     pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, 0);
-    pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, scaled, neg_inf, masked, keep, 0);
+    pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neg_inf, masked, keep, 0);
     return masked;
 }
 
@@ -248,14 +260,14 @@ static void graph_forward(Graph* g, const Geometry* x) {
     int64_t kt_dims[4] = {x->B, x->H, x->D, x->T}, kt_strides[4] = {x->T * x->QKV, x->hk, 1, x->QKV};
     int64_t v_dims[4] = {x->B, x->H, x->T, x->Dv}, v_strides[4] = {x->T * x->QKV, x->hv, x->QKV, 1};
     int64_t o_strides[4] = {x->T * x->H * x->Dv, x->Dv, x->H * x->Dv, 1};
-    int64_t st_dims[4] = {x->B, x->H, x->T, 1}, st_strides[4] = {x->lse_b, x->lse_h, 1, 1};
+    int64_t st_dims[4] = {x->B, x->H, x->T, 1}, st_strides[4] = {x->H * x->T, x->T, 1, 1};
     Desc q = tensor(g, T_Q, CUDNN_DATA_BFLOAT16, q_dims, q_strides, 0, 0);
     Desc kt = tensor(g, T_KT, CUDNN_DATA_BFLOAT16, kt_dims, kt_strides, 0, 0);
     Desc v = tensor(g, T_V, CUDNN_DATA_BFLOAT16, v_dims, v_strides, 0, 0);
     Desc o = tensor(g, T_O, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
     Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, st_dims, st_strides, 0, 0);
     Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
-    Desc s = masked_logits(g, x, q, kt, scale, neg_inf);
+    Desc s = causal_mask(g, x, scaled_logits(g, x, q, kt, scale), neg_inf);
     Desc mx = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1), centred = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
     Desc e = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), sum = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1);
     Desc log_sum = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1), p = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
@@ -287,7 +299,7 @@ static void graph_backward(Graph* g, const Geometry* x) {
     int64_t v_dims[4] = {x->B, x->H, x->T, x->Dv}, vt_dims[4] = {x->B, x->H, x->Dv, x->T};
     int64_t vt_strides[4] = {x->T * x->QKV, x->hv, 1, x->QKV};
     int64_t o_strides[4] = {x->T * x->H * x->Dv, x->Dv, x->H * x->Dv, 1};
-    int64_t row_dims[4] = {x->B, x->H, x->T, 1}, st_strides[4] = {x->lse_b, x->lse_h, 1, 1};
+    int64_t row_dims[4] = {x->B, x->H, x->T, 1}, row_strides[4] = {x->H * x->T, x->T, 1, 1};
     int64_t dq_strides[4] = {x->T * x->H * x->D, x->D, x->H * x->D, 1};
     int64_t map_dims[4] = {x->B, x->H, x->T, x->T}, map_t_strides[4] = {x->H * x->T * x->T, x->T * x->T, 1, x->T};
     Desc q = tensor(g, T_Q, CUDNN_DATA_BFLOAT16, q_dims, q_strides, 0, 0);
@@ -295,38 +307,38 @@ static void graph_backward(Graph* g, const Geometry* x) {
     Desc vt = tensor(g, T_VT, CUDNN_DATA_BFLOAT16, vt_dims, vt_strides, 0, 0);
     Desc o = tensor(g, T_O, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
     Desc d_o = tensor(g, T_DO, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
-    Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, row_dims, st_strides, 0, 0);
+    Desc stats = tensor(g, T_STATS, CUDNN_DATA_FLOAT, row_dims, row_strides, 0, 0);
     Desc dq = tensor(g, T_DQ, CUDNN_DATA_BFLOAT16, q_dims, dq_strides, 0, 0);
     Desc dk = tensor(g, T_DK, CUDNN_DATA_BFLOAT16, q_dims, dq_strides, 0, 0);
     Desc dv = tensor(g, T_DV, CUDNN_DATA_BFLOAT16, v_dims, o_strides, 0, 0);
     Desc scale = tensor(g, T_SCALE, CUDNN_DATA_FLOAT, one, one, 0, 1), neg_inf = tensor(g, T_NEG_INF, CUDNN_DATA_FLOAT, one, one, 0, 1);
     Desc unit = tensor(g, T_ONE, CUDNN_DATA_FLOAT, one, one, 0, 1);
-    // D = rowsum(dO * O) * 1 (the 1 stands where dropout's inverse scale goes)
-    Desc d_o_o = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->Dv), sums = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1);
-    Desc d_rows = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1);
+    // D = rowsum(dO * O) * 1 into memory (the 1 stands where dropout's inverse scale goes); dO * O
+    // strided as the frontend declares it, rows H Dv apart
+    int64_t d_o_o_strides[4] = {x->H * x->T * x->Dv, x->T * x->Dv, x->H * x->Dv, 1};
+    Desc d_o_o = tensor(g, g->next_virtual++, CUDNN_DATA_FLOAT, v_dims, d_o_o_strides, 1, 0);
+    Desc sums = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1);
+    Desc d_rows = tensor(g, T_D, CUDNN_DATA_FLOAT, row_dims, row_strides, 0, 0);
     pointwise(g, CUDNN_POINTWISE_MUL, d_o, o, d_o_o, NULL, 0);
     reduction(g, CUDNN_REDUCE_TENSOR_ADD, d_o_o, sums);
     pointwise(g, CUDNN_POINTWISE_MUL, sums, unit, d_rows, NULL, 0);
-    // P from the forward's statistics, in bf16
-    Desc s = masked_logits(g, x, q, kt, scale, neg_inf);
-    Desc centred = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), p = temp(g, CUDNN_DATA_BFLOAT16, x->B, x->H, x->T, x->T);
-    pointwise(g, CUDNN_POINTWISE_SUB, s, stats, centred, NULL, 0);
-    pointwise(g, CUDNN_POINTWISE_EXP, centred, NULL, p, NULL, 0);
-    // dV = P^T dO
-    Desc pt = tensor(g, g->next_virtual++, CUDNN_DATA_FLOAT, map_dims, map_t_strides, 1, 0);
+    // P = exp(scale Q K^T - stats), the causal mask after the statistics, in fp32
+    Desc centred = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), p = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    pointwise(g, CUDNN_POINTWISE_SUB, scaled_logits(g, x, q, kt, scale), stats, centred, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_EXP, causal_mask(g, x, centred, neg_inf), NULL, p, NULL, 0);
+    // dV = P^T dO, P^T a bf16 reshape of P
+    Desc pt = tensor(g, g->next_virtual++, CUDNN_DATA_BFLOAT16, map_dims, map_t_strides, 1, 0);
     reshape(g, p, pt);
     matmul(g, pt, d_o, dv);
-    // dS = (dO V^T * 1 - D) * P * scale (the 1 stands where dropout's mask goes)
-    Desc dp = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), kept = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
-    Desc diff = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), ds_unscaled = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
-    Desc ds = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    // dS = (dO V^T - D) * P * scale
+    Desc dp = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), diff = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
+    Desc ds_unscaled = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T), ds = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T);
     matmul(g, d_o, vt, dp);
-    pointwise(g, CUDNN_POINTWISE_MUL, dp, unit, kept, NULL, 0);
-    pointwise(g, CUDNN_POINTWISE_SUB, kept, d_rows, diff, NULL, 0);
+    pointwise(g, CUDNN_POINTWISE_SUB, dp, d_rows, diff, NULL, 0);
     pointwise(g, CUDNN_POINTWISE_MUL, diff, p, ds_unscaled, NULL, 0);
     pointwise(g, CUDNN_POINTWISE_MUL, ds_unscaled, scale, ds, NULL, 0);
-    // dK = dS^T Q, dQ = dS K
-    Desc dst = tensor(g, g->next_virtual++, CUDNN_DATA_FLOAT, map_dims, map_t_strides, 1, 0);
+    // dK = dS^T Q (dS^T a bf16 reshape), dQ = dS K (K an fp32 reshape of the K^T view)
+    Desc dst = tensor(g, g->next_virtual++, CUDNN_DATA_BFLOAT16, map_dims, map_t_strides, 1, 0);
     reshape(g, ds, dst);
     matmul(g, dst, q, dk);
     Desc k = tensor(g, g->next_virtual++, CUDNN_DATA_FLOAT, q_dims, k_strides, 1, 0);
@@ -415,7 +427,7 @@ static const char* run_plan(Desc plan, int64_t workspace_size, const int64_t* ui
 
 // the tensors a variant pack binds, in the order of the pointers given with them
 static const int64_t FORWARD_UIDS[] = {T_Q, T_KT, T_V, T_O, T_STATS, T_SCALE, T_NEG_INF};
-static const int64_t BACKWARD_UIDS[] = {T_Q, T_KT, T_VT, T_O, T_DO, T_STATS, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF, T_ONE};
+static const int64_t BACKWARD_UIDS[] = {T_Q, T_KT, T_VT, T_O, T_DO, T_STATS, T_DQ, T_DK, T_DV, T_SCALE, T_NEG_INF, T_ONE, T_D};
 #define N_UIDS(uids) ((int)(sizeof(uids) / sizeof(uids[0])))
 
 // ---- records kept for the process's life, each found by the key it opens with ----
@@ -510,7 +522,6 @@ static const char* geometry_of(const AttnShape* s, int m, Geometry* x) {
     if (s->integral) return "DINT's integral term";
     int QKV = padded_width(s), Dv = attention_value_width(s);
     x->B = s->B, x->H = s->H, x->T = s->T, x->D = s->D, x->Dv = Dv, x->QKV = QKV;
-    x->lse_b = (int64_t)s->H * s->M * s->T, x->lse_h = (int64_t)s->M * s->T;
     int q0 = attention_q_col(s, 0, m), k0 = attention_k_col(s, 0, m), v0 = attention_v_col(s, 0, m);
     x->hq = s->H > 1 ? attention_q_col(s, 1, m) - q0 : s->D;
     x->hk = s->H > 1 ? attention_k_col(s, 1, m) - k0 : s->D;
@@ -674,7 +685,15 @@ static const __nv_bfloat16* qkv_bf16(const float* qkv, const AttnShape* s) {
     return out;
 }
 
-// Map m's forward into o (B*T, H, Dv) and stats (lse's layout, map m's rows); NULL, or why not
+// lse (B, H, M, T) from each map's packed statistics (M, B, H, T)
+__global__ void unpack_stats_kernel(float* lse, const float* packed, size_t rows, int M, int T) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // over (m, b h, t)
+    if (i >= (size_t)M * rows) return;
+    size_t m = i / rows, bh = i % rows / T, t = i % T;
+    lse[(bh * M + m) * T + t] = packed[i];
+}
+
+// Map m's forward into o (B*T, H, Dv) and stats (B, H, T), packed as the frontend's; NULL, or why not
 static const char* forward_map(const Plan* p, const AttnShape* s, int m, const __nv_bfloat16* qb, __nv_bfloat16* o, float* stats) {
     float scale = 1.0f / sqrtf((float)s->D), neg_inf = -INFINITY;
     void* pointers[] = {(void*)(qb + attention_q_col(s, 0, m)), (void*)(qb + attention_k_col(s, 0, m)), (void*)(qb + attention_v_col(s, 0, m)),
@@ -688,10 +707,15 @@ static const char* graphs_forward(float* y, float* lse, const float* qkv, const 
     size_t N = (size_t)s->B * s->T, HDv = (size_t)s->H * attention_value_width(s);
     const __nv_bfloat16* qb = qkv_bf16(qkv, s);
     __nv_bfloat16* o = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_O, 2 * N * HDv * sizeof(__nv_bfloat16));
-    float* stats = lse ? lse : (float*)cuda_scratch(SCRATCH_CUDNN_ROWS, (size_t)s->B * s->H * s->M * s->T * sizeof(float));
+    size_t rows = (size_t)s->B * s->H * s->T;
+    float* stats = (float*)cuda_scratch(SCRATCH_CUDNN_ROWS, s->M * rows * sizeof(float));
     for (int m = 0; m < s->M; m++) {
-        const char* why = forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + (size_t)m * s->T);
+        const char* why = forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + m * rows);
         if (why) return why;
+    }
+    if (lse) {
+        unpack_stats_kernel<<<cuda_blocks(s->M * rows, CUDA_THREADS), CUDA_THREADS>>>(lse, stats, rows, s->M, s->T);
+        cudaCheckLaunch();
     }
     int lam_col = s->token_lambda ? attention_lambda_offset(s) : -1;
     combine_kernel<<<cuda_blocks(N * HDv, CUDA_THREADS), CUDA_THREADS>>>(y, o, s->M == 2 ? o + N * HDv : NULL, lambda, qkv, lam_col,
@@ -708,10 +732,10 @@ static const char* graphs_backward(float* dqkv, float* dlambda, const float* dy,
     const __nv_bfloat16* qb = qkv_bf16(qkv, s);
     // the maps' outputs and statistics again: the backend contract keeps only lse
     __nv_bfloat16* o = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_O, 2 * N * HDv * sizeof(__nv_bfloat16));
-    float* buf = (float*)cuda_scratch(SCRATCH_CUDNN_ROWS, (s->M * rows + N * H) * sizeof(float));
-    float *stats = buf, *lam_rows = buf + s->M * rows;
+    float* buf = (float*)cuda_scratch(SCRATCH_CUDNN_ROWS, ((s->M + 1) * rows + N * H) * sizeof(float));
+    float *stats = buf, *d_rows = buf + s->M * rows, *lam_rows = d_rows + rows;  // stats (M, B, H, T), D (B, H, T)
     for (int m = 0; m < s->M; m++) {
-        const char* why = forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + (size_t)m * s->T);
+        const char* why = forward_map(fwd[m], s, m, qb, o + m * N * HDv, stats + m * rows);
         if (why) return why;
     }
     __nv_bfloat16* d_o = (__nv_bfloat16*)cuda_scratch(SCRATCH_CUDNN_DO, N * HDv * sizeof(__nv_bfloat16));
@@ -733,7 +757,7 @@ static const char* graphs_backward(float* dqkv, float* dlambda, const float* dy,
             cudaCheckLaunch();
         }
         void* pointers[] = {(void*)(qb + attention_q_col(s, 0, m)), (void*)(qb + attention_k_col(s, 0, m)), (void*)(qb + attention_v_col(s, 0, m)),
-                            (void*)om, d_o, stats + (size_t)m * s->T, dq, dk, dv, &scale, &neg_inf, &unit};
+                            (void*)om, d_o, stats + m * rows, dq, dk, dv, &scale, &neg_inf, &unit, d_rows};
         const char* why = run_plan(bwd[m]->plan, bwd[m]->workspace, BACKWARD_UIDS, pointers, N_UIDS(BACKWARD_UIDS));
         if (why) return why;
         add_heads_kernel<<<cuda_blocks(N * H * D, CUDA_THREADS), CUDA_THREADS>>>(dqkv, dq, N, H, D, QKV, attention_q_col(s, 0, m),

@@ -17,6 +17,15 @@
 #                                 not the qkv row's
 #   written_strict_causal         the softmax keeps keys j < i, not j <= i
 #   written_missing_minus_lambda  the second map's output gradient is lambda dy, not -lambda dy
+# and, for the golden-lowering test (tests/test_cudnn_graphs.c --golden, in the CUDA build), the
+# differences from NVIDIA's frontend that the cuDNN graphs once had, each put back:
+#   golden_d_virtual          D = rowsum(dO * O) * 1 stays virtual, not written to memory
+#   golden_p_bf16             the backward's P = exp(.) in bf16, not fp32
+#   golden_pt_fp32            P^T, dV's operand, in fp32, not bf16
+#   golden_dst_fp32           dS^T, dK's operand, in fp32, not bf16
+#   golden_mask_before_stats  the backward's causal mask before the statistics are subtracted
+#   golden_cmp_float          the mask's comparison computed in FLOAT, not BOOLEAN
+#   golden_dp_times_one       a product with 1 after dO V^T (the frontend dropped it in v1.11)
 # Fails unless the edit changes the source exactly once, so a change to the kernels cannot
 # turn a demonstration into a test of the unchanged code.
 set -eu
@@ -33,7 +42,14 @@ case $defect in
     written_wrong_stride) edit='s/(g\.Dv, g\.T, g\.T, 1\.0f, )g\.QKV(, g\.T, beta, g\.HDv\);)/$1g.HDv$2/g' ;;
     written_strict_causal) edit='s/visible = g\.q0 \+ r \+ 1, T = g\.T;/visible = g.q0 + r, T = g.T;/g' ;;
     written_missing_minus_lambda) edit='s/G\[n \+ i\] = narrow<TP>\(-lam \* dy\[i\]\);/G[n + i] = narrow<TP>(lam * dy[i]);/g' ;;
-    *) echo "plant.sh: no defect '$defect'" >&2; exit 1 ;;
+    golden_d_virtual) edit='s/Desc d_rows = tensor\(g, T_D, CUDNN_DATA_FLOAT, row_dims, row_strides, 0, 0\);/Desc d_rows = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, 1);/g' ;;
+    golden_p_bf16) edit='s/(centred = temp\(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T\), p = temp\(g, CUDNN_DATA_)FLOAT/${1}BFLOAT16/g' ;;
+    golden_pt_fp32) edit='s/Desc pt = tensor\(g, g->next_virtual\+\+, CUDNN_DATA_BFLOAT16/Desc pt = tensor(g, g->next_virtual++, CUDNN_DATA_FLOAT/g' ;;
+    golden_dst_fp32) edit='s/Desc dst = tensor\(g, g->next_virtual\+\+, CUDNN_DATA_BFLOAT16/Desc dst = tensor(g, g->next_virtual++, CUDNN_DATA_FLOAT/g' ;;
+    golden_mask_before_stats) edit='s/pointwise\(g, CUDNN_POINTWISE_SUB, scaled_logits\(g, x, q, kt, scale\), stats, centred, NULL, 0\);\n(\s*)pointwise\(g, CUDNN_POINTWISE_EXP, causal_mask\(g, x, centred, neg_inf\), NULL, p, NULL, 0\);/pointwise(g, CUDNN_POINTWISE_SUB, causal_mask(g, x, scaled_logits(g, x, q, kt, scale), neg_inf), stats, centred, NULL, 0);\n${1}pointwise(g, CUDNN_POINTWISE_EXP, centred, NULL, p, NULL, 0);/g' ;;
+    golden_cmp_float) edit='s/mode == CUDNN_POINTWISE_CMP_GE \? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT/CUDNN_DATA_FLOAT/g' ;;
+    golden_dp_times_one) edit='s/pointwise\(g, CUDNN_POINTWISE_SUB, dp, d_rows, diff, NULL, 0\);/Desc kept = temp(g, CUDNN_DATA_FLOAT, x->B, x->H, x->T, x->T); pointwise(g, CUDNN_POINTWISE_MUL, dp, unit, kept, NULL, 0); pointwise(g, CUDNN_POINTWISE_SUB, kept, d_rows, diff, NULL, 0);/g' ;;
+    *) echo "plant.sh: no defect \'$defect'" >&2; exit 1 ;;
 esac
 count=$(perl -0ne "\$n = ($edit); print \$n || 0" "$src")
 if [ "$count" != 1 ]; then
