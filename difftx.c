@@ -86,7 +86,9 @@ static int parse_int_arg(const char* flag, const char* value) {
 
 // A subcommand's option: `--name VALUE` (or `--name=VALUE`; `-o VALUE` where short_name is
 // 'o'), or a flag without a value. Exactly one target is set, and its type is the option's:
-// text, a non-negative integer (count), a number >= 0, or a flag (1 when given).
+// text, a non-negative integer (count), a number >= 0, or a flag (1 when given). A text value is
+// never empty (an empty path would name the root of a relative one: `--results ""` wrote
+// /registry.sqlite) except where empty_ok says it means something (an empty prompt).
 typedef struct {
     const char* name;
     const char** text;
@@ -94,6 +96,7 @@ typedef struct {
     float* number;
     int* flag;
     char short_name;
+    int empty_ok;
 } Option;
 
 #define MAX_OPTIONS 16
@@ -118,6 +121,11 @@ static int parse_options(int argc, char** argv, const Option* table, int n) {
         if (i == n) bad_option(argv, opts);
         char flag[80];
         snprintf(flag, sizeof(flag), "--%s", table[i].name);
+        if (table[i].text && !*optarg && !table[i].empty_ok) die("option %s: an empty value (a folder or file is named by a non-empty path)", flag);
+        // the folders a study records in its rows' recipes (`out=` of each run): text a recipe can hold
+        const char* unstorable = table[i].text && (strcmp(table[i].name, "results") == 0 || strcmp(table[i].name, "plots") == 0)
+                                     ? config_string_problem(optarg) : NULL;
+        if (unstorable) die("option %s: '%s' %s", flag, optarg, unstorable);
         if (table[i].text) *table[i].text = optarg;
         else if (table[i].count) *table[i].count = parse_int_arg(flag, optarg);
         else if (table[i].flag) *table[i].flag = 1;
@@ -192,7 +200,7 @@ static int cmd_sample(int argc, char** argv) {
     const char* device = "cpu";
     int n_tokens = 200, seed = 1;
     float temperature = 0.8f;
-    const Option options[] = {{"prompt", .text = &prompt}, {"tokens", .count = &n_tokens},
+    const Option options[] = {{"prompt", .text = &prompt, .empty_ok = 1}, {"tokens", .count = &n_tokens},
                               {"temperature", .number = &temperature}, {"seed", .count = &seed},
                               {"device", .text = &device}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
@@ -234,7 +242,6 @@ static int cmd_bench(int argc, char** argv) {
     }
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
     if (profile && versus) die("option --profile: it profiles one recipe's step, not two alternated (--vs)");
-    if (profile && !*profile) die("option --profile: an empty path");
     if (vocab < 2 || vocab > 65536) die("option --vocab: must lie in 2..65536, got %d", vocab);
     const Config* cfgs[2] = {&cfg[0], &cfg[1]};
     bench_run(cfgs, paths, versus ? 2 : 1, be, vocab, steps, forward_only, results, profile);

@@ -141,7 +141,7 @@ static const char* choice_name(const Key* key, int i) {
 // A string value (a path, mostly) must read back as written from the recipe text that
 // checkpoints and the registry store, and be text JSON can hold (safetensors metadata): one line,
 // not starting or ending with a space (the recipe format trims them), valid UTF-8
-static const char* string_value_problem(const char* value) {
+const char* config_string_problem(const char* value) {
     size_t n = strlen(value);
     for (const unsigned char* p = (const unsigned char*)value; *p; p++) {
         if (*p < 32 || *p == 127) return "holds a control character (a newline, a tab, ...): it could not be read back";
@@ -196,7 +196,7 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
         break;
     case KEY_STRING: {
         if (strlen(value) >= CONFIG_STR) break;
-        const char* why = string_value_problem(value);
+        const char* why = config_string_problem(value);
         if (why) {
             char shown[160];
             printable_text(shown, sizeof(shown), value);

@@ -41,6 +41,9 @@ const Backend* config_backend(const Config* cfg);
 void config_load_file(Config* cfg, const char* path);
 void config_apply_override(Config* cfg, const char* key_equals_value);
 // Sets one key from its text; returns NULL, or a message saying what is wrong (static storage).
+// Why a string value (a path, mostly) cannot be stored in recipe text, checkpoints and the
+// registry as written (a control character, a leading or trailing space, not UTF-8), or NULL
+const char* config_string_problem(const char* value);
 const char* config_set(Config* cfg, const char* key, const char* value);
 // Cross-key checks (divisibility, ranges; the model's through model_config_validate); dies
 // naming the key.

@@ -382,9 +382,23 @@ expect "bench --profile writes each operation's calls per layer, its parts summi
     bash -c "head -1 '$work/profile.csv' | grep -qx 'operation,layer,calls_per_step,ms_per_step,percent_of_step' &&
              test \"\$(grep -cE '^matmul_forward,[01],4,' '$work/profile.csv')\" = 2 && grep -qE '^matmul_forward,-,1,' '$work/profile.csv' &&
              awk -F, 'NR > 1 { p += \$5 } END { exit !(p > 99.9 && p < 100.1) }' '$work/profile.csv'"
-expect_fail "bench --profile refuses an empty path" "option --profile: an empty path" $bin bench experiments/bench_diff.ini --profile "" --results "$work/profile_reg"
-expect_fail "bench --profile refuses --vs" "option --profile: it profiles one recipe" \
-    $bin bench experiments/bench_diff.ini --vs experiments/bench_diff.ini --profile "$work/p2.csv" --results "$work/profile_reg"
+expect_fail "bench --profile refuses an empty path" "option --profile: an empty value" $bin bench experiments/bench_diff.ini --profile "" --results "$work/profile_reg"
+# an empty path option is refused by every command before anything is written (as root,
+# --results "" once wrote /registry.sqlite, /table6/ and /table6_smoke.md), and a results or plots
+# folder a study would record in its rows' recipes must be text a recipe holds
+for args in "table6 experiments/table6.ini --preset smoke --results" "needle experiments/needle.ini --task table2 --preset smoke --results" \
+            "table5 experiments/table6.ini --needle experiments/needle.ini --preset smoke --results" "runs --results" \
+            "train $work/ok.ini --results" "table6 experiments/table6.ini --preset smoke --plots"; do
+    expect_fail "${args%% *} ${args##* } \"\" is refused, nothing written" "option ${args##* }: an empty value" bash -c "cd '$work' && '$PWD/$bin' $args ''"
+done
+expect "an empty --results wrote nothing at the root" test ! -e /registry.sqlite -a ! -e /table6_smoke.md -a ! -e "$work/registry.sqlite"
+bad=$(printf 'r\xff')
+# (the message holds the byte itself, which grep's UTF-8 patterns do not step over)
+expect_fail "table6 --results that is not UTF-8 is refused before any row trains" "option --results: '$work/r" \
+    $bin table6 experiments/table6.ini --preset smoke --results "$work/$bad"
+expect_fail "needle --plots that is not UTF-8 is refused up front" "option --plots: '$work/r" \
+    $bin needle experiments/needle.ini --task table2 --preset smoke --plots "$work/$bad"
+expect "a refused --results wrote nothing" test ! -e "$work/$bad"
 # two recipes benched in turn, step by step, under the same overrides, and compared pair by pair
 recipe "$work/ok_standard.ini"
 sed -i 's/^attention = diff$/attention = standard/' "$work/ok_standard.ini"
