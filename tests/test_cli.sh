@@ -683,6 +683,14 @@ expect "both leave that folder whole" test "$(cat "$work/foreign/notes.txt")" = 
 expect "make_gpu_bundle.sh takes a relative OUT from where it is run" test -f "$work/relative_bundle/.gpu-bundle" -a ! -e relative_bundle
 (cd "$work" && "$OLDPWD/tests/make_gpu_bundle.sh" relative_bundle "$OLDPWD/$bin" > /dev/null 2>&1)
 expect "... and replaces a bundle it made" test -f "$work/relative_bundle/bin/difftx"
+# W16: OUT with a trailing slash over the bundle made before is that bundle, replaced; a
+# folder of the user's named OUT.tmp is neither used nor deleted
+mkdir -p "$work/relative_bundle.tmp" && echo "mine" > "$work/relative_bundle.tmp/notes.txt"
+(cd "$work" && "$OLDPWD/tests/make_gpu_bundle.sh" relative_bundle/ "$OLDPWD/$bin" > "$work/bundle_slash.log" 2>&1)
+expect "make_gpu_bundle.sh OUT/ replaces its own bundle at OUT ($(tail -1 "$work/bundle_slash.log"))" \
+    test -f "$work/relative_bundle/bin/difftx" -a -f "$work/relative_bundle/.gpu-bundle"
+expect "... and leaves the user's OUT.tmp whole, with no folder of its own left behind" \
+    test "$(cat "$work/relative_bundle.tmp/notes.txt")" = mine -a -z "$(ls -A "$work" | grep '^\.relative_bundle\.')"
 
 # `gap`: the tables' verdict on differences given by hand, here the review's three GDA - DIFF
 # seeds (t-interval [+0.0148, +0.0782] by hand, t(0.975, 2) = 4.302653) and a TOST case whose p
