@@ -39,9 +39,18 @@
 // The usage a mistake prints: while a subcommand runs, its own (run_command sets it)
 static char USAGE[8192];
 
-// An option getopt refused (opterr is off): the nearest option of the subcommand, or the value a
-// known one lacks
-static void bad_option(char** argv, const struct option* opts) {
+// An option getopt refused (opterr is off; c is ':' for a missing value, '?' otherwise): the
+// value a known one lacks, or the nearest option of the subcommand. A short option is named by
+// optopt, not argv: getopt may not have moved past its word (`-xyz`), and it permutes the words
+static void bad_option(char** argv, const struct option* opts, int c) {
+    if (c == ':') {  // optopt is the option's value: its short name, or 256 + its row
+        for (int i = 0; opts[i].name; i++) {
+            if (opts[i].val != optopt) continue;
+            if (optopt < 256) die("option '-%c' (--%s) needs a value\n%s", optopt, opts[i].name, USAGE);
+            die("option '--%s' needs a value\n%s", opts[i].name, USAGE);
+        }
+    }
+    if (optopt > 0 && optopt < 256) die("unknown option '-%c'\n%s", optopt, USAGE);
     const char* word = argv[optind - 1];
     const char* p = word + strspn(word, "-");
     char name[64];
@@ -106,7 +115,7 @@ typedef struct {
 // arguments. Returns the index of the first argument: the rest of argv from there is arguments.
 static int parse_options(int argc, char** argv, const Option* table, int n) {
     struct option opts[MAX_OPTIONS + 1];
-    char shorts[2 * MAX_OPTIONS + 1] = "";
+    char shorts[2 * MAX_OPTIONS + 2] = ":";  // ':' first: a missing value is told apart from an unknown option
     if (n > MAX_OPTIONS) die("a subcommand with more than %d options", MAX_OPTIONS);
     for (int i = 0; i < n; i++) {
         opts[i] = (struct option){table[i].name, table[i].flag ? no_argument : required_argument, 0,
@@ -118,7 +127,7 @@ static int parse_options(int argc, char** argv, const Option* table, int n) {
     while ((c = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
         int i = 0;
         while (i < n && opts[i].val != c) i++;
-        if (i == n) bad_option(argv, opts);
+        if (i == n || c == ':' || c == '?') bad_option(argv, opts, c);
         char flag[80];
         snprintf(flag, sizeof(flag), "--%s", table[i].name);
         if (table[i].text && !*optarg && !table[i].empty_ok) die("option %s: an empty value (a folder or file is named by a non-empty path)", flag);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "../base/util.h"
@@ -78,14 +79,27 @@ static void require_known(Registry* reg, const char* column, const char* value) 
     for (int i = 0; i < n; i++) free(names[i]);
 }
 
+// The status name --status gives, matched without regard to case (`finished` is FINISHED); dies
+// naming the statuses there are
+static const char* known_status(const char* given) {
+    if (!given) return NULL;
+    char list[64] = "";
+    for (RunStatus k = RUN_RUNNING; k <= RUN_KILLED; k++) {
+        if (strcasecmp(given, run_status_name(k)) == 0) return run_status_name(k);
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", k ? ", " : "", run_status_name(k));
+    }
+    die("option --status: no status '%s' (a run is one of %s)", given, list);
+}
+
 void runs_list(const RunFilter* f) {
+    const char* status = known_status(f->status);
     Registry reg;
     open_registry(&reg, f->results);
     require_known(&reg, "name", f->experiment);
     require_known(&reg, "preset", f->preset);
     sqlite3_stmt* st = query(&reg, RUN_COLUMNS "WHERE (?1 IS NULL OR x.name = ?1) AND (?2 IS NULL OR x.preset = ?2) AND"
                                                " (?3 IS NULL OR r.status = ?3) ORDER BY r.id");
-    const char* values[3] = {f->experiment, f->preset, f->status};
+    const char* values[3] = {f->experiment, f->preset, status};
     for (int i = 0; i < 3; i++) {
         if (values[i]) sqlite3_bind_text(st, i + 1, values[i], -1, SQLITE_STATIC);
     }

@@ -361,6 +361,10 @@ expect_fail "a resume on data with one token changed stops with both identities"
     $bin train "$work/recipes/nested/rel.ini" steps=5 data="$work/data_edited" --results "$work/rel_reg"
 $bin bench "$work/ok.ini" --steps 2 --vocab 300 --results "$work/tracked_reg" > /dev/null 2>&1
 expect "a benchmark is recorded with its throughput" bash -c "'$bin' runs --results '$work/tracked_reg' --experiment bench | grep -qE '^ +3  bench +ok +train +1337 FINISHED .* [0-9]+  20'"
+# W11: --status matches a status whatever its case, and refuses one no run can have
+expect "runs --status finished lists the FINISHED runs" bash -c "'$bin' runs --results '$work/tracked_reg' --status finished | grep -qE '^ +3  bench +ok +train +1337 FINISHED '"
+expect_fail "runs --status refuses a status no run has" "option --status: no status 'done' \(a run is one of RUNNING, FINISHED, FAILED, KILLED\)" \
+    $bin runs --results "$work/tracked_reg" --status done
 # the weights' products timed apart from the rest of the step. Their FLOPs by hand, for the bench
 # recipe (L 6, C 256, QKV 768, H x Dv 256, F 704, V 4096) at one row of 256 tokens: 2 x
 # (6 x (256 x 768 + 256 x 256 + 256 x 1408 + 704 x 256) + 256 x 4096) = 11,730,944 a token
@@ -511,6 +515,10 @@ expect "a user's mistake names no source file" test -z "$(grep 'raised at' <<<"$
 expect "usage shows defaults" grep -q -- "--tokens N (200)] \[--temperature X (0.8)]" <<<"$err"
 expect_fail "an unknown option gets the nearest" "unknown option '--tokns'; did you mean '--tokens'\?" $bin sample "$work/ck.h5" --tokns 3
 expect_fail "an option without its value" "option '--windows' needs a value" $bin eval "$work/ck.h5" --windows
+# W10: short options are named by themselves, never by the argument before them
+expect_fail "an unknown short option in a cluster is named, not the file before it" "unknown option '-x'" $bin view "$work/ck.h5" -xyz -o "$work/v.html"
+expect_fail "a short option without its value says so" "option '-o' \(--out\) needs a value" $bin view "$work/ck.h5" -o
+expect_fail "... and its long form too" "option '-o' \(--out\) needs a value" $bin view "$work/ck.h5" --out
 expect_fail "help with a typo gets the nearest" "help: unknown subcommand 'trian'; did you mean 'train'\?" $bin help trian
 expect_fail "runs with an unknown experiment says so" "no experiment 'trian' in .*; did you mean 'train'\? \(it holds: bench, train\)" $bin runs --results "$work/tracked_reg" --experiment trian
 expect "table6 --help lists the recipe's presets" bash -c "'$bin' table6 experiments/table6.ini --help | grep -q 'presets of experiments/table6.ini: smoke, small, gpu124m, paper'"
