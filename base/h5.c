@@ -1,5 +1,6 @@
 #include "h5.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,9 +87,61 @@ void h5_write_dataset(hid_t loc, const char* name, hid_t file_type, hid_t mem_ty
     h5_check(H5Sclose(space), name, label);
 }
 
+// name (relative to loc) as a path from the file's root, for messages: "sample_000/tokens"
+static const char* rooted(hid_t loc, const char* name) {
+    static char out[2200];
+    char where[1024] = "";
+    if (H5Iget_name(loc, where, sizeof(where)) < 0) where[0] = 0;
+    snprintf(out, sizeof(out), "%s%s%s", where[0] == '/' ? where + 1 : where, where[0] && strcmp(where, "/") != 0 ? "/" : "", name);
+    return out;
+}
+
+void h5_require_local(hid_t loc, const char* name, const char* label) {
+    char prefix[1024];
+    size_t n = strlen(name);
+    if (n >= sizeof(prefix)) die("%s: object name too long: '%.80s...'", label, name);
+    // each link on the path, from the first: none may be followed into another file
+    for (size_t end = 1; end <= n; end++) {
+        if (end < n && name[end] != '/') continue;
+        memcpy(prefix, name, end);
+        prefix[end] = 0;
+        if (H5Lexists(loc, prefix, H5P_DEFAULT) <= 0) return;  // missing: the caller says so
+        H5L_info_t info;
+        if (H5Lget_info(loc, prefix, &info, H5P_DEFAULT) < 0) die("%s: cannot read the link '%s'", label, prefix);
+        if (info.type != H5L_TYPE_HARD && info.type != H5L_TYPE_SOFT) {
+            die("%s: '%s' is a link into another file (%s): refused, so that opening this file reads no other", label, rooted(loc, prefix),
+                info.type == H5L_TYPE_EXTERNAL ? "an external link" : "a user-defined link");
+        }
+    }
+}
+
+hid_t h5_open_group(hid_t loc, const char* name, const char* label) {
+    h5_require_local(loc, name, label);
+    return h5_id(H5Gopen2(loc, name, H5P_DEFAULT), name, label);
+}
+
+hid_t h5_open_dataset(hid_t loc, const char* name, const char* label) {
+    h5_require_local(loc, name, label);
+    hid_t ds = h5_id(H5Dopen2(loc, name, H5P_DEFAULT), name, label);
+    hid_t dcpl = h5_id(H5Dget_create_plist(ds), name, label);
+    int external = H5Pget_external_count(dcpl);
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    H5Pclose(dcpl);
+    if (external != 0) {
+        die("%s: dataset '%s' stores its data in other files (external storage): refused, so that opening this file reads no other",
+            label, rooted(loc, name));
+    }
+    if (layout == H5D_VIRTUAL) {
+        die("%s: dataset '%s' is a virtual dataset (its data mapped from other datasets): refused, so that opening this file reads no "
+            "other", label, rooted(loc, name));
+    }
+    if (layout < 0) die("%s: cannot read the layout of dataset '%s'", label, name);
+    return ds;
+}
+
 size_t h5_dataset_dims(hid_t loc, const char* name, int* dims, const char* label) {
     if (H5Oexists_by_name(loc, name, H5P_DEFAULT) <= 0) die("%s: dataset '%s' is missing", label, name);
-    hid_t ds = h5_id(H5Dopen2(loc, name, H5P_DEFAULT), name, label);
+    hid_t ds = h5_open_dataset(loc, name, label);
     hid_t space = H5Dget_space(ds);
     hsize_t d[2] = {0, 0};
     int ndim = H5Sget_simple_extent_dims(space, d, NULL);
@@ -104,7 +157,7 @@ void h5_read_dataset(hid_t loc, const char* name, hid_t mem_type, size_t count, 
     int dims[2];
     size_t n = h5_dataset_dims(loc, name, dims, label);
     if (n != count) die("%s: dataset '%s' holds %zu values, expected %zu", label, name, n, count);
-    hid_t ds = h5_id(H5Dopen2(loc, name, H5P_DEFAULT), name, label);
+    hid_t ds = h5_open_dataset(loc, name, label);
     if (H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) die("%s: cannot read dataset '%s' (corrupt data)", label, name);
     H5Dclose(ds);
 }

@@ -22,5 +22,13 @@ void h5_write_dataset(hid_t loc, const char* name, hid_t file_type, hid_t mem_ty
 void h5_read_dataset(hid_t loc, const char* name, hid_t mem_type, size_t count, void* data, const char* label);
 // Element count of a dataset (dims[0..1] filled, 0 where absent), dying when it is missing
 size_t h5_dataset_dims(hid_t loc, const char* name, int* dims, const char* label);
+// Every read of a file this program did not write goes through these: they refuse, naming the
+// file and the object, what would make opening it read another file (a checkpoint or maps file
+// shared by someone must not put the reader's own files into what the reader then shares): a
+// link on the path that leads into another file (an external link, or a user-defined one), a
+// dataset whose data is stored in other files (external storage), a virtual dataset.
+void h5_require_local(hid_t loc, const char* name, const char* label);
+hid_t h5_open_dataset(hid_t loc, const char* name, const char* label);
+hid_t h5_open_group(hid_t loc, const char* name, const char* label);
 
 #endif

@@ -171,7 +171,7 @@ void maps_sample_open(MapsSample* s, const char* path, int sample) {
     }
     snprintf(s->name, sizeof(s->name), "sample_%03d", sample);
     if (H5Lexists(s->file, s->name, H5P_DEFAULT) <= 0) die("--sample %d: '%s' has no group '%s'", sample, path, s->name);
-    s->group = h5_id(H5Gopen2(s->file, s->name, H5P_DEFAULT), s->name, label);
+    s->group = h5_open_group(s->file, s->name, label);
     int dims[2];
     s->T = (int)h5_dataset_dims(s->group, "tokens", dims, label);
     s->R = (int)h5_dataset_dims(s->group, "rows", dims, label);

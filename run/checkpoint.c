@@ -36,10 +36,11 @@ static void read_tensors(hid_t file, const char* group, const Model* model, floa
         const ParamTensor* t = &model->tensors[i];
         char name[128];
         path_printf(name, sizeof(name), "%s/%s", group, t->name);
+        h5_require_local(file, name, label);
         if (H5Lexists(file, group, H5P_DEFAULT) <= 0 || H5Oexists_by_name(file, name, H5P_DEFAULT) <= 0) {
             die("%s: dataset '%s' is missing", label, name);
         }
-        hid_t ds = h5_id(H5Dopen2(file, name, H5P_DEFAULT), name, label);
+        hid_t ds = h5_open_dataset(file, name, label);
         hid_t space = H5Dget_space(ds);
         hsize_t dims[2] = {0, 0};
         int ndim = H5Sget_simple_extent_dims(space, dims, NULL);

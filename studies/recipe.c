@@ -93,6 +93,11 @@ static const char* on_line(void* user, const char* section, const char* key, con
                          "'_', '-' and '.' only, and not '.' or '..'", section, is_row ? "row" : "preset");
                 return r->error;
             }
+            if (len >= sizeof(r->rows[0].name)) {  // a longer name would be cut, and its row not found by it
+                snprintf(r->error, sizeof(r->error), "section [%.200s]: a %s name holds at most %zu characters, not %zu", section,
+                         is_row ? "row" : "preset", sizeof(r->rows[0].name) - 1, len);
+                return r->error;
+            }
             // the needle runner trains each row's copy stage as row <name>_copy, in <name>_copy/
             if (is_row && len >= 5 && strcmp(name + len - 5, "_copy") == 0) {
                 snprintf(r->error, sizeof(r->error), "section [%.200s]: a row name ending in '_copy' is reserved (the needle "

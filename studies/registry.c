@@ -550,10 +550,20 @@ int registry_window_losses_read(Registry* reg, int64_t run, int n, WindowLoss* w
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int i = sqlite3_column_int(st, 0);
         const char* slice = (const char*)sqlite3_column_text(st, 1);
+        // a sum no evaluation writes (inf, NaN, text, a negative count) would read as a gap of
+        // inf beside a finite mean: an error naming the run, not a number in a table
+        int numeric = sqlite3_column_type(st, 2) == SQLITE_FLOAT || sqlite3_column_type(st, 2) == SQLITE_INTEGER;
+        double sum = sqlite3_column_double(st, 2);
+        int64_t tokens = sqlite3_column_int64(st, 3);
+        if (!numeric || !isfinite(sum) || sum < 0 || tokens < 0 || i < 0) {
+            die("registry '%s': run %lld's window %d (slice %s) holds a loss sum of %s over %lld tokens, which no evaluation writes: "
+                "the registry was edited or damaged", reg->path, (long long)run, i, slice ? slice : "NULL",
+                numeric ? (const char*)sqlite3_column_text(st, 2) : "(not a number)", (long long)tokens);
+        }
         for (int k = 0; k < WINDOW_SLICES; k++) {
-            if (strcmp(slice, window_slice_name(k)) == 0) {
-                w[i].sum[k] = sqlite3_column_double(st, 2);
-                w[i].count[k] = sqlite3_column_int64(st, 3);
+            if (slice && strcmp(slice, window_slice_name(k)) == 0) {
+                w[i].sum[k] = sum;
+                w[i].count[k] = tokens;
             }
         }
         if (i + 1 > found) found = i + 1;

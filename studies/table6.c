@@ -459,9 +459,10 @@ static void write_claims(const Table* t, Report* rep) {
         const Row *a = cl->a, *b = cl->b;
         GapInterval g = row_gap(t, a, b, cl->metric);
         double paper_gap = a->paper[cl->metric] - b->paper[cl->metric];
-        char paper_text[32] = "n/a (not in the paper)", cells[1024];
+        char paper_text[32] = "n/a (not in the paper)", cells[1024], text[1024];
         if (!isnan(paper_gap)) snprintf(paper_text, sizeof(paper_text), "%+.3f", paper_gap);
-        report_printf(rep, "| %s | %s |%s\n", cl->text, paper_text, gap_cells(cells, sizeof(cells), &g, paper_gap, cl->margin, 4));
+        markdown_cell(text, sizeof(text), cl->text);  // a '|' in the claim's words must not end its cell
+        report_printf(rep, "| %s | %s |%s\n", text, paper_text, gap_cells(cells, sizeof(cells), &g, paper_gap, cl->margin, 4));
     }
     report_printf(rep, "\nGaps are the first row named minus the second (negative = lower loss). A claim with a margin (that a "
                   "change barely matters) is judged by equivalence within it. %s\n", interval_note(t->seeds, "windows"));

@@ -515,6 +515,22 @@ expect "a user's mistake names no source file" test -z "$(grep 'raised at' <<<"$
 expect "usage shows defaults" grep -q -- "--tokens N (200)] \[--temperature X (0.8)]" <<<"$err"
 expect_fail "an unknown option gets the nearest" "unknown option '--tokns'; did you mean '--tokens'\?" $bin sample "$work/ck.h5" --tokns 3
 expect_fail "an option without its value" "option '--windows' needs a value" $bin eval "$work/ck.h5" --windows
+# W5: a checkpoint whose weights would come from another file is refused by every command that
+# reads one (export, sample, eval), naming the dataset, and nothing is written
+printf 'root:*:SECRET-LINE:0:99999:7:::\n%.0s' $(seq 2000) > "$work/secret.txt"
+for how in external link virtual; do
+    cp "$work/ck.h5" "$work/redirect_$how.h5"
+    source="$work/ck_source_$how.h5"
+    [ $how = external ] && source="$work/secret.txt"
+    ${BUILD:-build}/write_fixture redirect "$work/redirect_$how.h5" $how params/tok_embedding "$source"
+    for cmd in "export $work/redirect_$how.h5 $work/redirect_$how.safetensors" "sample $work/redirect_$how.h5 --tokens 2" \
+               "eval $work/redirect_$how.h5 --windows 1 --results $work/redirect_reg"; do
+        expect_fail "${cmd%% *} refuses a checkpoint whose tok_embedding comes from another file ($how)" \
+            "checkpoint '$work/redirect_$how.h5': (dataset )?'params/tok_embedding' (stores its data in other files|is a link into another file|is a virtual dataset)" \
+            $bin $cmd
+    done
+done
+expect "... and writes nothing" test ! -e "$work/redirect_external.safetensors" -a ! -e "$work/redirect_link.safetensors" -a ! -e "$work/redirect_virtual.safetensors"
 # W10: short options are named by themselves, never by the argument before them
 expect_fail "an unknown short option in a cluster is named, not the file before it" "unknown option '-x'" $bin view "$work/ck.h5" -xyz -o "$work/v.html"
 expect_fail "a short option without its value says so" "option '-o' \(--out\) needs a value" $bin view "$work/ck.h5" -o

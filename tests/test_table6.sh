@@ -86,11 +86,19 @@ expect "AR-Hit's token count beside its fraction" grep -qE "% of evaluated token
 n_claims=$(grep -c '^\[claim ' experiments/table6.ini)
 expect "each of the recipe's $n_claims claims has its row in the table" \
     test "$(sed -n '/^### The paper.s claims/,/^Gaps are/p' "$work/results/table6_smoke.md" | grep -c '^| [^c-]')" = "$n_claims"
-{ cat "$work/table6.ini"; printf '%s\n' "[claim added]" "text = an added claim: DIFF V2 minus DIFF on Others" "gap = diff2 - diff" "metric = others"; } > "$work/claims.ini"
+{ cat "$work/table6.ini"; printf '%s\n' "[claim added]" "text = an added claim: DIFF V2 minus DIFF | on Others" "gap = diff2 - diff" "metric = others"; } > "$work/claims.ini"
 $bin table6 "$work/claims.ini" --preset smoke --results "$work/results" --plots "$work/plots" > "$work/claims.log" 2>&1
-expect "a claim added to the recipe is judged in the table, nothing trained" bash -c "! grep -q '^== ' '$work/claims.log' &&
-    grep -qE '^\| an added claim: DIFF V2 minus DIFF on Others \| n/a \(not in the paper\) \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] ' '$work/results/table6_smoke.md'"
+expect "a claim added to the recipe is judged in the table, nothing trained, a '|' in its words escaped (W12)" bash -c "! grep -q '^== ' '$work/claims.log' &&
+    grep -qE '^\| an added claim: DIFF V2 minus DIFF \\\\\| on Others \| n/a \(not in the paper\) \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] ' '$work/results/table6_smoke.md'"
 run_table > "$work/again2.log" 2>&1
+# W13: a window's stored loss sum set to inf is an error naming the run and the registry, never
+# a gap of +inf beside a finite mean
+d_run=$(sql "SELECT id FROM runs WHERE row = 'diff' AND status = 'FINISHED' ORDER BY id LIMIT 1")
+sql "CREATE TABLE saved_windows AS SELECT * FROM window_losses WHERE run_id = $d_run AND window = 3;
+     UPDATE window_losses SET loss_sum = 9e999 WHERE run_id = $d_run AND window = 3 AND slice = 'valid'"
+expect_fail "a stored loss sum of inf stops the table, naming the run" \
+    "registry '$work/results/registry.sqlite': run $d_run's window 3 \(slice valid\) holds a loss sum of Inf over [0-9]+ tokens, which no evaluation writes" run_table
+sql "DELETE FROM window_losses WHERE run_id = $d_run AND window = 3; INSERT INTO window_losses SELECT * FROM saved_windows; DROP TABLE saved_windows"
 
 # 4. figures into a folder whose name holds quotes and shell and gnuplot substitutions, from
 #    another working directory: drawn, and nothing in the name runs
@@ -295,6 +303,9 @@ refused "a study that is not a plain name" "key 'study': '../up' is not a name o
 refused "presets_from one level only" "'presets_from' in a file that 'presets_from' names: one level only" "$work/lr_nested.ini"
 { sed -n '1,/^\[preset small\]/p' "$work/table6.ini" | sed '$d'; echo "study = inside"; } > "$work/study_in_preset.ini"
 refused "study inside a preset is refused, not ignored" "unknown key 'study'" "$work/study_in_preset.ini"
+long=$(printf 'diff%.0s' $(seq 16))  # 64 characters: one more than a name holds
+sed "s/^\[row diff\]$/[row $long]/" "$work/table6.ini" > "$work/long_row.ini"
+refused "a row name past the limit is refused saying the limit, never cut (W14)" "section \[row $long\]: a row name holds at most 63 characters, not 64" "$work/long_row.ini"
 expect "the help lists the presets it takes from Table 6's recipe" bash -c "'$PWD/$bin' help table6 '$work/lr_stability.ini' 2>&1 | grep -qF 'presets of $work/lr_stability.ini: smoke, small, gpu124m, paper'"
 
 sed 's/^study = lr_stability$/study = table6/' "$work/lr_stability.ini" > "$work/lr_as_table6.ini"

@@ -81,7 +81,28 @@ expect_fail "view: and one claiming 2^31 - 1 heads" "n_layer 1 and n_head 214748
 expect_fail "view: +inf in A1" "sample_000/layer_00/head_00/A1 holds inf; softmax maps lie in \[0, 1\]" "$bin" view "$work/bad_inf.h5" -o "$work/y.html"
 expect_fail "view: a NaN λ" "sample_000/layer_00/head_00/lambda holds nan at row 0; λ is finite" "$bin" view "$work/bad_nan_lambda.h5" -o "$work/y.html"
 expect_fail "view: a sample of no tokens" "sample_000 holds no tokens" "$bin" view "$work/bad_no_tokens.h5" -o "$work/y.html"
-expect "view: refusals write nothing" test ! -e "$work/y.html" -a ! -e "$work/y.html.tmp"
+# W5: a maps file whose data would come from another file (here a stand-in for /etc/shadow) is
+# refused by view and attn, naming the dataset, and nothing of that file reaches a page
+printf 'root:*:SECRET-LINE:0:99999:7:::\n%.0s' $(seq 200) > "$work/secret.txt"
+redirected() {  # HOW DATASET: a copy of diff.h5 with DATASET taken from elsewhere
+    cp "$work/diff.h5" "$work/redirect_$1.h5"
+    local source="$work/source_$1.h5"
+    [ "$1" = external ] && source="$work/secret.txt"
+    "$fixture" redirect "$work/redirect_$1.h5" "$1" "$2" "$source"
+}
+for how in external link virtual; do
+    redirected $how sample_000/tokens
+    what=$(case $how in external) echo "dataset 'sample_000/tokens' stores its data in other files \(external storage\)" ;;
+           link) echo "'sample_000/tokens' is a link into another file \(an external link\)" ;;
+           virtual) echo "dataset 'sample_000/tokens' is a virtual dataset \(its data mapped from other datasets\)" ;; esac)
+    expect_fail "view: a maps file whose tokens come from another file ($how) is refused" "$what: refused" \
+        "$bin" view "$work/redirect_$how.h5" -o "$work/y.html"
+    expect_fail "attn: the same file ($how)" "$what: refused" "$bin" attn "$work/redirect_$how.h5" --sample 0 --layer 0 --head 0 --out "$work/y.png"
+done
+cp "$work/diff.h5" "$work/redirect_maps.h5" && "$fixture" redirect "$work/redirect_maps.h5" external sample_000/layer_00/head_00/A1 "$work/secret.txt"
+expect_fail "view: a head's map stored in another file is refused" "dataset 'sample_000/layer_00/head_00/A1' stores its data in other files" \
+    "$bin" view "$work/redirect_maps.h5" -o "$work/y.html"
+expect "view: refusals write nothing" test ! -e "$work/y.html" -a ! -e "$work/y.html.tmp" -a ! -e "$work/y.png"
 # the noise metrics beside each head, on a file whose answer is known by hand (write_fixture.c's
 # hand_maps: the question's row w = (-0.25, -0.25, 1.75, -0.25))
 "$fixture" hand_maps "$work/hand.h5" && "$bin" view "$work/hand.h5" -o "$work/hand.html" > /dev/null

@@ -7,7 +7,8 @@
 // n_head (claiming 2^31 - 1), inf (sample 0's first A1 entry +inf), nan_lambda (its first λ
 // NaN) or no_tokens (sample 0's tokens emptied); or valid in a way a page must hold: lambda_one_first
 // (the first λ exactly 1, where DIFF V2's sigmoid saturates) or zero_map (A2 = A1 and every λ 1:
-// a combined map exactly zero). `write_fixture hand_maps PATH`: a DIFF maps
+// a combined map exactly zero). `write_fixture redirect PATH HOW DATASET SOURCE` points a dataset
+// of a checkpoint or maps file at another file (redirect below). `write_fixture hand_maps PATH`: a DIFF maps
 // file of one needle episode whose metrics are known by hand (hand_maps below). `write_fixture machine` prints what decides
 // whether two machines compute bitwise alike, for tests/test_pinned.sh: the BLAS library's
 // kernel, the CPU model, the compiler, the instruction set it built for and the one the C
@@ -139,9 +140,53 @@ static void hand_maps(const char* path) {
     model_free(&m);
 }
 
+// Dataset `name` of the HDF5 file at path (a checkpoint or maps file) made to take its data
+// from elsewhere, as a hostile file would (`write_fixture redirect PATH HOW DATASET SOURCE`):
+//   external  stored in the file SOURCE (HDF5 external storage, from byte 0), its type and shape kept
+//   link      an external link to dataset /d of a new HDF5 file SOURCE holding its values
+//   virtual   a virtual dataset mapping all of /d of a new HDF5 file SOURCE holding its values
+static void redirect(const char* path, const char* how, const char* name, const char* source) {
+    hid_t file = h5_id(H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), path, "redirect");
+    hid_t ds = h5_id(H5Dopen2(file, name, H5P_DEFAULT), name, "redirect");
+    hid_t type = H5Dget_type(ds), space = H5Dget_space(ds);
+    size_t bytes = (size_t)H5Sget_simple_extent_npoints(space) * H5Tget_size(type);
+    void* values = mallocCheck(bytes + 1);
+    h5_check(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), "read", name);
+    H5Dclose(ds);
+    h5_check(H5Ldelete(file, name, H5P_DEFAULT), "delete", name);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (strcmp(how, "external") == 0) {
+        h5_check(H5Pset_external(dcpl, source, 0, (hsize_t)bytes), "external", source);
+        H5Dclose(h5_id(H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), name, "redirect"));
+    } else if (strcmp(how, "link") == 0 || strcmp(how, "virtual") == 0) {
+        hid_t src = h5_id(H5Fcreate(source, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), source, "redirect");
+        hid_t d = h5_id(H5Dcreate2(src, "d", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "d", source);
+        h5_check(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), "write", source);
+        H5Dclose(d);
+        H5Fclose(src);
+        if (strcmp(how, "link") == 0) {
+            h5_check(H5Lcreate_external(source, "/d", file, name, H5P_DEFAULT, H5P_DEFAULT), "external link", name);
+        } else {
+            h5_check(H5Pset_virtual(dcpl, space, source, "/d", space), "virtual", name);
+            H5Dclose(h5_id(H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), name, "redirect"));
+        }
+    } else {
+        die("redirect: unknown HOW '%s'", how);
+    }
+    H5Pclose(dcpl);
+    H5Tclose(type);
+    H5Sclose(space);
+    free(values);
+    H5Fclose(file);
+}
+
 int main(int argc, char** argv) {
     if (argc == 4 && strcmp(argv[1], "tamper") == 0) {
         tamper(argv[2], argv[3]);
+        return 0;
+    }
+    if (argc == 6 && strcmp(argv[1], "redirect") == 0) {
+        redirect(argv[2], argv[3], argv[4], argv[5]);
         return 0;
     }
     if (argc == 2 && strcmp(argv[1], "machine") == 0) {
