@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -215,6 +216,24 @@ static Tensor& tensor_of(Tensors& tensors, const EmuDescriptor* d, const std::ma
         span += (t.dims[i] - 1) * t.strides[i];
     }
     if (attribute<bool>(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL)) {
+        // A virtual tensor whose declared strides overlap (NVIDIA's frontend declares dO * O of the
+        // backward with rows H Dv apart in a (B, H, T, Dv) tensor) is never laid out in memory by
+        // cuDNN: the emulation stores it packed, so that its elements stay apart (a stride of 0,
+        // a head shared by broadcast, is kept)
+        int order[4] = {0, 1, 2, 3};
+        std::sort(order, order + 4, [&](int a, int b) { return t.strides[a] < t.strides[b]; });
+        bool overlap = false;
+        int64_t reach = 1;  // elements the smaller strides' dimensions cover
+        for (int k = 0; k < 4; k++) {
+            int i = order[k];
+            if (t.dims[i] == 1 || t.strides[i] == 0) continue;  // a stride of 0 broadcasts, by intent
+            overlap |= t.strides[i] < reach;
+            reach = t.strides[i] * t.dims[i];
+        }
+        if (overlap) {
+            span = 1;
+            for (int i = 3; i >= 0; i--) t.strides[i] = span, span *= t.dims[i];
+        }
         t.own.assign(span, 0.0f);
         t.data = nullptr;
     } else {
