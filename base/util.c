@@ -117,10 +117,38 @@ void path_printf(char* buf, size_t n, const char* fmt, ...) {
     if (len < 0 || (size_t)len >= n) die("path too long (more than %zu bytes): %.80s...", n - 1, buf);
 }
 
-void tmp_path(char* buf, size_t n, const char* path) {
-    if ((size_t)snprintf(buf, n, "%s.tmp", path) >= n || strlen(buf) >= PATH_MAX) die("path too long: %s", path);
-    pending_add(buf);
+// The first of "<path>.tmp", "<path>.tmp.1", ... that this call creates itself (O_EXCL), as a
+// file, or as a folder (stale_mark: a name whose folder holds that file is an interrupted
+// writer's of this program, removed and taken). Never a path that existed: a user's own
+// "OUT.tmp" is neither written over nor deleted.
+static void own_temporary(char* buf, size_t n, const char* path, int folder, const char* stale_mark) {
+    for (int k = 0; k < 1000; k++) {
+        int len = k ? snprintf(buf, n, "%s.tmp.%d", path, k) : snprintf(buf, n, "%s.tmp", path);
+        if (len < 0 || (size_t)len >= n || (size_t)len >= PATH_MAX) die("path too long: %s", path);
+        if (folder && stale_mark) {
+            char mark[PATH_MAX + 64];
+            snprintf(mark, sizeof(mark), "%s/%s", buf, stale_mark);
+            struct stat st;
+            if (lstat(buf, &st) == 0 && S_ISDIR(st.st_mode) && access(mark, F_OK) == 0) remove_tree(buf);
+        }
+        int made;
+        if (folder) {
+            made = mkdir(buf, 0777) == 0;
+        } else {
+            int fd = open(buf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+            made = fd >= 0;
+            if (made) close(fd);
+        }
+        if (made) {
+            pending_add(buf);
+            return;
+        }
+        if (errno != EEXIST) die("cannot create '%s': %s", buf, strerror(errno));
+    }
+    die("cannot write '%s': '%s.tmp' and 999 other temporary names beside it exist", path, path);
 }
+
+void tmp_path(char* buf, size_t n, const char* path) { own_temporary(buf, n, path, 0, NULL); }
 
 // fsync of a file or folder by path
 static void sync_path(const char* path, int flags, const char* src, int line) {
@@ -153,11 +181,12 @@ void remove_tree(const char* path) {
 // The lock tmp_folder takes on the output's parent folder, held until replace_folder
 static int folder_writer_lock = -1;
 
+#define WRITING_MARK ".difftx-writing"
+
 void tmp_folder(char* buf, size_t n, const char* path) {
-    tmp_path(buf, n, path);
-    // two writers of one folder share its temporary: the second would remove or mix into the
-    // first's files, so each waits for the one before it (an flock on the parent folder, which
-    // the process's end releases however it ends)
+    // two writers of one folder would take each other's temporary for an interrupted one's, so
+    // each waits for the one before it (an flock on the parent folder, which the process's end
+    // releases however it ends)
     char parent[4096];
     path_printf(parent, sizeof(parent), "%s", path);
     mkdir_p(dirname(parent));
@@ -172,11 +201,19 @@ void tmp_folder(char* buf, size_t n, const char* path) {
         if (flock(fd, LOCK_EX) != 0) die("cannot lock the folder '%s': %s", dir, strerror(errno));
     }
     folder_writer_lock = fd;
-    remove_tree(buf);  // what an interrupted writer left
-    mkdir_p(buf);
+    // a folder of its own beside path, marked as this program's while it is written, so that what
+    // an interrupted writer left is known for its own and taken again (under the lock above)
+    own_temporary(buf, n, path, 1, WRITING_MARK);
+    char mark[PATH_MAX + 64];
+    path_printf(mark, sizeof(mark), "%s/%s", buf, WRITING_MARK);
+    FILE* f = fopenCheck(mark, "w");
+    fcloseCheck(f, mark);
 }
 
 void replace_folder(const char* tmp, const char* path) {
+    char mark[PATH_MAX + 64];
+    path_printf(mark, sizeof(mark), "%s/%s", tmp, WRITING_MARK);
+    if (remove(mark) != 0) die("cannot remove '%s': %s", mark, strerror(errno));
     if (access(path, F_OK) == 0) {
         // one atomic exchange: a reader sees the old folder or the new one, never a mix
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) != 0) {

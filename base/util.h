@@ -29,8 +29,9 @@ void fclose_check(FILE* f, const char* path, const char* src, int line);
 #define fwriteCheck(ptr, size, n, f, path) fwrite_check(ptr, size, n, f, path, __FILE__, __LINE__)
 #define fcloseCheck(f, path) fclose_check(f, path, __FILE__, __LINE__)
 
-// Whole-file writes go to "<path>.tmp" and are renamed into place, so a reader never sees a
-// half-written file. tmp_path fills buf with the temporary name. rename_check syncs the file to
+// Whole-file writes go to a temporary beside path and are renamed into place, so a reader never
+// sees a half-written file. tmp_path fills buf with the temporary name: "<path>.tmp", or
+// "<path>.tmp.1" and on where that exists, created by this call (never a path that existed before). rename_check syncs the file to
 // disk before the rename and its folder after, so the new file survives a power loss too. Until
 // then the temporary is pending: die removes it (file or folder), so a failed write leaves none.
 void tmp_path(char* buf, size_t n, const char* path);
@@ -42,7 +43,9 @@ void rename_check(const char* from, const char* to, const char* src, int line);
 void mkdir_p(const char* path);
 void copy_file(const char* from, const char* to);  // whole, through a temporary file and rename
 void remove_tree(const char* path);  // a file or folder and all it holds, without a shell
-// A folder written whole: tmp_folder makes an empty "<path>.tmp" to write into, replace_folder
+// A folder written whole: tmp_folder makes an empty folder of its own beside path to write into
+// ("<path>.tmp", or the next free name; one an interrupted writer of this program left is
+// taken again, any other left alone), replace_folder
 // puts it in place of path in one atomic exchange (the old folder, if any, is then removed),
 // so an interrupted writer never leaves a mix of old and new files under path.
 void tmp_folder(char* buf, size_t n, const char* path);

@@ -251,6 +251,18 @@ expect "an interrupted prepare leaves the old folder whole" cmp -s "$work/swap/t
 expect "and it trains" $bin train --results "$work/reg" "$work/ok.ini" data=$work/swap out=$work/swap_run steps=1
 $bin prepare --vocab 300 "$work/swap" "$work/long_corpus" > /dev/null
 expect "a finished prepare replaces the folder whole" test ! -e "$work/swap/stale.txt" -a ! -e "$work/swap.tmp" -a -s "$work/swap/val.bin"
+# W4: a folder or file of the user's named OUT.tmp is neither used, written over nor deleted: the
+# temporary is the program's own (the next free name); one an interrupted writer of this program
+# left (marked as being written) is taken again and cleared
+mkdir -p "$work/mine_data.tmp" && echo "mine" > "$work/mine_data.tmp/notes.txt"
+$bin prepare --vocab 300 "$work/mine_data" "$work/corpus" > "$work/mine_prepare.log" 2>&1
+expect "prepare beside a user's OUT.tmp folder: done, that folder whole, no temporary left" \
+    test -s "$work/mine_data/val.bin" -a "$(cat "$work/mine_data.tmp/notes.txt")" = mine -a "$(ls -d "$work"/mine_data.tmp* | wc -l)" = 1
+$bin needle-data --seq-len 64 "$work/mine_data" "$work/data" > /dev/null 2>&1
+expect "needle-data beside it too" test -s "$work/mine_data/train.bin" -a "$(cat "$work/mine_data.tmp/notes.txt")" = mine
+mkdir -p "$work/mine_data.tmp.1" && touch "$work/mine_data.tmp.1/.difftx-writing" "$work/mine_data.tmp.1/half.bin"
+$bin prepare --vocab 300 "$work/mine_data" "$work/corpus" > /dev/null 2>&1
+expect "what an interrupted prepare left (marked) is taken again and gone" test ! -e "$work/mine_data.tmp.1" -a ! -e "$work/mine_data/half.bin"
 cp -r "$work/data" "$work/mixed"
 cp "$work/swap/tokenizer.bin" "$work/mixed/tokenizer.bin"
 expect_fail "shards of another tokenizer" "key 'data': '$work/mixed/train.bin' was made with another tokenizer than '$work/mixed/tokenizer.bin'" \
@@ -515,6 +527,9 @@ expect "a user's mistake names no source file" test -z "$(grep 'raised at' <<<"$
 expect "usage shows defaults" grep -q -- "--tokens N (200)] \[--temperature X (0.8)]" <<<"$err"
 expect_fail "an unknown option gets the nearest" "unknown option '--tokns'; did you mean '--tokens'\?" $bin sample "$work/ck.h5" --tokns 3
 expect_fail "an option without its value" "option '--windows' needs a value" $bin eval "$work/ck.h5" --windows
+echo "user text" > "$work/mine.safetensors.tmp"
+$bin export "$work/ck.h5" "$work/mine.safetensors" > /dev/null 2>&1
+expect "export beside a user's OUT.tmp file: done, that file unchanged" test -s "$work/mine.safetensors" -a "$(cat "$work/mine.safetensors.tmp")" = "user text"
 # W5: a checkpoint whose weights would come from another file is refused by every command that
 # reads one (export, sample, eval), naming the dataset, and nothing is written
 printf 'root:*:SECRET-LINE:0:99999:7:::\n%.0s' $(seq 2000) > "$work/secret.txt"
