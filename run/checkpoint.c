@@ -115,6 +115,21 @@ void checkpoint_load(const char* path, const Backend* be, Config* run, Model* mo
     h5_read_attr(file, "format_version", H5T_NATIVE_INT, &version, label);
     if (version != CHECKPOINT_VERSION) die("checkpoint '%s' has format version %d, this program reads %d", path, version, CHECKPOINT_VERSION);
     char* config_text = h5_read_string_attr(file, "config", label);
+    // `attention = diff_grouped` was DIFF with shared noise maps, renamed diff_shared_noise (the
+    // registry's version 9 renames its runs alike): a checkpoint written before reads as the same
+    // run under today's name
+    const char* old_name = "attention = diff_grouped\n";
+    char* at = strstr(config_text, old_name);
+    if (at && (at == config_text || at[-1] == '\n')) {
+        const char* new_name = "attention = diff_shared_noise\n";
+        size_t head = (size_t)(at - config_text), rest = strlen(at + strlen(old_name));
+        char* renamed = mallocCheck(head + strlen(new_name) + rest + 1);
+        memcpy(renamed, config_text, head);
+        memcpy(renamed + head, new_name, strlen(new_name));
+        memcpy(renamed + head + strlen(new_name), at + strlen(old_name), rest + 1);
+        free(config_text);
+        config_text = renamed;
+    }
     Config cfg;
     config_defaults(&cfg);
     char origin[4200];

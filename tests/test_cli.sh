@@ -530,6 +530,14 @@ expect_fail "an option without its value" "option '--windows' needs a value" $bi
 echo "user text" > "$work/mine.safetensors.tmp"
 $bin export "$work/ck.h5" "$work/mine.safetensors" > /dev/null 2>&1
 expect "export beside a user's OUT.tmp file: done, that file unchanged" test -s "$work/mine.safetensors" -a "$(cat "$work/mine.safetensors.tmp")" = "user text"
+# W3: a checkpoint written when DIFF with shared noise maps was called diff_grouped reads as
+# diff_shared_noise: it samples, and a resume of its run under today's name trains on from it
+$bin train --results "$work/w3_reg" "$work/ok.ini" attention=diff_shared_noise noise_group=2 out="$work/w3_run" steps=4 --until 2 > /dev/null 2>&1
+${BUILD:-build}/write_fixture config_replace "$work/w3_run/checkpoint.h5" "attention = diff_shared_noise" "attention = diff_grouped"
+expect "an old diff_grouped checkpoint samples" $bin sample "$work/w3_run/checkpoint.h5" --tokens 2
+out=$($bin train --results "$work/w3_reg" "$work/ok.ini" attention=diff_shared_noise noise_group=2 out="$work/w3_run" steps=4 2>&1)
+expect "... and its run resumes under today's name, from step 2 to the end" \
+    bash -c "grep -q 'resuming .* from step 2' <<<\"\$1\" && grep -q '^finished at step 4' <<<\"\$1\"" _ "$out"
 # W5: a checkpoint whose weights would come from another file is refused by every command that
 # reads one (export, sample, eval), naming the dataset, and nothing is written
 printf 'root:*:SECRET-LINE:0:99999:7:::\n%.0s' $(seq 2000) > "$work/secret.txt"

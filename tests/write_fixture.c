@@ -8,7 +8,8 @@
 // NaN) or no_tokens (sample 0's tokens emptied); or valid in a way a page must hold: lambda_one_first
 // (the first λ exactly 1, where DIFF V2's sigmoid saturates) or zero_map (A2 = A1 and every λ 1:
 // a combined map exactly zero). `write_fixture redirect PATH HOW DATASET SOURCE` points a dataset
-// of a checkpoint or maps file at another file (redirect below). `write_fixture hand_maps PATH`: a DIFF maps
+// of a checkpoint or maps file at another file (redirect below); `write_fixture config_replace PATH
+// FROM TO` edits a checkpoint's config text as an older program wrote it. `write_fixture hand_maps PATH`: a DIFF maps
 // file of one needle episode whose metrics are known by hand (hand_maps below). `write_fixture machine` prints what decides
 // whether two machines compute bitwise alike, for tests/test_pinned.sh: the BLAS library's
 // kernel, the CPU model, the compiler, the instruction set it built for and the one the C
@@ -180,7 +181,27 @@ static void redirect(const char* path, const char* how, const char* name, const 
     H5Fclose(file);
 }
 
+// The checkpoint's config attribute with its first `from` replaced by `to`: a checkpoint as an
+// older program wrote it (`write_fixture config_replace PATH FROM TO`)
+static void config_replace(const char* path, const char* from, const char* to) {
+    hid_t file = h5_id(H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), path, "config_replace");
+    char* text = h5_read_string_attr(file, "config", path);
+    char* at = strstr(text, from);
+    if (!at) die("config_replace: '%s' is not in the config of %s", from, path);
+    char* out = mallocCheck(strlen(text) + strlen(to) + 1);
+    snprintf(out, strlen(text) + strlen(to) + 1, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    h5_check(H5Adelete(file, "config"), "delete config", path);
+    h5_write_string_attr(file, "config", out, path);
+    free(text);
+    free(out);
+    H5Fclose(file);
+}
+
 int main(int argc, char** argv) {
+    if (argc == 5 && strcmp(argv[1], "config_replace") == 0) {
+        config_replace(argv[2], argv[3], argv[4]);
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "tamper") == 0) {
         tamper(argv[2], argv[3]);
         return 0;
