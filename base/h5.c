@@ -142,12 +142,22 @@ hid_t h5_open_dataset(hid_t loc, const char* name, const char* label) {
 size_t h5_dataset_dims(hid_t loc, const char* name, int* dims, const char* label) {
     if (H5Oexists_by_name(loc, name, H5P_DEFAULT) <= 0) die("%s: dataset '%s' is missing", label, name);
     hid_t ds = h5_open_dataset(loc, name, label);
-    hid_t space = H5Dget_space(ds);
+    hid_t space = H5Dget_space(ds), type = H5Dget_type(ds);
     hsize_t d[2] = {0, 0};
     int ndim = H5Sget_simple_extent_dims(space, d, NULL);
+    double raw = (double)H5Sget_simple_extent_npoints(space) * (double)H5Tget_size(type);
+    double stored = (double)H5Dget_storage_size(ds);
+    H5Tclose(type);
     H5Sclose(space);
     H5Dclose(ds);
     if (ndim < 1 || ndim > 2) die("%s: dataset '%s' has %d dimensions, expected 1 or 2", label, name, ndim);
+    // the size a dataset declares, checked against what it stores before a reader allocates it:
+    // deflate shrinks data at most about 1032:1, so a dataset declaring more than that times its
+    // stored bytes (a 1 MB file declaring 2^31 tokens) never wrote them
+    if (raw > 1100.0 * stored + 65536.0) {
+        die("%s: dataset '%s' declares %.0f bytes of values but stores %.0f: more than any compression gives, so not data "
+            "this program wrote", label, rooted(loc, name), raw, stored);
+    }
     dims[0] = (int)d[0];
     dims[1] = ndim > 1 ? (int)d[1] : 0;
     return (size_t)d[0] * (ndim > 1 ? d[1] : 1);

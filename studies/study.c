@@ -4,13 +4,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "../base/dist.h"
 #include "../base/util.h"
 #include "../data/dataset.h"
 #include "tracked.h"
+
+// Whether a row can run on this machine, its device and its precision: refused once, naming
+// the row, before anything is trained or written (each row's training would refuse alone, once
+// per row, after the rows before it had trained)
+static void require_runnable(const StudyModel* m, const char* recipe) {
+    const char* device = BACKEND_DEVICES[m->cfg.device];
+    const char* why = backend_unusable(device);
+    if (why) die("%s: row %s: device '%s' cannot run here: %s", recipe, m->name, device, why);
+    const Backend* be = backend_named(device);
+    why = be->set_precision(m->cfg.precision);
+    be->set_precision(PRECISION_FP32);  // what the studies' evaluations compute in
+    if (why) die("%s: row %s: key 'precision': %s", recipe, m->name, why);
+}
 
 void study_load(Study* s, const StudySpec* spec) {
     memset(s, 0, sizeof(*s));
@@ -33,6 +48,7 @@ void study_load(Study* s, const StudySpec* spec) {
         m->row = i / s->seeds;
         m->seed_index = i % s->seeds;
         m->cfg = spec->row_config(s->recipe, s->preset, m->row, m->seed_index, spec->recipe, spec->results);
+        if (m->seed_index == 0) require_runnable(m, spec->recipe);
         const char* against = section_get(row, "against");
         if (!against) continue;
         int found = 0;
@@ -91,9 +107,14 @@ int64_t study_train(Study* s, const char* row, const Config* cfg, const StudyTra
     if (!how->in_worker || dist_ranks() > 1) {
         train_and_finish(s, &s->reg, row, cfg, how, finished);
     } else {
+        pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0) die("fork failed");
         if (pid == 0) {  // the worker's own connection: SQLite's may not cross a fork
+            // the worker ends with its parent, however the parent ends (kill -9 included): left
+            // running it would hold the results folder's lock, so a rerun could not take the row
+            // over; checked again after, for a parent that ended before the request
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(1);
             Registry reg;
             char path[4200];
             path_printf(path, sizeof(path), "%s/registry.sqlite", s->spec.results);

@@ -73,11 +73,16 @@ expect_fail "view: the output over its input" "output .* is the input" "$bin" vi
 # once, writing nothing
 fixture=${BUILD:-build}/write_fixture
 tampered() { cp "$work/diff.h5" "$work/bad_$1.h5" && "$fixture" tamper "$work/bad_$1.h5" "$1"; }
-for how in n_layer n_head inf nan_lambda no_tokens; do tampered $how; done
+for how in n_layer n_head inf nan_lambda no_tokens huge_tokens; do tampered $how; done
 expect_fail "view: a file claiming 2^31 - 1 layers is refused at once" "n_layer 2147483647 and n_head 4 must lie in 1..256" \
     timeout 10 "$bin" view "$work/bad_n_layer.h5" -o "$work/y.html"
 expect_fail "view: and one claiming 2^31 - 1 heads" "n_layer 1 and n_head 2147483647 must lie in 1..256" \
     timeout 10 "$bin" view "$work/bad_n_head.h5" -o "$work/y.html"
+# W15: a size a file declares is checked against what it stores before anything is allocated
+expect_fail "view: a tokens dataset declaring 2^31 values it never stored is refused at once" \
+    "dataset 'sample_000/tokens' declares 8589934592 bytes of values but stores 0" timeout 10 "$bin" view "$work/bad_huge_tokens.h5" -o "$work/y.html"
+expect_fail "attn: the same, at once" "dataset 'sample_000/tokens' declares 8589934592 bytes" \
+    timeout 10 "$bin" attn "$work/bad_huge_tokens.h5" --sample 0 --layer 0 --head 0 --out "$work/y.png"
 expect_fail "view: +inf in A1" "sample_000/layer_00/head_00/A1 holds inf; softmax maps lie in \[0, 1\]" "$bin" view "$work/bad_inf.h5" -o "$work/y.html"
 expect_fail "view: a NaN λ" "sample_000/layer_00/head_00/lambda holds nan at row 0; λ is finite" "$bin" view "$work/bad_nan_lambda.h5" -o "$work/y.html"
 expect_fail "view: a sample of no tokens" "sample_000 holds no tokens" "$bin" view "$work/bad_no_tokens.h5" -o "$work/y.html"

@@ -4,7 +4,8 @@
 // (outlier statistics of a model that saw a few values); exits 0 when the file was written,
 // dies (exit 1) with the writer's message when not. `write_fixture tamper PATH HOW` damages a
 // maps file in place the way a hostile one would be, for tests/test_view.sh: HOW is n_layer or
-// n_head (claiming 2^31 - 1), inf (sample 0's first A1 entry +inf), nan_lambda (its first λ
+// n_head (claiming 2^31 - 1), huge_tokens (sample 0's tokens declaring 2^31 values, none stored),
+// inf (sample 0's first A1 entry +inf), nan_lambda (its first λ
 // NaN) or no_tokens (sample 0's tokens emptied); or valid in a way a page must hold: lambda_one_first
 // (the first λ exactly 1, where DIFF V2's sigmoid saturates) or zero_map (A2 = A1 and every λ 1:
 // a combined map exactly zero). `write_fixture redirect PATH HOW DATASET SOURCE` points a dataset
@@ -97,6 +98,14 @@ static void tamper(const char* path, const char* how) {
         write_all(file, "sample_000/layer_00/head_00/lambda", 1.0f, NULL);
     } else if (strcmp(how, "nan_lambda") == 0) {
         write_float(file, "sample_000/layer_00/head_00/lambda", NAN);
+    } else if (strcmp(how, "huge_tokens") == 0) {  // 2^31 tokens declared, none stored
+        h5_check(H5Ldelete(file, "sample_000/tokens", H5P_DEFAULT), "delete tokens", path);
+        hsize_t n = 2147483648ull, chunk = 1 << 16;
+        hid_t space = H5Screate_simple(1, &n, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        h5_check(H5Pset_chunk(dcpl, 1, &chunk), "chunk", path);
+        H5Dclose(h5_id(H5Dcreate2(file, "sample_000/tokens", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), "tokens", path));
+        H5Pclose(dcpl);
+        H5Sclose(space);
     } else if (strcmp(how, "no_tokens") == 0) {
         h5_check(H5Ldelete(file, "sample_000/tokens", H5P_DEFAULT), "delete tokens", path);
         int none[1] = {0};
