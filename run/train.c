@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -207,17 +208,38 @@ static void diverged(int step, double loss, float norm, const char* ckpt, FILE* 
         loss, norm, ckpt, access(ckpt, F_OK) == 0 ? "" : " (none was written yet)");
 }
 
+// Where a ulimit (-v, -d) bounds a process whose buffers are host memory: its smaller value in
+// bytes, else -1
+static double host_limit_bytes(void) {
+    double smallest = -1;
+    static const int LIMITS[] = {RLIMIT_AS, RLIMIT_DATA};
+    for (int i = 0; i < 2; i++) {
+        struct rlimit limit;
+        if (getrlimit(LIMITS[i], &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) continue;
+        if (smallest < 0 || (double)limit.rlim_cur < smallest) smallest = (double)limit.rlim_cur;
+    }
+    return smallest;
+}
+
 double train_check_memory(const Config* cfg, const Backend* be, int vocab_size, double held) {
     double activations, need = model_training_bytes(&cfg->model, vocab_size, cfg->batch_size, &activations);
+    // in host memory, a checkpoint is written from a copy of the parameters (a quarter of the
+    // parameters with their gradients and moments)
+    if (be->host_memory) need += (need - activations) / 4;
     double have = be->memory_bytes() - held;
     double gib = 1024.0 * 1024 * 1024;
     if (need > have) {
-        char beside[96] = "";
+        char beside[96] = "", limit[200] = "";
         if (held > 0) snprintf(beside, sizeof(beside), " left beside the %.1f GiB of the recipe it alternates with", held / gib);
-        die("training needs %.1f GiB, more than the %.1f GiB of device %s%s: %.1f GiB of parameters with their gradients and "
+        double bound = be->host_memory ? host_limit_bytes() : -1;
+        if (bound >= 0 && bound < machine_memory_bytes()) {  // the ulimit, not the machine, is short: the figure to set
+            snprintf(limit, sizeof(limit), " (what this process's ulimit leaves past OpenBLAS's buffers: raise it to at least %.0f KiB, "
+                     "ulimit -v %.0f)", (bound + need - have) / 1024.0 + 1, (bound + need - have) / 1024.0 + 1);
+        }
+        die("training needs %.1f GiB, more than the %.1f GiB of device %s%s%s: %.1f GiB of parameters with their gradients and "
             "AdamW moments (keys 'n_layer' = %d, 'd_model' = %d, 'ffn_hidden' and the vocabulary of %d) and %.1f GiB of one "
             "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib, be->device_name(),
-            beside, (need - activations) / gib, cfg->model.n_layer, cfg->model.d_model, vocab_size, activations / gib,
+            limit, beside, (need - activations) / gib, cfg->model.n_layer, cfg->model.d_model, vocab_size, activations / gib,
             cfg->batch_size, cfg->model.seq_len);
     }
     return need;

@@ -647,11 +647,21 @@ if [ "$(uname -m)" = x86_64 ] && [ "${BUILD:-build}" != build/san ] && [ "$best"
         grep -q "^OpenBLAS kernel $best, which this CPU's instructions allow (OpenBLAS chose Prescott" <<<"$out"
     # the restarted program's self-check and a first product within the limit the refusal names
     expect_fail "a limit too small for the self-check's product is refused, not a hang (1 thread)" \
-        "address-space limit \(ulimit -v\) is 292 MiB, but OpenBLAS reserves about 384 MiB with 1 thread" \
+        "address-space limit \(ulimit -v\) is 292 MiB, but OpenBLAS reserves about 448 MiB with 1 thread" \
         bash -c "ulimit -v 300000 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=1 timeout 20 '$bin' help"
-    expect "the restart and its self-check run within the limit the refusal names (1 thread: 384 MiB; 2: 712 MiB)" \
-        bash -c "(ulimit -v 393216 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=1 timeout 20 '$bin' help > /dev/null 2>&1) &&
-                 (ulimit -v 729088 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=2 timeout 20 '$bin' help > /dev/null 2>&1)"
+    expect "the restart and its self-check run within the limit the refusal names (1 thread: 448 MiB; 2: 776 MiB)" \
+        bash -c "(ulimit -v 458752 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=1 timeout 20 '$bin' help > /dev/null 2>&1) &&
+                 (ulimit -v 794624 && env -u OPENBLAS_CORETYPE LD_PRELOAD='$shim' OMP_NUM_THREADS=2 timeout 20 '$bin' help > /dev/null 2>&1)"
+fi
+# W1: a model past what the limit leaves (its parameters, moments, activations and checkpoint
+# copy beside OpenBLAS's buffers) is refused before training with the figure to set, which runs
+if [ "${BUILD:-build}" != build/san ]; then
+    out=$(bash -c "ulimit -v 600000 && OMP_NUM_THREADS=1 timeout 60 '$bin' train --results '$work/w1_reg' '$work/ok.ini' d_model=512 n_layer=4 n_head=4 steps=2 out='$work/w1_run'" 2>&1)
+    expect "a model past the address-space limit is refused at once with the limit to set, not a hang" \
+        grep -qE "more than the 0\.[0-9] GiB of device cpu .*raise it to at least [0-9]+ KiB, ulimit -v [0-9]+\)" <<<"$out"
+    figure=$(grep -oE "ulimit -v [0-9]+\)" <<<"$out" | grep -oE "[0-9]+")
+    expect "... and runs within the limit it names (ulimit -v ${figure:-none})" \
+        bash -c "test -n '$figure' && ulimit -v '$figure' && OMP_NUM_THREADS=1 timeout 60 '$bin' train --results '$work/w1_reg' '$work/ok.ini' d_model=512 n_layer=4 n_head=4 steps=2 out='$work/w1_run' > /dev/null 2>&1"
 fi
 # precision = bf16: the weights' products through oneDNN where the CPU has bf16 dot products
 # (AVX-512 BF16 or AMX), named in the run's first line and registry row, a resume in the other
@@ -693,17 +703,17 @@ fi
 # sanitizers, which reserve terabytes of address space)
 if [ "${BUILD:-build}" != build/san ]; then
     expect_fail "a small ulimit -v is refused at once, with the limit needed (2 threads)" \
-        "address-space limit \(ulimit -v\) is 195 MiB, but OpenBLAS reserves about 712 MiB with 2 threads .*\(ulimit -v 729088\), or use one thread \(OMP_NUM_THREADS=1 needs about 384 MiB\)" \
+        "address-space limit \(ulimit -v\) is 195 MiB, but OpenBLAS reserves about 776 MiB with 2 threads .*\(ulimit -v 794624\), or use one thread \(OMP_NUM_THREADS=1 needs about 448 MiB\)" \
         bash -c "ulimit -v 200000 && OMP_NUM_THREADS=2 timeout 20 '$bin' help"
-    expect_fail "and with one thread" "is 195 MiB, but OpenBLAS reserves about 384 MiB with 1 thread .*\(ulimit -v 393216\)$" \
+    expect_fail "and with one thread" "is 195 MiB, but OpenBLAS reserves about 448 MiB with 1 thread .*\(ulimit -v 458752\)$" \
         bash -c "ulimit -v 200000 && OMP_NUM_THREADS=1 timeout 20 '$bin' help"
     expect_fail "a small ulimit -d (the data segment, which bounds the same mappings) is refused too" \
-        "data-segment limit \(ulimit -d\) is 195 MiB, but OpenBLAS reserves about 384 MiB with 1 thread .*\(ulimit -d 393216\)$" \
+        "data-segment limit \(ulimit -d\) is 195 MiB, but OpenBLAS reserves about 448 MiB with 1 thread .*\(ulimit -d 458752\)$" \
         bash -c "ulimit -d 200000 && OMP_NUM_THREADS=1 timeout 20 '$bin' keys"
     # the first products of a run, one per thread, within the limit the refusal names
-    expect "a run's first products run within the limit the refusal names (1 thread: 384 MiB; 2: 712 MiB)" \
-        bash -c "(ulimit -v 393216 && OMP_NUM_THREADS=1 timeout 60 '$bin' train --results '$work/limit_reg' '$work/ok.ini' out='$work/limit1' > /dev/null 2>&1) &&
-                 (ulimit -v 729088 && OMP_NUM_THREADS=2 timeout 60 '$bin' train --results '$work/limit_reg' '$work/ok.ini' out='$work/limit2' > /dev/null 2>&1)"
+    expect "a run's first products run within the limit the refusal names (1 thread: 448 MiB; 2: 776 MiB)" \
+        bash -c "(ulimit -v 458752 && OMP_NUM_THREADS=1 timeout 60 '$bin' train --results '$work/limit_reg' '$work/ok.ini' out='$work/limit1' > /dev/null 2>&1) &&
+                 (ulimit -v 794624 && OMP_NUM_THREADS=2 timeout 60 '$bin' train --results '$work/limit_reg' '$work/ok.ini' out='$work/limit2' > /dev/null 2>&1)"
 fi
 
 # two preparations of one folder at once (two `make train`): they once shared its temporary

@@ -80,6 +80,12 @@ static const char* cpu_set_precision(int precision) {
 static const char* cpu_device_name(void) { return description; }
 static void cpu_synchronize(void) {}
 static double cpu_peak_memory_bytes(void) { return (double)peak_rss_bytes(); }
+// the machine's memory, or less where a ulimit bounds this process: a model past it would make
+// OpenBLAS wait forever for its buffers, not fail
+static double cpu_memory_bytes(void) {
+    double ram = machine_memory_bytes(), left = cpu_limit_bytes();
+    return left >= 0 && left < ram ? left : ram;
+}
 
 // Best of a few 2048^3 products in the weights' products' precision (sgemm in fp32)
 static double cpu_matmul_rate(void) {
@@ -145,7 +151,7 @@ static const Backend CPU = {
     .host_memory = 1,
     .init = cpu_init,
     .device_name = cpu_device_name,
-    .memory_bytes = machine_memory_bytes,
+    .memory_bytes = cpu_memory_bytes,
     .peak_memory_bytes = cpu_peak_memory_bytes,
     .synchronize = cpu_synchronize,
     .alloc = cpu_alloc,

@@ -40,9 +40,13 @@ static int blas_load_threads(char** envp) {
 
 // OpenBLAS's reservations as it loads (96 MiB and 128 MiB a thread), a 128 MiB buffer for each
 // thread's products, for each thread past the first what the C library reserves for it (a 64 MiB
-// malloc arena and an 8 MiB stack), and 32 MiB for the program itself: measured, a run's first
-// products of a small model hung below 664 MiB with 2 threads (and ran in 352 MiB with 1)
-static size_t blas_need_bytes(int threads) { return (size_t)(96 + 2 * 128 * threads + 72 * (threads - 1) + 32) << 20; }
+// malloc arena and an 8 MiB stack), and 96 MiB for the program itself: 64 MiB of its libraries'
+// own (HDF5, SQLite, oneDNN) and 32 MiB for a small model. Measured, a run's first products of
+// a small model hung below 664 MiB with 2 threads (and ran in 352 MiB with 1); a 4-layer model of
+// d_model 512 ran out of memory writing its checkpoint in 625 MiB with 1 thread, and ran in 644.
+#define PROGRAM_MIB 96
+#define LIBRARIES_MIB 64
+static size_t blas_need_bytes(int threads) { return (size_t)(96 + 2 * 128 * threads + 72 * (threads - 1) + PROGRAM_MIB) << 20; }
 
 static void refuse_small_address_space(int argc, char** argv, char** envp) {
     (void)argc;
@@ -61,7 +65,7 @@ static void refuse_small_address_space(int argc, char** argv, char** envp) {
         dprintf(STDERR_FILENO,
                 "error: the %s limit (ulimit %s) is %llu MiB, but OpenBLAS reserves about %zu MiB with %d thread%s (96 MiB as it "
                 "loads, 128 MiB a thread as it loads and as much for its products, the C library 72 MiB for each thread past "
-                "the first, and 32 MiB for the program), and below that it waits forever; raise the limit to at least %zu KiB (ulimit %s %zu)%s\n",
+                "the first, and 96 MiB for the program), and below that it waits forever; raise the limit to at least %zu KiB (ulimit %s %zu)%s\n",
                 LIMITS[i].name, LIMITS[i].flag, (unsigned long long)(limit.rlim_cur >> 20), need >> 20, threads,
                 threads == 1 ? "" : "s", need >> 10, LIMITS[i].flag, need >> 10, one_thread);
         _exit(EXIT_FAILURE);
@@ -69,3 +73,21 @@ static void refuse_small_address_space(int argc, char** argv, char** envp) {
 }
 
 __attribute__((section(".preinit_array"), used)) static void (*const check_address_space)(int, char**, char**) = refuse_small_address_space;
+
+// The bytes the smaller of the address-space and data-segment limits leaves past OpenBLAS's
+// reservations (blas_need_bytes), or -1 where neither is set: what a model and its activations
+// may take in this process (cpu_memory_bytes)
+double cpu_limit_bytes(void) {
+    extern char** environ;
+    double left = -1;
+    static const int LIMITS[] = {RLIMIT_AS, RLIMIT_DATA};
+    for (int i = 0; i < 2; i++) {
+        struct rlimit limit;
+        if (getrlimit(LIMITS[i], &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) continue;
+        // past OpenBLAS's buffers and the libraries' own: the program's allowance less theirs
+        double after = (double)limit.rlim_cur - (double)blas_need_bytes(blas_load_threads(environ)) +
+                       (double)(PROGRAM_MIB - LIBRARIES_MIB) * 1048576;
+        if (left < 0 || after < left) left = after > 0 ? after : 0;
+    }
+    return left;
+}

@@ -11,6 +11,8 @@
 const Backend* backend_cpu(void);
 
 // layers.c
+// what a ulimit (-v, -d) leaves this process past OpenBLAS's buffers, -1 where none is set
+double cpu_limit_bytes(void);
 void cpu_matmul_spent(double* seconds, double* flops);
 void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
 void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
