@@ -372,17 +372,55 @@ static int checkpoint_is_runs(Registry* reg, int64_t run, const char* row, int s
     return why == NULL;
 }
 
+// Whether a stored run's config text is the text of the run now asked for: equal, or equal but
+// for the paths a study puts under its results folder (`out`, `init_from`), written where the
+// folder was before it was copied or moved whole: each such stored path ends with the part of
+// today's path below the registry's folder (root)
+static int same_run_text(const char* stored, const char* current, const char* root) {
+    size_t root_n = strlen(root);
+    while (*stored || *current) {
+        size_t a = strcspn(stored, "\n"), b = strcspn(current, "\n");
+        if (a != b || strncmp(stored, current, a) != 0) {
+            static const char* const KEYS[] = {"out = ", "init_from = "};
+            int moved = 0;
+            for (int k = 0; k < 2 && !moved; k++) {
+                size_t kn = strlen(KEYS[k]);
+                if (a <= kn || b <= kn || strncmp(stored, KEYS[k], kn) != 0 || strncmp(current, KEYS[k], kn) != 0) continue;
+                const char* now = current + kn;
+                if (strncmp(now, root, root_n) != 0 || now[root_n] != '/') continue;
+                const char* below = now + root_n;  // "/table6/smoke/diff/seed1000"
+                size_t below_n = b - kn - root_n;
+                moved = a - kn > below_n && strncmp(stored + a - below_n, below, below_n) == 0;
+            }
+            if (!moved) return 0;
+        }
+        stored += a + (stored[a] == '\n');
+        current += b + (current[b] == '\n');
+    }
+    return 1;
+}
+
 int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
                               const char* data_id) {
     char* text = config_to_text(cfg);
-    sqlite3_stmt* st = prepare(reg, "SELECT id FROM runs WHERE experiment_id = ? AND row = ? AND seed = ? AND "
-                                    "status = 'FINISHED' AND recipe_text = ? AND data_id = ? ORDER BY attempt DESC LIMIT 1");
-    sqlite3_bind_text(st, 5, data_id ? data_id : "", -1, SQLITE_TRANSIENT);
+    char root[4200];
+    snprintf(root, sizeof(root), "%s", reg->path);
+    char* slash = strrchr(root, '/');
+    if (slash) *slash = 0;
+    else snprintf(root, sizeof(root), ".");
+    sqlite3_stmt* st = prepare(reg, "SELECT id, recipe_text FROM runs WHERE experiment_id = ? AND row = ? AND seed = ? AND "
+                                    "status = 'FINISHED' AND data_id = ? ORDER BY attempt DESC");
     sqlite3_bind_int64(st, 1, experiment);
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, seed);
-    sqlite3_bind_text(st, 4, text, -1, SQLITE_TRANSIENT);
-    int64_t id = registry_row(reg, st, "find a finished run") ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_bind_text(st, 4, data_id ? data_id : "", -1, SQLITE_TRANSIENT);
+    int64_t id = 0;
+    int rc;
+    while (!id && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char* stored = (const char*)sqlite3_column_text(st, 1);
+        if (stored && same_run_text(stored, text, root)) id = sqlite3_column_int64(st, 0);
+    }
+    if (!id) sql_check(reg, rc, "find a finished run");
     sqlite3_finalize(st);
     free(text);
     return id && checkpoint_is_runs(reg, id, row, seed, cfg) ? id : 0;

@@ -49,6 +49,12 @@ expect "killed attempt kept as KILLED" test "$(sql "SELECT status FROM runs WHER
 expect "every row FINISHED once" test "$(sql "SELECT COUNT(DISTINCT row) FROM runs WHERE status = 'FINISHED'")" = $n_rows
 expect "evaluations stored" test "$(sql "SELECT COUNT(*) FROM evaluations WHERE key IN ('valid', 'arhit', 'others')")" = $((3 * n_rows))
 
+# W6: a results folder copied whole is rerun like the original: its runs found (their paths under
+# the old folder read against the copy's), nothing trained, the figures drawn, the losses read
+rm -rf "$work/results_copy" && cp -r "$work/results" "$work/results_copy"
+$bin table6 "$work/table6.ini" --preset smoke --results "$work/results_copy" --plots "$work/plots_copy" > "$work/copy.log" 2>&1
+expect "a copied results folder reruns: exit 0, nothing trained, every final loss read" \
+    bash -c "test $? = 0 && ! grep -q '^== training' '$work/copy.log' && cmp -s '$work/results/table6_smoke.md' '$work/results_copy/table6_smoke.md'"
 # W7: kill -9 of the table6 parent alone (its rows made long, 3000 steps): its worker, training a
 # row, ends with it, and a rerun takes the folder over at once rather than finding it "in use" by
 # the dead parent's pid
