@@ -1242,11 +1242,11 @@ static void attention_parts(const char* spec) {
     for (int m = 0; m < M; m++) printf("---|---|---|");
     printf("---|---|\n");
     const char* forced[] = {"kernels", NULL, "written"};
-    char chosen[700] = "";
+    char chosen[1400] = "";
     for (int run = 0; run < 3; run++) {
         force_path(forced[run]);
         if (be->set_precision(run ? PRECISION_BF16 : PRECISION_FP32)) die("test_backend_ops --parts: %s cannot run bf16", be->name);
-        char path[700];
+        char path[1400];
         snprintf(path, sizeof(path), "%s", be->attention_path(&s));
         if (run == 2 && (strstr(chosen, "maps written out") || !strstr(path, "maps written out"))) break;  // ran, or cannot run
         if (run == 1) snprintf(chosen, sizeof(chosen), "%s", path);

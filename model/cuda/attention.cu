@@ -432,7 +432,7 @@ static const char* kernels_path(const char* why_not_written) {
 }
 
 const char* cuda_attention_path(const AttnShape* s) {
-    static char path[700];
+    static char path[1400];
     const char* graphs_why = !cuda_bf16_enabled() ? "precision = fp32"
                              : cuda_attention_forced() ? "DIFFTX_ATTENTION_PATH is set"
                                                        : cudnn_attention_refusal(s);

@@ -574,7 +574,7 @@ typedef struct {
 typedef struct {
     DecisionKey key;
     const Plan *fwd[2], *bwd[2];
-    char why[320];  // "" where the graphs run it
+    char why[900];  // "" where the graphs run it
     int said;       // its path told on stderr
 } Decision;
 
@@ -789,10 +789,40 @@ static double relative_l2(const float* a, const float* b, size_t n) {
     return sqrt(diff / ref);
 }
 
+// Each map's dQ, dK and dV of dqkv (N, QKV) against the reference's, relative L2 over the map's
+// sub-heads' columns, as text: what a disagreement is made of
+static void parts_text(char* out, size_t n, const float* dqkv, const float* ref, const AttnShape* s) {
+    size_t N = (size_t)s->B * s->T, QKV = attention_qkv_width(s);
+    float* host = (float*)malloc(2 * N * QKV * sizeof(float));
+    if (!host) die("out of memory checking cuDNN's attention");
+    cuda_download(host, dqkv, N * QKV * sizeof(float));
+    cuda_download(host + N * QKV, ref, N * QKV * sizeof(float));
+    out[0] = 0;
+    static const char* const NAMES[3] = {"dQ", "dK", "dV"};
+    for (int m = 0; m < s->M; m++) {
+        for (int k = 0; k < 3; k++) {
+            double diff = 0, size = 0;
+            for (int h = 0; h < s->H; h++) {
+                int col = k == 0 ? attention_q_col(s, h, m) : k == 1 ? attention_k_col(s, h, m) : attention_v_col(s, h, m);
+                int width = k == 2 ? attention_value_width(s) : s->D;
+                for (size_t r = 0; r < N; r++) {
+                    for (int c = col; c < col + width; c++) {
+                        double a = host[r * QKV + c], b = host[N * QKV + r * QKV + c];
+                        diff += (a - b) * (a - b), size += b * b;
+                    }
+                }
+            }
+            snprintf(out + strlen(out), n - strlen(out), "%smap %d %s %.2g", m || k ? ", " : "", m, NAMES[k], sqrt(diff / (size + 1e-300)));
+        }
+    }
+    free(host);
+}
+
 // The graphs against this backend's fp32 kernels on random qkv (and dy), lambda 0.5: NULL where
-// y (and dqkv, dlambda) agree within 2e-2 relative L2, else why not
+// y (and dqkv, dlambda) agree within 2e-2 relative L2, else why not, with each part's error (y,
+// the statistics, each map's dQ, dK and dV, dlambda)
 static const char* agreement(const AttnShape* s, const Plan* const* fwd, const Plan* const* bwd, int with_backward) {
-    static char why[320];
+    static char why[900];
     const double tolerance = 2e-2;
     size_t N = (size_t)s->B * s->T, QKV = attention_qkv_width(s), HDv = (size_t)s->H * attention_value_width(s);
     size_t lse_n = (size_t)s->B * s->H * s->M * s->T;
@@ -805,15 +835,18 @@ static const char* agreement(const AttnShape* s, const Plan* const* fwd, const P
     float half = 0.5f;
     cuda_upload(b[LAMBDA], &half, sizeof(float));
     const char* failed = NULL;
-    double e_y = 0, e_dqkv = 0, e_dlambda = 0;
+    double e_y = 0, e_dqkv = 0, e_dlambda = 0, e_lse = 0;
+    char parts[400] = "";
     cuda_attention_forward_kernels(b[Y_REF], NULL, b[LSE_REF], b[QKV_IN], b[LAMBDA], s);
     failed = graphs_forward(b[Y], b[LSE], b[QKV_IN], b[LAMBDA], s, fwd);
     if (!failed) e_y = relative_l2(b[Y], b[Y_REF], N * HDv);
+    if (!failed) e_lse = relative_l2(b[LSE], b[LSE_REF], lse_n);
     if (!failed && with_backward) {
         cuda_attention_backward_kernels(b[DQKV_REF], b[DLAMBDA_REF], b[DY], NULL, b[QKV_IN], b[LSE_REF], b[LAMBDA], s);
         failed = graphs_backward(b[DQKV], b[DLAMBDA], b[DY], b[QKV_IN], b[LAMBDA], s, fwd, bwd);
         if (!failed) {
             e_dqkv = relative_l2(b[DQKV], b[DQKV_REF], N * QKV);
+            parts_text(parts, sizeof(parts), b[DQKV], b[DQKV_REF], s);
             if (s->M == 2 && !s->token_lambda) e_dlambda = relative_l2(b[DLAMBDA], b[DLAMBDA_REF], 1);
         }
     }
@@ -824,9 +857,11 @@ static const char* agreement(const AttnShape* s, const Plan* const* fwd, const P
         return why;
     }
     if (e_y <= tolerance && e_dqkv <= tolerance && e_dlambda <= tolerance) return NULL;
-    snprintf(why, sizeof(why), "cuDNN's graphs disagree with this backend's kernels on random inputs: relative L2 y %.2g", e_y);
+    snprintf(why, sizeof(why), "cuDNN's graphs disagree with this backend's kernels on random inputs: relative L2 y %.2g, lse %.2g", e_y,
+             e_lse);
     if (with_backward)
-        snprintf(why + strlen(why), sizeof(why) - strlen(why), ", dqkv %.2g, dlambda %.2g (at most %.0e)", e_dqkv, e_dlambda, tolerance);
+        snprintf(why + strlen(why), sizeof(why) - strlen(why), ", dqkv %.2g (%s), dlambda %.2g (at most %.0e)", e_dqkv, parts, e_dlambda,
+                 tolerance);
     return why;
 }
 
