@@ -33,6 +33,7 @@ run() {  # NAME COMMAND...: one test; its report goes out whole, its counts to $
     {   # broken: no summary, or a non-zero exit that no failed check explains
         [ -z "$summary" ] || echo "counts ${summary%% passed*} $(sed -E 's/.*, ([0-9]+) failed/\1/' <<<"$summary")"
         [ -n "$summary" ] && { [ $rc -eq 0 ] || [ "${summary#*, }" != "0 failed" ]; } || echo "broken $name(exit $rc)"
+        grep -E '^skipped: ' <<<"$out" | sed "s/^skipped: /skipped $name: /"  # checks this machine cannot run, said
     } > "$reports/$name"
     {
         echo "== $name"
@@ -41,16 +42,19 @@ run() {  # NAME COMMAND...: one test; its report goes out whole, its counts to $
     } | flock "$reports" cat
 }
 finish() {
-    local total_passed=0 total_failed=0 broken="" kind rest
+    local total_passed=0 total_failed=0 broken="" skipped="" kind rest
     for f in "$reports"/*; do
         [ -f "$f" ] || continue
         while read -r kind rest; do
             case $kind in
                 counts) total_passed=$((total_passed + ${rest% *})) total_failed=$((total_failed + ${rest#* })) ;;
                 broken) broken="$broken $rest" ;;
+                skipped) skipped="$skipped"$'\n'"  $rest" ;;
             esac
         done < "$f"
     done
+    # what did not run here is said, never counted as passed
+    [ -z "$skipped" ] || echo "skipped on this machine (not counted):$skipped"
     [ -z "$broken" ] || echo "broken test programs:$broken"
     echo "$total_passed passed, $total_failed failed"
     [ $total_failed -eq 0 ] && [ -z "$broken" ]

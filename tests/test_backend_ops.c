@@ -1164,7 +1164,7 @@ static void test_bf16(void) {
     test_weight_copies(0);
     const char* why = be->set_precision(PRECISION_BF16);
     if (why) {
-        printf("backend %s: bf16 products not run: %s\n", be->name, why);
+        printf("skipped: backend %s: its bf16 products and attention: %s\n", be->name, why);
         be->set_precision(PRECISION_FP32);
         return;
     }

@@ -145,7 +145,7 @@ int main(void) {
         return check_summary();
     }
     if (why) {
-        printf("oneDNN's bf16 products would run as %s (an emulation: %s); the model cases are skipped, as a run is refused\n",
+        printf("skipped: the bf16 model cases: oneDNN's bf16 products would run as %s (an emulation: %s), and a run is refused\n",
                cpu_bf16_kernel(), why);
     } else {
         printf("bf16 products on oneDNN's %s\n", cpu_bf16_kernel());

@@ -98,6 +98,10 @@ done
 # a registry from before the ranks column is migrated, its runs counted as 1 rank
 sql one "ALTER TABLE runs DROP COLUMN ranks; PRAGMA user_version = 0"
 table one > "$work/table_again.log" 2>&1
+again_rc=$?
 expect "an old registry is migrated" test "$(sql one "SELECT COUNT(*) FROM runs WHERE ranks = 1")" = $n_rows
-expect "a migrated registry trains nothing again" bash -c "! grep -q '^== ' '$work/table_again.log'"
+expect "a migrated registry trains nothing again: exit 0, every row found finished, the table written" \
+    bash -c "test $again_rc = 0 && ! grep -q '^== ' '$work/table_again.log' &&
+             test \"\$(grep -c ', seed [0-9]*: already finished (run [0-9]*)$' '$work/table_again.log')\" = $n_rows &&
+             grep -q '^wrote .*table6_smoke.md' '$work/table_again.log'"
 summary

@@ -111,6 +111,14 @@ expect "make check runs the unit programs through run.sh --check, test_checkpoin
 out=$(tests/run.sh --check test_blas_kernel 2>&1)
 expect "run.sh --check runs only the programs named and totals them" \
     bash -c 'test "$(grep -c "^== " <<<"$1")" = 1 && grep -qE "^[0-9]+ passed, 0 failed$" <<<"$1"' _ "$out"
+# a check a test cannot run on this machine (a "skipped: " line) is listed at the end, apart
+# from the counts: never a silent pass
+fake=$(mktemp -d) && printf '#!/bin/sh\necho "skipped: the widget checks: no widget here"\necho "1 passed, 0 failed"\n' > "$fake/test_fake"
+chmod +x "$fake/test_fake"
+out=$(BUILD="$fake" tests/run.sh --check test_fake 2>&1)
+expect "run.sh lists the checks a test skipped, not counted" \
+    bash -c 'grep -qx "skipped on this machine (not counted):" <<<"$1" && grep -qx "  test_fake: the widget checks: no widget here" <<<"$1" && test "$(tail -1 <<<"$1")" = "1 passed, 0 failed"' _ "$out"
+rm -rf "$fake"
 out=$(${BUILD:-build}/test_backend_ops --op rope 2>&1)
 expect "test_backend_ops --op rope runs the rope group alone ($(grep -m1 '^backend cpu' <<<"$out"))" \
     grep -qE "^backend cpu: [0-9] checks of rope$" <<<"$out"

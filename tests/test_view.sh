@@ -140,7 +140,7 @@ expect "view metrics: some DIFF head puts weight below zero" \
 # 3. the pages in a real browser
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$browser" ] || ! command -v jq > /dev/null; then
-    echo "SKIP the browser checks: they need Chromium and jq (make test installs them when run as root; otherwise: sudo apt-get install -y chromium jq)"
+    echo "skipped: the browser checks: they need Chromium and jq (make test installs them when run as root; otherwise: sudo apt-get install -y chromium jq)"
     summary
     exit
 fi
