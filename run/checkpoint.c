@@ -101,6 +101,45 @@ void checkpoint_save(const char* path, const Config* cfg, const Model* model, co
     renameCheck(tmp, path);
 }
 
+// `attention = diff_grouped` was DIFF with shared noise maps, renamed diff_shared_noise (the
+// registry's version 9 renames its runs alike): a checkpoint written before reads as the same run
+// under today's name. Takes text (freed) and returns the text to read.
+static char* renamed_config(char* text) {
+    const char* old_name = "attention = diff_grouped\n";
+    char* at = strstr(text, old_name);
+    if (!at || (at != text && at[-1] != '\n')) return text;
+    const char* new_name = "attention = diff_shared_noise\n";
+    size_t head = (size_t)(at - text), rest = strlen(at + strlen(old_name));
+    char* renamed = mallocCheck(head + strlen(new_name) + rest + 1);
+    memcpy(renamed, text, head);
+    memcpy(renamed + head, new_name, strlen(new_name));
+    memcpy(renamed + head + strlen(new_name), at + strlen(old_name), rest + 1);
+    free(text);
+    return renamed;
+}
+
+const char* checkpoint_unloadable(const char* path) {
+    static char why[800];
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (H5Fis_hdf5(path) <= 0) return "not an HDF5 file";
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) return "not a readable HDF5 file";
+    const char* bad = NULL;
+    if (H5Aexists(file, "config") <= 0) {
+        bad = "it holds no config";
+    } else {
+        char* text = renamed_config(h5_read_string_attr(file, "config", path));
+        const char* problem = config_text_problem(text);
+        if (problem) {
+            snprintf(why, sizeof(why), "its config: %s", problem);
+            bad = why;
+        }
+        free(text);
+    }
+    H5Fclose(file);
+    return bad;
+}
+
 void checkpoint_load(const char* path, const Backend* be, Config* run, Model* model, AdamW* opt, CheckpointInfo* info) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (H5Fis_hdf5(path) <= 0) die("cannot read checkpoint '%s': missing, unreadable or not an HDF5 file", path);
@@ -114,22 +153,7 @@ void checkpoint_load(const char* path, const Backend* be, Config* run, Model* mo
     int version, vocab;
     h5_read_attr(file, "format_version", H5T_NATIVE_INT, &version, label);
     if (version != CHECKPOINT_VERSION) die("checkpoint '%s' has format version %d, this program reads %d", path, version, CHECKPOINT_VERSION);
-    char* config_text = h5_read_string_attr(file, "config", label);
-    // `attention = diff_grouped` was DIFF with shared noise maps, renamed diff_shared_noise (the
-    // registry's version 9 renames its runs alike): a checkpoint written before reads as the same
-    // run under today's name
-    const char* old_name = "attention = diff_grouped\n";
-    char* at = strstr(config_text, old_name);
-    if (at && (at == config_text || at[-1] == '\n')) {
-        const char* new_name = "attention = diff_shared_noise\n";
-        size_t head = (size_t)(at - config_text), rest = strlen(at + strlen(old_name));
-        char* renamed = mallocCheck(head + strlen(new_name) + rest + 1);
-        memcpy(renamed, config_text, head);
-        memcpy(renamed + head, new_name, strlen(new_name));
-        memcpy(renamed + head + strlen(new_name), at + strlen(old_name), rest + 1);
-        free(config_text);
-        config_text = renamed;
-    }
+    char* config_text = renamed_config(h5_read_string_attr(file, "config", label));
     Config cfg;
     config_defaults(&cfg);
     char origin[4200];

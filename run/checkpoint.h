@@ -29,5 +29,8 @@ void checkpoint_save(const char* path, const Config* cfg, const Model* model, co
 // device wrote it), filling parameters (and moments when opt is not NULL: they are allocated
 // here). Dies naming the file on any problem, checksum errors included.
 void checkpoint_load(const char* path, const Backend* be, Config* run, Model* model, AdamW* opt, CheckpointInfo* info);
+// Why this program could not load the checkpoint at path (not HDF5, or a config it does not
+// take: a key or value of another version), from its attributes alone, or NULL; never dies
+const char* checkpoint_unloadable(const char* path);
 
 #endif

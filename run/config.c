@@ -384,6 +384,37 @@ void config_print_keys(FILE* f) {
 // Every key explicit, head_norm, head_dim and ffn_hidden resolved: the text records what the
 // run is, not which keys were left to defaults, nor where it computed (device) or which path
 // its data had (data: runs record the data's identity)
+const char* config_text_problem(const char* text) {
+    static char why[600];
+    Config scratch;
+    config_defaults(&scratch);
+    for (const char* line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        char buf[CONFIG_STR + 256];
+        if (n >= sizeof(buf)) {
+            snprintf(why, sizeof(why), "a line of %zu characters", n);
+            return why;
+        }
+        memcpy(buf, line, n);
+        buf[n] = 0;
+        char* eq = strstr(buf, " = ");
+        if (n && !eq) {
+            snprintf(why, sizeof(why), "line '%.100s' is not 'key = value'", buf);
+            return why;
+        }
+        if (eq) {
+            *eq = 0;
+            const char* err = config_set(&scratch, buf, eq + 3);
+            if (err) {
+                snprintf(why, sizeof(why), "%.500s", err);  // config_set names the key
+                return why;
+            }
+        }
+        line += n + (line[n] == '\n');
+    }
+    return NULL;
+}
+
 char* config_to_text(const Config* cfg) {
     Config resolved = *cfg;
     resolved.model.head_norm = config_head_norm(&cfg->model);

@@ -44,6 +44,9 @@ void config_apply_override(Config* cfg, const char* key_equals_value);
 // Why a string value (a path, mostly) cannot be stored in recipe text, checkpoints and the
 // registry as written (a control character, a leading or trailing space, not UTF-8), or NULL
 const char* config_string_problem(const char* value);
+// Why a config text of `key = value` lines (a checkpoint's) has a key or value this program does
+// not take, or NULL; never dies
+const char* config_text_problem(const char* text);
 const char* config_set(Config* cfg, const char* key, const char* value);
 // Cross-key checks (divisibility, ranges; the model's through model_config_validate); dies
 // naming the key.

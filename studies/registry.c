@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "registry.h"
 
+#include "../run/checkpoint.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -365,6 +367,12 @@ static int checkpoint_is_runs(Registry* reg, int64_t run, const char* row, int s
     if (!recorded[0]) why = "recorded no checkpoint";
     else if (!file_sha256(path, hex)) why = "its checkpoint is gone";
     else if (strcmp(hex, recorded) != 0) why = "its checkpoint is no longer the file it wrote (the sha256 differs)";
+    char unreadable[900];
+    const char* problem = why ? NULL : checkpoint_unloadable(path);
+    if (problem) {  // finished by another version of the program: never called finished by this one
+        snprintf(unreadable, sizeof(unreadable), "this program cannot load its checkpoint (%s)", problem);
+        why = unreadable;
+    }
     if (why) {
         fprintf(stderr, "warning: run %lld (%s, seed %d) of %s finished, but %s: '%s'; it does not count as finished\n",
                 (long long)run, row, seed, reg->path, why, path);

@@ -55,6 +55,18 @@ rm -rf "$work/results_copy" && cp -r "$work/results" "$work/results_copy"
 $bin table6 "$work/table6.ini" --preset smoke --results "$work/results_copy" --plots "$work/plots_copy" > "$work/copy.log" 2>&1
 expect "a copied results folder reruns: exit 0, nothing trained, every final loss read" \
     bash -c "test $? = 0 && ! grep -q '^== training' '$work/copy.log' && cmp -s '$work/results/table6_smoke.md' '$work/results_copy/table6_smoke.md'"
+# W3: a finished run whose checkpoint this program cannot load (its config names a variant of
+# another version; the registry's sha256 its own) is never called finished: the table warns,
+# names why, and goes on without the row
+rm -rf "$work/results_w3" && cp -r "$work/results" "$work/results_w3"
+w3_ckpt="$work/results_w3/table6/smoke/diff/seed1000/checkpoint.h5"
+${BUILD:-build}/write_fixture config_replace "$w3_ckpt" $'attention = diff\n' $'attention = no_such_variant\n'
+sqlite3 "$work/results_w3/registry.sqlite" "UPDATE artifacts SET sha256 = '$(sha256sum "$w3_ckpt" | cut -d' ' -f1)' WHERE kind = 'checkpoint' AND run_id IN (SELECT id FROM runs WHERE row = 'diff')"
+$bin table6 "$work/table6.ini" --preset smoke --results "$work/results_w3" --plots "$work/plots_w3" > "$work/w3.log" 2>&1
+w3_rc=$?
+expect "an unloadable finished checkpoint is not finished: warned with why, the row left out, exit 1" \
+    bash -c "test $w3_rc = 1 && grep -q 'finished, but this program cannot load its checkpoint (its config: key .attention.: .no_such_variant. is not one of' '$work/w3.log' &&
+             grep -q '^row diff: 0 of 1 seeds finished' '$work/w3.log'"
 # W7: kill -9 of the table6 parent alone (its rows made long, 3000 steps): its worker, training a
 # row, ends with it, and a rerun takes the folder over at once rather than finding it "in use" by
 # the dead parent's pid
