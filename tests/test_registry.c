@@ -17,12 +17,29 @@
 #include "../run/config.h"
 #include "../studies/registry.h"
 #include "check.h"
+#include "../base/h5.h"
 #include "fixtures.h"
 
-static void write_text(const char* path, const char* text) {
-    FILE* f = fopenCheck(path, "w");
-    fputs(text, f);
-    fcloseCheck(f, path);
+// A stand-in checkpoint: an HDF5 file with the config attribute a checkpoint's finished run is
+// read by (checkpoint_unloadable) and a mark that makes two of them different files
+static void fake_checkpoint(const char* path, const Config* cfg, const char* mark) {
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.fake", path);
+    hid_t file = h5_create_checksummed(tmp, tmp);
+    char* text = config_to_text(cfg);
+    if (strcmp(mark, "another version's") == 0) {  // its attention a variant this program has not
+        char* at = strstr(text, "attention = ");
+        if (!at) die("no attention line");
+        char* renamed = mallocCheck(strlen(text) + 64);
+        snprintf(renamed, strlen(text) + 64, "%.*sattention = no_such_variant%s", (int)(at - text), text, strchr(at, '\n'));
+        free(text);
+        text = renamed;
+    }
+    h5_write_string_attr(file, "config", text, tmp);
+    h5_write_string_attr(file, "mark", mark, tmp);
+    free(text);
+    h5_check(H5Fclose(file), "closing", tmp);
+    if (rename(tmp, path) != 0) die("cannot rename %s", tmp);
 }
 
 static void test_registry(void) {
@@ -39,7 +56,7 @@ static void test_registry(void) {
     mkdir_p(cfg.out);
     char ckpt[4200];
     config_checkpoint_path(&cfg, ckpt, sizeof(ckpt));
-    write_text(ckpt, "weights");
+    fake_checkpoint(ckpt, &cfg, "weights");
     // two processes write 300 metric transactions each at the same time
     pid_t kids[2];
     for (int k = 0; k < 2; k++) {
@@ -85,10 +102,18 @@ static void test_registry(void) {
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &other, NULL) == 0, "a run with another config does not count as finished");
     unlink(ckpt);
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "a finished run whose checkpoint is gone does not count");
-    write_text(ckpt, "another run's weights");
+    fake_checkpoint(ckpt, &cfg, "another run's weights");
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "nor one whose checkpoint another run replaced");
-    write_text(ckpt, "weights");
+    fake_checkpoint(ckpt, &cfg, "weights");
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) > 0, "the file it recorded, byte for byte, counts again");
+    // a run finished by another version of the program, whose checkpoint this one cannot load
+    // (a variant it does not have), is not finished, though the file is the one it recorded
+    fake_checkpoint(ckpt, &cfg, "another version's");
+    int64_t later = registry_begin_run(&reg, exp, "row2", 1, &cfg, "cpu", NULL);
+    registry_artifact(&reg, later, "checkpoint", ckpt);
+    registry_end_run(&reg, later, RUN_FINISHED);
+    CHECK(registry_finished_run(&reg, exp, "row2", 1, &cfg, NULL) == 0, "a finished run whose checkpoint this program cannot load is not finished");
+    fake_checkpoint(ckpt, &cfg, "weights");
 
     // a worker killed with SIGKILL leaves its run RUNNING; reaping marks it KILLED, never FINISHED
     pid_t victim = fork();
