@@ -120,17 +120,17 @@ if [ $gpu -eq 0 ]; then
     expect "gpu-check.sh window leaves exactly its three files even then" test "$(ls "$work/check-window" | tr '\n' ' ')" = "logs.tar.gz profile.csv report.md "
 fi
 # the window's deadline, in dry runs (each section sleeps): with time enough every section
-# passes; with sections of 30 s and a deadline of 8 s the first is cut at the deadline and the
+# passes; with sections of 30 s and a deadline of 15 s the first is cut at the deadline and the
 # rest are not started; either way the report, the logs and the profile (its header alone) are
 # there, and nothing else
 out=$(GPU_CHECK_DRY_RUN=1 GPU_CHECK_DEADLINE=120 GPU_CHECK_MARGIN=1 build/gpu-bundle/gpu-check.sh window "$work/dry" 2>&1)
 rc=$?
 expect "gpu-check.sh window in a dry run with time enough: every section passes (exit $rc)" \
     bash -c "test $rc = 0 && grep -qE '^9 passed, 0 failed, 0 skipped$' '$work/dry/report.md'"
-out=$(GPU_CHECK_DRY_RUN=30 GPU_CHECK_DEADLINE=8 GPU_CHECK_MARGIN=1 build/gpu-bundle/gpu-check.sh window "$work/dry-cut" 2>&1)
+out=$(GPU_CHECK_DRY_RUN=30 GPU_CHECK_DEADLINE=15 GPU_CHECK_MARGIN=1 build/gpu-bundle/gpu-check.sh window "$work/dry-cut" 2>&1)
 rc=$?
 expect "gpu-check.sh window in a dry run past its deadline: the first section cut at it, the rest not started (exit $rc)" \
-    bash -c "test $rc = 1 && grep -q \"^\*\*CUT at the window's deadline of 8 s\*\*\" '$work/dry-cut/report.md' &&
+    bash -c "test $rc = 1 && grep -q \"^\*\*CUT at the window's deadline of 15 s\*\*\" '$work/dry-cut/report.md' &&
              grep -qE '^0 passed, 1 failed, 8 skipped$' '$work/dry-cut/report.md' &&
              test \"\$(grep -c '^\*\*skipped\*\*: cut: ' '$work/dry-cut/report.md')\" = 8"
 for d in dry dry-cut; do
