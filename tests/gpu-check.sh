@@ -7,8 +7,8 @@
 #                                     section and cutting the one it overtakes: the GPU, driver
 #                                     and cuDNN; the bf16 attention verdict part by part at the 124M
 #                                     and bench shapes (test_backend_ops --parts); one training
-#                                     step's profile by operation and layer at 124M DIFF in fp32
-#                                     and bf16 (difftx bench --profile); PyTorch's own cuDNN
+#                                     step's profile by operation and layer at 124M (DIFF, then the
+#                                     Transformer and GDA) in fp32 and bf16 (difftx bench --profile); PyTorch's own cuDNN
 #                                     attention on those shapes, its cuDNN log kept; then
 #                                     test_backend_ops and test_devices on cuda, ncu on the
 #                                     attention and cross-entropy kernels, PyTorch eager and
@@ -190,11 +190,17 @@ if [ "$part" = window ]; then
         "$here/bin/test_cudnn_graphs"
     section "bf16 attention part by part against the fp32 kernels (test_backend_ops --parts)" 120 "$ok" \
         "${project[@]}" "$here/bin/test_backend_ops" --backend cuda "${parts[@]}"
-    for precision in fp32 bf16; do
-        section "one training step's profile, 124M DIFF, $precision (difftx bench --profile)" 120 "tokens/s
-^  \(between the calls\)" "${project[@]}" "$here/bin/difftx" bench "$here/experiments/bench_diff.ini" device=cuda precision=$precision \
-            n_layer=12 d_model=768 n_head=6 head_dim=64 seq_len=1024 batch_size=8 --vocab 50304 --steps 3 --results "$work/results" \
-            --profile "$logs/profile-diff-124M-$precision.csv"
+    # the 124M shape's profile for DIFF first, then the Transformer and GDA (12 query heads, 3 signal
+    # and 1 noise per group) beside it: the table of issue 80 wants all three
+    for model in "diff bench_diff.ini n_head=6" "standard bench_standard.ini n_head=12" "gda bench_diff.ini attention=gda noise_group=3 n_head=12"; do
+        read -r name recipe keys <<<"$model"
+        for precision in fp32 bf16; do
+            # shellcheck disable=SC2086  # keys: key=value words
+            section "one training step's profile, 124M $name, $precision (difftx bench --profile)" 120 "tokens/s
+^  \(between the calls\)" "${project[@]}" "$here/bin/difftx" bench "$here/experiments/$recipe" device=cuda precision=$precision $keys \
+                n_layer=12 d_model=768 head_dim=64 seq_len=1024 batch_size=8 --vocab 50304 --steps 3 --results "$work/results" \
+                --profile "$logs/profile-$name-124M-$precision.csv"
+        done
     done
     section "PyTorch's cuDNN attention, bf16, causal (sdpa_cudnn.py; its cuDNN log kept)" 120 "^\| .* \| agrees \|$" \
         env CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG="$logs/cudnn-pytorch.log" python3 "$here/sdpa_cudnn.py" \
@@ -222,6 +228,8 @@ if [ "$part" = window ]; then
     fi
     section "PyTorch at 124M, DIFF: fp32, bf16 autocast, bf16 torch.compile" 200 "^pytorch .* bf16 torch.compile" \
         python3 "$here/bench_torch_gpu.py" diff 12 768 6 64 1024 8 50304 11
+    section "PyTorch at 124M, Transformer: fp32, bf16 autocast, bf16 torch.compile" 200 "^pytorch .* bf16 torch.compile" \
+        python3 "$here/bench_torch_gpu.py" standard 12 768 12 64 1024 8 50304 11
     finish
 fi
 

@@ -126,13 +126,13 @@ fi
 out=$(GPU_CHECK_DRY_RUN=1 GPU_CHECK_DEADLINE=120 GPU_CHECK_MARGIN=1 build/gpu-bundle/gpu-check.sh window "$work/dry" 2>&1)
 rc=$?
 expect "gpu-check.sh window in a dry run with time enough: every section passes (exit $rc)" \
-    bash -c "test $rc = 0 && grep -qE '^9 passed, 0 failed, 0 skipped$' '$work/dry/report.md'"
+    bash -c "test $rc = 0 && grep -qE '^14 passed, 0 failed, 0 skipped$' '$work/dry/report.md'"
 out=$(GPU_CHECK_DRY_RUN=30 GPU_CHECK_DEADLINE=15 GPU_CHECK_MARGIN=1 build/gpu-bundle/gpu-check.sh window "$work/dry-cut" 2>&1)
 rc=$?
 expect "gpu-check.sh window in a dry run past its deadline: the first section cut at it, the rest not started (exit $rc)" \
     bash -c "test $rc = 1 && grep -q \"^\*\*CUT at the window's deadline of 15 s\*\*\" '$work/dry-cut/report.md' &&
-             grep -qE '^0 passed, 1 failed, 8 skipped$' '$work/dry-cut/report.md' &&
-             test \"\$(grep -c '^\*\*skipped\*\*: cut: ' '$work/dry-cut/report.md')\" = 8"
+             grep -qE '^0 passed, 1 failed, 13 skipped$' '$work/dry-cut/report.md' &&
+             test \"\$(grep -c '^\*\*skipped\*\*: cut: ' '$work/dry-cut/report.md')\" = 13"
 for d in dry dry-cut; do
     expect "gpu-check.sh window ($d) leaves exactly its three files: report.md, logs.tar.gz with each section's log, profile.csv" \
         bash -c "test \"\$(ls '$work/$d' | tr '\n' ' ')\" = 'logs.tar.gz profile.csv report.md ' &&
