@@ -267,38 +267,27 @@ $(EMU)/src/selftest.cc: tests/cuda_emulation/selftest.cu tests/cuda_emulation/tr
 $(EMU)/selftest: $(EMU)/obj/selftest.o $(EMU)/obj/emulator.o
 	$(CXX) -o $@ $^ $(LDLIBS)
 $(EMU)/obj/selftest.o: EMU_CXXFLAGS += -iquote tests
+# planted_rules DIR SOURCE: $(EMU)/DIR/DEFECT/test_backend_ops, the backend test with model/cuda/SOURCE.cu
+# replaced by its copy with DEFECT planted (tests/cuda_emulation/plant.sh), translated and compiled
+define planted_rules
+$(EMU)/$(1)/%/$(2).cc: model/cuda/$(2).cu tests/cuda_emulation/plant.sh tests/cuda_emulation/translate.sh
+	@mkdir -p $$(dir $$@)
+	tests/cuda_emulation/plant.sh $$* $$< $$(dir $$@)$(2).cu
+	tests/cuda_emulation/translate.sh $$(dir $$@)$(2).cu $$@
+$(EMU)/$(1)/%/$(2).o: $(EMU)/$(1)/%/$(2).cc $(B)/flags.txt
+	$$(CXX) $$(EMU_CXXFLAGS) -c -o $$@ $$<
+$(EMU)/$(1)/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/$(1)/%/$(2).o \
+                                $$(filter-out $(EMU)/obj/$(2).o,$$(EMU_OBJS)) $$(EMU_MODEL_LINKED)
+	$$(CXX) -rdynamic -o $$@ $$^ $$(LDLIBS)
+endef
+# defects in the attention kernels, in the host code around cuDNN's graphs, in the path that
+# writes the maps out
 EMU_DEFECTS := missing_barrier short_shared_memory unclamped_index
-$(EMU)/defect/%/attention.cc: model/cuda/attention.cu tests/cuda_emulation/plant.sh tests/cuda_emulation/translate.sh
-	@mkdir -p $(dir $@)
-	tests/cuda_emulation/plant.sh $* $< $(dir $@)attention.cu
-	tests/cuda_emulation/translate.sh $(dir $@)attention.cu $@
-$(EMU)/defect/%/attention.o: $(EMU)/defect/%/attention.cc $(B)/flags.txt
-	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
-$(EMU)/defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/defect/%/attention.o \
-                                  $(filter-out $(EMU)/obj/attention.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
-	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
-# and the same with a defect planted in the host code around cuDNN's graphs
 EMU_CUDNN_DEFECTS := cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds cudnn_fp32_output
-$(EMU)/cudnn-defect/%/cudnn_attention.cc: model/cuda/cudnn_attention.cu tests/cuda_emulation/plant.sh tests/cuda_emulation/translate.sh
-	@mkdir -p $(dir $@)
-	tests/cuda_emulation/plant.sh $* $< $(dir $@)cudnn_attention.cu
-	tests/cuda_emulation/translate.sh $(dir $@)cudnn_attention.cu $@
-$(EMU)/cudnn-defect/%/cudnn_attention.o: $(EMU)/cudnn-defect/%/cudnn_attention.cc $(B)/flags.txt
-	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
-$(EMU)/cudnn-defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/cudnn-defect/%/cudnn_attention.o \
-                                        $(filter-out $(EMU)/obj/cudnn_attention.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
-	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
-# and in the path that writes the maps out
 EMU_WRITTEN_DEFECTS := written_wrong_stride written_strict_causal written_missing_minus_lambda
-$(EMU)/written-defect/%/attention_written.cc: model/cuda/attention_written.cu tests/cuda_emulation/plant.sh tests/cuda_emulation/translate.sh
-	@mkdir -p $(dir $@)
-	tests/cuda_emulation/plant.sh $* $< $(dir $@)attention_written.cu
-	tests/cuda_emulation/translate.sh $(dir $@)attention_written.cu $@
-$(EMU)/written-defect/%/attention_written.o: $(EMU)/written-defect/%/attention_written.cc $(B)/flags.txt
-	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
-$(EMU)/written-defect/%/test_backend_ops: $(B)/obj/tests/test_backend_ops.o $(EMU)/written-defect/%/attention_written.o \
-                                          $(filter-out $(EMU)/obj/attention_written.o,$(EMU_OBJS)) $(EMU_MODEL_LINKED)
-	$(CXX) -rdynamic -o $@ $^ $(LDLIBS)
+$(eval $(call planted_rules,defect,attention))
+$(eval $(call planted_rules,cudnn-defect,cudnn_attention))
+$(eval $(call planted_rules,written-defect,attention_written))
 EMU_ALL := $(EMU_PROGRAMS) $(EMU)/selftest $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/test_backend_ops) \
            $(foreach d,$(EMU_CUDNN_DEFECTS),$(EMU)/cudnn-defect/$(d)/test_backend_ops) \
            $(foreach d,$(EMU_WRITTEN_DEFECTS),$(EMU)/written-defect/$(d)/test_backend_ops)
@@ -362,5 +351,6 @@ clean:
 # rule of theirs becomes the default goal
 DEP_FILES := $(patsubst %.o,%.d,$(OBJS) $(B)/obj/difftx.o $(patsubst %,$(B)/obj/tests/%.o,$(TESTS) write_fixture) \
                $(EMU_OBJS) $(EMU)/obj/selftest.o $(foreach d,$(EMU_DEFECTS),$(EMU)/defect/$(d)/attention.o) \
-               $(foreach d,$(EMU_CUDNN_DEFECTS),$(EMU)/cudnn-defect/$(d)/cudnn_attention.o))
+               $(foreach d,$(EMU_CUDNN_DEFECTS),$(EMU)/cudnn-defect/$(d)/cudnn_attention.o) \
+               $(foreach d,$(EMU_WRITTEN_DEFECTS),$(EMU)/written-defect/$(d)/attention_written.o))
 -include $(wildcard $(DEP_FILES))

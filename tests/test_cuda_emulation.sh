@@ -61,14 +61,24 @@ done
 # the defects planted in the host code around cuDNN's graphs: the emulated cuDNN interprets the
 # graphs literally, and the bf16 attention checks fail at each
 # (DIFF's cases, whose two maps show the -lambda; the five programs two at a time, one per core)
-cudnn_defects=(cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds cudnn_fp32_output)
-mkdir -p "$emu/cudnn-defect/out"
-for i in 0 2 4; do
-    for defect in "${cudnn_defects[@]:$i:2}"; do
-        "$emu/cudnn-defect/$defect/test_backend_ops" --op bf16 --backend cuda --variant diff > "$emu/cudnn-defect/out/$defect.txt" 2>&1 &
+# run_planted DIR ARGS... -- DEFECT...: each DEFECT's test_backend_ops in $emu/DIR with ARGS, two at a
+# time (one per core), its output into $emu/DIR/out/DEFECT.txt
+run_planted() {
+    local dir=$1 args=() i defect
+    shift
+    while [ "$1" != -- ]; do args+=("$1"); shift; done
+    shift
+    local defects=("$@")
+    mkdir -p "$emu/$dir/out"
+    for ((i = 0; i < ${#defects[@]}; i += 2)); do
+        for defect in "${defects[@]:$i:2}"; do
+            "$emu/$dir/$defect/test_backend_ops" "${args[@]}" > "$emu/$dir/out/$defect.txt" 2>&1 &
+        done
+        wait
     done
-    wait
-done
+}
+cudnn_defects=(cudnn_wrong_stride cudnn_strict_causal cudnn_missing_minus_lambda cudnn_untransposed_ds cudnn_fp32_output)
+run_planted cudnn-defect --op bf16 --backend cuda --variant diff -- "${cudnn_defects[@]}"
 for defect in "${cudnn_defects[@]}"; do
     out=$(cat "$emu/cudnn-defect/out/$defect.txt")
     expect "the bf16 attention checks fail at the planted $defect ($(grep -m1 -o 'FAIL.*fused graphs\]' <<<"$out"))" \
@@ -79,13 +89,7 @@ expect "the cuDNN plants differ from the real source by one edit each" \
 # the defects planted in the path that writes the maps out: the fp32 attention checks fail at each
 # (DIFF's cases, whose two maps show the -lambda)
 written_defects=(written_wrong_stride written_strict_causal written_missing_minus_lambda)
-mkdir -p "$emu/written-defect/out"
-for i in 0 2; do
-    for defect in "${written_defects[@]:$i:2}"; do
-        "$emu/written-defect/$defect/test_backend_ops" --op attention --backend cuda --variant diff --small > "$emu/written-defect/out/$defect.txt" 2>&1 &
-    done
-    wait
-done
+run_planted written-defect --op attention --backend cuda --variant diff --small -- "${written_defects[@]}"
 for defect in "${written_defects[@]}"; do
     out=$(cat "$emu/written-defect/out/$defect.txt")
     expect "the attention checks fail at the planted $defect ($(grep -m1 -oE '^(FAIL|.*emulat).{0,90}' <<<"$out"))" \
