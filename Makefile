@@ -84,7 +84,7 @@ MODEL := $(BASE) model/model_config.c model/attention.c model/backend.c model/we
          model/safetensors.c $(BACKENDS)
 DATA := data/tokenizer.c data/dataset.c data/prepare.c data/needle.c
 EVAL := eval/arhit.c eval/retrieval.c eval/attnmap.c eval/outliers.c eval/nexttoken.c eval/sample.c
-RUN := run/config.c run/checkpoint.c run/train.c run/spikes.c
+RUN := run/config.c run/device.c run/checkpoint.c run/train.c run/spikes.c
 STUDIES := studies/registry.c studies/recipe.c studies/tracked.c studies/study.c studies/report.c studies/verdict.c studies/table6.c studies/table5.c \
            studies/needle/runner.c studies/needle/common.c studies/needle/table2.c studies/needle/fig5.c studies/needle/table3.c \
            studies/needle/fig8.c studies/runs.c studies/bench.c

@@ -29,6 +29,7 @@
 #include "run/train.h"
 #include "model/backend.h"
 #include "run/checkpoint.h"
+#include "run/device.h"
 #include "base/dist.h"
 #include "model/model.h"
 #include "model/optim.h"
@@ -72,18 +73,17 @@ static void bad_option(char** argv, const struct option* opts, int c) {
 // The recipe file at path, then the key=value overrides argv[first_override..], then validation;
 // returns the backend of the device key, resolved here so that a device that cannot run stops
 // the command before anything is written
-static const Backend* load_recipe(Config* cfg, const char* path, int argc, char** argv, int first_override) {
+static void load_recipe(Config* cfg, const char* path, int argc, char** argv, int first_override) {
     config_defaults(cfg);
     config_load_file(cfg, path);
     for (int i = first_override; i < argc; i++) config_apply_override(cfg, argv[i]);
     config_validate(cfg);
-    return config_backend(cfg);
 }
 
 // load_recipe of the command's RECIPE argument argv[first], its overrides after it
-static const Backend* load_config(Config* cfg, int argc, char** argv, int first) {
+static void load_config(Config* cfg, int argc, char** argv, int first) {
     if (first >= argc) die("missing RECIPE argument\n%s", USAGE);
-    return load_recipe(cfg, argv[first], argc, argv, first + 1);
+    load_recipe(cfg, argv[first], argc, argv, first + 1);
 }
 
 static int parse_int_arg(const char* flag, const char* value) {
@@ -183,6 +183,7 @@ static int cmd_train(int argc, char** argv) {
     int first = parse_options(argc, argv, options, OPTIONS(options));
     Config cfg;
     load_config(&cfg, argc, argv, first);
+    backend_close(device_open_run(&cfg));  // the device and precision refused before anything is recorded
     train_tracked(argv[first], &cfg, until, results);
     return 0;
 }
@@ -218,12 +219,14 @@ static int cmd_sample(int argc, char** argv) {
     Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(argv[first], backend_named(device), &run, &model, NULL, &info);
+    Backend* be = device_open_option(device, "--device");
+    checkpoint_load(argv[first], be, &run, &model, NULL, &info);
     Tokenizer found;
     checkpoint_tokenizer(&found, argv[first], &run, &info);
     sample_text(&model, &found, prompt, n_tokens, temperature, (uint64_t)seed, stdout);
     tokenizer_free(&found);
     model_free(&model);
+    backend_close(be);
     return 0;
 }
 
@@ -237,23 +240,20 @@ static int cmd_bench(int argc, char** argv) {
                               {"vs", .text = &versus}, {"profile", .text = &profile}};
     int first = parse_options(argc, argv, options, OPTIONS(options));
     Config cfg[2];
-    const Backend* be = load_config(&cfg[0], argc, argv, first);
+    load_config(&cfg[0], argc, argv, first);
     const char* paths[2] = {argv[first], versus};
     if (versus) {
-        if (load_recipe(&cfg[1], versus, argc, argv, first + 1) != be) {  // the same overrides as the first
+        load_recipe(&cfg[1], versus, argc, argv, first + 1);  // the same overrides as the first
+        if (cfg[1].device != cfg[0].device) {
             die("option --vs: %s runs on device %s and %s on device %s: alternated steps compare two models on one device",
                 argv[first], BACKEND_DEVICES[cfg[0].device], versus, BACKEND_DEVICES[cfg[1].device]);
-        }
-        if (cfg[1].precision != cfg[0].precision) {  // the precision is the backend's, one for both models
-            die("option --vs: %s runs in precision %s and %s in %s: alternated steps compare two models in one precision",
-                argv[first], PRECISIONS[cfg[0].precision], versus, PRECISIONS[cfg[1].precision]);
         }
     }
     if (steps < 2) die("option --steps: at least 2 (the first is a warm-up and is not timed)");
     if (profile && versus) die("option --profile: it profiles one recipe's step, not two alternated (--vs)");
     if (vocab < 2 || vocab > 65536) die("option --vocab: must lie in 2..65536, got %d", vocab);
     const Config* cfgs[2] = {&cfg[0], &cfg[1]};
-    bench_run(cfgs, paths, versus ? 2 : 1, be, vocab, steps, forward_only, results, profile);
+    bench_run(cfgs, paths, versus ? 2 : 1, vocab, steps, forward_only, results, profile);
     return 0;
 }
 
@@ -321,7 +321,8 @@ static int cmd_maps(int argc, char** argv) {
     Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(ckpt, backend_named(device), &run, &model, NULL, &info);
+    Backend* be = device_open_option(device, "--device");
+    checkpoint_load(ckpt, be, &run, &model, NULL, &info);
     Tokenizer tok;
     checkpoint_tokenizer(&tok, ckpt, &run, &info);
     int layers[ATTNMAP_MAX_INDEX], heads[ATTNMAP_MAX_INDEX];
@@ -337,6 +338,7 @@ static int cmd_maps(int argc, char** argv) {
     free(text);
     tokenizer_free(&tok);
     model_free(&model);
+    backend_close(be);
     return 0;
 }
 
@@ -453,7 +455,8 @@ static int cmd_eval(int argc, char** argv) {
     Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(path, backend_named(a.device), &run, &model, NULL, &info);
+    Backend* be = device_open_option(a.device, "--device");
+    checkpoint_load(path, be, &run, &model, NULL, &info);
     const char* data_dir = run.data;
     for (int i = a.first_argument + 1; i < argc; i++) {
         if (strncmp(argv[i], "data=", 5) != 0) die("eval: '%s': expected data=DIR\n%s", argv[i], USAGE);
@@ -486,6 +489,7 @@ static int cmd_eval(int argc, char** argv) {
     }
     data_close(&data);
     model_free(&model);
+    backend_close(be);
     return 0;
 }
 
@@ -497,7 +501,8 @@ static int cmd_export(int argc, char** argv) {
     Config run;
     Model model;
     CheckpointInfo info;
-    checkpoint_load(argv[1], backend_named("cpu"), &run, &model, NULL, &info);  // weights only: no computation
+    Backend* be = device_open_host();  // weights only: no computation
+    checkpoint_load(argv[1], be, &run, &model, NULL, &info);
     char* config = config_to_text(&run);
     char step[32], vocab[32], eps[32], hash[32];
     snprintf(step, sizeof(step), "%d", info.step);
@@ -513,6 +518,7 @@ static int cmd_export(int argc, char** argv) {
     printf("wrote %s: %d tensors, %zu parameters, from step %d of %s\n", argv[2], model.n_tensors, model.n_params, info.step, argv[1]);
     free(config);
     model_free(&model);
+    backend_close(be);
     return 0;
 }
 

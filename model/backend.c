@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu.h"
@@ -10,6 +11,7 @@
 #include "cuda/cuda.h"
 #endif
 #include "../base/util.h"
+#include "weight_copies.h"
 
 static const Backend* (*const BUILT[])(void) = {
     backend_cpu,
@@ -40,17 +42,17 @@ static const struct {
     const char* name;
     size_t offset;
 } ENTRIES[] = {
-    ENTRY(init), ENTRY(device_name), ENTRY(memory_bytes), ENTRY(peak_memory_bytes), ENTRY(synchronize), ENTRY(alloc),
+    ENTRY(init), ENTRY(open), ENTRY(close), ENTRY(device_name), ENTRY(memory_bytes), ENTRY(peak_memory_bytes), ENTRY(synchronize), ENTRY(alloc),
     ENTRY(release), ENTRY(zero), ENTRY(copy), ENTRY(upload), ENTRY(download), ENTRY(matmul_forward), ENTRY(matmul_backward),
     ENTRY(rmsnorm_forward), ENTRY(rmsnorm_backward), ENTRY(rope_apply), ENTRY(swiglu_forward), ENTRY(swiglu_backward),
     ENTRY(embedding_forward), ENTRY(embedding_backward), ENTRY(crossentropy_forward), ENTRY(crossentropy_backward),
     ENTRY(supports), ENTRY(attention_forward), ENTRY(attention_backward), ENTRY(integral_forward), ENTRY(integral_backward),
     ENTRY(attention_maps), ENTRY(lambda_forward), ENTRY(lambda_backward), ENTRY(token_lambda_forward), ENTRY(token_lambda_backward),
     ENTRY(sum_squares), ENTRY(scale), ENTRY(add), ENTRY(sum_across_ranks), ENTRY(adamw_update), ENTRY(matmul_spent), ENTRY(matmul_rate), ENTRY(peak_rate),
-    ENTRY(set_precision), ENTRY(weights_changed), ENTRY(attention_path), ENTRY(timer_mark), ENTRY(timer_read),
+    ENTRY(weights_changed), ENTRY(attention_path), ENTRY(timer_mark), ENTRY(timer_read),
 };
 #define N_ENTRIES (sizeof(ENTRIES) / sizeof(ENTRIES[0]))
-_Static_assert(offsetof(Backend, init) + N_ENTRIES * sizeof(void (*)(void)) == sizeof(Backend),
+_Static_assert(offsetof(Backend, init) + N_ENTRIES * sizeof(void (*)(void)) == offsetof(Backend, precision),
                "ENTRIES must list every operation of the Backend table");
 
 const char* backend_missing_entry(const Backend* b) {
@@ -84,35 +86,46 @@ static int built_index(const char* device) {
     return -1;
 }
 
-const char* backend_unusable(const char* device) {
+int backend_device_index(const char* name) {
+    for (int d = 0; d < BACKEND_DEVICE_COUNT; d++) {
+        if (strcmp(BACKEND_DEVICES[d], name) == 0) return d;
+    }
+    return -1;
+}
+
+const char* backend_device_refusal(int device) {
     static char msg[512];
-    int i = built_index(device);
-    if (i >= 0) {
-        const char* why = init_once(i);
-        if (!why) return NULL;
-        snprintf(msg, sizeof(msg), "device '%.40s' cannot run here: %s", device, why);
-        return msg;
-    }
-    int known = 0;
-    for (int d = 0; d < BACKEND_DEVICE_COUNT; d++) known |= strcmp(BACKEND_DEVICES[d], device) == 0;
-    if (known) {
-        // the one backend a build can leave out
-        snprintf(msg, sizeof(msg), "device '%.40s': this program was built without CUDA (build it with `make CUDA=1`, see docs/gpu.md)", device);
-    } else {
-        int n = snprintf(msg, sizeof(msg), "device '%.40s' is not a backend of this program (", device);
-        for (int b = 0; b < N_BUILT; b++) n += snprintf(msg + n, sizeof(msg) - n, "%s%s", b ? ", " : "", BUILT[b]()->device);
-        snprintf(msg + n, sizeof(msg) - n, ")");
-    }
+    if (device < 0 || device >= BACKEND_DEVICE_COUNT) die("backend: device %d: there are devices 0..%d", device, BACKEND_DEVICE_COUNT - 1);
+    const char* name = BACKEND_DEVICES[device];
+    int i = built_index(name);
+    // the one backend a build can leave out
+    const char* why = i < 0 ? "this program was built without CUDA (build it with `make CUDA=1`, see docs/gpu.md)" : init_once(i);
+    if (!why) return NULL;
+    snprintf(msg, sizeof(msg), "device '%s' cannot run here: %s", name, why);
     return msg;
 }
 
-const Backend* backend_named(const char* device) {
-    const char* why = backend_unusable(device);
-    if (why) die("%s", why);
-    return BUILT[built_index(device)]();
+Backend* backend_open(int device, int precision, const char** why) {
+    if (precision < 0 || precision >= PRECISION_COUNT) die("backend_open: precision %d: there are precisions 0..%d", precision, PRECISION_COUNT - 1);
+    *why = backend_device_refusal(device);
+    if (*why) return NULL;
+    int i = built_index(BACKEND_DEVICES[device]);
+    Backend* be = mallocCheck(sizeof(Backend));
+    *be = *BUILT[i]();
+    be->precision = precision;
+    be->copies = NULL;
+    be->description[0] = 0;
+    const char* refused = be->open(be);
+    if (refused) {
+        free(be);
+        *why = refused;
+        return NULL;
+    }
+    return be;
 }
 
-const Backend* backend_of_device(int i) {
-    if (i < 0 || i >= BACKEND_DEVICE_COUNT) die("device %d: there are devices 0..%d", i, BACKEND_DEVICE_COUNT - 1);
-    return backend_named(BACKEND_DEVICES[i]);
+void backend_close(Backend* be) {
+    if (!be) return;
+    be->close(be);
+    free(be);
 }

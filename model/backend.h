@@ -18,6 +18,9 @@
 
 #define RMSNORM_EPS 1e-5f
 
+typedef struct Backend Backend;
+typedef struct WeightCopies WeightCopies;  // weight_copies.h
+
 // ---- activation hook ----
 // A caller reads and may overwrite named activations of a forward pass in place:
 //   ACT_ATTN_LOGITS   scale * q k^T of one map as its softmax gets it (quantized when the
@@ -57,23 +60,37 @@ typedef struct {
     int layer;
 } HookSite;
 
+// supports' `hooked`: no hook; a hooked forward-only call; a hooked training call (its forward
+// keeping the statistics, and its backward)
+enum { HOOKED_NONE, HOOKED_FORWARD, HOOKED_TRAINING };
+
 // One AdamW update's constants, computed once per step on the host (torch.optim.AdamW's
 // arithmetic: p *= decay; m, v moments; p -= step_size * m / (sqrt(v) / bc2_sqrt + eps))
 typedef struct {
     float decay, beta1, beta2, step_size, bc2_sqrt, eps;
 } AdamWStep;
 
-typedef struct {
+// A backend instance (backend_open): the operations of one implementation, and what they compute
+// in, fixed when it opens. Operations whose result depends on the instance (its precision, its
+// weights' copies) take it first; the rest are the implementation's alone.
+struct Backend {
     const char* name;    // the implementation: "cpu", "cuda", "cuda-emulated" (the CUDA kernels under tests/cuda_emulation)
     const char* device;  // what the `device` key names to get it: "cpu", "cuda"
     int host_memory;   // buffers are host memory: the hook sees them without a copy
 
-    // Makes the backend usable (a device context, library handles) and returns NULL, or says
-    // why it cannot be used on this machine (static storage); called once, before any other
-    // operation, by backend_named
+    // Makes the implementation usable in this process (a device context, library handles) and
+    // returns NULL, or says why it cannot be used on this machine (static storage); called once,
+    // before any other operation, by the first backend_open of its device
     const char* (*init)(void);
-    // what this backend runs on, for provenance: "cpu", "cuda NVIDIA H100 80GB HBM3 (sm_90)"
-    const char* (*device_name)(void);
+    // Makes an instance's own state for be->precision (the weights' copies, its description) and
+    // returns NULL, or says why this machine cannot compute in that precision (static storage)
+    const char* (*open)(Backend* be);
+    // releases what open made
+    void (*close)(Backend* be);
+    // what this instance runs on, for provenance: "cpu (OpenBLAS Cooperlake)", "cuda NVIDIA H100
+    // 80GB HBM3 (sm_90); bf16 weight products: cuBLAS tensor cores" (a bf16 run's numbers are not
+    // an fp32 run's)
+    const char* (*device_name)(const Backend* be);
     // bytes of memory its buffers can take: the machine's RAM, or the device's memory
     double (*memory_bytes)(void);
     // the most memory this process has held so far: the peak resident set on the host, the
@@ -92,10 +109,10 @@ typedef struct {
     void (*download)(void* host, const void* src, size_t bytes);
 
     // out (N, OC) = inp (N, IC) . w (OC, IC)^T, plus out's old value when accumulate is set
-    void (*matmul_forward)(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
+    void (*matmul_forward)(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
     // dinp (N, IC) = dout . w (overwritten); dw (OC, IC) += dout^T . inp
-    void (*matmul_backward)(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
-                            int OC);
+    void (*matmul_backward)(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N,
+                            int IC, int OC);
     // out = inp / rms(inp) * weight * out_scale, per row of width W; rstd (rows) kept for
     // backward. out_scale carries DIFF's (1 - lambda_init) factor of the per-head norm.
     void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
@@ -121,24 +138,25 @@ typedef struct {
     // probs (N, V) become dlogits = (probs - onehot) * dloss in place
     void (*crossentropy_backward)(float* probs_inout, const int* targets, float dloss, int N, int V);
 
-    // Whether attention of shape s (its B and T included) runs on this backend: 1, or 0 and why
-    // not (static storage) in *why. Asked before anything of that shape is allocated, so a
-    // device's limits (head dim, grid, shared memory) refuse a run at its start (ggml's
-    // supports_op).
-    int (*supports)(const AttnShape* s, const char** why);
-    // The path attention of shape s takes on this backend in its current precision, for the
-    // logs and the tests: its kernels, or a library's, and where a faster path was refused, why
-    // (static storage)
-    const char* (*attention_path)(const AttnShape* s);
+    // Whether attention of shape s (its B and T included) runs on this backend, with an
+    // activation hook where `hooked` says which call (HOOKED_*): 1, or 0 and why not (static
+    // storage) in *why (ggml's supports_op). Asked without a hook before anything of that shape
+    // is allocated, so a device's limits (head dim, grid, shared memory) refuse a run at its
+    // start; asked with one before each hooked call, which the model places on a CPU instance
+    // where the answer is 0.
+    int (*supports)(const Backend* be, const AttnShape* s, int hooked, const char** why);
+    // The path attention of shape s takes on this instance, for the logs and the tests: its
+    // kernels, or a library's, and where a faster path was refused, why (static storage)
+    const char* (*attention_path)(const Backend* be, const AttnShape* s);
     // Attention over qkv (B*T, QKV), memory-linear in T. y (B*(T-q0), H*Dv); lse (B, H, M, T)
     // saved for backward, or NULL. lambda (1): the layer's lambda (LAMBDA_PER_LAYER), else NULL.
     // o1 (B*(T-q0), H*Dv): map 0's own output A_0 V where s->integral (DINT), else NULL.
-    void (*attention_forward)(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+    void (*attention_forward)(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
                               HookSite hook);
     // q0 = 0 only. dqkv (N, QKV) overwritten, its lambda columns with dloss/dlambda
     // (LAMBDA_PER_TOKEN); dlambda (1) gets dloss/dlambda of the layer's lambda (LAMBDA_PER_LAYER).
     // dy0 (N, H*Dv): a gradient of map 0's own output A_0 V besides dy's, where s->integral, else NULL.
-    void (*attention_backward)(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
+    void (*attention_backward)(const Backend* be, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
                                const float* lse, const float* lambda, const AttnShape* s, HookSite hook);
     // DINT's integral term. Per sequence b and head h, o1's rows (B*T, H*Dv) become their running
     // sums, starting from prior (H*Dv: the sum over the rows before position pos; NULL: zero, which
@@ -152,7 +170,7 @@ typedef struct {
                               int Dv);
     // The softmax maps of head h for query rows q0..T-1 of sequence 0, each row zero beyond
     // its position: P (M, T-q0, T). Row i of the fused output is (P_0 - lambda_i P_1) V_h.
-    void (*attention_maps)(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
+    void (*attention_maps)(const Backend* be, float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
     // LAMBDA_PER_LAYER: lambda (1) = exp(lam_q1 . lam_k1) - exp(lam_q2 . lam_k2) + lambda_init,
     // lam (4, D) = q1, k1, q2, k2
     void (*lambda_forward)(float* lambda, const float* lam, float lambda_init, int D);
@@ -180,22 +198,19 @@ typedef struct {
     // Counting begins at the first call (which returns zeros): a run that never asks is not
     // timed at all.
     void (*matmul_spent)(double* seconds, double* flops);
-    // GFLOP/s of a large matmul in the precision of the weights' products (set_precision), measured
-    // on this backend: what MFU is measured against
-    double (*matmul_rate)(void);
+    // GFLOP/s of a large matmul in the precision of the weights' products (the instance's),
+    // measured on this backend: what MFU is measured against
+    double (*matmul_rate)(const Backend* be);
     // GFLOP/s the device could reach at most in the precision of the weights' products (on the
     // CPU, with the threads in use), and how that was found, in how (n bytes); 0 where the
     // backend has no model of that peak (the CPU's bf16 products)
-    double (*peak_rate)(char* how, size_t n);
+    double (*peak_rate)(const Backend* be, char* how, size_t n);
 
-    // precision = fp32 | bf16 (PRECISION_*): the precision of the weights' products (matmul_forward
-    // and matmul_backward; everything else stays fp32). Returns NULL, or why this backend or
-    // machine cannot run it (static storage); device_name then names it.
-    const char* (*set_precision)(int precision);
-    // w (n floats) holds weights that changed (after an optimizer step, a load, a composition):
-    // a backend that keeps copies of its weights in another precision makes them again; n = 0
-    // forgets the range (its model is freed)
-    void (*weights_changed)(const float* w, size_t n);
+    // w (n floats) is a block of a model's weights (its parameters, or weights composed from
+    // them) that a model registered or changed (built, loaded, after an optimizer step): an
+    // instance that keeps copies of its weights in another precision makes that block's again;
+    // n = 0 forgets the block (its model is freed)
+    void (*weights_changed)(const Backend* be, const float* w, size_t n);
 
     // Timing a sequence of operations on the device's own clock (profiles, model/profile.h):
     // timer_mark(i) records mark i (0, 1, ... in order) at the point everything issued before it
@@ -203,7 +218,14 @@ typedef struct {
     // mark 0. The next sequence reuses the marks.
     void (*timer_mark)(int i);
     void (*timer_read)(double* seconds, int n);
-} Backend;
+
+    // ---- the instance's own, set by backend_open: what the operations above read from `be` ----
+    // the precision of the weights' products (matmul_forward and matmul_backward, and on CUDA
+    // attention's written-out maps and cuDNN's graphs); everything else computes in fp32
+    int precision;
+    WeightCopies* copies;   // the weights' bf16 twins (precision = bf16), else NULL
+    char description[240];  // what device_name says
+};
 
 enum { PRECISION_FP32, PRECISION_BF16, PRECISION_COUNT };
 extern const char* const PRECISIONS[PRECISION_COUNT];  // "fp32", "bf16": the `precision` key's values
@@ -217,22 +239,29 @@ void backend_select_blas_kernel(char** argv);
 const char* backend_blas_kernel_note(void);
 
 // The first operation of b's table that is missing (its name), or NULL when the table is whole;
-// backend_named refuses a backend with a missing operation
+// backend_open refuses a backend with a missing operation
 const char* backend_missing_entry(const Backend* b);
 
-// The backends this program was built with; the first ("cpu") is the default
+// The backends this program was built with (their implementations' tables, not instances); the
+// first ("cpu") is the default
 int backend_count(void);
 const Backend* backend_at(int i);
 // Every device this project has a backend for, built into this program or not: the `device`
 // key's choices (Config.device is an index into it); each built backend's table names one
 #define BACKEND_DEVICE_COUNT 2
 extern const char* const BACKEND_DEVICES[BACKEND_DEVICE_COUNT];
-// The backend of device BACKEND_DEVICES[i] (a Config's device), as backend_named
-const Backend* backend_of_device(int i);
-// The backend `device` names, initialised on first use; dies saying why when this program was
-// built without it or this machine cannot run it
-const Backend* backend_named(const char* device);
-// NULL when backend_named(device) would succeed, else why not (static storage); never dies
-const char* backend_unusable(const char* device);
+// NULL where device BACKEND_DEVICES[device] can run here (its implementation initialised on
+// first use), else "device 'cuda' cannot run here: " and why (static storage); never dies
+const char* backend_device_refusal(int device);
+// A new instance of device BACKEND_DEVICES[device] computing in `precision` (PRECISION_*); NULL
+// with why not (static storage) in *why when the device cannot run here (backend_device_refusal)
+// or cannot compute in that precision, never dies. A run's instance is opened in one place,
+// run/device.h.
+Backend* backend_open(int device, int precision, const char** why);
+// Releases an instance (its weights' copies); the models computing on it are freed before. NULL
+// does nothing.
+void backend_close(Backend* be);
+// The index in BACKEND_DEVICES of the device named `name`, or -1
+int backend_device_index(const char* name);
 
 #endif

@@ -113,7 +113,7 @@ static void require_support(const Model* m, int B, int T) {
     s.T = T;
     s.q0 = 0;
     const char* why;
-    if (!m->be->supports(&s, &why)) die("device '%s' cannot run this model (batch %d x context %d): %s", m->be->device, B, T, why);
+    if (!m->be->supports(m->be, &s, HOOKED_NONE, &why)) die("device '%s' cannot run this model (batch %d x context %d): %s", m->be->device, B, T, why);
 }
 
 void model_build(Model* m, const ModelConfig* cfg, const Backend* be, int vocab_size, int batch_size) {
@@ -155,7 +155,7 @@ static void compose_wqkv(Model* m) {
         const LayerParams* p = &m->params.layers[l];
         for (int b = 0; b < 2 * m->M; b++) {
             be->copy(p->wqkv + b * HD * C, p->wqk_shared + (b / m->M) * HD * C, HD * C * sizeof(float));
-            be->matmul_forward(p->wqkv + b * HD * C, p->update_out + b * HD * R, p->update_in + b * C * R, (int)HD, (int)R, (int)C, 1);
+            be->matmul_forward(be, p->wqkv + b * HD * C, p->update_out + b * HD * R, p->update_in + b * C * R, (int)HD, (int)R, (int)C, 1);
         }
         be->copy(p->wqkv + 2 * m->M * HD * C, p->wqk_shared + 2 * HD * C, (size_t)m->H * m->Dv * C * sizeof(float));
     }
@@ -164,10 +164,10 @@ static void compose_wqkv(Model* m) {
 // After the parameters changed: the backend's copies of the weights (bf16 products) and Shared
 // DIFF's composed wqkv, made again once, not at every forward pass of a decoding loop
 static void weights_ready(Model* m) {
-    m->be->weights_changed(m->params_memory, m->n_params);
+    m->be->weights_changed(m->be, m->params_memory, m->n_params);
     if (m->R) {
         compose_wqkv(m);
-        m->be->weights_changed(m->composed, (size_t)m->L * m->QKV * m->C);
+        m->be->weights_changed(m->be, m->composed, (size_t)m->L * m->QKV * m->C);
     }
     m->weights_stale = 0;
 }
@@ -181,7 +181,7 @@ static void split_wqkv_grad(Model* m, int l) {
     for (int b = 0; b < 2 * m->M; b++) {
         const float* dblock = m->dwqkv + b * HD * C;  // (H*D, C)
         be->add(g->wqk_shared + (b / m->M) * HD * C, dblock, HD * C);
-        be->matmul_backward(m->dupdate_out, g->update_in + b * C * R, dblock, p->update_out + b * HD * R, p->update_in + b * C * R,
+        be->matmul_backward(be, m->dupdate_out, g->update_in + b * C * R, dblock, p->update_out + b * HD * R, p->update_in + b * C * R,
                             (int)HD, (int)R, (int)C);
         be->add(g->update_out + b * HD * R, m->dupdate_out, HD * R);
     }
@@ -221,8 +221,8 @@ void model_free(Model* m) {
     const Backend* be = m->be;
     free_acts(m);
     if (be) {
-        if (m->params_memory) be->weights_changed(m->params_memory, 0);
-        if (m->composed) be->weights_changed(m->composed, 0);
+        if (m->params_memory) be->weights_changed(be, m->params_memory, 0);
+        if (m->composed) be->weights_changed(be, m->composed, 0);
         be->release(m->params_memory);
         be->release(m->grads_memory);
         be->release(m->lambda);
@@ -236,6 +236,8 @@ void model_free(Model* m) {
         be->release(m->dwqkv);
         be->release(m->dupdate_out);
     }
+    backend_close(m->host_be);
+    m->host_be = NULL;
     free(m->params.layers);
     free(m->grads.layers);
     free(m->tensors);
@@ -360,6 +362,65 @@ static void show_layer_output(Model* m, int l, float* out, int row0, int N) {
     if (data != out) m->be->upload(out, data, bytes);
 }
 
+// ---- attention with a hook its backend does not serve: placed on a CPU instance ----
+// The backend answers through supports; the CPU's kernels then run on host copies of the
+// operands, and the results go back. lambda (1) is the layer's where given.
+static const Backend* hooked_host(Model* m, const AttnShape* s, int hooked) {
+    const char* why;
+    if (!m->hook || m->be->supports(m->be, s, hooked, &why)) return NULL;
+    if (!m->host_be) {
+        const char* refused;
+        m->host_be = backend_open(0, PRECISION_FP32, &refused);  // BACKEND_DEVICES[0], the CPU: fp32, as its attention always is
+        if (!m->host_be) die("attention with a hook: %s cannot run it (%s), and the CPU cannot either: %s", m->be->device, why, refused);
+        fprintf(stderr, "attention with a hook at B=%d T=%d: on the CPU on host copies, as %s does not run it (%s)\n", s->B, s->T,
+                m->be->name, why);
+    }
+    return m->host_be;
+}
+
+static float* host_copy(const Model* m, const float* buf, size_t n) {
+    float* h = mallocCheck(n * sizeof(float) + 1);
+    if (buf && n) m->be->download(h, buf, n * sizeof(float));
+    return h;
+}
+
+static void attention_forward_placed(Model* m, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                                     HookSite hook) {
+    const Backend* host = hooked_host(m, s, lse ? HOOKED_TRAINING : HOOKED_FORWARD);
+    if (!host) {
+        m->be->attention_forward(m->be, y, o1, lse, qkv, lambda, s, hook);
+        return;
+    }
+    size_t n_qkv = (size_t)s->B * s->T * attention_qkv_width(s), n_y = (size_t)s->B * (s->T - s->q0) * s->H * attention_value_width(s);
+    size_t n_lse = (size_t)s->B * s->H * s->M * s->T;
+    float *h_qkv = host_copy(m, qkv, n_qkv), *h_y = host_copy(m, NULL, n_y), *h_o1 = o1 ? host_copy(m, NULL, n_y) : NULL;
+    float *h_lse = lse ? host_copy(m, NULL, n_lse) : NULL, h_lambda = 0.0f;
+    if (lambda) m->be->download(&h_lambda, lambda, sizeof(float));
+    host->attention_forward(host, h_y, h_o1, h_lse, h_qkv, lambda ? &h_lambda : NULL, s, hook);
+    m->be->upload(y, h_y, n_y * sizeof(float));
+    if (o1) m->be->upload(o1, h_o1, n_y * sizeof(float));
+    if (lse) m->be->upload(lse, h_lse, n_lse * sizeof(float));
+    free(h_qkv), free(h_y), free(h_o1), free(h_lse);
+}
+
+static void attention_backward_placed(Model* m, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
+                                      const float* lse, const float* lambda, const AttnShape* s, HookSite hook) {
+    const Backend* host = hooked_host(m, s, HOOKED_TRAINING);
+    if (!host) {
+        m->be->attention_backward(m->be, dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
+        return;
+    }
+    size_t n_qkv = (size_t)s->B * s->T * attention_qkv_width(s), n_y = (size_t)s->B * s->T * s->H * attention_value_width(s);
+    size_t n_lse = (size_t)s->B * s->H * s->M * s->T;
+    float *h_qkv = host_copy(m, qkv, n_qkv), *h_lse = host_copy(m, lse, n_lse), *h_dy = host_copy(m, dy, n_y);
+    float *h_dy0 = dy0 ? host_copy(m, dy0, n_y) : NULL, *h_dqkv = host_copy(m, NULL, n_qkv), h_lambda = 0.0f, h_dlambda = 0.0f;
+    if (lambda) m->be->download(&h_lambda, lambda, sizeof(float));
+    host->attention_backward(host, h_dqkv, dlambda ? &h_dlambda : NULL, h_dy, h_dy0, h_qkv, h_lse, lambda ? &h_lambda : NULL, s, hook);
+    m->be->upload(dqkv, h_dqkv, n_qkv * sizeof(float));
+    if (dlambda) m->be->upload(dlambda, &h_dlambda, sizeof(float));
+    free(h_qkv), free(h_lse), free(h_dy), free(h_dy0), free(h_dqkv);
+}
+
 // pos < 0: a plain forward over B x T rows with qkv in the layer's activations. pos >= 0:
 // T new rows of one sequence at positions pos.., their qkv written into the cache after the
 // pos cached rows, attending to all of them.
@@ -372,17 +433,17 @@ static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
     float* qkv = pos < 0 ? a->qkv : cache + (size_t)pos * m->QKV;
     const float* rope = pos < 0 ? m->rope : m->cache_rope + (size_t)pos * m->D;
     be->rmsnorm_forward(a->ln1, a->ln1_rstd, a->x, p->attn_norm, 1.0f, N, C);
-    be->matmul_forward(qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
+    be->matmul_forward(be, qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
     be->rope_apply(qkv, rope, N, m->T, attention_rope_heads(&m->shape), m->D, m->QKV, 0);
     if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_forward(qkv, N, &m->shape);
     if (m->variant->lambda == LAMBDA_PER_LAYER) be->lambda_forward(m->lambda + l, p->lambda, m->lambda_init[l], m->D);
     if (pos < 0) {
-        be->attention_forward(a->y, a->o1, a->lse, qkv, m->lambda + l, &m->shape, hook_site(m, l));
+        attention_forward_placed(m, a->y, a->o1, a->lse, qkv, m->lambda + l, &m->shape, hook_site(m, l));
     } else {
         AttnShape shape = m->shape;
         shape.T = pos + m->T;
         shape.q0 = pos;
-        be->attention_forward(a->y, a->o1, NULL, cache, m->lambda + l, &shape, hook_site(m, l));
+        attention_forward_placed(m, a->y, a->o1, NULL, cache, m->lambda + l, &shape, hook_site(m, l));
     }
     if (m->shape.integral) {
         // decoding continues the running sums of the positions before pos, kept per position
@@ -394,12 +455,12 @@ static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
     }
     if (m->head_norm) be->rmsnorm_forward(a->hn, a->hn_rstd, a->y, p->head_norm, head_norm_scale(m, l), N * m->H, m->Dv);
     be->copy(a->mid, a->x, (size_t)N * C * sizeof(float));
-    be->matmul_forward(a->mid, a->hn, p->wo, N, HDv, C, 1);
+    be->matmul_forward(be, a->mid, a->hn, p->wo, N, HDv, C, 1);
     be->rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, p->ffn_norm, 1.0f, N, C);
-    be->matmul_forward(a->gate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F, 0);
+    be->matmul_forward(be, a->gate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F, 0);
     be->swiglu_forward(a->h, a->gate_up, N, m->F);
     be->copy(out, a->mid, (size_t)N * C * sizeof(float));  // out may alias a->x at inference
-    be->matmul_forward(out, a->h, p->w_down, N, m->F, C, 1);
+    be->matmul_forward(be, out, a->h, p->w_down, N, m->F, C, 1);
     if (m->hook) show_layer_output(m, l, out, pos < 0 ? 0 : pos, N);
 }
 
@@ -422,7 +483,7 @@ static void forward_rows(Model* m, const int* tokens, int pos, int first_logit) 
     m->layer_now = -1;
     size_t r0 = (size_t)first_logit;
     be->rmsnorm_forward(m->lnf + r0 * C, m->lnf_rstd + r0, m->x_final + r0 * C, m->params.final_norm, 1.0f, N - first_logit, C);
-    be->matmul_forward(m->logits + r0 * m->V, m->lnf + r0 * C, m->params.lm_head, N - first_logit, C, m->V, 0);
+    be->matmul_forward(be, m->logits + r0 * m->V, m->lnf + r0 * C, m->params.lm_head, N - first_logit, C, m->V, 0);
     m->first_logit = first_logit;
 }
 
@@ -476,11 +537,11 @@ static void layer_backward(Model* m, int l, float* dres) {
     float* dqkv = dy + N * HDv;        // (N, QKV)
     float* dy0 = m->shape.integral ? dqkv + N * m->QKV : NULL;  // (N, H*Dv)
 
-    be->matmul_backward(dh, g->w_down, dres, a->h, p->w_down, N, m->F, C);
+    be->matmul_backward(be, dh, g->w_down, dres, a->h, p->w_down, N, m->F, C);
     be->swiglu_backward(dgate_up, dh, a->gate_up, N, m->F);
-    be->matmul_backward(dln, g->w_gate_up, dgate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F);
+    be->matmul_backward(be, dln, g->w_gate_up, dgate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F);
     be->rmsnorm_backward(dres, g->ffn_norm, dln, a->mid, p->ffn_norm, a->ln2_rstd, 1.0f, N, C);
-    be->matmul_backward(dhn, g->wo, dres, a->hn, p->wo, N, HDv, C);
+    be->matmul_backward(be, dhn, g->wo, dres, a->hn, p->wo, N, HDv, C);
     if (m->head_norm) {
         be->zero(dy, N * HDv * sizeof(float));
         be->rmsnorm_backward(dy, g->head_norm, dhn, a->y, p->head_norm, a->hn_rstd, head_norm_scale(m, l), N * m->H, m->Dv);
@@ -489,13 +550,13 @@ static void layer_backward(Model* m, int l, float* dres) {
     }
     int per_layer = m->variant->lambda == LAMBDA_PER_LAYER;
     if (dy0) be->integral_backward(dy0, m->dlambda_integral, dy, a->o1, m->lambda + l, m->B, m->T, m->H, m->Dv);
-    be->attention_backward(dqkv, per_layer ? m->dlambda : NULL, dy, dy0, a->qkv, a->lse, m->lambda + l, &m->shape, hook_site(m, l));
+    attention_backward_placed(m, dqkv, per_layer ? m->dlambda : NULL, dy, dy0, a->qkv, a->lse, m->lambda + l, &m->shape, hook_site(m, l));
     if (dy0) be->add(m->dlambda, m->dlambda_integral, 1);
     if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_backward(dqkv, a->qkv, N, &m->shape);
     if (per_layer) be->lambda_backward(g->lambda, m->dlambda, p->lambda, m->D);
     be->rope_apply(dqkv, m->rope, N, m->T, attention_rope_heads(&m->shape), m->D, m->QKV, 1);
     if (m->R) be->zero(g->wqkv, (size_t)m->QKV * C * sizeof(float));
-    be->matmul_backward(dln, g->wqkv, dqkv, a->ln1, p->wqkv, N, C, m->QKV);
+    be->matmul_backward(be, dln, g->wqkv, dqkv, a->ln1, p->wqkv, N, C, m->QKV);
     if (m->R) split_wqkv_grad(m, l);
     be->rmsnorm_backward(dres, g->attn_norm, dln, a->x, p->attn_norm, a->ln1_rstd, 1.0f, N, C);
 }
@@ -507,7 +568,7 @@ void model_backward(Model* m, float dloss_scale) {
     float* dres = m->grad_scratch;  // (N, C) gradient of the residual stream
     float* dln = dres + N * C;
     be->crossentropy_backward(m->logits, m->targets, dloss_scale / (float)N, N, m->V);
-    be->matmul_backward(dln, m->grads.lm_head, m->logits, m->lnf, m->params.lm_head, N, C, m->V);
+    be->matmul_backward(be, dln, m->grads.lm_head, m->logits, m->lnf, m->params.lm_head, N, C, m->V);
     be->zero(dres, N * C * sizeof(float));
     be->rmsnorm_backward(dres, m->grads.final_norm, dln, m->x_final, m->params.final_norm, m->lnf_rstd, 1.0f, N, C);
     for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l, dres);
@@ -618,7 +679,7 @@ void model_attention_maps(Model* m, int l, int h, int first_row, int T, float* A
         m->maps_scratch = m->be->alloc(bytes);
         m->maps_capacity = bytes;
     }
-    m->be->attention_maps(m->maps_scratch, m->cache + (size_t)l * m->cache_T * m->QKV, &shape, h, hook_site(m, l));
+    m->be->attention_maps(m->be, m->maps_scratch, m->cache + (size_t)l * m->cache_T * m->QKV, &shape, h, hook_site(m, l));
     if (m->shape.integral) {
         float* all = mallocCheck(bytes);
         m->be->download(all, m->maps_scratch, bytes);

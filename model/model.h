@@ -74,7 +74,8 @@ typedef struct {
 typedef struct {
     ModelConfig cfg;
     const AttnVariant* variant;
-    const Backend* be;
+    const Backend* be;   // the instance the model computes on (the caller's: it outlives the model)
+    Backend* host_be;    // a CPU instance of the model's own for hooked attention its backend does not run, or NULL
     int layer_now;       // the layer whose operations the model is issuing, -1 outside the layers: what a profile credits
     int V, L, C, H, D, M, Dv, F, QKV;
     int KH;              // key heads: M*H, or H when the maps share key/value heads

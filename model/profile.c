@@ -59,11 +59,14 @@ static void p_zero(void* buf, size_t bytes) { TIMED(OP_ZERO, now.inner->zero(buf
 static void p_copy(void* dst, const void* src, size_t bytes) { TIMED(OP_COPY, now.inner->copy(dst, src, bytes)); }
 static void p_upload(void* dst, const void* host, size_t bytes) { TIMED(OP_UPLOAD, now.inner->upload(dst, host, bytes)); }
 static void p_download(void* host, const void* src, size_t bytes) { TIMED(OP_DOWNLOAD, now.inner->download(host, src, bytes)); }
-static void p_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
-    TIMED(OP_MATMUL_FORWARD, now.inner->matmul_forward(out, inp, w, N, IC, OC, accumulate));
+static void p_matmul_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+    (void)be;  // the wrapper's, a copy of the inner instance
+    TIMED(OP_MATMUL_FORWARD, now.inner->matmul_forward(now.inner, out, inp, w, N, IC, OC, accumulate));
 }
-static void p_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
-    TIMED(OP_MATMUL_BACKWARD, now.inner->matmul_backward(dinp, dw, dout, inp, w, N, IC, OC));
+static void p_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
+                              int OC) {
+    (void)be;
+    TIMED(OP_MATMUL_BACKWARD, now.inner->matmul_backward(now.inner, dinp, dw, dout, inp, w, N, IC, OC));
 }
 static void p_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
     TIMED(OP_RMSNORM_FORWARD, now.inner->rmsnorm_forward(out, rstd, inp, weight, out_scale, rows, W));
@@ -93,12 +96,15 @@ static double p_crossentropy_forward(float* probs_inout, float* row_loss, const 
 static void p_crossentropy_backward(float* probs_inout, const int* targets, float dloss, int N, int V) {
     TIMED(OP_CROSSENTROPY_BACKWARD, now.inner->crossentropy_backward(probs_inout, targets, dloss, N, V));
 }
-static void p_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
-    TIMED(OP_ATTENTION_FORWARD, now.inner->attention_forward(y, o1, lse, qkv, lambda, s, hook));
+static void p_attention_forward(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                                HookSite hook) {
+    (void)be;
+    TIMED(OP_ATTENTION_FORWARD, now.inner->attention_forward(now.inner, y, o1, lse, qkv, lambda, s, hook));
 }
-static void p_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+static void p_attention_backward(const Backend* be, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
                                  const float* lambda, const AttnShape* s, HookSite hook) {
-    TIMED(OP_ATTENTION_BACKWARD, now.inner->attention_backward(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook));
+    (void)be;
+    TIMED(OP_ATTENTION_BACKWARD, now.inner->attention_backward(now.inner, dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook));
 }
 static void p_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos) {
     TIMED(OP_INTEGRAL_FORWARD, now.inner->integral_forward(y, o1, prior, lambda, B, T, H, Dv, pos));
@@ -107,8 +113,9 @@ static void p_integral_backward(float* dy0, float* dlambda, const float* dy, con
                                 int Dv) {
     TIMED(OP_INTEGRAL_BACKWARD, now.inner->integral_backward(dy0, dlambda, dy, sums, lambda, B, T, H, Dv));
 }
-static void p_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
-    TIMED(OP_ATTENTION_MAPS, now.inner->attention_maps(P, qkv, s, h, hook));
+static void p_attention_maps(const Backend* be, float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
+    (void)be;
+    TIMED(OP_ATTENTION_MAPS, now.inner->attention_maps(now.inner, P, qkv, s, h, hook));
 }
 static void p_lambda_forward(float* lambda, const float* lam, float lambda_init, int D) {
     TIMED(OP_LAMBDA_FORWARD, now.inner->lambda_forward(lambda, lam, lambda_init, D));
@@ -131,7 +138,10 @@ static void p_sum_across_ranks(float* x, size_t n) { TIMED(OP_SUM_ACROSS_RANKS, 
 static void p_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step) {
     TIMED(OP_ADAMW_UPDATE, now.inner->adamw_update(p, g, m, v, n, step));
 }
-static void p_weights_changed(const float* w, size_t n) { TIMED(OP_WEIGHTS_CHANGED, now.inner->weights_changed(w, n)); }
+static void p_weights_changed(const Backend* be, const float* w, size_t n) {
+    (void)be;
+    TIMED(OP_WEIGHTS_CHANGED, now.inner->weights_changed(now.inner, w, n));
+}
 
 void profile_attach(Profile* p, Model* m) {
     if (now.profile) die("profile_attach: a profile is already attached");

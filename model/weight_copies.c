@@ -1,6 +1,16 @@
 #include "weight_copies.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "../base/util.h"
+
+WeightCopies* weight_copies_open(const WeightCopies* kind) {
+    WeightCopies* c = mallocCheck(sizeof(WeightCopies));
+    *c = *kind;
+    memset(c->ranges, 0, sizeof(c->ranges));
+    return c;
+}
 
 static void forget(WeightCopies* c, int i) {
     if (c->ranges[i].copy) c->release(c->ranges[i].copy);
@@ -9,14 +19,20 @@ static void forget(WeightCopies* c, int i) {
     c->ranges[i].n = 0;
 }
 
-void weight_copies_changed(WeightCopies* c, const float* w, size_t n, int keep) {
+void weight_copies_close(WeightCopies* c) {
+    if (!c) return;
+    for (int i = 0; i < WEIGHT_COPY_RANGES; i++) forget(c, i);
+    free(c);
+}
+
+void weight_copies_changed(WeightCopies* c, const float* w, size_t n) {
     int slot = -1;
     for (int i = 0; i < WEIGHT_COPY_RANGES; i++) {
         const float* r = c->ranges[i].w;
         if (r == w) slot = i;
         else if (r && n && r < w + n && w < r + c->ranges[i].n) forget(c, i);
     }
-    if (n == 0 || !keep) {
+    if (n == 0) {
         if (slot >= 0) forget(c, slot);
         return;
     }

@@ -1,14 +1,18 @@
-// The weights' bf16 copies a backend keeps for precision = bf16: ranges of float weights, each
+// The weights' bf16 copies an instance keeps for precision = bf16: blocks of float weights, each
 // with a rounded twin the products read. The bookkeeping is shared by the backends; the twins'
 // memory and the rounding are each backend's own (host memory on the CPU, device memory on CUDA).
+// Each instance has its own (backend.h), so two models of different precision in one process
+// never see each other's.
 #ifndef WEIGHT_COPIES_H
 #define WEIGHT_COPIES_H
 
 #include <stddef.h>
 
+// blocks at once: a model registers its parameters and, for DIFF's composed projections, one
+// more; an instance serves the models computing on it
 #define WEIGHT_COPY_RANGES 8
 
-typedef struct {
+struct WeightCopies {
     // a twin of n elements, its release, and w (n) rounded into it
     void* (*alloc)(size_t n);
     void (*release)(void* copy);
@@ -19,12 +23,17 @@ typedef struct {
         size_t n;
         void* copy;
     } ranges[WEIGHT_COPY_RANGES];
-} WeightCopies;
+};
+typedef struct WeightCopies WeightCopies;
 
-// w (n floats) holds weights that changed: its twin is made again where keep is set, else
-// forgotten (n = 0 forgets it too: its model is freed). A range overlapping w that starts
-// elsewhere is a freed model's, forgotten, so no product reads it.
-void weight_copies_changed(WeightCopies* c, const float* w, size_t n, int keep);
+// An empty set of twins made and rounded by the functions of `kind` (its ranges unused)
+WeightCopies* weight_copies_open(const WeightCopies* kind);
+// Releases every twin and the set; NULL does nothing
+void weight_copies_close(WeightCopies* c);
+// w (n floats) holds weights that changed: its twin is made again (n = 0 forgets it: its
+// model is freed). A range overlapping w that starts elsewhere is a freed model's, forgotten,
+// so no product reads it.
+void weight_copies_changed(WeightCopies* c, const float* w, size_t n);
 // The twin of x (n floats) where x lies inside a range, else NULL
 const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n);
 

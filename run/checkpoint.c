@@ -76,7 +76,7 @@ void checkpoint_save(const char* path, const Config* cfg, const Model* model, co
     h5_write_attr(file, "data_seed", H5T_NATIVE_INT, &cfg->seed, label);
     h5_write_attr(file, "threads", H5T_NATIVE_INT, &info->threads, label);
     h5_write_attr(file, "ranks", H5T_NATIVE_INT, &info->ranks, label);
-    h5_write_string_attr(file, "device", model->be->device_name(), label);
+    h5_write_string_attr(file, "device", model->be->device_name(model->be), label);
     h5_write_string_attr(file, "data", cfg->data, label);
     h5_write_string_attr(file, "data_id", info->data_id, label);
     h5_write_attr(file, "finished", H5T_NATIVE_INT, &info->finished, label);

@@ -222,13 +222,6 @@ const char* config_set(Config* cfg, const char* name, const char* value) {
     return msg;
 }
 
-const Backend* config_backend(const Config* cfg) {
-    const Backend* be = backend_of_device(cfg->device);
-    const char* why = be->set_precision(cfg->precision);
-    if (why) die("key 'precision': %s", why);
-    return be;
-}
-
 int config_key_is_path(const char* key) {
     return strcmp(key, "data") == 0 || strcmp(key, "out") == 0 || strcmp(key, "init_from") == 0;
 }

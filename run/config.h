@@ -24,7 +24,7 @@ typedef struct {
     int grad_accum;      // micro-batches per optimizer step
     int seed;
     int eval_every, eval_batches, checkpoint_every, log_every;
-    // where the run computes, an index into BACKEND_DEVICES (backend_of_device): a run
+    // where the run computes, an index into BACKEND_DEVICES (run/device.h opens it): a run
     // setting, not part of the config text
     int device;
     // PRECISION_FP32 or PRECISION_BF16 (backend.h): the weights' products of training; a run
@@ -33,9 +33,6 @@ typedef struct {
 } Config;
 
 void config_defaults(Config* cfg);
-// The backend of cfg's device, set to cfg's precision; dies saying why where the device or the
-// precision cannot run here
-const Backend* config_backend(const Config* cfg);
 // Both die with the file and line (or the override text) and key on any bad input.
 // A recipe file's relative paths (config_key_is_path) are read from the file's folder.
 void config_load_file(Config* cfg, const char* path);

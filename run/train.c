@@ -12,6 +12,7 @@
 
 #include "../data/dataset.h"
 #include "checkpoint.h"
+#include "device.h"
 #include "../base/dist.h"
 #include "../model/model.h"
 #include "../model/optim.h"
@@ -137,7 +138,8 @@ static void init_from_checkpoint(Model* model, const char* path, uint64_t tokeni
     Config src_cfg;
     Model src;
     CheckpointInfo info;
-    checkpoint_load(path, backend_named("cpu"), &src_cfg, &src, NULL, &info);  // read only, then copied across
+    Backend* host = device_open_host();  // read only, then copied across
+    checkpoint_load(path, host, &src_cfg, &src, NULL, &info);
     if (!info.finished) die("key 'init_from': '%s' is not a finished run's checkpoint (step %d of %d)", path, info.step, src_cfg.optim.steps);
     if (info.tokenizer_hash != tokenizer_hash) die("key 'init_from': '%s' was trained with another tokenizer than this run's data", path);
     if (src.n_tensors != model->n_tensors) die("key 'init_from': '%s' has another architecture than this config", path);
@@ -150,6 +152,7 @@ static void init_from_checkpoint(Model* model, const char* path, uint64_t tokeni
     }
     model_copy_params(model, &src);
     model_free(&src);
+    backend_close(host);
 }
 
 // The ranks take turns over the evaluation batches
@@ -238,7 +241,7 @@ double train_check_memory(const Config* cfg, const Backend* be, int vocab_size, 
         }
         die("training needs %.1f GiB, more than the %.1f GiB of device %s%s%s: %.1f GiB of parameters with their gradients and "
             "AdamW moments (keys 'n_layer' = %d, 'd_model' = %d, 'ffn_hidden' and the vocabulary of %d) and %.1f GiB of one "
-            "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib, be->device_name(),
+            "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib, be->device_name(be),
             limit, beside, (need - activations) / gib, cfg->model.n_layer, cfg->model.d_model, vocab_size, activations / gib,
             cfg->batch_size, cfg->model.seq_len);
     }
@@ -283,7 +286,7 @@ TrainStep train_step(Model* model, AdamW* opt, const Config* cfg, const BatchSha
 // One training run in progress: what its steps share
 typedef struct {
     const Config* cfg;  // as asked for
-    const Backend* be;
+    Backend* be;        // the run's instance: its device and precision
     Config recorded;    // what checkpoints record: the stored recipe when resuming, the data's absolute path
     BatchShare share;
     int root, threads, lock;
@@ -313,7 +316,7 @@ static void open_run(Run* r, const Config* cfg) {
         die("key 'data': the validation shard of '%s' holds %zu tokens, fewer than one window of seq_len + 1 = %d; prepare "
             "more text or lower 'seq_len'", cfg->data, r->data.val.n_tokens, T + 1);
     }
-    r->be = config_backend(cfg);  // the one place a run resolves its device and precision
+    r->be = device_open_run(cfg);
     train_check_memory(cfg, r->be, r->data.tok.vocab_size, 0.0);
     if (r->root) {
         mkdir_p(cfg->out);
@@ -349,7 +352,7 @@ static void resume_run(Run* r) {
         die("'%s' was trained on other data than '%s' holds (checkpoint: %s; '%s' now: %s); choose another out folder or "
             "the data it was trained on", ckpt, cfg->data, info->data_id, r->data.absolute, r->data.identity);
     }
-    const char* device = r->model.be->device_name();
+    const char* device = r->model.be->device_name(r->model.be);
     if (r->root && (info->threads != r->threads || info->ranks != r->share.ranks || strcmp(info->device, device) != 0)) {
         fprintf(stderr, "warning: resuming with %d ranks of %d threads on %s, the checkpoint was written by %d of %d on "
                 "%s; losses match a non-stop run bitwise only with the same device, ranks and threads\n", r->share.ranks,
@@ -375,7 +378,7 @@ static void announce_run(const Run* r) {
     printf("model: %s attention, L=%d C=%d H=%d D=%d F=%d, %zu parameters; %zu tokens per step, ", config_attention_name(&cfg->model),
            m->L, m->C, m->H, m->D, m->F, m->n_params, r->tokens_per_step);
     if (r->share.ranks > 1) printf("%d ranks x %d micro-batches of %d rows, ", r->share.ranks, r->share.micros, r->share.micro_rows);
-    printf("%d threads, %s\n", r->threads, m->be->device_name());
+    printf("%d threads, %s\n", r->threads, m->be->device_name(m->be));
     if (r->info.finished) printf("run already finished at step %d (train loss %.4f)\n", r->info.step, r->info.train_loss);
     if (!r->root) return;
     if (cfg->optim.warmup_steps >= cfg->optim.steps) {
@@ -417,8 +420,8 @@ static void save_run(Run* r, const TrainObserver* observer, int done, double los
 }
 
 static void close_run(Run* r) {
-    r->be->set_precision(PRECISION_FP32);  // what follows in this process (an evaluation) computes in fp32
     model_free(&r->model);
+    backend_close(r->be);
     adamw_free(&r->opt);
     data_close(&r->data);
     if (r->root) unlock_folder(r->lock);
@@ -442,7 +445,7 @@ static double run_training(const Config* cfg, int until, const TrainObserver* ob
     int* inputs = mallocCheck(buffer_tokens * sizeof(int));   // (micros, micro_rows, T)
     int* targets = mallocCheck(buffer_tokens * sizeof(int));  // (micros, micro_rows, T)
     if (!r.root) observer = NULL;
-    if (observer) observer->resume(observer->ctx, r.info.step, r.model.be->device_name());
+    if (observer) observer->resume(observer->ctx, r.info.step, r.model.be->device_name(r.model.be));
     FILE* log = NULL;
     if (r.root) {
         log = fopenCheck(r.log_path, "a");

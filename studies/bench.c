@@ -12,6 +12,7 @@
 #include "../model/optim.h"
 #include "../model/profile.h"
 #include "runs.h"
+#include "../run/device.h"
 #include "../run/train.h"
 #include "verdict.h"
 
@@ -87,7 +88,7 @@ static void bench_step(Bench* b, int s, int forward_only) {
     b->matmul_seconds += matmul_seconds;
     b->matmul_flops += matmul_flops;
     b->dt[s - 1] = dt;
-    if (!forward_only) b->rate[s - 1] = b->model.be->matmul_rate();
+    if (!forward_only) b->rate[s - 1] = b->model.be->matmul_rate(b->model.be);
 }
 
 static double bench_tokens_per_second(const Bench* b, int timed) {
@@ -120,7 +121,7 @@ static void bench_report(Bench* b, int timed, int forward_only, double peak, con
     const char* peak_what = m->be->host_memory ? "RSS" : "device memory";
     printf("bench %s: attention=%s L=%d C=%d H=%d D=%d T=%d B=%d V=%d params=%zu threads=%d device=%s\n",
            forward_only ? "forward" : "train", config_attention_name(&b->cfg->model), m->L, m->C, m->H, m->D, T,
-           b->cfg->batch_size, m->V, m->n_params, omp_get_max_threads(), m->be->device_name());
+           b->cfg->batch_size, m->V, m->n_params, omp_get_max_threads(), m->be->device_name(m->be));
     char memory[96] = "";
     if (peak >= 0) snprintf(memory, sizeof(memory), ", peak %s %.0f MiB", peak_what, peak);
     double mfu = 0, mfu_peak = 0, share, gflops;
@@ -134,7 +135,7 @@ static void bench_report(Bench* b, int timed, int forward_only, double peak, con
         free(ratio);
         double sgemm = median(b->rate, timed);
         char how[256];
-        double device_peak = m->be->peak_rate(how, sizeof(how));
+        double device_peak = m->be->peak_rate(m->be, how, sizeof(how));
         double achieved = b->flops * tok_s / 1e9;
         printf("  %.0f tokens/s (%.3f s per step), %.1f MFLOP/token, %.1f GFLOP/s%s\n", tok_s, step_s, b->flops / 1e6,
                achieved, memory);
@@ -147,7 +148,7 @@ static void bench_report(Bench* b, int timed, int forward_only, double peak, con
             // a good sgemm kernel reaches 80-95% of the peak
             if (sgemm < 0.6 * device_peak) {
                 fprintf(stderr, "warning: the measured matmul rate is %.0f%% of the peak: the matmul kernel (%s) leaves "
-                        "this device's speed unused\n", 100.0 * sgemm / device_peak, m->be->device_name());
+                        "this device's speed unused\n", 100.0 * sgemm / device_peak, m->be->device_name(m->be));
             }
         } else {
             printf("  (no MFU against the device's peak: %s)\n", how);
@@ -208,12 +209,15 @@ static void bench_compare(const Bench* a, const Bench* b, int timed) {
     free(log_b);
 }
 
-void bench_run(const Config* const* cfgs, const char* const* recipe_paths, int n_recipes, const Backend* be, int vocab,
-               int steps, int forward_only, const char* results, const char* profile_csv) {
+void bench_run(const Config* const* cfgs, const char* const* recipe_paths, int n_recipes, int vocab, int steps, int forward_only,
+               const char* results, const char* profile_csv) {
     Bench b[2];
+    Backend* instances[2] = {NULL, NULL};  // each model its own, in its recipe's precision, on one device
+    for (int r = 0; r < n_recipes; r++) instances[r] = device_open_run(cfgs[r]);
+    const Backend* be = instances[0];
     double held = 0.0;  // both models live in one process: each is checked beside the one before
-    for (int r = 0; r < n_recipes; r++) held += train_check_memory(cfgs[r], be, vocab, held);
-    for (int r = 0; r < n_recipes; r++) bench_open(&b[r], cfgs[r], recipe_paths[r], be, vocab, steps, forward_only);
+    for (int r = 0; r < n_recipes; r++) held += train_check_memory(cfgs[r], instances[r], vocab, held);
+    for (int r = 0; r < n_recipes; r++) bench_open(&b[r], cfgs[r], recipe_paths[r], instances[r], vocab, steps, forward_only);
     double peak = 0.0;
     for (int s = 0; s < steps; s++) {
         for (int r = 0; r < n_recipes; r++) bench_step(&b[r], s, forward_only);
@@ -231,5 +235,8 @@ void bench_run(const Config* const* cfgs, const char* const* recipe_paths, int n
         bench_compare(&b[0], &b[1], steps - 1);
     }
     if (profile_csv) bench_profile(&b[0], steps, forward_only, profile_csv);
-    for (int r = 0; r < n_recipes; r++) bench_close(&b[r], forward_only);
+    for (int r = 0; r < n_recipes; r++) {
+        bench_close(&b[r], forward_only);
+        backend_close(instances[r]);
+    }
 }

@@ -389,7 +389,7 @@ void runs_record_bench(const char* results, const char* recipe_path, const char*
                        int forward_only, const BenchNumbers* n) {
     Registry reg;
     int64_t experiment = recipe_file_experiment(&reg, results, "bench", recipe_path);
-    int64_t run = registry_begin_run(&reg, experiment, row, cfg->seed, cfg, be->device_name(), NULL);
+    int64_t run = registry_begin_run(&reg, experiment, row, cfg->seed, cfg, be->device_name(be), NULL);
     registry_evaluation(&reg, run, "tokens_per_second", n->tokens_per_second);
     if (!forward_only) registry_evaluation(&reg, run, "mfu", n->mfu);
     if (!forward_only && n->mfu_peak > 0) registry_evaluation(&reg, run, "mfu_peak", n->mfu_peak);

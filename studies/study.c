@@ -12,19 +12,23 @@
 #include "../base/dist.h"
 #include "../base/util.h"
 #include "../data/dataset.h"
+#include "../run/device.h"
 #include "tracked.h"
 
 // Whether a row can run on this machine, its device and its precision: refused once, naming
 // the row, before anything is trained or written (each row's training would refuse alone, once
 // per row, after the rows before it had trained)
 static void require_runnable(const StudyModel* m, const char* recipe) {
-    const char* device = BACKEND_DEVICES[m->cfg.device];
-    const char* why = backend_unusable(device);
-    if (why) die("%s: row %s: device '%s' cannot run here: %s", recipe, m->name, device, why);
-    const Backend* be = backend_named(device);
-    why = be->set_precision(m->cfg.precision);
-    be->set_precision(PRECISION_FP32);  // what the studies' evaluations compute in
-    if (why) die("%s: row %s: key 'precision': %s", recipe, m->name, why);
+    char context[400];
+    snprintf(context, sizeof(context), "%s: row %s", recipe, m->name);
+    backend_close(device_open(m->cfg.device, m->cfg.precision, context));
+}
+
+Backend* study_load_checkpoint(const char* path, const Config* cfg, Model* model, CheckpointInfo* info) {
+    Backend* be = device_open_eval(cfg);
+    checkpoint_load(path, be, NULL, model, NULL, info);
+    if (!info->finished) die("'%s' is not a finished run's checkpoint", path);
+    return be;
 }
 
 void study_load(Study* s, const StudySpec* spec) {

@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "../model/model.h"
+#include "../run/checkpoint.h"
 #include "../run/config.h"
 #include "recipe.h"
 #include "registry.h"
@@ -86,5 +88,11 @@ typedef struct {
 int64_t study_train(Study* s, const char* row, const Config* cfg, const StudyTraining* how);
 // study_train of model m, its run and checkpoint path set; dies when it did not train
 void study_train_model(Study* s, StudyModel* m, const StudyTraining* how);
+
+// The finished checkpoint `path` of a study's run with config cfg, loaded for the study's
+// evaluations: on cfg's device in fp32 (the tables compute in fp32 whatever precision trained
+// them). Returns the instance model computes on, which the caller closes after model_free; dies
+// where the checkpoint is not a finished run's.
+Backend* study_load_checkpoint(const char* path, const Config* cfg, Model* model, CheckpointInfo* info);
 
 #endif

@@ -54,8 +54,7 @@ static void add_model(Studied* s, const char* source, const char* preset, const 
 static void study(Studied* s, Registry* reg, const char* results) {
     Model model;
     CheckpointInfo info;
-    checkpoint_load(s->row.checkpoint, backend_of_device(s->row.cfg.device), NULL, &model, NULL, &info);
-    if (!info.finished) die("'%s' is not a finished run's checkpoint", s->row.checkpoint);
+    Backend* be = study_load_checkpoint(s->row.checkpoint, &s->row.cfg, &model, &info);
     DataDir data;
     data_open(&data, s->row.cfg.data, DATA_VAL);
     char shard[4200];
@@ -83,6 +82,7 @@ static void study(Studied* s, Registry* reg, const char* results) {
     }
     data_close(&data);
     model_free(&model);
+    backend_close(be);
 }
 
 // The statistic t of kind k of a model: Top-TOPS[t], or the median at t = N_TOPS; layer -1 pooled

@@ -207,7 +207,7 @@ static void evaluate_run(Registry* reg, int64_t run, const char* row, const Conf
     CheckpointInfo info;
     char path[4200];
     config_checkpoint_path(cfg, path, sizeof(path));
-    checkpoint_load(path, backend_of_device(cfg->device), NULL, &model, NULL, &info);
+    Backend* be = study_load_checkpoint(path, cfg, &model, &info);
     DataDir data;
     data_open(&data, cfg->data, DATA_TRAIN | DATA_VAL);
     WindowLoss* windows = mallocCheck((size_t)eval_windows * sizeof(WindowLoss));
@@ -234,6 +234,7 @@ static void evaluate_run(Registry* reg, int64_t run, const char* row, const Conf
     free(windows);
     data_close(&data);
     model_free(&model);
+    backend_close(be);
 }
 
 // Training a missing model: every model in a worker (this process never computes), evaluated

@@ -15,6 +15,7 @@
 
 #include "../base/util.h"
 #include "../model/cpu/cpu.h"
+#include "instances.h"
 
 // x rounded to bf16 and back (a NaN or an infinity kept)
 static inline float bf16_reference_round(float x) {
@@ -38,33 +39,34 @@ static inline float* bf16_reference_copy(const float* x, size_t n, int slot) {
     return scratch[slot];
 }
 
-static inline void bf16_reference_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
-    cpu_matmul_forward(out, bf16_reference_copy(inp, (size_t)N * IC, 0), bf16_reference_copy(w, (size_t)OC * IC, 1), N, IC, OC,
+static inline void bf16_reference_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC,
+                                          int accumulate) {
+    cpu_matmul_forward(be, out, bf16_reference_copy(inp, (size_t)N * IC, 0), bf16_reference_copy(w, (size_t)OC * IC, 1), N, IC, OC,
                        accumulate);
 }
 
-static inline void bf16_reference_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
-                                           int OC) {
-    cpu_matmul_backward(dinp, dw, bf16_reference_copy(dout, (size_t)N * OC, 0), bf16_reference_copy(inp, (size_t)N * IC, 1),
+static inline void bf16_reference_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                                           int N, int IC, int OC) {
+    cpu_matmul_backward(be, dinp, dw, bf16_reference_copy(dout, (size_t)N * OC, 0), bf16_reference_copy(inp, (size_t)N * IC, 1),
                         bf16_reference_copy(w, (size_t)OC * IC, 2), N, IC, OC);
 }
 
 // Attention on qkv (and dy) rounded to bf16, the inputs a bf16 attention reads, then the CPU's
 // fp32 kernels
-static inline void bf16_reference_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
-                                                    HookSite hook) {
+static inline void bf16_reference_attention_forward(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda,
+                                                    const AttnShape* s, HookSite hook) {
     size_t n = (size_t)s->B * s->T * attention_qkv_width(s);
-    backend_named("cpu")->attention_forward(y, o1, lse, bf16_reference_copy(qkv, n, 0), lambda, s, hook);
+    cpu_attention_forward(be, y, o1, lse, bf16_reference_copy(qkv, n, 0), lambda, s, hook);
 }
-static inline void bf16_reference_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
-                                                     const float* lse, const float* lambda, const AttnShape* s, HookSite hook) {
+static inline void bf16_reference_attention_backward(const Backend* be, float* dqkv, float* dlambda, const float* dy, const float* dy0,
+                                                     const float* qkv, const float* lse, const float* lambda, const AttnShape* s, HookSite hook) {
     size_t n = (size_t)s->B * s->T * attention_qkv_width(s), n_y = (size_t)s->B * s->T * s->H * attention_value_width(s);
-    backend_named("cpu")->attention_backward(dqkv, dlambda, bf16_reference_copy(dy, n_y, 1), dy0, bf16_reference_copy(qkv, n, 0), lse,
-                                             lambda, s, hook);
+    cpu_attention_backward(be, dqkv, dlambda, bf16_reference_copy(dy, n_y, 1), dy0, bf16_reference_copy(qkv, n, 0), lse, lambda, s,
+                           hook);
 }
 
-// The CPU backend's table with those products, and with attention_bf16 its attention on bf16
-// inputs too (call with the CPU backend in fp32)
+// The CPU backend's fp32 instance with those products, and with attention_bf16 its attention on
+// bf16 inputs too
 static inline Backend bf16_reference_backend(int attention_bf16) {
     Backend b = *backend_named("cpu");
     b.matmul_forward = bf16_reference_forward;

@@ -17,6 +17,7 @@
 #include "bf16_reference.h"
 #include "check.h"
 #include "fixtures.h"
+#include "instances.h"
 
 static void test_refusal(void) {
     CpuFeatures avx2 = {.sse3 = 1, .avx = 1, .avx2 = 1, .fma = 1}, avx512 = avx2, bf16 = avx2, amx = avx2;
@@ -26,24 +27,75 @@ static void test_refusal(void) {
     CHECK(cpu_bf16_missing(avx2) && strstr(cpu_bf16_missing(avx2), "AVX-512 BF16 or AMX"), "an AVX2 CPU is refused, naming what it lacks");
     CHECK(cpu_bf16_missing(avx512) != NULL, "AVX-512 without BF16 is refused");
     CHECK(!cpu_bf16_missing(bf16) && !cpu_bf16_missing(amx), "AVX-512 BF16 or AMX runs it");
-    const char* why = backend_named("cpu")->set_precision(PRECISION_BF16);
+    const char* why;
+    Backend* be = backend_open(0, PRECISION_BF16, &why);
     int runs = !cpu_bf16_missing(cpu_features()) && cpu_bf16_runs();
-    CHECK((why == NULL) == runs, "this CPU %s: %s", why ? "is refused" : "runs bf16", why ? why : "oneDNN's bf16 products");
-    backend_named("cpu")->set_precision(PRECISION_FP32);
+    CHECK((be != NULL) == runs, "this CPU %s: %s", be ? "runs bf16" : "is refused", be ? "oneDNN's bf16 products" : why);
+    if (be) {
+        CHECK(strstr(be->device_name(be), "bf16") && !strstr(backend_named("cpu")->device_name(backend_named("cpu")), "bf16"),
+              "a bf16 instance names its products (%s), the fp32 one beside it does not", be->device_name(be));
+    }
+    backend_close(be);
 }
 
 // Gradients and 20 AdamW steps of one model in fp32 (precision 0), bf16 through oneDNN (1),
 // bf16 again (2), and bf16 emulated (3); where resume_at > 0, the model and its moments are
-// handed to a fresh model and optimizer after that many steps, as a resume from a checkpoint does
+// handed to a fresh model and optimizer after that many steps, as a resume from a checkpoint does.
+// With `beside` (a model of another precision on its own instance), each step of the trial's model
+// follows one step of that model, in one process.
 typedef struct {
     float* grads;
     double loss, losses[20];
 } Trial;
 
-static void trial(Trial* out, Config cfg, int precision, int emulated, int resume_at) {
+typedef struct {
+    Model m;
+    AdamW opt;
+    int B, T, *tokens, *targets;
+} Stepper;
+
+static void stepper_open(Stepper* s, Config cfg, const Backend* be) {
+    int B = cfg.batch_size, T = cfg.model.seq_len, V = 64;
+    s->B = B, s->T = T;
+    model_build(&s->m, &cfg.model, be, V, B);
+    model_init_params(&s->m, 5);
+    s->tokens = mallocCheck((size_t)B * T * sizeof(int));
+    s->targets = mallocCheck((size_t)B * T * sizeof(int));
+    for (int i = 0; i < B * T; i++) s->tokens[i] = (i * 7 + 3) % V, s->targets[i] = (i * 5 + 1) % V;
+    cfg.optim.lr = 3e-3f;
+    adamw_alloc(&s->opt, &s->m, &cfg.optim);
+}
+
+static double stepper_step(Stepper* s, int step, float lr) {
+    model_zero_grad(&s->m);
+    model_forward(&s->m, s->tokens, s->targets, s->B, s->T, 1);
+    model_backward(&s->m, 1.0f);
+    double loss = model_loss(&s->m);
+    clip_grad_norm(&s->m, 1.0f);
+    adamw_update(&s->opt, &s->m, lr, step + 1);
+    return loss;
+}
+
+static void stepper_close(Stepper* s) {
+    adamw_free(&s->opt);
+    model_free(&s->m);
+    free(s->tokens);
+    free(s->targets);
+}
+
+static void trial(Trial* out, Config cfg, int precision, int emulated, int resume_at, int beside) {
     Backend emu = bf16_reference_backend(0);
-    const Backend* be = emulated ? &emu : backend_named("cpu");
-    backend_named("cpu")->set_precision(precision);
+    const char* why;
+    Backend* inst = emulated ? NULL : backend_open(0, precision, &why);
+    if (!emulated && !inst) die("test_bf16: %s", why);
+    const Backend* be = emulated ? &emu : inst;
+    Backend* other_be = NULL;
+    Stepper other;
+    if (beside) {
+        other_be = backend_open(0, precision == PRECISION_FP32 ? PRECISION_BF16 : PRECISION_FP32, &why);
+        if (!other_be) die("test_bf16: %s", why);
+        stepper_open(&other, cfg, other_be);
+    }
     int B = cfg.batch_size, T = cfg.model.seq_len, V = 64;
     Model m;
     model_build(&m, &cfg.model, be, V, B);
@@ -56,6 +108,7 @@ static void trial(Trial* out, Config cfg, int precision, int emulated, int resum
     cfg.optim.lr = 3e-3f;
     adamw_alloc(&opt, &m, &cfg.optim);
     for (int step = 0; step < 20; step++) {
+        if (beside) stepper_step(&other, step, cfg.optim.lr);
         if (step && step == resume_at) {
             size_t bytes = m.n_params * sizeof(float);
             float *p = mallocCheck(bytes), *mom1 = mallocCheck(bytes), *mom2 = mallocCheck(bytes);
@@ -81,18 +134,22 @@ static void trial(Trial* out, Config cfg, int precision, int emulated, int resum
     model_free(&m);
     free(tokens);
     free(targets);
-    backend_named("cpu")->set_precision(PRECISION_FP32);
+    if (beside) stepper_close(&other);
+    backend_close(other_be);
+    backend_close(inst);
 }
 
 static void test_model(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     cfg.model.init_std = 0.02f;  // the recipes' scale: the tiny model's 0.3 saturates its softmax maps
-    Trial fp32, bf16, again, resumed, emulated;
-    trial(&fp32, cfg, PRECISION_FP32, 0, 0);
-    trial(&bf16, cfg, PRECISION_BF16, 0, 0);
-    trial(&again, cfg, PRECISION_BF16, 0, 0);
-    trial(&resumed, cfg, PRECISION_BF16, 0, 10);
-    trial(&emulated, cfg, PRECISION_FP32, 1, 0);
+    Trial fp32, bf16, again, resumed, emulated, fp32_beside, bf16_beside;
+    trial(&fp32, cfg, PRECISION_FP32, 0, 0, 0);
+    trial(&bf16, cfg, PRECISION_BF16, 0, 0, 0);
+    trial(&again, cfg, PRECISION_BF16, 0, 0, 0);
+    trial(&resumed, cfg, PRECISION_BF16, 0, 10, 0);
+    trial(&emulated, cfg, PRECISION_FP32, 1, 0, 0);
+    trial(&fp32_beside, cfg, PRECISION_FP32, 0, 0, 1);
+    trial(&bf16_beside, cfg, PRECISION_BF16, 0, 0, 1);
     Model shape;  // the tensors' names and places
     model_build(&shape, &cfg.model, backend_named("cpu"), 64, cfg.batch_size);
     const char* name = ATTN_VARIANTS[kind].name;
@@ -128,10 +185,17 @@ static void test_model(AttentionKind kind) {
           "%s: a bf16 run repeats bitwise", name);
     CHECK(memcmp(bf16.losses, resumed.losses, sizeof(bf16.losses)) == 0,
           "%s: a bf16 run handed to a fresh model after 10 steps (a resume) goes on bitwise as the non-stop run", name);
+    // each model its own instance: the other precision's model stepping beside it changes nothing
+    CHECK(memcmp(fp32.losses, fp32_beside.losses, sizeof(fp32.losses)) == 0 &&
+              memcmp(fp32.grads, fp32_beside.grads, shape.n_params * sizeof(float)) == 0 &&
+              memcmp(bf16.losses, bf16_beside.losses, sizeof(bf16.losses)) == 0 &&
+              memcmp(bf16.grads, bf16_beside.grads, shape.n_params * sizeof(float)) == 0,
+          "%s: an fp32 and a bf16 model stepping in turn in one process give each alone's losses and gradients bitwise", name);
     printf("%-13s worst gradient tensor %-22s %.2e; 20 steps within %.2e of fp32 (emulated bf16: %.2e)\n", name, worst_name, worst,
            drift, drift_ref);
     model_free(&shape);
     free(fp32.grads), free(bf16.grads), free(again.grads), free(resumed.grads), free(emulated.grads);
+    free(fp32_beside.grads), free(bf16_beside.grads);
 }
 
 int main(void) {
@@ -139,9 +203,11 @@ int main(void) {
     const char* why = cpu_bf16_missing(cpu_features());
     if (!cpu_bf16_runs()) {
         // an AVX2-only CPU: oneDNN 2.6 has no bf16 matmul at all, and precision = bf16 is refused
-        const char* refusal = backend_named("cpu")->set_precision(PRECISION_BF16);
+        const char* refusal = NULL;
+        Backend* be = backend_open(0, PRECISION_BF16, &refusal);
         printf("oneDNN has no bf16 matmul for this CPU: the products cannot run here (%s)\n", refusal ? refusal : "");
-        CHECK(refusal != NULL, "a CPU where oneDNN has no bf16 matmul is refused");
+        CHECK(be == NULL, "a CPU where oneDNN has no bf16 matmul is refused");
+        backend_close(be);
         return check_summary();
     }
     if (why) {

@@ -17,6 +17,7 @@
 #include "../model/safetensors.h"
 #include "../base/util.h"
 #include "check.h"
+#include "instances.h"
 
 #define PATH "build/test_checkpoint.h5"
 #define FLIPPED "build/test_checkpoint_flipped.h5"
@@ -239,7 +240,7 @@ int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     saved_cfg = small_config();
     Config cfg = saved_cfg;
-    model_build(&saved, &cfg.model, backend_of_device(cfg.device), 40, cfg.batch_size);
+    model_build(&saved, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), 40, cfg.batch_size);
     model_init_params(&saved, 3);
     adamw_alloc(&saved_opt, &saved, &cfg.optim);
     float *m = mallocCheck(saved.n_params * sizeof(float)), *v = mallocCheck(saved.n_params * sizeof(float));

@@ -679,8 +679,13 @@ if grep -m1 '^flags' /proc/cpuinfo | grep -qwE 'avx512_bf16|amx_bf16'; then
     expect "the registry records the bf16 run's device" \
         test "$(sqlite3 "$work/bf16_reg/registry.sqlite" "SELECT COUNT(*) FROM runs WHERE device LIKE '%bf16 weight products: oneDNN %' AND status = 'FINISHED'")" = 1
     { cat "$work/ok.ini"; echo "precision = bf16"; } > "$work/bf16.ini"
-    expect_fail "bench --vs refuses two precisions (one backend computes both)" "option --vs: .* runs in precision fp32 and .*bf16.ini in bf16" \
-        $bin bench "$work/ok.ini" --vs "$work/bf16.ini" --steps 2 --results "$work/reg"
+    # each model on an instance of its own precision: an fp32 recipe against a bf16 one in one process
+    OMP_NUM_THREADS=2 $bin bench "$work/ok.ini" --vs "$work/bf16.ini" --steps 2 --results "$work/vs_reg" > "$work/vs.log" 2>&1
+    expect "bench --vs across precisions runs both models, each in its own precision, and compares them" \
+        bash -c "grep -q 'device=cpu (OpenBLAS [A-Za-z]*)$' '$work/vs.log' &&
+                 grep -q 'device=cpu (OpenBLAS [A-Za-z]*; bf16 weight products: oneDNN [a-z_:0-9]*)$' '$work/vs.log' &&
+                 grep -q 'bf16.ini against .*ok.ini, step pair by step pair: tokens/s' '$work/vs.log' &&
+                 test \"\$(sqlite3 '$work/vs_reg/registry.sqlite' \"SELECT COUNT(*) FROM runs WHERE row = 'train-alternated' AND status = 'FINISHED'\")\" = 2"
 else
     expect_fail "precision = bf16 is refused on a CPU without bf16 dot products, naming them" \
         "key 'precision': precision = bf16 needs bf16 dot-product instructions \(AVX-512 BF16 or AMX\)" \

@@ -12,6 +12,7 @@
 #include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
+#include "instances.h"
 
 // DINT's maps over a filled cache of T positions: map 1 less the integral term, so each row of
 // A_0 - lambda A_1 sums to one, A_1's rows to zero, row 0 is all on token 0 (its integral term
@@ -53,7 +54,7 @@ static void test_integral_maps(Model* m, int T) {
 static void test_cache(int attention) {
     Config cfg = short_context_config(attention);
     Model m;
-    model_build(&m, &cfg.model, backend_of_device(cfg.device), 300, cfg.batch_size);
+    model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), 300, cfg.batch_size);
     model_init_params(&m, 11);
     float* params = mallocCheck(m.n_params * sizeof(float));
     model_get_params(&m, params);
@@ -135,12 +136,12 @@ static void test_maps_times_v(int M, int shared_kv) {
     be->upload(d_qkv, qkv, qkv_bytes);
     be->upload(d_lambda, &lambda, sizeof(float));
     float* y = mallocCheck(y_bytes);
-    be->attention_forward(d_y, NULL, NULL, d_qkv, d_lambda, &s, no_hook);
+    be->attention_forward(be, d_y, NULL, NULL, d_qkv, d_lambda, &s, no_hook);
     be->download(y, d_y, y_bytes);
     float* P = mallocCheck(P_bytes);
     double worst = 0, row_sum_err = 0;
     for (int h = 0; h < s.H; h++) {
-        be->attention_maps(d_P, d_qkv, &s, h, no_hook);
+        be->attention_maps(be, d_P, d_qkv, &s, h, no_hook);
         be->download(P, d_P, P_bytes);
         int v_col = attention_v_col(&s, h, 0);
         for (int r = 0; r < rows; r++) {

@@ -11,7 +11,10 @@
 //   5. precision = bf16 on the other device (CUDA, on a GPU or emulated: the CPU's bf16 is
 //      test_bf16's) against the CPU in fp32: one forward and backward, then 20 training steps,
 //      repeated bitwise and resumed bitwise from a checkpoint at step 10;
-//   6. one training step profiled on each device (test_profile).
+//   6. one training step profiled on each device (test_profile);
+//   7. a hooked model on the other device where its backend does not serve the hook (CUDA with a
+//      maps budget of 0 MiB): the model places attention on a CPU instance; loss and gradients
+//      within section 1's tolerances of the CPU's, the hook shown every logit row.
 // The emulation runs sections 1 and 5's gradients only: the training sections take minutes there
 // and test the devices' training loop, which is the CPU's code on both sides.
 // Tolerances, CPU against CUDA (fp32 both, different summation orders): loss within 1e-5
@@ -24,7 +27,9 @@
 // Losses after 20 steps within 2e-3 relative (rounding grows through training). The same
 // device against itself must agree bitwise.
 // The lines starting with '|' are the report's tables (gpu-check.sh).
+#define _POSIX_C_SOURCE 200809L  // setenv
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../run/train.h"
@@ -36,6 +41,7 @@
 #include "bf16_reference.h"
 #include "check.h"
 #include "fixtures.h"
+#include "instances.h"
 
 #define STEPS 20
 #define VOCAB 96
@@ -63,6 +69,16 @@ static void list_variants(void) {
 
 // d_model 128, two groups of heads (attention_test_heads: 2 heads, D 32 for diff, 64 for the
 // Transformer), context 75: partial tiles everywhere
+// The instance of cfg's device and precision, opened once and kept for the whole program (each
+// model computes on its own config's, as a run does)
+static const Backend* instance_of(const Config* cfg) {
+    static Backend* open[BACKEND_DEVICE_COUNT][PRECISION_COUNT];
+    Backend** be = &open[cfg->device][cfg->precision];
+    const char* why;
+    if (!*be && !(*be = backend_open(cfg->device, cfg->precision, &why))) die("test_devices: %s", why);
+    return *be;
+}
+
 static Config variant_config(const Variant* v, const char* device) {
     Config cfg;
     config_defaults(&cfg);
@@ -136,8 +152,8 @@ static void compare_tensors(const Model* m, const char* what, const float* a, co
 static void test_gradients(const Variant* v) {
     Config ca = variant_config(v, "cpu"), cb = variant_config(v, other);
     Model a, b;
-    model_build(&a, &ca.model, backend_of_device(ca.device), VOCAB, ca.batch_size);
-    model_build(&b, &cb.model, backend_of_device(cb.device), VOCAB, cb.batch_size);
+    model_build(&a, &ca.model, instance_of(&ca), VOCAB, ca.batch_size);
+    model_build(&b, &cb.model, instance_of(&cb), VOCAB, cb.batch_size);
     model_init_params(&a, 11);
     model_copy_params(&b, &a);
     int n = ca.batch_size * ca.model.seq_len, *tokens = mallocCheck(n * sizeof(int)), *targets = mallocCheck(n * sizeof(int));
@@ -194,7 +210,7 @@ static void train_steps(Model* m, AdamW* opt, const Config* cfg, int from, int t
 }
 
 static void fresh_run(Model* m, AdamW* opt, const Config* cfg) {
-    model_build(m, &cfg->model, backend_of_device(cfg->device), VOCAB, cfg->batch_size);
+    model_build(m, &cfg->model, instance_of(cfg), VOCAB, cfg->batch_size);
     model_init_params(m, 21);
     adamw_alloc(opt, m, &cfg->optim);
 }
@@ -262,7 +278,7 @@ static void test_training(const Variant* v) {
         double* want = nonstop[1 - k];
         double diff = 0;
         for (int s = STEPS / 2; s < STEPS; s++) diff = fmax(diff, fabs(lr[s] - want[s]) / fabs(want[s]));
-        CHECK(diff <= 2e-3 && strcmp(device, backend_named(devices[k])->device_name()) == 0,
+        CHECK(diff <= 2e-3 && strcmp(device, backend_named(devices[k])->device_name(backend_named(devices[k]))) == 0,
               "%s: written on %s at step %d (device attribute '%s'), resumed on %s: losses within %.2e of a non-stop %s run",
               v->name, devices[k], STEPS / 2, device, devices[1 - k], diff, devices[1 - k]);
         printf("| %s: resumed %s -> %s, worst relative loss difference to a non-stop run | %.2e | |\n", v->name, devices[k],
@@ -317,18 +333,17 @@ static void test_bf16(const Variant* v, int train) {
     int n = ca.batch_size * ca.model.seq_len, *tokens = mallocCheck(n * sizeof(int)), *targets = mallocCheck(n * sizeof(int));
     random_batch(tokens, targets, n, 5);
     // the same computation in bf16 another way: attention too where the other device runs it in bf16
-    backend_named(other)->set_precision(PRECISION_BF16);
+    cb.precision = PRECISION_BF16;
+    const Backend* be = instance_of(&cb);
     AttnShape s = attention_shape(&ATTN_VARIANTS[cb.model.attention], cb.model.n_head, config_head_dim(&cb.model), cb.model.noise_group);
     s.B = cb.batch_size;
     s.T = cb.model.seq_len;
-    int attention_bf16 = strstr(backend_named(other)->attention_path(&s), "cuDNN") != NULL;
-    backend_named(other)->set_precision(PRECISION_FP32);
+    int attention_bf16 = strstr(be->attention_path(be, &s), "cuDNN") != NULL;
     Backend reference = bf16_reference_backend(attention_bf16);
     double loss_fp32, loss_bf16, loss_rounded;
     gradients_of(backend_named("cpu"), &ca, params, tokens, targets, fp32, &loss_fp32);
     gradients_of(&reference, &ca, params, tokens, targets, rounded, &loss_rounded);
-    const Backend* be = backend_named(other);
-    CHECK(be->set_precision(PRECISION_BF16) == NULL, "%s runs precision = bf16", other_name);
+    CHECK(strstr(be->device_name(be), "bf16") != NULL, "%s runs precision = bf16 (%s)", other_name, be->device_name(be));
     gradients_of(be, &cb, params, tokens, targets, bf16, &loss_bf16);
     double worst = 0, worst_ratio = 0;
     const char *worst_name = "", *failing = "none";
@@ -365,10 +380,8 @@ static void test_bf16(const Variant* v, int train) {
         Model a, b, b2;
         AdamW oa, ob, ob2;
         double la[STEPS], lb[STEPS], lb2[STEPS];
-        be->set_precision(PRECISION_FP32);
         fresh_run(&a, &oa, &ca);
         train_steps(&a, &oa, &ca, 0, STEPS, la);
-        be->set_precision(PRECISION_BF16);
         fresh_run(&b, &ob, &cb);
         train_steps(&b, &ob, &cb, 0, STEPS, lb);
         fresh_run(&b2, &ob2, &cb);
@@ -393,7 +406,6 @@ static void test_bf16(const Variant* v, int train) {
         model_free(&a), model_free(&b), model_free(&b2);
         adamw_free(&oa), adamw_free(&ob), adamw_free(&ob2);
     }
-    be->set_precision(PRECISION_FP32);
     model_free(&shape);
     free(params), free(fp32), free(bf16), free(rounded), free(tokens), free(targets);
 }
@@ -439,22 +451,76 @@ static void test_profile(const Variant* v, const char* device) {
     double parts = profile_total_seconds(&p);
     CHECK(p.steps == 1 && wrong == 0 && fabs(parts - wall) <= 0.05 * wall,
           "profile of a %s step on %s: every operation's calls as counted by hand (%d wrong); the calls %.2f ms of the step's %.2f ms",
-          v->name, backend_of_device(cfg.device)->name, wrong, 1e3 * parts, 1e3 * wall);
+          v->name, instance_of(&cfg)->name, wrong, 1e3 * parts, 1e3 * wall);
     printf("| profile of a %s step on %s: calls' time against the step's | %.2f ms | %.2f ms |\n", v->name,
-           backend_of_device(cfg.device)->name, 1e3 * parts, 1e3 * wall);
+           instance_of(&cfg)->name, 1e3 * parts, 1e3 * wall);
     profile_free(&p);
     adamw_free(&opt);
     model_free(&m);
 }
 
+// Section 7: one forward and backward with a hook that counts the logit rows it is shown
+static void count_rows(void* ctx, const Activation* a) {
+    if (a->kind == ACT_ATTN_LOGITS) ((long*)ctx)[a->recompute] += a->rows;
+}
+
+static void hooked_step(const Backend* be, const Config* cfg, const float* params, const int* tokens, const int* targets, float* grads,
+                        double* loss, long rows[2], int* served) {
+    Model m;
+    model_build(&m, &cfg->model, be, VOCAB, cfg->batch_size);
+    model_set_params(&m, params);
+    ActivationHook hook = {count_rows, rows};
+    model_set_hook(&m, &hook);
+    AttnShape s = m.shape;
+    s.B = cfg->batch_size, s.T = cfg->model.seq_len;
+    const char* why;
+    *served = be->supports(be, &s, HOOKED_TRAINING, &why);
+    model_zero_grad(&m);
+    model_forward(&m, tokens, targets, cfg->batch_size, cfg->model.seq_len, 1);
+    *loss = model_loss(&m);
+    model_backward(&m, 1.0f);
+    model_get_grads(&m, grads);
+    model_free(&m);
+}
+
+static void test_hooked_placement(const Variant* v) {
+    Config ca = variant_config(v, "cpu"), cb = variant_config(v, other);
+    Model shape;
+    model_build(&shape, &ca.model, instance_of(&ca), VOCAB, ca.batch_size);
+    model_init_params(&shape, 13);
+    size_t n = shape.n_params;
+    float *params = mallocCheck(n * sizeof(float)), *ga = mallocCheck(n * sizeof(float)), *gb = mallocCheck(n * sizeof(float));
+    model_get_params(&shape, params);
+    int N = ca.batch_size * ca.model.seq_len, *tokens = mallocCheck(N * sizeof(int)), *targets = mallocCheck(N * sizeof(int));
+    random_batch(tokens, targets, N, 9);
+    long rows_a[2] = {0, 0}, rows_b[2] = {0, 0};
+    double la, lb;
+    int served_a, served_b;
+    hooked_step(instance_of(&ca), &ca, params, tokens, targets, ga, &la, rows_a, &served_a);
+    setenv("DIFFTX_ATTENTION_MIB", "0", 1);  // CUDA's maps not written out: its backend refuses the hook
+    hooked_step(instance_of(&cb), &cb, params, tokens, targets, gb, &lb, rows_b, &served_b);
+    unsetenv("DIFFTX_ATTENTION_MIB");
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += ((double)gb[i] - ga[i]) * ((double)gb[i] - ga[i]), den += (double)ga[i] * ga[i];
+    double e = sqrt(num / (den + 1e-300));
+    long want = (long)ca.model.n_layer * ca.batch_size * shape.H * shape.M * ca.model.seq_len;
+    CHECK(served_a && served_b == (strcmp(other, "cpu") == 0) && fabs(lb - la) <= 1e-5 * fabs(la) && e <= 1e-3 &&
+              rows_a[0] == want && rows_a[1] == want && rows_b[0] == want && rows_b[1] == want,
+          "%s: hooked on %s (%s): loss %.7f against the CPU's %.7f, gradients within %.2e relative L2; %ld + %ld logit rows shown of "
+          "%ld each way", v->name, other_name, served_b ? "served by its backend" : "attention placed on a CPU instance", lb, la, e,
+          rows_b[0], rows_b[1], want);
+    model_free(&shape);
+    free(params), free(ga), free(gb), free(tokens), free(targets);
+}
+
 int main(void) {
     // the second backend of this program where it can run here, else a second cpu
-    const char* why = backend_unusable("cuda");
+    const char* why = backend_device_refusal(backend_device_index("cuda"));
     other = why ? "cpu" : "cuda";
     other_name = backend_named(other)->name;
     int emulated = strcmp(other_name, "cuda-emulated") == 0;
     if (why) printf("cuda: not run (%s); the second device is the cpu, held to bitwise equality\n", why);
-    printf("devices: cpu and %s (%s)\n", other_name, backend_named(other)->device_name());
+    printf("devices: cpu and %s (%s)\n", other_name, backend_named(other)->device_name(backend_named(other)));
     list_variants();
     printf("| one forward, backward and AdamW step | cpu | %s |\n|---|---|---|\n", other_name);
     for (int i = 0; i < N_VARIANTS; i++) test_gradients(&VARIANTS[i]);
@@ -465,6 +531,7 @@ int main(void) {
     for (int i = 0; i < N_VARIANTS && strcmp(other, "cpu") != 0; i++) test_bf16(&VARIANTS[i], !emulated);
     const AttentionKind profiled[] = {ATTN_STANDARD, ATTN_DIFF};  // VARIANTS' first rows are ATTN_VARIANTS'
     for (int k = 0; k < 2; k++) test_profile(&VARIANTS[profiled[k]], "cpu"), test_profile(&VARIANTS[profiled[k]], other);
+    for (int k = 0; k < 2; k++) test_hooked_placement(&VARIANTS[profiled[k]]);
     remove("build/test_devices.h5");
     return check_summary();
 }

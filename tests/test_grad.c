@@ -15,6 +15,7 @@
 #include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
+#include "instances.h"
 
 static uint64_t rng_state = 42;
 

@@ -13,6 +13,7 @@
 #include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
+#include "instances.h"
 
 typedef struct {
     long logits_forward, logits_recompute, layer_outputs;  // logit rows shown, layer outputs shown
@@ -54,8 +55,8 @@ static void test_noop_hook(AttentionKind kind) {
     int V = 64, B = cfg.batch_size, T = cfg.model.seq_len, steps = 3;
     Model a, b;
     AdamW oa, ob;
-    model_build(&a, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
-    model_build(&b, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
+    model_build(&a, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
+    model_build(&b, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
     model_init_params(&a, 5);
     model_init_params(&b, 5);
     adamw_alloc(&oa, &a, &cfg.optim);
@@ -109,8 +110,8 @@ static void test_replacing_hook(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     int V = 64, B = cfg.batch_size, T = cfg.model.seq_len;
     Model hooked, scaled;
-    model_build(&hooked, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
-    model_build(&scaled, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
+    model_build(&hooked, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
+    model_build(&scaled, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
     model_init_params(&hooked, 9);
     float* params = mallocCheck(hooked.n_params * sizeof(float));
     model_get_params(&hooked, params);
@@ -170,7 +171,7 @@ static void test_layer_output(void) {
     Config cfg = tiny_model_config(ATTN_DIFF);
     int V = 64, T = 20;
     Model m;
-    model_build(&m, &cfg.model, backend_of_device(cfg.device), V, cfg.batch_size);
+    model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
     model_init_params(&m, 3);
     Probe p = {0, 0, 0, 0, 1.0f, cfg.model.n_layer - 1, -1};
     ActivationHook hook = {probe, &p};

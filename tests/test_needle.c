@@ -15,6 +15,7 @@
 #include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
+#include "instances.h"
 
 static void test_scorer(void) {
     CHECK(needle_answer_correct(": 1234567.", 1234567), "plain answer");
@@ -160,7 +161,7 @@ static float* tensor_at(const Model* m, float* params, const char* name) {
 static void test_copy_score(void) {
     Config cfg = short_context_config(ATTN_STANDARD);
     Model m;
-    model_build(&m, &cfg.model, backend_of_device(cfg.device), 258, cfg.batch_size);
+    model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), 258, cfg.batch_size);
     float* params = callocCheck(m.n_params, sizeof(float));
     float *embedding = tensor_at(&m, params, "tok_embedding"), *lm_head = tensor_at(&m, params, "lm_head");
     for (int i = 0; i < 258 * m.C; i++) embedding[i] = 1.0f;

@@ -19,6 +19,7 @@
 #include "../base/util.h"
 #include "check.h"
 #include "fixtures.h"
+#include "instances.h"
 
 static int by_value_desc(const void* a, const void* b) {
     float x = *(const float*)a, y = *(const float*)b;
@@ -161,7 +162,7 @@ static void keep_everything(void* ctx, const Activation* a) {
 static void test_collector(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     Model m;
-    model_build(&m, &cfg.model, backend_of_device(cfg.device), 50, cfg.batch_size);
+    model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), 50, cfg.batch_size);
     model_init_params(&m, 3);
     int T = cfg.model.seq_len, windows = 5, stride = 31;  // overlapping windows, batches of 2 and a last 1
     Shard text = {0};
@@ -246,7 +247,7 @@ static void test_windows(void) {
 static void test_model_quantization(AttentionKind kind) {
     Config cfg = tiny_model_config(kind);
     Model m;
-    model_build(&m, &cfg.model, backend_of_device(cfg.device), 50, cfg.batch_size);
+    model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), 50, cfg.batch_size);
     model_init_params(&m, 5);
     int B = 2, T = cfg.model.seq_len, N = B * T;
     int *tokens = mallocCheck(N * sizeof(int)), *targets = mallocCheck(N * sizeof(int));

@@ -14,6 +14,7 @@
 #include "../studies/table6.h"
 #include "../run/config.h"
 #include "check.h"
+#include "instances.h"
 
 typedef struct {
     const char* row;

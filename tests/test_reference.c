@@ -21,6 +21,7 @@
 #include "../model/optim.h"
 #include "../base/util.h"
 #include "check.h"
+#include "instances.h"
 
 static void read_dataset(hid_t file, const char* name, hid_t type, void* out, const char* path) {
     hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);

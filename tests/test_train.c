@@ -18,6 +18,7 @@
 #include "check.h"
 #include "fixtures.h"
 #include "../studies/tracked.h"
+#include "instances.h"
 
 static Config tiny_config(int attention, const char* out) {
     Config cfg;

@@ -25,6 +25,7 @@
 #include "../base/h5.h"
 #include "../base/util.h"
 #include "fixtures.h"
+#include "instances.h"
 
 // The widest vectors and FMA of the build (-march=native follows the CPU) and of the CPU at run
 // time (glibc picks the FMA or AVX2 variant of its scalar expf and logf by it): measured on one
@@ -124,7 +125,7 @@ static void tamper(const char* path, const char* how) {
 static void hand_maps(const char* path) {
     Config cfg = tiny_model_config(ATTN_DIFF);
     Model m;
-    model_build(&m, &cfg.model, backend_of_device(cfg.device), 40, cfg.batch_size);
+    model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), 40, cfg.batch_size);
     MapsFile f;
     maps_file_create(&f, path, &m, "hand.h5");
     enum { T = 4 };
@@ -232,7 +233,7 @@ int main(int argc, char** argv) {
     if (strcmp(argv[1], "maps") == 0) {
         Config cfg = tiny_model_config(ATTN_DIFF);
         Model m;
-        model_build(&m, &cfg.model, backend_of_device(cfg.device), 40, cfg.batch_size);
+        model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), 40, cfg.batch_size);
         MapsFile f;
         maps_file_create(&f, path, &m, "fixture.h5");
         maps_file_close(&f);

@@ -239,7 +239,9 @@ static void group_forward(float* y, float* o1, float* lse, const float* qkv, con
     }
 }
 
-void cpu_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
+void cpu_attention_forward(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                           HookSite hook) {
+    (void)be;  // fp32 in every precision
     Dims d = dims_of(s);
     int T = d.T, groups = d.H / d.group;
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
@@ -253,7 +255,8 @@ void cpu_attention_forward(float* y, float* o1, float* lse, const float* qkv, co
     }
 }
 
-void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
+void cpu_attention_maps(const Backend* be, float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
+    (void)be;
     Dims d = dims_of(s);
     int T = d.T, rows = T - d.q0;
     float* Kt = mallocCheck((size_t)d.M * d.D * T * sizeof(float));
@@ -426,8 +429,9 @@ static void group_backward(float* dqkv, float* dlambda, const float* dy, const f
     }
 }
 
-void cpu_attention_backward(float* dqkv, float* dlambda_out, const float* dy, const float* dy0, const float* qkv, const float* lse,
-                            const float* lambda, const AttnShape* s, HookSite hook) {
+void cpu_attention_backward(const Backend* be, float* dqkv, float* dlambda_out, const float* dy, const float* dy0, const float* qkv,
+                            const float* lse, const float* lambda, const AttnShape* s, HookSite hook) {
+    (void)be;
     Dims d = dims_of(s);
     if (d.q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", d.q0);
     if (!dy0 != !s->integral) die("attention_backward: dy0 is given exactly for DINT's integral term");

@@ -11,6 +11,7 @@
 
 #include "../../base/dist.h"
 #include "../../base/util.h"
+#include "../weight_copies.h"
 #include "cpu.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -59,25 +60,24 @@ static void cpu_zero(void* buf, size_t bytes) { memset(buf, 0, bytes); }
 static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 // OpenBLAS's kernel is part of what the numbers are computed on: two kernels differ in the last
 // bits of a matmul (which one runs: blas_kernel.c)
-static char description[160];
-static void describe(void) {
-    if (cpu_bf16_enabled()) {
-        snprintf(description, sizeof(description), "cpu (OpenBLAS %s; bf16 weight products: oneDNN %s)", openblas_get_corename(),
+static const char* cpu_init(void) { return NULL; }
+static const char* cpu_open(Backend* be) {
+    if (be->precision == PRECISION_BF16) {
+        const char* why = cpu_bf16_refusal();
+        if (why) return why;
+        be->copies = cpu_bf16_copies_open();
+        snprintf(be->description, sizeof(be->description), "cpu (OpenBLAS %s; bf16 weight products: oneDNN %s)", openblas_get_corename(),
                  cpu_bf16_kernel());
     } else {
-        snprintf(description, sizeof(description), "cpu (OpenBLAS %s)", openblas_get_corename());
+        snprintf(be->description, sizeof(be->description), "cpu (OpenBLAS %s)", openblas_get_corename());
     }
-}
-static const char* cpu_init(void) {
-    describe();
     return NULL;
 }
-static const char* cpu_set_precision(int precision) {
-    const char* why = cpu_bf16_enable(precision == PRECISION_BF16);
-    describe();
-    return why;
+static void cpu_close(Backend* be) { weight_copies_close(be->copies); }
+static const char* cpu_device_name(const Backend* be) { return be->description; }
+static void cpu_weights_changed(const Backend* be, const float* w, size_t n) {
+    if (be->copies) weight_copies_changed(be->copies, w, n);
 }
-static const char* cpu_device_name(void) { return description; }
 static void cpu_synchronize(void) {}
 static double cpu_peak_memory_bytes(void) { return (double)peak_rss_bytes(); }
 // the machine's memory, or less where a ulimit bounds this process: a model past it would make
@@ -88,8 +88,8 @@ static double cpu_memory_bytes(void) {
 }
 
 // Best of a few 2048^3 products in the weights' products' precision (sgemm in fp32)
-static double cpu_matmul_rate(void) {
-    if (cpu_bf16_enabled()) return cpu_bf16_matmul_rate();
+static double cpu_matmul_rate(const Backend* be) {
+    if (be->precision == PRECISION_BF16) return cpu_bf16_matmul_rate();
     int n = 2048;
     float* a = mallocCheck((size_t)n * n * sizeof(float));
     float* b = mallocCheck((size_t)n * n * sizeof(float));
@@ -109,21 +109,20 @@ static double cpu_matmul_rate(void) {
 }
 
 // every shape: the CPU kernels have no head-dim or grid limits, and memory is checked by the caller
-static int cpu_supports(const AttnShape* s, const char** why) {
-    (void)s;
-    (void)why;
+static int cpu_supports(const Backend* be, const AttnShape* s, int hooked, const char** why) {
+    (void)be, (void)s, (void)hooked, (void)why;
     return 1;
 }
 
 // fp32 in every precision: bf16 reaches the weights' products only
-static const char* cpu_attention_path(const AttnShape* s) {
-    (void)s;
+static const char* cpu_attention_path(const Backend* be, const AttnShape* s) {
+    (void)be, (void)s;
     return "fp32 kernels";
 }
 
 // the fp32 peak; no model of the bf16 units' peak (AMX, AVX-512 BF16) yet
-static double cpu_peak(char* how, size_t n) {
-    if (cpu_bf16_enabled()) {
+static double cpu_peak(const Backend* be, char* how, size_t n) {
+    if (be->precision == PRECISION_BF16) {
         snprintf(how, n, "no model of the bf16 units' peak (AVX-512 BF16, AMX)");
         return 0.0;
     }
@@ -150,6 +149,8 @@ static const Backend CPU = {
     .device = "cpu",
     .host_memory = 1,
     .init = cpu_init,
+    .open = cpu_open,
+    .close = cpu_close,
     .device_name = cpu_device_name,
     .memory_bytes = cpu_memory_bytes,
     .peak_memory_bytes = cpu_peak_memory_bytes,
@@ -188,7 +189,6 @@ static const Backend CPU = {
     .adamw_update = cpu_adamw_update,
     .matmul_spent = cpu_matmul_spent,
     .matmul_rate = cpu_matmul_rate,
-    .set_precision = cpu_set_precision,
     .weights_changed = cpu_weights_changed,
     .peak_rate = cpu_peak,
     .attention_path = cpu_attention_path,

@@ -14,8 +14,8 @@ const Backend* backend_cpu(void);
 // what a ulimit (-v, -d) leaves this process past OpenBLAS's buffers, -1 where none is set
 double cpu_limit_bytes(void);
 void cpu_matmul_spent(double* seconds, double* flops);
-void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
-void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
+void cpu_matmul_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
+void cpu_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
 void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W);
 void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                           const float* rstd, float out_scale, int rows, int W);
@@ -30,10 +30,10 @@ void cpu_crossentropy_backward(float* probs_inout, const int* targets, float dlo
 float cpu_softmax_inplace(float* x, int n);
 
 // attention.c
-void cpu_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
-void cpu_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
+void cpu_attention_forward(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
+void cpu_attention_backward(const Backend* be, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
                             const float* lambda, const AttnShape* s, HookSite hook);
-void cpu_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
+void cpu_attention_maps(const Backend* be, float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
 void cpu_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos);
 void cpu_integral_backward(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
                            int Dv);
@@ -79,14 +79,13 @@ void cpu_select_blas_kernel(char** argv);
 const char* cpu_blas_kernel_note(void);
 
 // matmul_bf16.c: the weights' products with bf16 operands and fp32 accumulation and output
-// (oneDNN), for precision = bf16. cpu_bf16_enable turns them on (returns NULL) or says why this
-// CPU cannot run them fast (static storage); cpu_bf16_init makes oneDNN ready, so that the
-// products below may also be called directly (the tests do, on any CPU).
-const char* cpu_bf16_enable(int on);
+// (oneDNN), for precision = bf16. cpu_bf16_refusal says why this CPU cannot run them fast
+// (static storage), or NULL; cpu_bf16_init makes oneDNN ready, so that the products below may
+// also be called directly (the tests do, on any CPU).
+const char* cpu_bf16_refusal(void);
 // Why a CPU of these instruction sets does not run bf16 products fast (no AVX-512 BF16, no AMX),
 // or NULL
 const char* cpu_bf16_missing(CpuFeatures f);
-int cpu_bf16_enabled(void);
 void cpu_bf16_init(void);
 // Whether oneDNN has a bf16 matmul for this CPU at all: natively, or emulated on AVX-512 (oneDNN
 // 2.6 has none for AVX2-only CPUs)
@@ -97,12 +96,14 @@ double cpu_bf16_matmul_rate(void);
 const char* cpu_bf16_kernel(void);
 // x rounded to bf16 (to nearest, ties to even), as its 16 bits
 uint16_t cpu_bf16_round(float x);
-// w (n floats) holds weights that changed: rounded to bf16 once here, then read by every product
-// of them; n = 0 forgets the range (a freed model's)
-void cpu_weights_changed(const float* w, size_t n);
-// matmul_forward and matmul_backward's contracts (backend.h), in bf16 operands
-void cpu_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
-void cpu_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
+// An instance's bf16 twins of its weights, in host memory (weight_copies.h)
+WeightCopies* cpu_bf16_copies_open(void);
+// matmul_forward and matmul_backward's contracts (backend.h), in bf16 operands: a weight found in
+// copies (NULL: none) is read from its twin, every other operand rounded once per product
+void cpu_bf16_matmul_forward(const WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
+                             int accumulate);
+void cpu_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                              int N, int IC, int OC);
 
 // peak.c: GFLOP/s this CPU's `threads` threads could reach at most in fp32, with how it was found
 // (how, n bytes); 0 where no peak model exists for this architecture

@@ -52,10 +52,10 @@ static void sgemm_row_bands(int trans_a, int trans_b, int M, int N, int K, const
     }
 }
 
-void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+void cpu_matmul_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
     double t0 = matmul_begin();
-    if (cpu_bf16_enabled()) {
-        cpu_bf16_matmul_forward(out, inp, w, N, IC, OC, accumulate);
+    if (be->precision == PRECISION_BF16) {
+        cpu_bf16_matmul_forward(be->copies, out, inp, w, N, IC, OC, accumulate);
         matmul_end(t0, 2.0 * N * IC * (double)OC);
         return;
     }
@@ -66,10 +66,11 @@ void cpu_matmul_forward(float* out, const float* inp, const float* w, int N, int
     matmul_end(t0, 2.0 * N * IC * (double)OC);
 }
 
-void cpu_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
+void cpu_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
+                         int OC) {
     double t0 = matmul_begin();
-    if (cpu_bf16_enabled()) {
-        cpu_bf16_matmul_backward(dinp, dw, dout, inp, w, N, IC, OC);
+    if (be->precision == PRECISION_BF16) {
+        cpu_bf16_matmul_backward(be->copies, dinp, dw, dout, inp, w, N, IC, OC);
     } else {
         sgemm_row_bands(0, 0, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC);
         sgemm_row_bands(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);

@@ -23,7 +23,6 @@
         if (status_ != dnnl_success) die_at(__FILE__, __LINE__, "oneDNN: %s failed (status %d)", #call, (int)status_); \
     } while (0)
 
-static int enabled;  // the backend's weights' products run here (precision = bf16)
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 
@@ -43,14 +42,14 @@ static void round_all(uint16_t* out, const float* x, size_t n) {
 // ---- the weights' bf16 copies, and every other operand rounded into scratch ----
 static void* copy_alloc(size_t n) { return mallocCheck(n * sizeof(uint16_t)); }
 static void copy_round(void* copy, const float* w, size_t n) { round_all(copy, w, n); }
-static WeightCopies copies = {.alloc = copy_alloc, .release = free, .round = copy_round, .element = sizeof(uint16_t)};
+static const WeightCopies KIND = {.alloc = copy_alloc, .release = free, .round = copy_round, .element = sizeof(uint16_t)};
 
-void cpu_weights_changed(const float* w, size_t n) { weight_copies_changed(&copies, w, n, enabled); }
+WeightCopies* cpu_bf16_copies_open(void) { return weight_copies_open(&KIND); }
 
-// x (n) as bf16: its weights' copy where x lies in a range of weights, else rounded into
+// x (n) as bf16: its weights' copy where x lies in a block of weights, else rounded into
 // scratch[slot] (kept between calls)
-static const uint16_t* operand(const float* x, size_t n, int slot) {
-    const uint16_t* copy = weight_copies_find(&copies, x, n);
+static const uint16_t* operand(const WeightCopies* copies, const float* x, size_t n, int slot) {
+    const uint16_t* copy = copies ? weight_copies_find(copies, x, n) : NULL;
     if (copy) return copy;
     static uint16_t* scratch[3];
     static size_t capacity[3];
@@ -141,21 +140,21 @@ static void product(int trans_a, int trans_b, int M, int N, int K, const uint16_
     DNNL_CHECK(dnnl_stream_wait(stream));
 }
 
-void cpu_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
-    const uint16_t* x = operand(inp, (size_t)N * IC, 0);
-    const uint16_t* wt = operand(w, (size_t)OC * IC, 1);
+void cpu_bf16_matmul_forward(const WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
+                             int accumulate) {
+    const uint16_t* x = operand(copies, inp, (size_t)N * IC, 0);
+    const uint16_t* wt = operand(copies, w, (size_t)OC * IC, 1);
     product(0, 1, N, OC, IC, x, wt, out, accumulate);
 }
 
-void cpu_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
-    const uint16_t* d = operand(dout, (size_t)N * OC, 0);
-    const uint16_t* wt = operand(w, (size_t)OC * IC, 1);
-    const uint16_t* x = operand(inp, (size_t)N * IC, 2);
+void cpu_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                              int N, int IC, int OC) {
+    const uint16_t* d = operand(copies, dout, (size_t)N * OC, 0);
+    const uint16_t* wt = operand(copies, w, (size_t)OC * IC, 1);
+    const uint16_t* x = operand(copies, inp, (size_t)N * IC, 2);
     product(0, 0, N, IC, OC, d, wt, dinp, 0);
     product(1, 0, OC, IC, N, d, x, dw, 1);
 }
-
-int cpu_bf16_enabled(void) { return enabled; }
 
 double cpu_bf16_matmul_rate(void) {
     cpu_bf16_init();
@@ -208,12 +207,9 @@ const char* cpu_bf16_missing(CpuFeatures f) {
            "would emulate them, slower than the fp32 products; use precision = fp32";
 }
 
-const char* cpu_bf16_enable(int on) {
-    if (on) {
-        const char* why = cpu_bf16_missing(cpu_features());
-        if (why) return why;
-        if (!cpu_bf16_runs()) return "precision = bf16: oneDNN has no bf16 matmul for this CPU (ONEDNN_MAX_CPU_ISA may limit it)";
-    }
-    enabled = on;
+const char* cpu_bf16_refusal(void) {
+    const char* why = cpu_bf16_missing(cpu_features());
+    if (why) return why;
+    if (!cpu_bf16_runs()) return "precision = bf16: oneDNN has no bf16 matmul for this CPU (ONEDNN_MAX_CPU_ISA may limit it)";
     return NULL;
 }

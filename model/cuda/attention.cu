@@ -87,11 +87,13 @@ static size_t forward_smem(const Geo& g);
 static size_t dq_smem(const Geo& g);
 static size_t dkv_smem(const Geo& g);
 
+static const char* kernels_refusal(const AttnShape* s);
+
 // The geometry of a shape this backend supports (cuda_attention_supports, asked when a model is
 // built); any other reaching a kernel is a caller's error
 static Geo geo_of(const AttnShape* s) {
-    const char* why;
-    if (!cuda_attention_supports(s, &why)) die("%s", why);
+    const char* why = kernels_refusal(s);
+    if (why) die("%s", why);
     return geo_fields(s);
 }
 
@@ -341,51 +343,6 @@ static void allow_smem(Kernel kernel, size_t bytes) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-// ---- the hook's path: the CPU kernel on host copies ----
-struct HostAttention {
-    float *qkv, *y, *o1, *lse, *dy, *dy0, *dqkv, lambda, dlambda;
-};
-
-static float* host_copy(const float* d, size_t n) {
-    float* h = (float*)mallocCheck(n * sizeof(float) + 1);
-    if (n) cuda_download(h, d, n * sizeof(float));
-    return h;
-}
-
-static void staged_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
-    Geo g = geo_of(s);
-    size_t n_qkv = (size_t)g.s.B * g.s.T * g.QKV, n_y = (size_t)g.s.B * (g.s.T - g.s.q0) * g.HDv, n_lse = (size_t)g.s.B * g.s.H * g.s.M * g.s.T;
-    HostAttention h = {host_copy(qkv, n_qkv), (float*)mallocCheck(n_y * sizeof(float) + 1),
-                       o1 ? (float*)mallocCheck(n_y * sizeof(float) + 1) : NULL, lse ? (float*)mallocCheck(n_lse * sizeof(float)) : NULL,
-                       NULL, NULL, NULL, 0.0f, 0.0f};
-    if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
-    backend_named("cpu")->attention_forward(h.y, h.o1, h.lse, h.qkv, &h.lambda, s, hook);
-    cuda_upload(y, h.y, n_y * sizeof(float));
-    if (o1) cuda_upload(o1, h.o1, n_y * sizeof(float));
-    if (lse) cuda_upload(lse, h.lse, n_lse * sizeof(float));
-    free(h.qkv);
-    free(h.y);
-    free(h.o1);
-    free(h.lse);
-}
-
-static void staged_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
-                            const float* lambda, const AttnShape* s, HookSite hook) {
-    Geo g = geo_of(s);
-    size_t n_qkv = (size_t)g.s.B * g.s.T * g.QKV, n_y = (size_t)g.s.B * g.s.T * g.HDv, n_lse = (size_t)g.s.B * g.s.H * g.s.M * g.s.T;
-    HostAttention h = {host_copy(qkv, n_qkv), NULL, NULL, host_copy(lse, n_lse), host_copy(dy, n_y), dy0 ? host_copy(dy0, n_y) : NULL,
-                       (float*)mallocCheck(n_qkv * sizeof(float)), 0.0f, 0.0f};
-    if (lambda) cuda_download(&h.lambda, lambda, sizeof(float));
-    backend_named("cpu")->attention_backward(h.dqkv, dlambda ? &h.dlambda : NULL, h.dy, h.dy0, h.qkv, h.lse, &h.lambda, s, hook);
-    cuda_upload(dqkv, h.dqkv, n_qkv * sizeof(float));
-    if (dlambda) cuda_upload(dlambda, &h.dlambda, sizeof(float));
-    free(h.qkv);
-    free(h.lse);
-    free(h.dy);
-    free(h.dy0);
-    free(h.dqkv);
-}
-
 template <bool ONCE>
 static void forward_launch(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const float* qstep, const Geo& g) {
     size_t smem = forward_smem(g);
@@ -401,8 +358,9 @@ static void forward_launch(float* y, float* o1, float* lse, const float* qkv, co
 
 // ---- the path of a call ----
 // A call of shape s takes, in order: cuDNN's graphs (precision = bf16, cudnn_attention.cu), the
-// maps written out (attention_written.cu), this file's kernels; with a hook, the written-out maps or
-// else the CPU's kernels on host copies. Each shape's path is said once per kind of call on stderr.
+// maps written out (attention_written.cu), this file's kernels; with a hook, the written-out maps,
+// which supports answers for, so that the model places a hooked call they refuse on a CPU
+// instance. Each shape's path is said once per kind of call on stderr.
 static void say_path(const AttnShape* s, int training, const char* path) {
     static std::vector<std::pair<AttnShape, int>> said;
     for (const auto& k : said) {
@@ -414,13 +372,13 @@ static void say_path(const AttnShape* s, int training, const char* path) {
 }
 
 // The written-out path's description, or why not (NULL: it does not run s)
-static const char* written_path(const AttnShape* s, int training, const char** why) {
+static const char* written_path(int bf16, const AttnShape* s, int training, const char** why) {
     static char path[240];
-    *why = written_attention_refusal(s, training);
+    *why = written_attention_refusal(s, training, bf16);
     if (*why) return NULL;
     const char* how;
     double budget = written_attention_budget(&how);
-    snprintf(path, sizeof(path), "maps written out through cuBLAS in %s (within a budget of %.0f MiB: %s)", cuda_bf16_enabled() ? "bf16" : "fp32",
+    snprintf(path, sizeof(path), "maps written out through cuBLAS in %s (within a budget of %.0f MiB: %s)", bf16 ? "bf16" : "fp32",
              budget / 1048576.0, how);
     return path;
 }
@@ -431,31 +389,40 @@ static const char* kernels_path(const char* why_not_written) {
     return path;
 }
 
-const char* cuda_attention_path(const AttnShape* s) {
+const char* cuda_attention_path(const Backend* be, const AttnShape* s) {
     static char path[1400];
-    const char* graphs_why = !cuda_bf16_enabled() ? "precision = fp32"
+    int bf16 = be->precision == PRECISION_BF16;
+    const char* graphs_why = !bf16 ? "precision = fp32"
                              : cuda_attention_forced() ? "DIFFTX_ATTENTION_PATH is set"
                                                        : cudnn_attention_refusal(s);
     if (!graphs_why) {
         snprintf(path, sizeof(path), "cuDNN %zu fused graphs", cudnn_version());
         return path;
     }
-    const char *why, *written = written_path(s, 1, &why);
+    const char *why, *written = written_path(bf16, s, 1, &why);
     snprintf(path, sizeof(path), "%s", written ? written : kernels_path(why));
-    if (cuda_bf16_enabled()) snprintf(path + strlen(path), sizeof(path) - strlen(path), "; not cuDNN's graphs: %s", graphs_why);
+    if (bf16) snprintf(path + strlen(path), sizeof(path) - strlen(path), "; not cuDNN's graphs: %s", graphs_why);
     return path;
 }
 
-void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
-    if (!hook.hook && !o1 && !cuda_attention_forced() && cudnn_attention_forward(y, lse, qkv, lambda, s)) return;
+// A hooked call the written-out maps refuse is the model's to place (supports says so): one
+// reaching here is a caller's error
+static void refuse_hooked(const AttnShape* s, const char* why) {
+    die("attention with a hook at B=%d T=%d on the CUDA backend, which does not support it (%s): the model places such a call on a "
+        "CPU instance", s->B, s->T, why);
+}
+
+void cuda_attention_forward(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                            HookSite hook) {
+    int bf16 = be->precision == PRECISION_BF16;
+    if (bf16 && !hook.hook && !o1 && !cuda_attention_forced() && cudnn_attention_forward(y, lse, qkv, lambda, s)) return;
     int training = lse != NULL;
-    const char *why, *written = written_path(s, training, &why);
+    const char *why, *written = written_path(bf16, s, training, &why);
     if (written) {
         say_path(s, training, written);
-        written_attention_forward(y, o1, lse, qkv, lambda, s, hook);
+        written_attention_forward(bf16, y, o1, lse, qkv, lambda, s, hook);
     } else if (hook.hook) {
-        say_path(s, training, "the CPU backend's kernels on host copies (with a hook; maps not written out)");
-        staged_forward(y, o1, lse, qkv, lambda, s, hook);
+        refuse_hooked(s, why);
     } else {
         say_path(s, training, kernels_path(why));
         cuda_attention_forward_kernels(y, o1, lse, qkv, lambda, s);
@@ -788,8 +755,9 @@ static size_t dkv_smem(const Geo& g) {
 }
 
 // The kernels' limits: head widths up to ATT_MAX_D (registers), sequences x heads x maps up to
-// the grid's 65535 in y, and the shared memory of the largest kernel within the device's
-int cuda_attention_supports(const AttnShape* s, const char** why) {
+// the grid's 65535 in y, and the shared memory of the largest kernel within the device's: NULL,
+// or why not (static storage)
+static const char* kernels_refusal(const AttnShape* s) {
     static char msg[256];
     Geo g = geo_fields(s);
     size_t smem = std::max(forward_smem(g), std::max(dq_smem(g), dkv_smem(g)));
@@ -804,10 +772,24 @@ int cuda_attention_supports(const AttnShape* s, const char** why) {
         snprintf(msg, sizeof(msg), "the CUDA attention kernels need %zu bytes of shared memory per block at head_dim %d, the "
                  "device has %zu", smem, g.s.D, cuda_shared_memory_limit());
     } else {
-        return 1;
+        return NULL;
     }
-    *why = msg;
-    return 0;
+    return msg;
+}
+
+// The kernels' limits without a hook; with one, where the maps are written out (on the device,
+// where the hook reads the logits)
+int cuda_attention_supports(const Backend* be, const AttnShape* s, int hooked, const char** why) {
+    static char msg[320];
+    if (hooked) {
+        const char* refused = written_attention_refusal(s, hooked == HOOKED_TRAINING, be->precision == PRECISION_BF16);
+        if (!refused) return 1;
+        snprintf(msg, sizeof(msg), "a hook reads attention's logits where its maps are written out, and they are not: %s", refused);
+        *why = msg;
+        return 0;
+    }
+    *why = kernels_refusal(s);
+    return *why == NULL;
 }
 
 template <bool ONCE>
@@ -832,13 +814,15 @@ static void backward_launch(float* dqkv, float* Drow, const float* dy, const flo
     cudaCheckLaunch();
 }
 
-void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
-                             const float* lambda, const AttnShape* s, HookSite hook) {
+void cuda_attention_backward(const Backend* be, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
+                             const float* lse, const float* lambda, const AttnShape* s, HookSite hook) {
     if (s->q0 != 0) die("attention_backward: training attends from row 0 (q0 = %d)", s->q0);
     if (!dy0 != !s->integral) die("attention_backward: dy0 is given exactly for DINT's integral term");
-    if (!hook.hook && !dy0 && !cuda_attention_forced() && cudnn_attention_backward(dqkv, dlambda, dy, qkv, lambda, s)) return;
-    if (!written_attention_refusal(s, 1)) written_attention_backward(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
-    else if (hook.hook) staged_backward(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
+    int bf16 = be->precision == PRECISION_BF16;
+    if (bf16 && !hook.hook && !dy0 && !cuda_attention_forced() && cudnn_attention_backward(dqkv, dlambda, dy, qkv, lambda, s)) return;
+    const char* why = written_attention_refusal(s, 1, bf16);
+    if (!why) written_attention_backward(bf16, dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
+    else if (hook.hook) refuse_hooked(s, why);
     else cuda_attention_backward_kernels(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s);
 }
 

@@ -87,18 +87,18 @@ double written_attention_budget(const char** how) {
 
 // Bytes a call of shape s writes out: the maps (and their bf16 copies), in the backward their
 // gradients too
-static double workspace_bytes(const AttnShape* s, int backward) {
+static double workspace_bytes(const AttnShape* s, int backward, int bf16) {
     Wgeo g = wgeo(s);
     double maps = (double)g.units * g.M * g.R * g.T, grads = backward ? (double)g.units * g.slots * g.T * g.T : 0;
-    return maps * (4 + (cuda_bf16_enabled() ? 2 : 0)) + grads * 4;
+    return maps * (4 + (bf16 ? 2 : 0)) + grads * 4;
 }
 
-const char* written_attention_refusal(const AttnShape* s, int backward) {
+const char* written_attention_refusal(const AttnShape* s, int backward, int bf16) {
     static char why[200];
     const char* how;
     if (cuda_attention_forced() == ATTENTION_FORCE_KERNELS) return "DIFFTX_ATTENTION_PATH = kernels";
     if (s->q0) return "decoding after cached rows";
-    double need = workspace_bytes(s, backward), budget = written_attention_budget(&how);
+    double need = workspace_bytes(s, backward, bf16), budget = written_attention_budget(&how);
     if (need > budget && cuda_attention_forced() != ATTENTION_FORCE_WRITTEN) {
         snprintf(why, sizeof(why), "its maps take %.0f MiB, over the budget of %.0f MiB (%s)", need / 1048576.0, budget / 1048576.0, how);
         return why;
@@ -456,19 +456,21 @@ static void backward(float* dqkv, float* dlambda, const float* dy, const float* 
     if (dlambda && g.M == 2 && g.lam < 0) cuda_sum_fixed_order(dlambda, dlam_rows, 1, (size_t)g.units * g.T, (size_t)g.units * g.T, 1.0f);
 }
 
-void written_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook) {
-    if (cuda_bf16_enabled()) forward<__nv_bfloat16>(y, o1, lse, qkv, lambda, s, hook);
+void written_attention_forward(int bf16, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                               HookSite hook) {
+    if (bf16) forward<__nv_bfloat16>(y, o1, lse, qkv, lambda, s, hook);
     else forward<float>(y, o1, lse, qkv, lambda, s, hook);
 }
 
-void written_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
-                                const float* lambda, const AttnShape* s, HookSite hook) {
-    if (cuda_bf16_enabled()) backward<__nv_bfloat16>(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
+void written_attention_backward(int bf16, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
+                                const float* lse, const float* lambda, const AttnShape* s, HookSite hook) {
+    if (bf16) backward<__nv_bfloat16>(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
     else backward<float>(dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook);
 }
 
 // ---- attention maps: head h of sequence 0, rows q0 .. T - 1, in fp32 ----
-void cuda_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
+void cuda_attention_maps(const Backend* be, float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
+    (void)be;
     AttnShape one = *s;
     one.B = 1;
     Wgeo g = wgeo(&one);

@@ -14,11 +14,11 @@
 extern "C" {
 #include "../../base/dist.h"
 #include "../../base/util.h"
+#include "../weight_copies.h"
 }
 
 static int device = -1;
 static cublasHandle_t cublas;
-static char description[200] = "cuda";
 static char gpu[128];  // "NVIDIA H100 80GB HBM3 (sm_90)"
 static double device_bytes;
 static size_t shared_limit;
@@ -58,7 +58,6 @@ static const char* cuda_init(void) {
         return why;
     }
     snprintf(gpu, sizeof(gpu), "%.100s (sm_%d%d)", prop.name, prop.major, prop.minor);
-    snprintf(description, sizeof(description), "cuda %s", gpu);
     device_bytes = (double)prop.totalGlobalMem;
     int optin = 0;
     cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -73,14 +72,21 @@ static const char* cuda_init(void) {
     return NULL;
 }
 
-static const char* cuda_device_name(void) { return description; }
-// the description names the weights' products' precision where it is not fp32: a bf16 run's
-// numbers are not an fp32 run's
-static const char* cuda_set_precision(int precision) {
-    const char* why = cuda_bf16_enable(precision == PRECISION_BF16);
-    if (cuda_bf16_enabled()) snprintf(description, sizeof(description), "cuda %s; bf16 weight products: cuBLAS tensor cores", gpu);
-    else snprintf(description, sizeof(description), "cuda %s", gpu);
-    return why;
+// The device context, handles and scratch are the process's, shared by its instances (one
+// stream, in order); an instance owns its precision and its weights' bf16 copies
+static const char* cuda_open(Backend* be) {
+    if (be->precision == PRECISION_BF16) {
+        be->copies = cuda_bf16_copies_open();
+        snprintf(be->description, sizeof(be->description), "cuda %s; bf16 weight products: cuBLAS tensor cores", gpu);
+    } else {
+        snprintf(be->description, sizeof(be->description), "cuda %s", gpu);
+    }
+    return NULL;
+}
+static void cuda_close(Backend* be) { weight_copies_close(be->copies); }
+static const char* cuda_device_name(const Backend* be) { return be->description; }
+static void cuda_weights_changed(const Backend* be, const float* w, size_t n) {
+    if (be->copies) weight_copies_changed(be->copies, w, n);
 }
 static double cuda_memory_bytes(void) { return device_bytes; }
 
@@ -99,7 +105,7 @@ void* cuda_alloc(size_t bytes) {
     if (err != cudaSuccess) {
         size_t free_bytes = 0, total = 0;
         cudaMemGetInfo(&free_bytes, &total);
-        die("CUDA: cannot allocate %.1f MiB on %s (%.1f MiB free of %.1f MiB): %s", n / 1048576.0, description,
+        die("CUDA: cannot allocate %.1f MiB on cuda %s (%.1f MiB free of %.1f MiB): %s", n / 1048576.0, gpu,
             free_bytes / 1048576.0, total / 1048576.0, cudaGetErrorString(err));
     }
     cudaCheck(cudaMemsetAsync(p, 0, n, 0));
@@ -172,8 +178,8 @@ static void square_sgemm(void* abc) {
 }
 
 // A 4096^3 product in the weights' products' precision
-static double cuda_matmul_rate(void) {
-    if (cuda_bf16_enabled()) return cuda_bf16_matmul_rate();
+static double cuda_matmul_rate(const Backend* be) {
+    if (be->precision == PRECISION_BF16) return cuda_bf16_matmul_rate();
     size_t count = (size_t)RATE_N * RATE_N;
     float* abc[3];
     for (int i = 0; i < 3; i++) abc[i] = (float*)cuda_alloc(count * sizeof(float));
@@ -186,7 +192,7 @@ static double cuda_matmul_rate(void) {
 
 // SMs x multiply-adds per SM and clock x 2 x the peak clock the driver reports: fp32 lanes, or in
 // bf16 the tensor cores' dense bf16 rate
-static double cuda_peak_rate(char* how, size_t n) {
+static double cuda_peak_rate(const Backend* be, char* how, size_t n) {
     int major, minor, sms, khz;
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
@@ -194,7 +200,7 @@ static double cuda_peak_rate(char* how, size_t n) {
     cudaCheck(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
     const char* unit;
     int per_sm;
-    if (cuda_bf16_enabled()) {
+    if (be->precision == PRECISION_BF16) {
         // dense bf16 multiply-adds per SM and clock with fp32 accumulation (NVIDIA's A100 and
         // H100 whitepapers: 312 and 989 TFLOP/s at their boost clocks): 1024 on sm_80, 2048 on
         // sm_90; the other generations' parts differ within one generation
@@ -267,6 +273,8 @@ static Backend table(void) {
     b.device = "cuda";
     b.host_memory = 0;
     b.init = cuda_init;
+    b.open = cuda_open;
+    b.close = cuda_close;
     b.device_name = cuda_device_name;
     b.memory_bytes = cuda_memory_bytes;
     b.peak_memory_bytes = cuda_peak_memory_bytes;
@@ -306,7 +314,6 @@ static Backend table(void) {
     b.matmul_spent = cuda_matmul_spent;
     b.matmul_rate = cuda_matmul_rate;
     b.peak_rate = cuda_peak_rate;
-    b.set_precision = cuda_set_precision;
     b.weights_changed = cuda_weights_changed;
     b.attention_path = cuda_attention_path;
     b.timer_mark = cuda_timer_mark;

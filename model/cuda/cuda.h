@@ -70,17 +70,19 @@ void cuda_fill(float* x, size_t n, uint32_t seed);
 float cuda_best_ms(void (*call)(void* ctx), void* ctx);
 
 // ---- matmul_bf16.cu: the weights' products in bf16 (precision = bf16) ----
-// cuda_bf16_enable turns them on or off (returns NULL: every GPU this backend runs on has bf16
-// tensor cores); matmul_forward and matmul_backward then take the two functions below
-const char* cuda_bf16_enable(int on);
+// An instance's bf16 twins of its weights, in device memory (weight_copies.h); every GPU this
+// backend runs on has bf16 tensor cores
+WeightCopies* cuda_bf16_copies_open(void);
 // out (n) = x (n) rounded to bf16 (to nearest, ties to even)
 void cuda_round_bf16(__nv_bfloat16* out, const float* x, size_t n);
-int cuda_bf16_enabled(void);
 // the tensor cores' cuBLAS handle (default math mode) of the bf16 products, made on first use
 cublasHandle_t cuda_bf16_cublas(void);
-void cuda_weights_changed(const float* w, size_t n);
-void cuda_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
-void cuda_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
+// matmul_forward and matmul_backward in bf16 operands: a weight found in copies (NULL: none) is
+// read from its twin, every other operand rounded once per product
+void cuda_bf16_matmul_forward(const WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
+                              int accumulate);
+void cuda_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                               int N, int IC, int OC);
 // GFLOP/s of a 4096^3 bf16 product
 double cuda_bf16_matmul_rate(void);
 
@@ -91,8 +93,8 @@ double cuda_bf16_matmul_rate(void);
 void cuda_sum_fixed_order(float* out, const float* x, size_t rows, size_t len, size_t stride, float scale);
 void cuda_sum_fixed_order(double* out, const double* x, size_t rows, size_t len, size_t stride, double scale);
 void cuda_matmul_spent(double* seconds, double* flops);
-void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
-void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
+void cuda_matmul_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
+void cuda_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
 void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W);
 void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                            const float* rstd, float out_scale, int rows, int W);
@@ -109,7 +111,8 @@ void cuda_add(float* y, const float* x, size_t n);
 void cuda_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
 
 // ---- cudnn_attention.cu: attention on cuDNN's fused graphs in precision = bf16 ----
-// Each runs the call where the shape allows and returns 1, or returns 0 for another path
+// Called in bf16 only. Each runs the call where the shape allows and returns 1, or returns 0 for
+// another path
 int cudnn_attention_forward(float* y, float* lse, const float* qkv, const float* lambda, const AttnShape* s);
 int cudnn_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* qkv, const float* lambda, const AttnShape* s);
 // NULL where a training call of shape s takes the graphs (bf16, plans made, in agreement with the
@@ -119,26 +122,29 @@ const char* cudnn_attention_refusal(const AttnShape* s);
 // ---- attention_written.cu: attention with its T x T maps written out, through cuBLAS ----
 // NULL where a call of shape s (backward: a training call) takes the written-out path, else why
 // not (static storage): decoding, maps over the memory budget, or DIFFTX_ATTENTION_PATH
-const char* written_attention_refusal(const AttnShape* s, int backward);
+const char* written_attention_refusal(const AttnShape* s, int backward, int bf16);
 // the budget in bytes and how it was set, for the path's description
 double written_attention_budget(const char** how);
-void written_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
-void written_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
-                                const float* lambda, const AttnShape* s, HookSite hook);
+// bf16: the maps' products in bf16 operands with fp32 accumulation (precision = bf16), else fp32
+void written_attention_forward(int bf16, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                               HookSite hook);
+void written_attention_backward(int bf16, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
+                                const float* lse, const float* lambda, const AttnShape* s, HookSite hook);
 // The path the user forces with DIFFTX_ATTENTION_PATH: 0 none (unset or "auto"), else one of
 enum { ATTENTION_FORCE_NONE, ATTENTION_FORCE_KERNELS, ATTENTION_FORCE_WRITTEN };
 int cuda_attention_forced(void);
 // the path attention of shape s takes (the backend table's attention_path)
-const char* cuda_attention_path(const AttnShape* s);
+const char* cuda_attention_path(const Backend* be, const AttnShape* s);
 // steps (tensors, rows) = the quantization step of each row of amax (tensors, rows): its own
 // absmax (per_row) or its tensor's largest, over Q levels
 void cuda_quant_steps(float* step, const float* amax, int tensors, int rows, int per_row, int Q);
 
 // ---- attention.cu ----
-int cuda_attention_supports(const AttnShape* s, const char** why);
-void cuda_attention_forward(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s, HookSite hook);
-void cuda_attention_backward(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
-                             const float* lambda, const AttnShape* s, HookSite hook);
+int cuda_attention_supports(const Backend* be, const AttnShape* s, int hooked, const char** why);
+void cuda_attention_forward(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
+                            HookSite hook);
+void cuda_attention_backward(const Backend* be, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv,
+                             const float* lse, const float* lambda, const AttnShape* s, HookSite hook);
 // the same on this backend's kernels alone, never cuDNN's graphs (which cudnn_attention.cu holds to them)
 void cuda_attention_forward_kernels(float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s);
 void cuda_attention_backward_kernels(float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
@@ -146,7 +152,7 @@ void cuda_attention_backward_kernels(float* dqkv, float* dlambda, const float* d
 void cuda_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos);
 void cuda_integral_backward(float* dy0, float* dlambda, const float* dy, const float* sums, const float* lambda, int B, int T, int H,
                             int Dv);
-void cuda_attention_maps(float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
+void cuda_attention_maps(const Backend* be, float* P, const float* qkv, const AttnShape* s, int h, HookSite hook);
 void cuda_lambda_forward(float* lambda, const float* lam, float lambda_init, int D);
 void cuda_lambda_backward(float* dlam, const float* dlambda, const float* lam, int D);
 void cuda_token_lambda_forward(float* qkv, int N, const AttnShape* s);

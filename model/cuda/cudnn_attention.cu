@@ -595,7 +595,6 @@ static Decision* decision_for(const AttnShape* s, int with_backward) {
 // The graphs' plans for s into fwd and bwd, saying once per shape and kind of call where the
 // graphs take it; NULL, or why they do not
 static const char* decide(const AttnShape* s, const Plan** fwd, const Plan** bwd, int with_backward) {
-    if (!cuda_bf16_enabled()) return "precision = fp32";
     Decision* d = decision_for(s, with_backward);
     const char* calls = with_backward ? "training" : "forward only";
     if (!d->said && !d->why[0]) {
@@ -610,7 +609,6 @@ static const char* decide(const AttnShape* s, const Plan** fwd, const Plan** bwd
 }
 
 const char* cudnn_attention_refusal(const AttnShape* s) {
-    if (!cuda_bf16_enabled()) return "precision = fp32";
     const Decision* d = decision_for(s, 1);
     return d->why[0] ? d->why : NULL;
 }

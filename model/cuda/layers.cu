@@ -58,17 +58,18 @@ void cuda_matmul_spent(double* seconds, double* flops) {
     matmul_timing = 1;
 }
 
-void cuda_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
+void cuda_matmul_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
     matmul_begin();
-    if (cuda_bf16_enabled()) cuda_bf16_matmul_forward(out, inp, w, N, IC, OC, accumulate);
+    if (be->precision == PRECISION_BF16) cuda_bf16_matmul_forward(be->copies, out, inp, w, N, IC, OC, accumulate);
     else cuda_sgemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, w, IC, inp, IC, accumulate ? 1.0f : 0.0f, out, OC);
     matmul_end(2.0 * N * IC * (double)OC);
 }
 
-void cuda_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
+void cuda_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
+                          int OC) {
     matmul_begin();
-    if (cuda_bf16_enabled()) {
-        cuda_bf16_matmul_backward(dinp, dw, dout, inp, w, N, IC, OC);
+    if (be->precision == PRECISION_BF16) {
+        cuda_bf16_matmul_backward(be->copies, dinp, dw, dout, inp, w, N, IC, OC);
     } else {
         cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, w, IC, dout, OC, 0.0f, dinp, IC);
         cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC);

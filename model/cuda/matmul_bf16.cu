@@ -17,7 +17,6 @@ extern "C" {
 #include "../weight_copies.h"
 }
 
-static int enabled;
 static cublasHandle_t tensor_cores;
 
 __global__ void round_to_bf16_kernel(__nv_bfloat16* out, const float* x, size_t n) {
@@ -34,13 +33,16 @@ void cuda_round_bf16(__nv_bfloat16* out, const float* x, size_t n) {
 // ---- the weights' bf16 copies in device memory, and every other operand rounded into scratch ----
 static void* copy_alloc(size_t n) { return cuda_alloc(n * sizeof(__nv_bfloat16)); }
 static void copy_round(void* copy, const float* w, size_t n) { cuda_round_bf16((__nv_bfloat16*)copy, w, n); }
-static WeightCopies copies = {copy_alloc, cuda_release, copy_round, sizeof(__nv_bfloat16), {}};
+static const WeightCopies KIND = {copy_alloc, cuda_release, copy_round, sizeof(__nv_bfloat16), {}};
 
-void cuda_weights_changed(const float* w, size_t n) { weight_copies_changed(&copies, w, n, enabled); }
+WeightCopies* cuda_bf16_copies_open(void) {
+    cuda_bf16_cublas();
+    return weight_copies_open(&KIND);
+}
 
-// x (n) as bf16: its weights' copy where x lies in a range of weights, else rounded into scratch
-static const __nv_bfloat16* operand(const float* x, size_t n, int slot) {
-    const __nv_bfloat16* copy = (const __nv_bfloat16*)weight_copies_find(&copies, x, n);
+// x (n) as bf16: its weights' copy where x lies in a block of weights, else rounded into scratch
+static const __nv_bfloat16* operand(const WeightCopies* copies, const float* x, size_t n, int slot) {
+    const __nv_bfloat16* copy = copies ? (const __nv_bfloat16*)weight_copies_find(copies, x, n) : NULL;
     if (copy) return copy;
     __nv_bfloat16* out = (__nv_bfloat16*)cuda_scratch(slot, n * sizeof(__nv_bfloat16));
     cuda_round_bf16(out, x, n);
@@ -56,21 +58,21 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
 }
 
 // the fp32 products' layout (layers.cu): row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X
-void cuda_bf16_matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
-    const __nv_bfloat16* x = operand(inp, (size_t)N * IC, SCRATCH_BF16_A);
-    const __nv_bfloat16* wt = operand(w, (size_t)OC * IC, SCRATCH_BF16_B);
+void cuda_bf16_matmul_forward(const WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
+                              int accumulate) {
+    const __nv_bfloat16* x = operand(copies, inp, (size_t)N * IC, SCRATCH_BF16_A);
+    const __nv_bfloat16* wt = operand(copies, w, (size_t)OC * IC, SCRATCH_BF16_B);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, wt, IC, x, IC, accumulate ? 1.0f : 0.0f, out, OC);
 }
 
-void cuda_bf16_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC) {
-    const __nv_bfloat16* d = operand(dout, (size_t)N * OC, SCRATCH_BF16_A);
-    const __nv_bfloat16* wt = operand(w, (size_t)OC * IC, SCRATCH_BF16_B);
-    const __nv_bfloat16* x = operand(inp, (size_t)N * IC, SCRATCH_BF16_C);
+void cuda_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                               int N, int IC, int OC) {
+    const __nv_bfloat16* d = operand(copies, dout, (size_t)N * OC, SCRATCH_BF16_A);
+    const __nv_bfloat16* wt = operand(copies, w, (size_t)OC * IC, SCRATCH_BF16_B);
+    const __nv_bfloat16* x = operand(copies, inp, (size_t)N * IC, SCRATCH_BF16_C);
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, wt, IC, d, OC, 0.0f, dinp, IC);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, d, OC, 1.0f, dw, IC);
 }
-
-int cuda_bf16_enabled(void) { return enabled; }
 
 cublasHandle_t cuda_bf16_cublas(void) {
     if (!tensor_cores) {
@@ -78,12 +80,6 @@ cublasHandle_t cuda_bf16_cublas(void) {
         cublasCheck(cublasSetMathMode(tensor_cores, CUBLAS_DEFAULT_MATH));
     }
     return tensor_cores;
-}
-
-const char* cuda_bf16_enable(int on) {
-    if (on) cuda_bf16_cublas();
-    enabled = on;
-    return NULL;
 }
 
 static void square_product(void* operands) {

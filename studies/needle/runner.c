@@ -154,8 +154,7 @@ int needle_main(const NeedleOptions* opt) {
         Row* row = &rows[i];
         train_row(&study, row);
         CheckpointInfo info;
-        checkpoint_load(row->study.checkpoint, backend_of_device(row->study.cfg.device), NULL, &row->model, NULL, &info);
-        if (!info.finished) die("'%s' is not a finished run's checkpoint", row->study.checkpoint);
+        row->be = study_load_checkpoint(row->study.checkpoint, &row->study.cfg, &row->model, &info);
         row->copy = copy_score(&row->model, val, COPY_HALF, 4, (uint64_t)row->study.cfg.seed);
         registry_evaluation(reg, row->study.run, "copy_score", row->copy.second);
         registry_evaluation(reg, row->study.run, "copy_score_first", row->copy.first);
@@ -172,7 +171,10 @@ int needle_main(const NeedleOptions* opt) {
     if (task == 3) task_fig8(rows, n_rows, opt->seeds, &src, tok, val, reg, preset, opt);
     needle_source_free(&src);
     data_close(&data);
-    for (int i = 0; i < n_models; i++) model_free(&rows[i].model);
+    for (int i = 0; i < n_models; i++) {
+        model_free(&rows[i].model);
+        backend_close(rows[i].be);
+    }
     free(rows);
     study_close(&study);
     return 0;

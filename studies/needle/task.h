@@ -28,6 +28,7 @@ typedef struct {
     int against;       // the row (group) its `against` key names, that the verdicts read it against; -1 none
     Config copy_cfg;   // the copy stage, whose checkpoint starts study.cfg (init_from)
     Model model;
+    Backend* be;     // the instance model computes on (fp32)
     CopyScore copy;  // the least retrieval needs
 } Row;
 
