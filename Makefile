@@ -142,7 +142,7 @@ $(B)/test_%: $(B)/obj/tests/test_%.o $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 # The model's own tests link the model layer alone (model/, its backends, the base helpers): they
 # cannot reach a layer above it, and a change above it does not relink them
-MODEL_TESTS := test_backend_ops test_blas_kernel
+MODEL_TESTS := test_backend_ops test_blas_kernel test_bf16 test_grad test_hook test_decoding
 MODEL_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(MODEL)) $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC))
 $(addprefix $(B)/,$(MODEL_TESTS)): $(B)/%: $(B)/obj/tests/%.o $(MODEL_OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)

@@ -48,7 +48,7 @@ static const char* include_presets(Recipe* r, const char* value) {
 }
 
 // Whether the runner's recipes take [claim NAME] sections (its extra_key allows a claim's keys)
-static int takes_claims(const Recipe* r) { return r->extra_key && r->extra_key(RECIPE_CLAIM, "gap"); }
+static int takes_claims(const Recipe* r) { return r->extra_key && r->extra_key(RECIPE_CLAIM, "text"); }
 
 // A line of a [claim NAME] section: its keys the runner's (recipe_parse refuses a repeated
 // section or key, naming the first line)
@@ -64,7 +64,7 @@ static const char* claim_line(Recipe* r, const char* name, const char* key, cons
     }
     Section* s = &r->claims[r->n_claims - 1];
     if (!r->extra_key(RECIPE_CLAIM, key) || strlen(value) >= CONFIG_STR) {
-        snprintf(r->error, sizeof(r->error), "key '%.60s': not a key of a claim (text, gap, metric), or its value too long", key);
+        snprintf(r->error, sizeof(r->error), "key '%.60s': not a key of a claim of this recipe, or its value too long", key);
         return r->error;
     }
     snprintf(s->key[s->n], sizeof(s->key[0]), "%s", key);
@@ -282,6 +282,27 @@ int section_int(const Section* s, const char* key, const char* path) {
     return (int)value;
 }
 
+void section_numbers(const Section* s, const char* key, double* out, int n, const char* path) {
+    const char* v = section_get(s, key);
+    if (!v) die("%s: [claim %s] needs '%s': %d numbers", path, s->name, key, n);
+    const char* p = v;
+    for (int i = 0; i < n; i++) {
+        char* end;
+        out[i] = strtod(p, &end);
+        if (end == p || !isfinite(out[i])) die("%s: [claim %s] key '%s': '%s' is not %d numbers", path, s->name, key, v, n);
+        p = end;
+    }
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p) die("%s: [claim %s] key '%s': '%s' is not %d numbers (more follow)", path, s->name, key, v, n);
+}
+
+const Section* recipe_claim(const Recipe* r, const char* name, const char* path) {
+    for (int c = 0; c < r->n_claims; c++) {
+        if (strcmp(r->claims[c].name, name) == 0) return &r->claims[c];
+    }
+    die("%s: no [claim %s], which states the paper's numbers this table reads", path, name);
+}
+
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key) {
     for (int i = 0; i < s->n; i++) {
         int runners = 0;
@@ -355,7 +376,7 @@ Config recipe_row_config(const Recipe* r, const Section* preset, const Section* 
 int64_t recipe_file_experiment(Registry* reg, const char* results, const char* name, const char* recipe_path) {
     char path[4200], preset[256];
     mkdir_p(results);
-    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    registry_path(path, sizeof(path), results);
     registry_open(reg, path);
     int reaped = registry_reap(reg);
     if (reaped) printf("marked %d interrupted run(s) KILLED\n", reaped);

@@ -67,6 +67,11 @@ const char* preset_note(const Section* preset, const char* path);
 const char* section_get(const Section* s, const char* key);
 // A positive integer key, or dies naming the recipe and section
 int section_int(const Section* s, const char* key, const char* path);
+// The paper's numbers a claim states: exactly n finite numbers, whitespace-separated, of key in
+// section s, into out; dies naming the recipe, section and key
+void section_numbers(const Section* s, const char* key, double* out, int n, const char* path);
+// The recipe's [claim NAME], or dies naming the recipe and the claim it needs
+const Section* recipe_claim(const Recipe* r, const char* name, const char* path);
 // Applies the section's training keys to cfg
 void section_apply(Config* cfg, const Section* s, ExtraKey extra_key);
 // The full config of a row for a preset and its seed_index-th seed, resolved in one place for

@@ -183,6 +183,8 @@ static void canonical_configs(Registry* reg) {
     free(texts);
 }
 
+void registry_path(char* path, size_t n, const char* results) { path_printf(path, n, "%s/registry.sqlite", results); }
+
 void registry_open(Registry* reg, const char* path) {
     snprintf(reg->path, sizeof(reg->path), "%s", path);
     if (sqlite3_open_v2(path, &reg->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {

@@ -27,6 +27,9 @@ int registry_row(Registry* reg, sqlite3_stmt* st, const char* what);
 #define REGISTRY_SCHEMA 9
 
 void registry_open(Registry* reg, const char* path);
+// The registry of a results folder (--results): path (n bytes) = results/registry.sqlite, the one
+// place its name is made
+void registry_path(char* path, size_t n, const char* results);
 // For readers (difftx runs, compare) where the registry or its folder cannot be written: opens
 // it read-only, migrating nothing (an older schema is refused with what to do)
 void registry_open_read(Registry* reg, const char* path);

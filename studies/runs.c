@@ -15,7 +15,7 @@
 
 static void open_registry(Registry* reg, const char* results) {
     char path[4200];
-    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    registry_path(path, sizeof(path), results);
     FILE* probe = fopen(path, "rb");
     if (!probe) die("no registry at '%s' (--results names the folder that holds registry.sqlite)", path);
     fclose(probe);
@@ -362,7 +362,7 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
 
 int runs_recorded_windows(const char* results, const char* run_dir, int seq_len) {
     char path[4200], want[PATH_MAX];
-    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    registry_path(path, sizeof(path), results);
     if (access(path, R_OK) != 0 || !realpath(run_dir, want)) return 0;
     sqlite3* db;
     int windows = 0;

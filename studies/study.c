@@ -69,7 +69,7 @@ void study_begin(Study* s, const char* name) {
     mkdir_p(path);
     snprintf(what, sizeof(what), "%s results folder", name);
     s->lock = lock_folder(path, what);
-    path_printf(path, sizeof(path), "%s/registry.sqlite", s->spec.results);
+    registry_path(path, sizeof(path), s->spec.results);
     registry_open(&s->reg, path);
     int reaped = registry_reap(&s->reg);
     if (reaped) printf("marked %d interrupted run(s) KILLED; they resume from their last checkpoint\n", reaped);
@@ -121,7 +121,7 @@ int64_t study_train(Study* s, const char* row, const Config* cfg, const StudyTra
             if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(1);
             Registry reg;
             char path[4200];
-            path_printf(path, sizeof(path), "%s/registry.sqlite", s->spec.results);
+            registry_path(path, sizeof(path), s->spec.results);
             registry_open(&reg, path);
             train_and_finish(s, &reg, row, cfg, how, finished);
             registry_close(&reg);

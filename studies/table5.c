@@ -18,12 +18,24 @@
 #define MAX_MODELS RECIPE_SECTIONS
 #define N_TOPS 5
 static const int TOPS[N_TOPS] = {1, 2, 3, 10, 100};
-// The paper's Table 5 (3B models): Top-1, 2, 3, 10, 100, median; [Transformer, DIFF][logits, hidden]
-static const double PAPER[2][OUTLIER_KINDS][N_TOPS + 1] = {
-    {{318.0, 308.2, 304.9, 284.7, 251.5, 5.4}, {3608.6, 3607.4, 3603.6, 3552.1, 2448.2, 0.6}},
-    {{38.8, 38.8, 37.3, 32.0, 27.4, 3.3}, {1688.2, 1672.5, 1672.1, 1624.3, 740.9, 1.2}},
-};
 static const char* const KIND_LABELS[OUTLIER_KINDS] = {"Attention Logits", "Hidden States"};
+// The paper's Table 5 (3B models), from the Table 6 recipe's [claim table5_logits] and [claim
+// table5_hidden]: Top-1, 2, 3, 10, 100, median; v[Transformer, DIFF][logits, hidden]
+typedef struct {
+    double v[2][OUTLIER_KINDS][N_TOPS + 1];
+} Paper5;
+static const char* const KIND_CLAIMS[OUTLIER_KINDS] = {"table5_logits", "table5_hidden"};
+
+static Paper5 read_paper(const char* recipe) {
+    Recipe* r = recipe_load(recipe, table6_extra_key);
+    Paper5 p;
+    static const char* const ROWS[2] = {"transformer", "diff"};
+    for (int k = 0; k < OUTLIER_KINDS; k++) {
+        for (int m = 0; m < 2; m++) section_numbers(recipe_claim(r, KIND_CLAIMS[k], recipe), ROWS[m], p.v[m][k], N_TOPS + 1, recipe);
+    }
+    free(r);
+    return p;
+}
 
 typedef struct {
     const char* source;  // "table6" or "needle"
@@ -121,7 +133,7 @@ static int row_of(const Studied* models, int n_rows, int seeds, const char* sour
 
 // Row group a minus row group b in each activation type's Top-1 and Top-1 / median, paired by
 // seed, against the paper's gaps when paper (NaN otherwise: the verdict reads the direction)
-static void write_gap_rows(Report* f, const Studied* models, int seeds, int a, int b, int paper) {
+static void write_gap_rows(Report* f, const Studied* models, int seeds, int a, int b, int paper, const Paper5* P) {
     static const ModelValue VALUES[2] = {stat_of, ratio_of};
     static const char* const STATISTICS[2] = {"Top-1", "Top-1 / median"};
     for (int k = 0; k < OUTLIER_KINDS; k++) {
@@ -134,8 +146,8 @@ static void write_gap_rows(Report* f, const Studied* models, int seeds, int a, i
             Paired p = {seeds, 1, x, NULL, y, NULL};
             GapInterval g = paired_gap(&p);
             double paper_gap = !paper ? NAN
-                               : v == 0 ? PAPER[1][k][0] - PAPER[0][k][0]
-                                        : PAPER[1][k][0] / PAPER[1][k][N_TOPS] - PAPER[0][k][0] / PAPER[0][k][N_TOPS];
+                               : v == 0 ? P->v[1][k][0] - P->v[0][k][0]
+                                        : P->v[1][k][0] / P->v[1][k][N_TOPS] - P->v[0][k][0] / P->v[0][k][N_TOPS];
             char cells[1024], paper_text[32] = "-";
             if (!isnan(paper_gap)) snprintf(paper_text, sizeof(paper_text), "%+.2f", paper_gap);
             report_printf(f, "| %s − %s | %s | %s | %s |%s\n", models[a * seeds].label, models[b * seeds].label, KIND_LABELS[k],
@@ -147,7 +159,7 @@ static void write_gap_rows(Report* f, const Studied* models, int seeds, int a, i
 // DIFF minus Transformer of each source in Top-1 and in Top-1 / median, then each row not in
 // the paper minus the row its `against` key names, paired by seed. The statistics are maxima over
 // every position, which do not split into units to resample: one seed has no interval.
-static void write_verdicts(Report* f, const Studied* models, int n_rows, int seeds) {
+static void write_verdicts(Report* f, const Studied* models, int n_rows, int seeds, const Paper5* P) {
     static const char* const SOURCES[2] = {"table6", "needle"};
     report_printf(f, "\nDIFF minus Transformer, rows paired by seed (the same data order and validation text); the paper's DIFF "
                   "is lower in both. Then each row not in the paper minus the row it is read against (`against`). %s\n\n"
@@ -157,13 +169,13 @@ static void write_verdicts(Report* f, const Studied* models, int n_rows, int see
                               "units to resample) and no verdict; `--seeds N` measures the seeds' spread.", GAP_HEADER, GAP_HEADER_RULE);
     for (int src = 0; src < 2; src++) {
         int base = row_of(models, n_rows, seeds, SOURCES[src], 1), diff = row_of(models, n_rows, seeds, SOURCES[src], 2);
-        if (base >= 0 && diff >= 0) write_gap_rows(f, models, seeds, diff, base, 1);
+        if (base >= 0 && diff >= 0) write_gap_rows(f, models, seeds, diff, base, 1, P);
     }
     for (int g = 0; g < n_rows; g++) {
         const Studied* m = &models[g * seeds];
         for (int h = 0; m->row.against[0] && h < n_rows; h++) {
             const Studied* other = &models[h * seeds];
-            if (strcmp(other->source, m->source) == 0 && strcmp(other->row.name, m->row.against) == 0) write_gap_rows(f, models, seeds, g, h, 0);
+            if (strcmp(other->source, m->source) == 0 && strcmp(other->row.name, m->row.against) == 0) write_gap_rows(f, models, seeds, g, h, 0, P);
         }
     }
 }
@@ -191,7 +203,7 @@ static int gather_models(const Table5Options* opt, Studied* models) {
 static void study_models(const Table5Options* opt, Studied* models, int n) {
     Registry reg;
     char path[4200];
-    path_printf(path, sizeof(path), "%s/registry.sqlite", opt->results);
+    registry_path(path, sizeof(path), opt->results);
     registry_open(&reg, path);
     printf("Table 5: activation outliers of %d models\n", n);
     for (int i = 0; i < n; i++) study(&models[i], &reg, opt->results);
@@ -200,7 +212,8 @@ static void study_models(const Table5Options* opt, Studied* models, int n) {
 
 // results/table5_<presets>.md: the models, the pooled table beside the paper's, the ratios, the
 // verdicts and the per-layer table
-static void write_table(const Table5Options* opt, const Studied* models, int n, const char* presets, char* path, size_t path_size) {
+static void write_table(const Table5Options* opt, const Studied* models, int n, const char* presets, const Paper5* P, char* path,
+                        size_t path_size) {
     int seeds = opt->seeds, n_rows = n / seeds;
     preset_path(path, path_size, opt->results, "table5", presets, ".md");
     Report rep, *f = &rep;
@@ -229,7 +242,7 @@ static void write_table(const Table5Options* opt, const Studied* models, int n, 
         }
         for (int p = 0; p < 2; p++) {
             report_printf(f, "| paper %s (3B) | %s |", p ? "DIFF" : "Transformer", KIND_LABELS[k]);
-            for (int t = 0; t <= N_TOPS; t++) report_printf(f, " %.1f |", PAPER[p][k][t]);
+            for (int t = 0; t <= N_TOPS; t++) report_printf(f, " %.1f |", P->v[p][k][t]);
             report_printf(f, "\n");
         }
     }
@@ -239,9 +252,9 @@ static void write_table(const Table5Options* opt, const Studied* models, int n, 
         for (int k = 0; k < OUTLIER_KINDS; k++) spread_cell(f, &models[g * seeds], seeds, ratio_of, k, -1, 0, 1);
         report_printf(f, "\n");
     }
-    report_printf(f, "| paper Transformer | %.1f | %.1f |\n| paper DIFF | %.1f | %.1f |\n", PAPER[0][0][0] / PAPER[0][0][5],
-                  PAPER[0][1][0] / PAPER[0][1][5], PAPER[1][0][0] / PAPER[1][0][5], PAPER[1][1][0] / PAPER[1][1][5]);
-    write_verdicts(f, models, n_rows, seeds);
+    report_printf(f, "| paper Transformer | %.1f | %.1f |\n| paper DIFF | %.1f | %.1f |\n", P->v[0][0][0] / P->v[0][0][5],
+                  P->v[0][1][0] / P->v[0][1][5], P->v[1][0][0] / P->v[1][0][5], P->v[1][1][0] / P->v[1][1][5]);
+    write_verdicts(f, models, n_rows, seeds, P);
     report_printf(f, "\nPer layer (Top-1 / median%s):\n\n| Model | kind |", seeds > 1 ? ", means over the seeds" : "");
     int max_L = 0;
     for (int i = 0; i < n; i++) max_L = models[i].stats.L > max_L ? models[i].stats.L : max_L;
@@ -268,7 +281,8 @@ static void write_table(const Table5Options* opt, const Studied* models, int n, 
 }
 
 // plots/table5_<presets>.png from its data file: per layer and pooled, colour by attention type
-static void write_figure(const Table5Options* opt, const Studied* models, int n, const char* presets, char* png, size_t png_size) {
+static void write_figure(const Table5Options* opt, const Studied* models, int n, const char* presets, const Paper5* P, char* png,
+                         size_t png_size) {
     int seeds = opt->seeds, n_rows = n / seeds;
     char dat[4200];
     // figure data: per row, one block per kind of rows "layer top1 top10 top100 median", then
@@ -315,9 +329,9 @@ static void write_figure(const Table5Options* opt, const Studied* models, int n,
         for (int k = 0; k < OUTLIER_KINDS; k++) {
             char name[32];
             snprintf(name, sizeof(name), "paper_top_%d_%d", p, k);
-            gnuplot_number(&vars, name, PAPER[p][k][0]);
+            gnuplot_number(&vars, name, P->v[p][k][0]);
             snprintf(name, sizeof(name), "paper_median_%d_%d", p, k);
-            gnuplot_number(&vars, name, PAPER[p][k][N_TOPS]);
+            gnuplot_number(&vars, name, P->v[p][k][N_TOPS]);
         }
         char name[32];
         snprintf(name, sizeof(name), "paper_colour_%d", p);
@@ -334,6 +348,7 @@ static void write_figure(const Table5Options* opt, const Studied* models, int n,
 int table5_main(const Table5Options* opt) {
     int seeds = opt->seeds;
     if (seeds < 1 || seeds > 8) die("--seeds must lie in 1..8, got %d", seeds);
+    Paper5 paper = read_paper(opt->table6_recipe);  // refused before anything is trained
     Studied* models = callocCheck(MAX_MODELS, sizeof(Studied));
     int n = gather_models(opt, models);
     study_models(opt, models, n);
@@ -344,8 +359,8 @@ int table5_main(const Table5Options* opt) {
     for (int i = 2 * seeds; opt->needle_rows && i < n; i += seeds) {
         snprintf(presets + strlen(presets), sizeof(presets) - strlen(presets), "+%s", models[i].row.name);
     }
-    write_table(opt, models, n, presets, path, sizeof(path));
-    write_figure(opt, models, n, presets, png, sizeof(png));
+    write_table(opt, models, n, presets, &paper, path, sizeof(path));
+    write_figure(opt, models, n, presets, &paper, png, sizeof(png));
     printf("\nwrote %s, %s; per-layer statistics in %s/table5/\n", path, png, opt->results);
     for (int i = 0; i < n; i++) outlier_stats_free(&models[i].stats);
     free(models);

@@ -26,7 +26,11 @@ static int is_preset_key(const char* k) {
 // followed along training (write_gap_curve); a claim: its text, gap, metric and, for a
 // claim that a change barely matters, the equivalence margin
 int table6_extra_key(int place, const char* k) {
-    if (place == RECIPE_CLAIM) return !strcmp(k, "text") || !strcmp(k, "gap") || !strcmp(k, "metric") || !strcmp(k, "margin");
+    // Table 6's claims (text, gap, metric, margin), and Table 5's (table = 5: the paper's numbers
+    // for its transformer and diff rows, read by make table5)
+    if (place == RECIPE_CLAIM)
+        return !strcmp(k, "text") || !strcmp(k, "gap") || !strcmp(k, "metric") || !strcmp(k, "margin") || !strcmp(k, "table") ||
+               !strcmp(k, "transformer") || !strcmp(k, "diff");
     return place == RECIPE_ROW ? is_row_key(k) : place == RECIPE_PRESET ? is_preset_key(k) : !strcmp(k, "study") || !strcmp(k, "gap_curve");
 }
 
@@ -133,10 +137,13 @@ static const Row* row_named(const Table* t, const char* name) {
 static void read_claims(Table* t) {
     const char* path = t->opt->recipe;
     const Recipe* r = t->study.recipe;
-    t->n_claims = r->n_claims;
+    t->n_claims = 0;
     for (int c = 0; c < r->n_claims; c++) {
         const Section* s = &r->claims[c];
-        Claim* cl = &t->claims[c];
+        const char* table = section_get(s, "table");
+        if (table && strcmp(table, "5") == 0) continue;  // Table 5's numbers (make table5)
+        if (table) die("%s: [claim %s] key 'table': '%s' is not 5 (a claim without it is Table 6's)", path, s->name, table);
+        Claim* cl = &t->claims[t->n_claims++];
         const char *gap = section_get(s, "gap"), *metric = section_get(s, "metric");
         cl->text = section_get(s, "text");
         if (!cl->text || !gap || !metric) die("%s: [claim %s] needs text, gap (row - row) and metric", path, s->name);

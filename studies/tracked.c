@@ -138,7 +138,7 @@ static int64_t begin_train_run(void* ctx, Registry** reg, const char* device) {
 
 void train_tracked(const char* recipe_path, const Config* cfg, int until, const char* results) {
     char path[4200];
-    path_printf(path, sizeof(path), "%s/registry.sqlite", results);
+    registry_path(path, sizeof(path), results);
     if (access(path, F_OK) == 0) {  // a registry that holds this config finished: nothing to record
         Registry reg;
         int64_t experiment = recipe_file_experiment(&reg, results, "train", recipe_path);

@@ -1,5 +1,5 @@
-// Shared test fixtures: a small synthetic corpus for tests that need prepared data, and the
-// tiny model the hook and outlier tests run.
+// The runs' and studies' test fixtures: a small synthetic corpus for tests that need prepared
+// data, the tiny models of model_fixtures.h as a run's Config, and a registry query.
 #ifndef FIXTURES_H
 #define FIXTURES_H
 
@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "../data/prepare.h"
+#include "model_fixtures.h"
 #include "../run/config.h"
 #include "../studies/registry.h"
 #include "../base/util.h"
@@ -30,46 +31,18 @@ static inline void write_test_corpus(const char* dir, int n_docs) {
     }
 }
 
-// The switch a variant needs at the value its row gives the tests; 0 for the others
-static inline void set_variant_switches(ModelConfig* m) {
-    const AttnVariant* v = &ATTN_VARIANTS[m->attention];
-    m->noise_group = m->update_rank = 0;
-    if (v->needs) *config_switch(m, v->needs) = v->test_switch;
-}
-
-// Two layers of d_model 32 with n_head heads of width head_dim (0: from d_model), the variant's
-// switch at its test value
-static inline Config two_layer_config(AttentionKind kind, int n_head, int head_dim) {
+// A run's Config of a test model: the recipes' defaults for the other keys, validated
+static inline Config config_of(TestModel t) {
     Config cfg;
     config_defaults(&cfg);
-    cfg.model.attention = kind;
-    cfg.model.n_layer = 2;
-    cfg.model.d_model = 32;
-    cfg.model.n_head = n_head;
-    cfg.model.head_dim = head_dim;
-    set_variant_switches(&cfg.model);
-    return cfg;
-}
-
-// Two groups of heads (attention_test_heads: two heads for most variants, groups of G for the
-// grouped ones), context 70: two query blocks of the CPU kernel
-static inline Config tiny_model_config(AttentionKind kind) {
-    Config cfg = two_layer_config(kind, attention_test_heads(&ATTN_VARIANTS[kind], 2), 0);
-    cfg.model.seq_len = 70;
-    cfg.batch_size = 2;
-    cfg.model.init_std = 0.3f;
+    cfg.model = t.model;
+    cfg.optim = t.optim;
+    cfg.batch_size = t.batch_size;
     config_validate(&cfg);
     return cfg;
 }
-
-// Sub-heads of width 8 (two heads for a variant whose heads are two maps wide, else four),
-// context 96 over one and a half query blocks: the decoding and needle tests' model
-static inline Config short_context_config(AttentionKind kind) {
-    Config cfg = two_layer_config(kind, 4 / variant_sub_heads_per_head(&ATTN_VARIANTS[kind]), 8);
-    cfg.model.seq_len = 96;
-    config_validate(&cfg);
-    return cfg;
-}
+static inline Config tiny_model_config(AttentionKind kind) { return config_of(tiny_model(kind)); }
+static inline Config short_context_config(AttentionKind kind) { return config_of(short_context_model(kind)); }
 
 // The first column of the first row of the query sql on reg, -1 without a row
 static inline int registry_count(Registry* reg, const char* sql) {

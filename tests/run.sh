@@ -33,6 +33,8 @@ run() {  # NAME COMMAND...: one test; its report goes out whole, its counts to $
     {   # broken: no summary, or a non-zero exit that no failed check explains
         [ -z "$summary" ] || echo "counts ${summary%% passed*} $(sed -E 's/.*, ([0-9]+) failed/\1/' <<<"$summary")"
         [ -n "$summary" ] && { [ $rc -eq 0 ] || [ "${summary#*, }" != "0 failed" ]; } || echo "broken $name(exit $rc)"
+        # a program that checked nothing and did not say what it skipped asserted nothing
+        [ "$summary" != "0 passed, 0 failed" ] || grep -qE '^skipped: ' <<<"$out" || echo "broken $name(no checks, none said skipped)"
         grep -E '^skipped: ' <<<"$out" | sed "s/^skipped: /skipped $name: /"  # checks this machine cannot run, said
     } > "$reports/$name"
     {

@@ -678,6 +678,12 @@ static void expect_attention_path(const AttnShape* s, const char* what, int grap
     int want_kernels = s->q0 || (forced_path && strcmp(forced_path, "kernels") == 0);
     if (graphs == 1 || (graphs == -1 && took_graphs)) {
         CHECK(took_graphs, "%s [%s]: attention takes cuDNN's graphs, not %s", be->name, what, path);
+    } else if (graphs == -1) {
+        // on a GPU the agreement check decided against the graphs: the path says why, and the
+        // maps are written out instead (never the kernels)
+        const char* refused = strstr(path, "not cuDNN's graphs: ");
+        CHECK(written && !kernels && refused && strlen(refused) > strlen("not cuDNN's graphs: "),
+              "%s [%s]: where cuDNN's graphs are refused, the maps are written out and the path says why (%s)", be->name, what, path);
     } else {
         CHECK(!took_graphs && (want_kernels ? kernels && !written : written && !kernels), "%s [%s]: attention takes its %s, not %s", be->name,
               what, want_kernels ? "kernels" : "maps written out", path);

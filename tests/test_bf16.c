@@ -16,7 +16,7 @@
 #include "../model/optim.h"
 #include "bf16_reference.h"
 #include "check.h"
-#include "fixtures.h"
+#include "model_fixtures.h"
 #include "instances.h"
 
 static void test_refusal(void) {
@@ -54,7 +54,7 @@ typedef struct {
     int B, T, *tokens, *targets;
 } Stepper;
 
-static void stepper_open(Stepper* s, Config cfg, const Backend* be) {
+static void stepper_open(Stepper* s, TestModel cfg, const Backend* be) {
     int B = cfg.batch_size, T = cfg.model.seq_len, V = 64;
     s->B = B, s->T = T;
     model_build(&s->m, &cfg.model, be, V, B);
@@ -83,7 +83,7 @@ static void stepper_close(Stepper* s) {
     free(s->targets);
 }
 
-static void trial(Trial* out, Config cfg, int precision, int emulated, int resume_at, int beside) {
+static void trial(Trial* out, TestModel cfg, int precision, int emulated, int resume_at, int beside) {
     Backend emu = bf16_reference_backend(0);
     const char* why;
     Backend* inst = emulated ? NULL : backend_open(0, precision, &why);
@@ -140,7 +140,7 @@ static void trial(Trial* out, Config cfg, int precision, int emulated, int resum
 }
 
 static void test_model(AttentionKind kind) {
-    Config cfg = tiny_model_config(kind);
+    TestModel cfg = tiny_model(kind);
     cfg.model.init_std = 0.02f;  // the recipes' scale: the tiny model's 0.3 saturates its softmax maps
     Trial fp32, bf16, again, resumed, emulated, fp32_beside, bf16_beside;
     trial(&fp32, cfg, PRECISION_FP32, 0, 0, 0);

@@ -11,7 +11,7 @@
 #include "../model/cpu/cpu.h"
 #include "../base/util.h"
 #include "check.h"
-#include "fixtures.h"
+#include "model_fixtures.h"
 #include "instances.h"
 
 // DINT's maps over a filled cache of T positions: map 1 less the integral term, so each row of
@@ -52,9 +52,9 @@ static void test_integral_maps(Model* m, int T) {
 // Prefill in pieces, then one token at a time, gives the full forward pass's logits; a cached
 // forward has its last row's logits only
 static void test_cache(int attention) {
-    Config cfg = short_context_config(attention);
+    TestModel cfg = short_context_model(attention);
     Model m;
-    model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), 300, cfg.batch_size);
+    model_build(&m, &cfg.model, backend_named("cpu"), 300, cfg.batch_size);
     model_init_params(&m, 11);
     float* params = mallocCheck(m.n_params * sizeof(float));
     model_get_params(&m, params);

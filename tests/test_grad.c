@@ -14,7 +14,7 @@
 #include "../model/model.h"
 #include "../base/util.h"
 #include "check.h"
-#include "fixtures.h"
+#include "model_fixtures.h"
 #include "instances.h"
 
 static uint64_t rng_state = 42;

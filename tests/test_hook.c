@@ -12,7 +12,7 @@
 #include "../model/optim.h"
 #include "../base/util.h"
 #include "check.h"
-#include "fixtures.h"
+#include "model_fixtures.h"
 #include "instances.h"
 
 typedef struct {
@@ -51,12 +51,12 @@ static void random_tokens(int* tokens, int n, int V, uint64_t seed) {
 
 // Training steps with and without a reading hook: every loss and the final parameters equal bitwise
 static void test_noop_hook(AttentionKind kind) {
-    Config cfg = tiny_model_config(kind);
+    TestModel cfg = tiny_model(kind);
     int V = 64, B = cfg.batch_size, T = cfg.model.seq_len, steps = 3;
     Model a, b;
     AdamW oa, ob;
-    model_build(&a, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
-    model_build(&b, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
+    model_build(&a, &cfg.model, backend_named("cpu"), V, cfg.batch_size);
+    model_build(&b, &cfg.model, backend_named("cpu"), V, cfg.batch_size);
     model_init_params(&a, 5);
     model_init_params(&b, 5);
     adamw_alloc(&oa, &a, &cfg.optim);
@@ -107,11 +107,11 @@ static void test_noop_hook(AttentionKind kind) {
 // and its k half the scaled model's dk (dS reaches k through q, which the hook did not double).
 // Earlier layers mix both paths and are not compared.
 static void test_replacing_hook(AttentionKind kind) {
-    Config cfg = tiny_model_config(kind);
+    TestModel cfg = tiny_model(kind);
     int V = 64, B = cfg.batch_size, T = cfg.model.seq_len;
     Model hooked, scaled;
-    model_build(&hooked, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
-    model_build(&scaled, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
+    model_build(&hooked, &cfg.model, backend_named("cpu"), V, cfg.batch_size);
+    model_build(&scaled, &cfg.model, backend_named("cpu"), V, cfg.batch_size);
     model_init_params(&hooked, 9);
     float* params = mallocCheck(hooked.n_params * sizeof(float));
     model_get_params(&hooked, params);
@@ -168,10 +168,10 @@ static void test_replacing_hook(AttentionKind kind) {
 
 // Zeroing the last layer's output: the final norm and LM head see zeros, every logit is 0
 static void test_layer_output(void) {
-    Config cfg = tiny_model_config(ATTN_DIFF);
+    TestModel cfg = tiny_model(ATTN_DIFF);
     int V = 64, T = 20;
     Model m;
-    model_build(&m, &cfg.model, backend_named(BACKEND_DEVICES[cfg.device]), V, cfg.batch_size);
+    model_build(&m, &cfg.model, backend_named("cpu"), V, cfg.batch_size);
     model_init_params(&m, 3);
     Probe p = {0, 0, 0, 0, 1.0f, cfg.model.n_layer - 1, -1};
     ActivationHook hook = {probe, &p};

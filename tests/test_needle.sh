@@ -154,6 +154,11 @@ expect "fig8's 4-bit N = 1 gap is the registry's difference of differences ($gap
 # Table 5: the two Table 6 rows of a preset (trained here) and the needle models
 sed "s#^data = \.\./data/default#data = $work/data#" experiments/table6.ini > "$work/table6.ini"
 t5() { $bin table5 "$work/table6.ini" --preset smoke --needle "$work/needle.ini" --needle-preset smoke --results "$work/results" --plots "$work/plots" "$@"; }
+sed '/^\[claim table5_hidden\]/,/^$/d' "$work/table6.ini" > "$work/no_t5_claim.ini"
+expect_fail "table5: a Table 6 recipe without the paper's hidden-state numbers is refused, naming the claim, before training" \
+    "no_t5_claim.ini: no \[claim table5_hidden\]" $bin table5 "$work/no_t5_claim.ini" --preset smoke --needle "$work/needle.ini" \
+    --needle-preset smoke --results "$work/no_t5_results" --plots "$work/plots"
+expect "a refused Table 5 writes nothing" test ! -e "$work/no_t5_results"
 t5 > "$work/table5.log" 2>&1
 expect "table5 exits 0" test $? -eq 0
 expect "table5 trained Table 6's transformer and diff rows only" test "$(sql "SELECT group_concat(row, ' ') FROM (SELECT r.row FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = 'table6' AND r.status = 'FINISHED' ORDER BY r.id)")" = "transformer diff"
@@ -301,6 +306,15 @@ expect_fail "needle: mix cut for another seq_len" "holds needle blocks of 768 to
 sed 's/^against = diff$/against = nothing/' "$work/needle.ini" > "$work/bad_against.ini"
 expect_fail "needle: against names no row" "\\[row gda\\] key 'against': 'nothing' is not another row" \
     $bin needle "$work/bad_against.ini" --preset smoke --task table2 --results "$work/results"
+# the paper's numbers are the recipe's claims: a recipe without one, or with a claim of too few
+# numbers, is refused naming it, before anything is made or trained
+sed '/^\[claim table3_noise\]/,/^$/d' "$work/needle.ini" > "$work/no_claim.ini"
+expect_fail "needle: a recipe without the paper's Table 3 noise shares is refused, naming the claim" "no_claim.ini: no \[claim table3_noise\]" \
+    $bin needle "$work/no_claim.ini" --preset smoke --task table3 --results "$work/no_claim_results"
+sed 's/^transformer = 1.00 0.85 0.62 0.55$/transformer = 1.00 0.85 0.62/' "$work/needle.ini" > "$work/short_claim.ini"
+expect_fail "needle: a claim's numbers are counted" "\[claim table2\] key 'transformer': '1.00 0.85 0.62' is not 4 numbers" \
+    $bin needle "$work/short_claim.ini" --preset smoke --task table2 --results "$work/no_claim_results"
+expect "a refused claim writes nothing" test ! -e "$work/no_claim_results"
 grep -v '^copy_steps' "$work/needle.ini" > "$work/no_copy.ini"
 expect_fail "needle: copy stage unset" "\\[smoke\\] needs 'copy_steps' as a positive integer" \
     $bin needle "$work/no_copy.ini" --preset smoke --task table2 --results "$work/results"

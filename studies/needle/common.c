@@ -12,12 +12,8 @@
 
 const double DEPTHS[N_DEPTHS] = {0.0, 0.25, 0.5, 0.75, 1.0};
 
-// Table 2's settings (N, R) and the paper's accuracies (3B models, 4K context)
+// Table 2's settings (N, R)
 const int SETTING_N[N_SETTINGS] = {1, 2, 4, 6}, SETTING_R[N_SETTINGS] = {1, 2, 2, 2};
-const double PAPER_TABLE2[2][N_SETTINGS] = {{1.00, 0.85, 0.62, 0.55}, {1.00, 0.92, 0.84, 0.85}};
-// Table 3: attention to the answer and noise per depth, Transformer then DIFF
-const double PAPER_ANSWER[2][N_DEPTHS] = {{0.03, 0.03, 0.03, 0.07, 0.09}, {0.27, 0.30, 0.31, 0.32, 0.40}};
-const double PAPER_NOISE[2][N_DEPTHS] = {{0.51, 0.54, 0.52, 0.49, 0.49}, {0.01, 0.02, 0.02, 0.02, 0.01}};
 
 uint64_t episode_seed(int eval_seed, int length, int n_needles, int n_queries, int depth, int sample) {
     uint64_t h = hash64((uint64_t)eval_seed);
@@ -245,4 +241,15 @@ void comparison_row(Report* f, const Row* rows, int seeds, Comparison c) {
 TaskModels task_models(Row* rows, int n_rows, int seeds, const Section* preset, const NeedleOptions* opt) {
     return (TaskModels){rows, n_rows, seeds, n_rows * seeds, section_int(preset, "context", opt->recipe),
                         section_int(preset, "samples", opt->recipe)};
+}
+
+NeedlePaper needle_paper(const Recipe* r, const char* path) {
+    NeedlePaper p;
+    static const char* const ROWS[2] = {"transformer", "diff"};
+    for (int k = 0; k < 2; k++) {
+        section_numbers(recipe_claim(r, "table2", path), ROWS[k], p.table2[k], N_SETTINGS, path);
+        section_numbers(recipe_claim(r, "table3_answer", path), ROWS[k], p.answer[k], N_DEPTHS, path);
+        section_numbers(recipe_claim(r, "table3_noise", path), ROWS[k], p.noise[k], N_DEPTHS, path);
+    }
+    return p;
 }

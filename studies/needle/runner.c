@@ -16,6 +16,8 @@
 int needle_extra_key(int place, const char* k) {
     static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
                                  "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens"};
+    // the paper's numbers the tables stand beside ([claim table2], [claim table3_answer], [claim table3_noise])
+    if (place == RECIPE_CLAIM) return !strcmp(k, "text") || !strcmp(k, "transformer") || !strcmp(k, "diff");
     if (place == RECIPE_OUTSIDE) return 0;
     if (recipe_shape_key(place == RECIPE_ROW, k)) return 1;
     if (place == RECIPE_ROW && strcmp(k, "against") == 0) return 1;
@@ -75,11 +77,13 @@ static void ensure_data(const Config* cfg, const Section* preset, const char* re
 
 // The rows of the recipe at every seed, parameter counts checked and the training mix made;
 // nothing trained yet. Row g's seed s is rows[g * seeds + s], as the study's models; at most
-// max_models of them (checked before the mix is made).
-static Row* configure_rows(Study* study, const NeedleOptions* opt, int max_models) {
+// max_models of them (checked before the mix is made). The paper's numbers from the recipe's
+// claims into paper, read before anything is made.
+static Row* configure_rows(Study* study, const NeedleOptions* opt, int max_models, NeedlePaper* paper) {
     StudySpec spec = {opt->recipe, opt->preset, opt->seeds, opt->results, opt->overrides, opt->n_overrides, needle_extra_key,
                       NEEDLE_DERIVED_KEYS, needle_row_config, opt->rows};
     study_load(study, &spec);
+    *paper = needle_paper(study->recipe, opt->recipe);
     if (study->n_models > RECIPE_SECTIONS) {
         die("--seeds %d: %d rows x seeds must lie in 1..%d models", opt->seeds, study->n_rows, RECIPE_SECTIONS);
     }
@@ -114,7 +118,8 @@ static void train_row(Study* study, Row* row) {
 
 int needle_trained_rows(const NeedleOptions* opt, StudyModel* out, int max_rows) {
     Study study;
-    Row* rows = configure_rows(&study, opt, max_rows);
+    NeedlePaper paper;  // Table 5 reads its own claims; a needle recipe states these all the same
+    Row* rows = configure_rows(&study, opt, max_rows, &paper);
     int n = study.n_models;
     study_begin(&study, "needle");
     for (int i = 0; i < n; i++) {
@@ -132,7 +137,8 @@ int needle_main(const NeedleOptions* opt) {
     while (task < n_tasks && strcmp(opt->task, TASKS[task])) task++;
     if (task == n_tasks) die("--task '%s': expected table2, fig5, table3 or fig8", opt->task);
     Study study;
-    Row* rows = configure_rows(&study, opt, RECIPE_SECTIONS);
+    NeedlePaper paper;
+    Row* rows = configure_rows(&study, opt, RECIPE_SECTIONS, &paper);
     // the rows studied in the recipe's order, which names the outputs (needle_output_path)
     char studied[RECIPE_SECTIONS * 65] = "";
     NeedleOptions named = *opt;
@@ -165,9 +171,9 @@ int needle_main(const NeedleOptions* opt) {
     source_file_path(cities, sizeof(cities), "data/cities.txt");
     needle_source_init(&src, tok, val, cities, NEEDLE_EVAL);
     printf("%s, preset %s: %d evaluation cities, haystacks from %s/val.bin\n", opt->task, opt->preset, src.n_cities, data.dir);
-    if (task == 0) task_table2(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt);
+    if (task == 0) task_table2(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt, &paper);
     if (task == 1) task_fig5(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt);
-    if (task == 2) task_table3(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt);
+    if (task == 2) task_table3(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt, &paper);
     if (task == 3) task_fig8(rows, n_rows, opt->seeds, &src, tok, val, reg, preset, opt);
     needle_source_free(&src);
     data_close(&data);

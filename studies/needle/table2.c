@@ -12,6 +12,7 @@
 // queries right and asked); per model and per row the accuracies derived from them
 typedef struct {
     TaskModels m;
+    const double (*paper)[N_SETTINGS];  // (2, N_SETTINGS) the paper's accuracies, Transformer then DIFF
     int units;      // episodes per model and setting: N_DEPTHS x samples
     double* right;  // (N_SETTINGS, n_models, units)
     double* asked;  // (N_SETTINGS, n_models, units)
@@ -105,7 +106,7 @@ static void write_verdicts(Report* f, const Table2* t) {
         for (int st = 0; st < N_SETTINGS; st++) g[st] = setting_gap(t, c[k].a, c[k].b, st, &retrieves[st]);
         retrieval_family(g, retrieves, N_SETTINGS);
         for (int st = 0; st < N_SETTINGS; st++) {
-            double paper_gap = c[k].paper ? PAPER_TABLE2[1][st] - PAPER_TABLE2[0][st] : NAN;
+            double paper_gap = c[k].paper ? t->paper[1][st] - t->paper[0][st] : NAN;
             char cells[1024];
             comparison_row(f, rows, seeds, c[k]);
             report_printf(f, "| N=%d, R=%d |", SETTING_N[st], SETTING_R[st]);
@@ -140,7 +141,7 @@ static void write_table(const Table2* t, const Section* preset, const NeedleOpti
     }
     for (int p = 0; p < 2; p++) {
         report_printf(f, "| paper %s |", p ? "DIFF" : "Transformer");
-        for (int st = 0; st < N_SETTINGS; st++) report_printf(f, " %.2f |", PAPER_TABLE2[p][st]);
+        for (int st = 0; st < N_SETTINGS; st++) report_printf(f, " %.2f |", t->paper[p][st]);
         report_printf(f, "\n");
     }
     write_verdicts(f, t);
@@ -180,7 +181,7 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
         fprintf(bars.f, "\"N=%d, R=%d\"", SETTING_N[st], SETTING_R[st]);
         for (int g = 0; g < n_rows; g++) {
             int p = paper_row(&rows[g * seeds]);
-            fprintf(bars.f, " %.4f %.4f %.2f", t->acc_s[g][st].mean, t->err[g][st], paper_value(PAPER_TABLE2[0][st], PAPER_TABLE2[1][st], p));
+            fprintf(bars.f, " %.4f %.4f %.2f", t->acc_s[g][st].mean, t->err[g][st], paper_value(t->paper[0][st], t->paper[1][st], p));
         }
         fprintf(bars.f, "\n");
     }
@@ -204,9 +205,10 @@ static void write_figure(const Table2* t, const NeedleOptions* opt, const char* 
 }
 
 void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
-                        const Section* preset, const NeedleOptions* opt) {
+                        const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper) {
     Table2* t = callocCheck(1, sizeof(Table2));  // its tables: too large for the stack's comfort
     t->m = task_models(rows, n_rows, seeds, preset, opt);
+    t->paper = paper->table2;
     t->units = N_DEPTHS * t->m.samples;
     t->right = mallocCheck((size_t)N_SETTINGS * t->m.n_models * t->units * sizeof(double));
     t->asked = mallocCheck((size_t)N_SETTINGS * t->m.n_models * t->units * sizeof(double));

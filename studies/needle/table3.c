@@ -23,6 +23,7 @@ static double share_of(const Allocation* a, int k) {
 // verdicts' units), and per row their spreads over seeds
 typedef struct {
     TaskModels m;
+    const NeedlePaper* paper;  // the paper's attention to the answer and to the noise per depth
     int units;      // episodes per model: N_DEPTHS x N_SETTINGS x samples
     double* shares; // (SHARES, n_models, units): each share per episode
     Allocation by_depth[RECIPE_SECTIONS][N_DEPTHS];  // (n_models, N_DEPTHS)
@@ -179,8 +180,8 @@ static void write_verdicts(Report* f, const Table3* t) {
         for (int k = 0; k < SHARES; k++) {
             double paper_gap[N_DEPTHS + 1];
             int noise = k % 2;
-            const double* paper = noise ? PAPER_NOISE[0] : PAPER_ANSWER[0];
-            const double* paper_diff = noise ? PAPER_NOISE[1] : PAPER_ANSWER[1];
+            const double* paper = noise ? t->paper->noise[0] : t->paper->answer[0];
+            const double* paper_diff = noise ? t->paper->noise[1] : t->paper->answer[1];
             paper_gap[N_DEPTHS] = 0;
             for (int d = 0; d < N_DEPTHS; d++) {
                 paper_gap[d] = c[i].paper ? paper_diff[d] - paper[d] : NAN;
@@ -260,8 +261,8 @@ static void write_table(const Table3* t, const Section* preset, const NeedleOpti
     }
     for (int p = 0; p < 2; p++) {
         report_printf(f, "| paper %s |", p ? "DIFF" : "Transformer");
-        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_ANSWER[p][d]);
-        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", PAPER_NOISE[p][d]);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", t->paper->answer[p][d]);
+        for (int d = 0; d < N_DEPTHS; d++) report_printf(f, " %.2f |", t->paper->noise[p][d]);
         report_printf(f, "\n");
     }
     report_printf(f, "\nThe same weights over each row's absolute weight sum |w| instead of its sum: bounded by 1 whatever "
@@ -302,7 +303,7 @@ static void write_figures(const Table3* t, const NeedleOptions* opt, const char*
         for (int g = 0; g < n_rows; g++) {
             int p = paper_row(&rows[g * seeds]);
             fprintf(t3.f, " %.4f %.4f %.2f %.2f %.4f %.4f", t->depth_shares[0][g][d].mean, t->depth_shares[1][g][d].mean,
-                    paper_value(PAPER_ANSWER[0][d], PAPER_ANSWER[1][d], p), paper_value(PAPER_NOISE[0][d], PAPER_NOISE[1][d], p),
+                    paper_value(t->paper->answer[0][d], t->paper->answer[1][d], p), paper_value(t->paper->noise[0][d], t->paper->noise[1][d], p),
                     t->depth_shares[0][g][d].std, t->depth_shares[1][g][d].std);
         }
         fprintf(t3.f, "\n");
@@ -367,9 +368,10 @@ static void write_noise_figure(const Table3* t, const NeedleOptions* opt) {
 }
 
 void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
-                        const Section* preset, const NeedleOptions* opt) {
+                        const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper) {
     Table3* t = callocCheck(1, sizeof(Table3));  // Spread and Allocation tables: too large for the stack's comfort
     t->m = task_models(rows, n_rows, seeds, preset, opt);
+    t->paper = paper;
     t->units = N_DEPTHS * N_SETTINGS * t->m.samples;
     int eval_seed = section_int(preset, "eval_seed", opt->recipe);
     t->shares = mallocCheck((size_t)SHARES * t->m.n_models * t->units * sizeof(double));

@@ -16,12 +16,17 @@
 #define MAX_LENGTHS 16
 #define COPY_HALF 100
 extern const double DEPTHS[N_DEPTHS];
-// Table 2's settings (N, R) and the paper's accuracies (3B models, 4K context)
+// Table 2's settings (N, R)
 #define N_SETTINGS 4
 extern const int SETTING_N[N_SETTINGS], SETTING_R[N_SETTINGS];
-extern const double PAPER_TABLE2[2][N_SETTINGS];
-// Table 3: attention to the answer and noise per depth, Transformer then DIFF
-extern const double PAPER_ANSWER[2][N_DEPTHS], PAPER_NOISE[2][N_DEPTHS];
+// The paper's numbers the tables stand beside, [Transformer, DIFF], from the recipe's claims:
+// Table 2's accuracies per setting ([claim table2], 3B models, 4K context) and Table 3's
+// attention to the answer and to the noise per depth ([claim table3_answer], [claim table3_noise])
+typedef struct {
+    double table2[2][N_SETTINGS], answer[2][N_DEPTHS], noise[2][N_DEPTHS];
+} NeedlePaper;
+// Dies naming the recipe, claim and key where one is missing or not the count of numbers it needs
+NeedlePaper needle_paper(const Recipe* r, const char* path);
 
 typedef struct {
     StudyModel study;  // the recipe's row at one seed: name, config, run, checkpoint
@@ -111,11 +116,11 @@ int retrieval_family(GapInterval* cells, const int* retrieves, int n);
 
 // The tasks, on rows[n_rows * seeds] trained and loaded
 void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
-                 const Section* preset, const NeedleOptions* opt);
+                 const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper);
 void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                const Section* preset, const NeedleOptions* opt);
 void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
-                 const Section* preset, const NeedleOptions* opt);
+                 const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper);
 void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, const Shard* val,
                Registry* reg, const Section* preset, const NeedleOptions* opt);
 
