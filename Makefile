@@ -234,7 +234,7 @@ endif
 # program that switches between its own thread stacks.
 EMU := $(B)/emu
 EMU_CXXFLAGS = $(DEPFLAGS) -std=c++17 -O2 $(ARCH) -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas $(PKG_CFLAGS) -UDIFFTX_MPI \
-               -DDIFFTX_CUDA_ARCH=90 -DCUDA_BACKEND_NAME='"cuda-emulated"' -I tests/cuda_emulation -iquote model/cuda
+               -DDIFFTX_CUDA_ARCH=90 -DCUDA_BACKEND_NAME='"cuda-emulated"' -DCUDA_RATE_N=512 -I tests/cuda_emulation -iquote model/cuda
 EMU_OBJS := $(EMU)/obj/emulator.o $(EMU)/obj/cudnn.o $(EMU)/obj/backend.o $(patsubst model/cuda/%.cu,$(EMU)/obj/%.o,$(wildcard model/cuda/*.cu))
 EMU_PROGRAMS := $(EMU)/test_backend_ops $(EMU)/test_devices
 $(EMU)/src/%.cc: model/cuda/%.cu tests/cuda_emulation/translate.sh

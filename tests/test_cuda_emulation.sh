@@ -56,7 +56,8 @@ declare -A report=(
     [unclamped_index]="kernel attention_backward_dkv_kernel<ONCE> .*out-of-bounds read at byte [0-9]+ of a device allocation"
 )
 for defect in missing_barrier short_shared_memory unclamped_index; do
-    expect_fail "the backend test stops at the planted $defect" "${report[$defect]}" "$emu/defect/$defect/test_backend_ops" --backend cuda --op attention
+    expect_fail "the backend test stops at the planted $defect" "${report[$defect]}" "$emu/defect/$defect/test_backend_ops" --backend cuda \
+        --op attention --small --variant standard
 done
 # the defects planted in the host code around cuDNN's graphs: the emulated cuDNN interprets the
 # graphs literally, and the bf16 attention checks fail at each

@@ -171,13 +171,13 @@ float cuda_best_ms(void (*call)(void* ctx), void* ctx) {
     return best;
 }
 
-#define RATE_N 4096
+#define RATE_N CUDA_RATE_N
 static void square_sgemm(void* abc) {
     float** m = (float**)abc;
     cuda_sgemm(CUBLAS_OP_N, CUBLAS_OP_N, RATE_N, RATE_N, RATE_N, 1.0f, m[0], RATE_N, m[1], RATE_N, 0.0f, m[2], RATE_N);
 }
 
-// A 4096^3 product in the weights' products' precision
+// A product of side CUDA_RATE_N in the weights' products' precision
 static double cuda_matmul_rate(const Backend* be) {
     if (be->precision == PRECISION_BF16) return cuda_bf16_matmul_rate();
     size_t count = (size_t)RATE_N * RATE_N;

@@ -66,7 +66,12 @@ void cuda_sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 // checking one path against another
 void cuda_fill(float* x, size_t n, uint32_t seed);
 // The best time in ms of a few calls of call(ctx) on the GPU's clock (the first, which loads
-// its kernel, not counted): how the matmul rates are measured
+// its kernel, not counted): how the matmul rates are measured, on square products of side
+// CUDA_RATE_N (the emulation's build sets a smaller side: its rate is the CPU's, and a GPU's
+// product takes it seconds a call)
+#ifndef CUDA_RATE_N
+#define CUDA_RATE_N 4096
+#endif
 float cuda_best_ms(void (*call)(void* ctx), void* ctx);
 
 // ---- matmul_bf16.cu: the weights' products in bf16 (precision = bf16) ----
@@ -83,7 +88,7 @@ void cuda_bf16_matmul_forward(const WeightCopies* copies, float* out, const floa
                               int accumulate);
 void cuda_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                int N, int IC, int OC);
-// GFLOP/s of a 4096^3 bf16 product
+// GFLOP/s of a bf16 product of side CUDA_RATE_N
 double cuda_bf16_matmul_rate(void);
 
 // ---- layers.cu ----

@@ -83,13 +83,13 @@ cublasHandle_t cuda_bf16_cublas(void) {
 }
 
 static void square_product(void* operands) {
-    const int n = 4096;
+    const int n = CUDA_RATE_N;
     void** ac = (void**)operands;
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, (const __nv_bfloat16*)ac[0], n, (const __nv_bfloat16*)ac[0], n, 0.0f, (float*)ac[1], n);
 }
 
 double cuda_bf16_matmul_rate(void) {
-    const int n = 4096;
+    const int n = CUDA_RATE_N;
     size_t count = (size_t)n * n;
     float* x = (float*)cuda_alloc(count * sizeof(float));
     cuda_fill(x, count, 1);
