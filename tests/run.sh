@@ -63,7 +63,8 @@ finish() {
     exit
 }
 for t in "$@"; do
-    if [ $check = 1 ] && [ "$t" = test_backend_ops ]; then run "$t" "$BUILD/$t" --small; else run "$t" "$BUILD/$t"; fi
+    # make check's fast loop: test_backend_ops at its small shapes, test_devices training two variants
+    if [ $check = 1 ] && { [ "$t" = test_backend_ops ] || [ "$t" = test_devices ]; }; then run "$t" "$BUILD/$t" --small; else run "$t" "$BUILD/$t"; fi
 done
 [ $check = 0 ] || finish
 [ "$BUILD" = build/san ] || run test_memory tests/test_memory.sh  # sanitizers' shadow memory voids its bounds

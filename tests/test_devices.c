@@ -513,7 +513,11 @@ static void test_hooked_placement(const Variant* v) {
     free(params), free(ga), free(gb), free(tokens), free(targets);
 }
 
-int main(void) {
+// --small (make check's fast loop): the training sections for the Transformer and DIFF alone;
+// make test runs every variant
+int main(int argc, char** argv) {
+    int small = argc == 2 && strcmp(argv[1], "--small") == 0;
+    if (argc > 1 && !small) die("test_devices: unknown arguments (it takes --small alone)");
     // the second backend of this program where it can run here, else a second cpu
     const char* why = backend_device_refusal(backend_device_index("cuda"));
     other = why ? "cpu" : "cuda";
@@ -525,7 +529,7 @@ int main(void) {
     printf("| one forward, backward and AdamW step | cpu | %s |\n|---|---|---|\n", other_name);
     for (int i = 0; i < N_VARIANTS; i++) test_gradients(&VARIANTS[i]);
     if (emulated) printf("%s: the training sections are left to a real device (minutes under the emulation)\n", other_name);
-    for (int i = 0; i < N_VARIANTS && !emulated; i++) test_training(&VARIANTS[i]);
+    for (int i = 0; i < (small ? 2 : N_VARIANTS) && !emulated; i++) test_training(&VARIANTS[i]);  // VARIANTS' first rows: standard, diff
     // the CPU's own bf16 is test_bf16's
     if (strcmp(other, "cpu") == 0) printf("bf16: the second device is the cpu, whose bf16 products test_bf16 checks\n");
     for (int i = 0; i < N_VARIANTS && strcmp(other, "cpu") != 0; i++) test_bf16(&VARIANTS[i], !emulated);
