@@ -254,6 +254,33 @@ void config_load_string(Config* cfg, const char* text, const char* origin) {
 }
 
 
+const char* config_from_stored_text(Config* cfg, const char* text) {
+    static char why[700];
+    config_defaults(cfg);
+    for (const char* line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        const char* eq = memchr(line, '=', n);
+        char key[128], value[CONFIG_STR + 64];
+        if (!eq || eq - line < 2 || eq[-1] != ' ' || (size_t)(eq - line - 1) >= sizeof(key) || n - (size_t)(eq - line) < 2 ||
+            eq[1] != ' ' || n - (size_t)(eq - line) - 2 >= sizeof(value)) {
+            snprintf(why, sizeof(why), "line '%.*s' is not 'key = value'", (int)(n < 100 ? n : 100), line);
+            return why;
+        }
+        memcpy(key, line, (size_t)(eq - line - 1));
+        key[eq - line - 1] = 0;
+        size_t vn = n - (size_t)(eq - line) - 2;
+        memcpy(value, eq + 2, vn);
+        value[vn] = 0;
+        const char* err = config_set(cfg, key, value);
+        if (err) {
+            snprintf(why, sizeof(why), "%s", err);
+            return why;
+        }
+        line += n + (line[n] == '\n');
+    }
+    return NULL;
+}
+
 void config_apply_override(Config* cfg, const char* kv) {
     const char* eq = strchr(kv, '=');
     if (!eq || eq == kv) die("command-line override '%s': expected key=value", kv);

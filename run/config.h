@@ -58,5 +58,10 @@ void config_print_keys(FILE* f);
 // "<out>/checkpoint.h5": where a run of this config keeps its checkpoint
 void config_checkpoint_path(const Config* cfg, char* path, size_t n);
 void config_load_string(Config* cfg, const char* text, const char* origin);
+// A run's identity as another version of this program recorded it (config_to_text's lines): cfg
+// from the defaults and those lines, so a key that version lacked keeps its default and the
+// text config_to_text writes of cfg is today's text of that run. NULL, or why it cannot be read
+// here (a key or value this version does not know; static storage); never dies.
+const char* config_from_stored_text(Config* cfg, const char* text);
 
 #endif

@@ -382,7 +382,8 @@ static int checkpoint_is_runs(Registry* reg, int64_t run, const char* row, int s
     return why == NULL;
 }
 
-// Whether a stored run's config text is the text of the run now asked for: equal, or equal but
+// Whether a stored run's config text (as this version writes it) is the text of the run now
+// asked for: equal, or equal but
 // for the paths a study puts under its results folder (`out`, `init_from`), written where the
 // folder was before it was copied or moved whole: each such stored path ends with the part of
 // today's path below the registry's folder (root)
@@ -427,8 +428,14 @@ int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row
     int64_t id = 0;
     int rc;
     while (!id && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        // the stored text read as a config and written again: a key an older version lacked
+        // takes its default, so adding a key with a default needs no migration of the rows
         const char* stored = (const char*)sqlite3_column_text(st, 1);
-        if (stored && same_run_text(stored, text, root)) id = sqlite3_column_int64(st, 0);
+        Config then;
+        if (!stored || config_from_stored_text(&then, stored)) continue;  // a key this version does not know: another run
+        char* today = config_to_text(&then);
+        if (same_run_text(today, text, root)) id = sqlite3_column_int64(st, 0);
+        free(today);
     }
     if (!id) sql_check(reg, rc, "find a finished run");
     sqlite3_finalize(st);

@@ -109,6 +109,24 @@ static void test_registry(void) {
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "nor one whose checkpoint another run replaced");
     copy_file(saved, ckpt);
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) > 0, "the file it recorded, byte for byte, counts again");
+    // a run's identity is its resolved config, not its text: a stored run lacking a key at its
+    // default (an older version's text, before the key existed) is the same run, with no
+    // migration; one with a key this version does not know is another run, and nothing dies
+    int64_t found = registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL);
+    char sql[400];
+    snprintf(sql, sizeof(sql), "UPDATE runs SET recipe_text = replace(recipe_text, 'rope_theta = 1e+04' || char(10), '') WHERE id = %lld "
+             "AND instr(recipe_text, 'rope_theta = 1e+04' || char(10)) > 0", (long long)found);
+    sqlite3_exec(reg.db, sql, NULL, NULL, NULL);
+    int dropped = sqlite3_changes(reg.db);
+    CHECK(dropped == 1 && registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == found,
+          "a stored run without a key at its default (rope_theta; %d row rewritten) is the same run", dropped);
+    snprintf(sql, sizeof(sql), "UPDATE runs SET recipe_text = recipe_text || 'a_later_key = 1' || char(10) WHERE id = %lld", (long long)found);
+    sqlite3_exec(reg.db, sql, NULL, NULL, NULL);
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "a stored run with a key this version does not know is another run");
+    snprintf(sql, sizeof(sql), "UPDATE runs SET recipe_text = replace(recipe_text, 'a_later_key = 1' || char(10), 'rope_theta = 1e+04' || "
+             "char(10)) WHERE id = %lld", (long long)found);
+    sqlite3_exec(reg.db, sql, NULL, NULL, NULL);
+    CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == found, "and with the key back (at the end) it is the same run again");
     // a run finished by another version of the program, whose checkpoint this one cannot load
     // (a variant it does not have), is not finished, though the file is the one it recorded
     fake_checkpoint(ckpt, &cfg, "another version's");
