@@ -3,9 +3,10 @@
 # tests, then prints the total of their "N passed, M failed" lines. --check (make check) runs
 # the programs named alone, test_backend_ops at its small shapes: the fast loop.
 #
-# Two phases. The programs named, test_memory, test_cli and test_cuda_build run one after another
-# with OMP_NUM_THREADS threads (2 unless set): they hold the threaded kernels to their references
-# and use both cores. The end-to-end tests then run in two lanes at once, one thread each: at
+# Two phases. The programs named, test_memory and test_cli run one after another with
+# OMP_NUM_THREADS threads (2 unless set): they hold the threaded kernels to their references and
+# use both cores. The end-to-end tests then run in two lanes at once, one thread each (the CUDA
+# build's test, the emulation's and the layer, data-parallel and make tests in the second): at
 # their tiny shapes a second thread costs more in fork and join than it saves (table6's smoke
 # preset: 10.9 s with two threads, 7.0 s with one, measured on a 2-core EPYC), so two lanes of
 # one thread finish them in about half the time, and a lane never waits at a barrier for a thread
@@ -69,8 +70,6 @@ done
 [ $check = 0 ] || finish
 [ "$BUILD" = build/san ] || run test_memory tests/test_memory.sh  # sanitizers' shadow memory voids its bounds
 run test_cli tests/test_cli.sh
-# the CUDA build (its portable form), compiled by make test wherever nvcc is found
-if [ "$BUILD" != build/san ] && [ -x build/cuda-portable/difftx ]; then run test_cuda_build tests/test_cuda_build.sh; fi
 
 # The pinned numbers are bitwise only under the golden files' OpenBLAS kernel, and OpenBLAS picks
 # its kernel by CPU model: a CPU whose own pick differs but which has that kernel's instructions
@@ -107,6 +106,9 @@ export OMP_NUM_THREADS=1
     run test_corpora_sh tests/test_corpora.sh
 ) &
 lane=$!
+# the CUDA build (its portable form), compiled by make test wherever nvcc is found: one thread of
+# work for a minute and a half, so it runs beside the end-to-end lane, not before it
+if [ "$BUILD" != build/san ] && [ -x build/cuda-portable/difftx ]; then run test_cuda_build tests/test_cuda_build.sh; fi
 # the CUDA kernels under the CPU emulation (tests/cuda_emulation; not built under the sanitizers)
 if [ -x "$BUILD/emu/test_backend_ops" ]; then
     # the CUDA backend alone (the CPU's is test_backend_ops), without T = 1024, whose 16 blocks

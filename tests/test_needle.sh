@@ -314,6 +314,9 @@ expect_fail "needle: a recipe without the paper's Table 3 noise shares is refuse
 sed 's/^transformer = 1.00 0.85 0.62 0.55$/transformer = 1.00 0.85 0.62/' "$work/needle.ini" > "$work/short_claim.ini"
 expect_fail "needle: a claim's numbers are counted" "\[claim table2\] key 'transformer': '1.00 0.85 0.62' is not 4 numbers" \
     $bin needle "$work/short_claim.ini" --preset smoke --task table2 --results "$work/no_claim_results"
+sed 's/^direction = diff ahead$/direction = sideways/' "$work/needle.ini" > "$work/bad_direction.ini"
+expect_fail "needle: a figure's claim states which way it goes" "\[claim fig5\] needs 'direction' = diff ahead or transformer ahead, not 'sideways'" \
+    $bin needle "$work/bad_direction.ini" --preset smoke --task fig5 --results "$work/no_claim_results"
 expect "a refused claim writes nothing" test ! -e "$work/no_claim_results"
 grep -v '^copy_steps' "$work/needle.ini" > "$work/no_copy.ini"
 expect_fail "needle: copy stage unset" "\\[smoke\\] needs 'copy_steps' as a positive integer" \

@@ -251,5 +251,15 @@ NeedlePaper needle_paper(const Recipe* r, const char* path) {
         section_numbers(recipe_claim(r, "table3_answer", path), ROWS[k], p.answer[k], N_DEPTHS, path);
         section_numbers(recipe_claim(r, "table3_noise", path), ROWS[k], p.noise[k], N_DEPTHS, path);
     }
+    static const char* const FIGURES[2] = {"fig5", "fig8"};
+    double* directions[2] = {&p.fig5_direction, &p.fig8_direction};
+    for (int f = 0; f < 2; f++) {
+        const Section* s = recipe_claim(r, FIGURES[f], path);
+        const char* d = section_get(s, "direction");
+        if (!d || (strcmp(d, "diff ahead") && strcmp(d, "transformer ahead")))
+            die("%s: [claim %s] needs 'direction' = diff ahead or transformer ahead%s%s%s", path, FIGURES[f], d ? ", not '" : "",
+                d ? d : "", d ? "'" : "");
+        *directions[f] = strcmp(d, "diff ahead") == 0 ? 1.0 : -1.0;
+    }
     return p;
 }

@@ -19,6 +19,7 @@ typedef struct {
     // the verdicts' units: each episode's queries right and asked, (model, length x depth x samples)
     int units;  // per model and length: N_DEPTHS x samples
     double *right, *asked;
+    double paper_direction;  // the sign of the paper's DIFF - Transformer gap ([claim fig5])
 } Fig5;
 
 // Row group a minus row group b in accuracy averaged over the depths at length l, paired on the
@@ -61,7 +62,7 @@ static void write_verdicts(Report* md, const Fig5* t) {
             char cells[1024];
             comparison_row(md, t->rows, seeds, c[i]);
             report_printf(md, "| %d |%s\n", t->lengths[l],
-                          retrieval_cells(cells, sizeof(cells), &g[l], c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves[l], 2));
+                          retrieval_cells(cells, sizeof(cells), &g[l], c[i].paper ? t->paper_direction : NAN, retrieves[l], 2));
         }
     }
     char family[256];
@@ -162,9 +163,10 @@ static void write_figure(const Fig5* t, const NeedleOptions* opt, GnuplotVars* v
 }
 
 void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
-                      const Section* preset, const NeedleOptions* opt) {
+                      const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper) {
     Fig5 t = {.rows = rows, .n_rows = n_rows, .seeds = seeds, .n_models = n_rows * seeds,
-              .samples = section_int(preset, "fig5_samples", opt->recipe), .eval_seed = section_int(preset, "eval_seed", opt->recipe)};
+              .samples = section_int(preset, "fig5_samples", opt->recipe), .eval_seed = section_int(preset, "eval_seed", opt->recipe),
+              .paper_direction = paper->fig5_direction};
     read_lengths(&t, preset, opt);
     t.units = N_DEPTHS * t.samples;
     t.acc = callocCheck(t.n_models, sizeof(*t.acc));

@@ -78,6 +78,7 @@ typedef struct {
     // the language-model panels' ranges (loss, accuracy): the data with headroom, never zoomed to
     // less than a floor (0.05 nats, 0.02 accuracy), so a flat line reads as flat
     double lo[2], hi[2];
+    double paper_direction;  // the sign of the paper's DIFF - Transformer gap ([claim fig8])
 } Fig8;
 
 // What quantization costs row group a minus what it costs row group b at one scope, width and
@@ -136,7 +137,7 @@ static void write_verdicts(Report* f, const Fig8* t) {
                     char cells[1024];
                     comparison_row(f, rows, seeds, c[i]);
                     report_printf(f, "| %s | %d | %d, %d |%s\n", SCOPE_NAMES[scope], FIG8_BITS[w], FIG8_N[st], FIG8_R[st],
-                                  retrieval_cells(cells, sizeof(cells), &g[k], c[i].paper ? PAPER_DIFF_AHEAD : NAN, retrieves[k], 3));
+                                  retrieval_cells(cells, sizeof(cells), &g[k], c[i].paper ? t->paper_direction : NAN, retrieves[k], 3));
                 }
             }
         }
@@ -281,10 +282,10 @@ static void free_results(Fig8* t) {
 }
 
 void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, const Shard* val,
-                      Registry* reg, const Section* preset, const NeedleOptions* opt) {
+                      Registry* reg, const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper) {
     Fig8 t = {rows, n_rows, seeds, n_rows * seeds, section_int(preset, "context", opt->recipe),
               section_int(preset, "fig8_samples", opt->recipe), section_int(preset, "fig8_windows", opt->recipe),
-              section_int(preset, "eval_seed", opt->recipe), NULL, {0}, {0}};
+              section_int(preset, "eval_seed", opt->recipe), NULL, {0}, {0}, paper->fig8_direction};
     for (int i = 0; i < t.n_models; i++) {
         if ((val->n_tokens - 1) / rows[i].study.cfg.model.seq_len < (size_t)t.windows) {
             die("%s: [preset %s] fig8_windows = %d needs %zu validation tokens at seq_len %d; the shard has %zu", opt->recipe,

@@ -16,8 +16,8 @@
 int needle_extra_key(int place, const char* k) {
     static const char* keys[] = {"corpus", "copy_steps", "copy_batch_size", "context", "lengths", "samples",
                                  "fig5_samples", "maps", "eval_seed", "fig8_samples", "fig8_windows", "outlier_tokens"};
-    // the paper's numbers the tables stand beside ([claim table2], [claim table3_answer], [claim table3_noise])
-    if (place == RECIPE_CLAIM) return !strcmp(k, "text") || !strcmp(k, "transformer") || !strcmp(k, "diff");
+    // the paper's numbers the tables stand beside, and the directions of the figures' claims (task.h)
+    if (place == RECIPE_CLAIM) return !strcmp(k, "text") || !strcmp(k, "transformer") || !strcmp(k, "diff") || !strcmp(k, "direction");
     if (place == RECIPE_OUTSIDE) return 0;
     if (recipe_shape_key(place == RECIPE_ROW, k)) return 1;
     if (place == RECIPE_ROW && strcmp(k, "against") == 0) return 1;
@@ -172,9 +172,9 @@ int needle_main(const NeedleOptions* opt) {
     needle_source_init(&src, tok, val, cities, NEEDLE_EVAL);
     printf("%s, preset %s: %d evaluation cities, haystacks from %s/val.bin\n", opt->task, opt->preset, src.n_cities, data.dir);
     if (task == 0) task_table2(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt, &paper);
-    if (task == 1) task_fig5(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt);
+    if (task == 1) task_fig5(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt, &paper);
     if (task == 2) task_table3(rows, n_rows, opt->seeds, &src, tok, reg, preset, opt, &paper);
-    if (task == 3) task_fig8(rows, n_rows, opt->seeds, &src, tok, val, reg, preset, opt);
+    if (task == 3) task_fig8(rows, n_rows, opt->seeds, &src, tok, val, reg, preset, opt, &paper);
     needle_source_free(&src);
     data_close(&data);
     for (int i = 0; i < n_models; i++) {

@@ -21,9 +21,13 @@ extern const double DEPTHS[N_DEPTHS];
 extern const int SETTING_N[N_SETTINGS], SETTING_R[N_SETTINGS];
 // The paper's numbers the tables stand beside, [Transformer, DIFF], from the recipe's claims:
 // Table 2's accuracies per setting ([claim table2], 3B models, 4K context) and Table 3's
-// attention to the answer and to the noise per depth ([claim table3_answer], [claim table3_noise])
+// attention to the answer and to the noise per depth ([claim table3_answer], [claim table3_noise]);
+// and the direction of the claims Figures 5 and 8 make without a number ([claim fig5], [claim
+// fig8]: `direction = diff ahead` reads as +1, the sign of a gap DIFF minus the Transformer in
+// the paper's favour; `transformer ahead` -1)
 typedef struct {
     double table2[2][N_SETTINGS], answer[2][N_DEPTHS], noise[2][N_DEPTHS];
+    double fig5_direction, fig8_direction;
 } NeedlePaper;
 // Dies naming the recipe, claim and key where one is missing or not the count of numbers it needs
 NeedlePaper needle_paper(const Recipe* r, const char* path);
@@ -111,17 +115,15 @@ const char* retrieval_cells(char* out, size_t n, const GapInterval* g, double pa
 // Holm's correction over a family of n retrieval cells, those where neither row retrieves left out
 // of it; returns the cells tested
 int retrieval_family(GapInterval* cells, const int* retrieves, int n);
-// The paper's direction for a claim it makes without a number ("DIFF ahead"): a gap of this sign
-#define PAPER_DIFF_AHEAD 1.0
 
 // The tasks, on rows[n_rows * seeds] trained and loaded
 void task_table2(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                  const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper);
 void task_fig5(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
-               const Section* preset, const NeedleOptions* opt);
+               const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper);
 void task_table3(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, Registry* reg,
                  const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper);
 void task_fig8(Row* rows, int n_rows, int seeds, const NeedleSource* src, const Tokenizer* tok, const Shard* val,
-               Registry* reg, const Section* preset, const NeedleOptions* opt);
+               Registry* reg, const Section* preset, const NeedleOptions* opt, const NeedlePaper* paper);
 
 #endif
