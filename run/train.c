@@ -421,8 +421,8 @@ static void save_run(Run* r, const TrainObserver* observer, int done, double los
 
 static void close_run(Run* r) {
     model_free(&r->model);
-    backend_close(r->be);
     adamw_free(&r->opt);
+    backend_close(r->be);  // after everything that computes on it releases its buffers
     data_close(&r->data);
     if (r->root) unlock_folder(r->lock);
 }
