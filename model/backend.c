@@ -124,6 +124,14 @@ Backend* backend_open(int device, int precision, const char** why) {
     return be;
 }
 
+const char* backend_description(const Backend* be) { return be->description; }
+
+void backend_weights_changed(const Backend* be, const float* w, size_t n) {
+    if (be->copies) weight_copies_changed(be->copies, w, n);
+}
+
+void backend_release_copies(Backend* be) { weight_copies_close(be->copies); }
+
 void backend_close(Backend* be) {
     if (!be) return;
     be->close(be);

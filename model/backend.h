@@ -261,6 +261,12 @@ Backend* backend_open(int device, int precision, const char** why);
 // Releases an instance (its weights' copies); the models computing on it are freed before. NULL
 // does nothing.
 void backend_close(Backend* be);
+// What every implementation's instance does alike, its table's entries: device_name (the
+// description its open wrote), weights_changed (remakes the block's bf16 twins where the instance
+// keeps them) and close (releases them)
+const char* backend_description(const Backend* be);
+void backend_weights_changed(const Backend* be, const float* w, size_t n);
+void backend_release_copies(Backend* be);
 // The index in BACKEND_DEVICES of the device named `name`, or -1
 int backend_device_index(const char* name);
 

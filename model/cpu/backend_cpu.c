@@ -11,7 +11,6 @@
 
 #include "../../base/dist.h"
 #include "../../base/util.h"
-#include "../weight_copies.h"
 #include "cpu.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -72,11 +71,6 @@ static const char* cpu_open(Backend* be) {
         snprintf(be->description, sizeof(be->description), "cpu (OpenBLAS %s)", openblas_get_corename());
     }
     return NULL;
-}
-static void cpu_close(Backend* be) { weight_copies_close(be->copies); }
-static const char* cpu_device_name(const Backend* be) { return be->description; }
-static void cpu_weights_changed(const Backend* be, const float* w, size_t n) {
-    if (be->copies) weight_copies_changed(be->copies, w, n);
 }
 static void cpu_synchronize(void) {}
 static double cpu_peak_memory_bytes(void) { return (double)peak_rss_bytes(); }
@@ -150,8 +144,8 @@ static const Backend CPU = {
     .host_memory = 1,
     .init = cpu_init,
     .open = cpu_open,
-    .close = cpu_close,
-    .device_name = cpu_device_name,
+    .close = backend_release_copies,
+    .device_name = backend_description,
     .memory_bytes = cpu_memory_bytes,
     .peak_memory_bytes = cpu_peak_memory_bytes,
     .synchronize = cpu_synchronize,
@@ -189,7 +183,7 @@ static const Backend CPU = {
     .adamw_update = cpu_adamw_update,
     .matmul_spent = cpu_matmul_spent,
     .matmul_rate = cpu_matmul_rate,
-    .weights_changed = cpu_weights_changed,
+    .weights_changed = backend_weights_changed,
     .peak_rate = cpu_peak,
     .attention_path = cpu_attention_path,
     .timer_mark = cpu_timer_mark,

@@ -14,7 +14,6 @@
 extern "C" {
 #include "../../base/dist.h"
 #include "../../base/util.h"
-#include "../weight_copies.h"
 }
 
 static int device = -1;
@@ -82,11 +81,6 @@ static const char* cuda_open(Backend* be) {
         snprintf(be->description, sizeof(be->description), "cuda %s", gpu);
     }
     return NULL;
-}
-static void cuda_close(Backend* be) { weight_copies_close(be->copies); }
-static const char* cuda_device_name(const Backend* be) { return be->description; }
-static void cuda_weights_changed(const Backend* be, const float* w, size_t n) {
-    if (be->copies) weight_copies_changed(be->copies, w, n);
 }
 static double cuda_memory_bytes(void) { return device_bytes; }
 
@@ -274,8 +268,8 @@ static Backend table(void) {
     b.host_memory = 0;
     b.init = cuda_init;
     b.open = cuda_open;
-    b.close = cuda_close;
-    b.device_name = cuda_device_name;
+    b.close = backend_release_copies;
+    b.device_name = backend_description;
     b.memory_bytes = cuda_memory_bytes;
     b.peak_memory_bytes = cuda_peak_memory_bytes;
     b.synchronize = cuda_synchronize;
@@ -314,7 +308,7 @@ static Backend table(void) {
     b.matmul_spent = cuda_matmul_spent;
     b.matmul_rate = cuda_matmul_rate;
     b.peak_rate = cuda_peak_rate;
-    b.weights_changed = cuda_weights_changed;
+    b.weights_changed = backend_weights_changed;
     b.attention_path = cuda_attention_path;
     b.timer_mark = cuda_timer_mark;
     b.timer_read = cuda_timer_read;
