@@ -9,6 +9,7 @@
 #include <math.h>
 #include <omp.h>
 #include <openssl/evp.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,7 +29,7 @@ static const char* SCHEMA =
     "  status TEXT NOT NULL CHECK (status IN ('RUNNING', 'FINISHED', 'FAILED', 'KILLED')),"
     "  git_commit TEXT NOT NULL, git_dirty INTEGER NOT NULL, host TEXT NOT NULL, cpu_model TEXT NOT NULL,"
     "  threads INTEGER NOT NULL, ranks INTEGER NOT NULL DEFAULT 1, device TEXT NOT NULL DEFAULT 'cpu', pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, recipe_text TEXT NOT NULL,"
-    "  out_dir TEXT NOT NULL, data_dir TEXT NOT NULL DEFAULT '', data_id TEXT NOT NULL DEFAULT '',"
+    "  identity TEXT NOT NULL DEFAULT '', out_dir TEXT NOT NULL, data_dir TEXT NOT NULL DEFAULT '', data_id TEXT NOT NULL DEFAULT '',"
     "  started TEXT NOT NULL, ended TEXT, UNIQUE (experiment_id, row, seed, attempt));"
     "CREATE TABLE IF NOT EXISTS params (run_id INTEGER NOT NULL REFERENCES runs(id), key TEXT NOT NULL,"
     "  value NUMERIC NOT NULL, PRIMARY KEY (run_id, key));"
@@ -64,7 +65,9 @@ static sqlite3_stmt* prepare(Registry* reg, const char* sql) {
     return st;
 }
 
-int registry_row(Registry* reg, sqlite3_stmt* st, const char* what) {
+// Steps a query: 1 for a row, 0 at its end; any other outcome (a damaged file, SQLITE_CORRUPT,
+// an I/O error) dies naming the registry and `what`, so a damaged registry never reads as empty
+static int registry_row(Registry* reg, sqlite3_stmt* st, const char* what) {
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) return 1;
     if (rc != SQLITE_DONE) die("registry '%s': %s: %s", reg->path, what, sqlite3_errmsg(reg->db));
@@ -130,6 +133,55 @@ static void insert_params(Registry* reg, int64_t run, const char* config_text) {
         step_done(reg, st, "insert param");
     }
     free(text);
+}
+
+// A run's identity: the sha256 (64 hex digits) of its config text as this program resolves it
+// (read from the defaults and written again: a key an older version lacked takes its default,
+// a value is spelt as today), or of the text itself where this program cannot read it (a key
+// it does not know). runs.identity holds it, brought up to date whenever a registry is opened
+// for writing, so a key added with a default or a value renamed needs no migration step; the
+// attempts of one run are the runs of one experiment, row, seed and identity.
+static void config_identity(const char* text, char hex[65]) {
+    Config cfg;
+    char* resolved = config_from_stored_text(&cfg, text) ? NULL : config_to_text(&cfg);
+    const char* hashed = resolved ? resolved : text;
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (!EVP_Digest(hashed, strlen(hashed), digest, &n, EVP_sha256(), NULL) || n != 32) die("cannot hash a run's config");
+    for (unsigned int i = 0; i < n; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
+    free(resolved);
+}
+
+// Every run's identity as this program computes it, inside the caller's transaction
+static void refresh_identities(Registry* reg) {
+    sqlite3_stmt* st = prepare(reg, "SELECT id, recipe_text, identity FROM runs");
+    int n = 0, cap = 64;
+    int64_t* ids = mallocCheck(cap * sizeof(int64_t));
+    char(*now)[65] = mallocCheck(cap * sizeof(*now));
+    while (registry_row(reg, st, "read the runs' configs")) {
+        char hex[65];
+        config_identity((const char*)sqlite3_column_text(st, 1), hex);
+        if (strcmp(hex, (const char*)sqlite3_column_text(st, 2)) == 0) continue;
+        if (n == cap) {
+            cap *= 2;
+            ids = realloc(ids, cap * sizeof(int64_t));
+            now = realloc(now, cap * sizeof(*now));
+            if (!ids || !now) die("out of memory reading '%s'", reg->path);
+        }
+        ids[n] = sqlite3_column_int64(st, 0);
+        memcpy(now[n++], hex, sizeof(hex));
+    }
+    sqlite3_finalize(st);
+    st = prepare(reg, "UPDATE runs SET identity = ? WHERE id = ?");
+    for (int i = 0; i < n; i++) {  // written once the reading is done
+        sqlite3_bind_text(st, 1, now[i], -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, ids[i]);
+        sql_check(reg, sqlite3_step(st), "update a run's identity");
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    free(ids);
+    free(now);
 }
 
 // Version 2 and older recorded configs with head_dim and ffn_hidden as given (0 for automatic)
@@ -236,6 +288,8 @@ void registry_open(Registry* reg, const char* path) {
     // versions 3 to 6 had no noise_group, 7 wrote noise_group = 0 into every text; today's texts
     // hold a switch only some variants use only where it is set
     if (existing && version >= 3 && version < 8) canonical_configs(reg);
+    if (existing && version < 10) add_column(reg, "runs", "identity", "TEXT NOT NULL DEFAULT ''");  // filled below
+    refresh_identities(reg);
     if (existing && version < REGISTRY_SCHEMA) {
         fprintf(stderr, "registry '%s': migrated from schema version %d to %d\n", path, version, REGISTRY_SCHEMA);
     }
@@ -414,12 +468,14 @@ static int same_run_text(const char* stored, const char* current, const char* ro
 int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row, int seed, const Config* cfg,
                               const char* data_id) {
     char* text = config_to_text(cfg);
+    char identity[65];
+    config_identity(text, identity);
     char root[4200];
     snprintf(root, sizeof(root), "%s", reg->path);
     char* slash = strrchr(root, '/');
     if (slash) *slash = 0;
     else snprintf(root, sizeof(root), ".");
-    sqlite3_stmt* st = prepare(reg, "SELECT id, recipe_text FROM runs WHERE experiment_id = ? AND row = ? AND seed = ? AND "
+    sqlite3_stmt* st = prepare(reg, "SELECT id, recipe_text, identity FROM runs WHERE experiment_id = ? AND row = ? AND seed = ? AND "
                                     "status = 'FINISHED' AND data_id = ? ORDER BY attempt DESC");
     sqlite3_bind_int64(st, 1, experiment);
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
@@ -428,8 +484,11 @@ int64_t registry_finished_run(Registry* reg, int64_t experiment, const char* row
     int64_t id = 0;
     int rc;
     while (!id && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        // the stored text read as a config and written again: a key an older version lacked
-        // takes its default, so adding a key with a default needs no migration of the rows
+        if (strcmp((const char*)sqlite3_column_text(st, 2), identity) == 0) {
+            id = sqlite3_column_int64(st, 0);
+            continue;
+        }
+        // another identity may still be this run in a results folder copied or moved whole
         const char* stored = (const char*)sqlite3_column_text(st, 1);
         Config then;
         if (!stored || config_from_stored_text(&then, stored)) continue;  // a key this version does not know: another run
@@ -453,12 +512,14 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     gethostname(host, sizeof(host) - 1);
     const char* cpu = strstr(machine, ", ") ? strstr(machine, ", ") + 2 : machine;
     char* text = config_to_text(cfg);
+    char identity[65];
+    config_identity(text, identity);
     exec(reg, "BEGIN IMMEDIATE;");
     sqlite3_stmt* st = prepare(reg,
         "INSERT INTO runs (experiment_id, row, seed, attempt, status, git_commit, git_dirty, host, cpu_model, threads,"
-        " ranks, device, pid, pid_start, recipe_text, out_dir, data_dir, data_id, started) VALUES (?1, ?2, ?3, (SELECT"
+        " ranks, device, pid, pid_start, recipe_text, identity, out_dir, data_dir, data_id, started) VALUES (?1, ?2, ?3, (SELECT"
         " COALESCE(MAX(attempt), 0) + 1 FROM runs WHERE experiment_id = ?1 AND row = ?2 AND seed = ?3), 'RUNNING', ?4, ?5,"
-        " ?6, ?7, ?8, ?14, ?15, ?9, ?13, ?10, ?11, ?16, ?17, ?12)");
+        " ?6, ?7, ?8, ?14, ?15, ?9, ?13, ?10, ?18, ?11, ?16, ?17, ?12)");
     sqlite3_bind_int64(st, 1, experiment);
     sqlite3_bind_text(st, 2, row, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, seed);
@@ -476,6 +537,7 @@ int64_t registry_begin_run(Registry* reg, int64_t experiment, const char* row, i
     sqlite3_bind_text(st, 15, device, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 16, data_dir, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 17, data_id ? data_id : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 18, identity, -1, SQLITE_STATIC);
     step_done(reg, st, "insert run");
     int64_t run = sqlite3_last_insert_rowid(reg->db);
     insert_params(reg, run, text);
@@ -537,7 +599,7 @@ void registry_forget_metrics_after(Registry* reg, int64_t run, int step) {
     exec(reg, "BEGIN IMMEDIATE;");
     sqlite3_stmt* st = prepare(reg,
         "DELETE FROM metrics WHERE step > ?2 AND run_id IN (SELECT a.id FROM runs a JOIN runs r ON r.id = ?1 WHERE"
-        " a.experiment_id = r.experiment_id AND a.row = r.row AND a.seed = r.seed AND a.recipe_text = r.recipe_text)");
+        " a.experiment_id = r.experiment_id AND a.row = r.row AND a.seed = r.seed AND a.identity = r.identity)");
     sqlite3_bind_int64(st, 1, run);
     sqlite3_bind_int(st, 2, step);
     step_done(reg, st, "forget metrics past the resumed step");
@@ -664,7 +726,7 @@ int registry_run_curve(Registry* reg, int64_t run, const char* key, int64_t** to
 int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const char* key, int64_t** tokens, double** values) {
     sqlite3_stmt* st = prepare(reg,
         "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs a ON a.id = m.run_id JOIN runs f ON f.experiment_id ="
-        " a.experiment_id AND f.row = a.row AND f.seed = a.seed AND f.recipe_text = a.recipe_text WHERE f.id IN"
+        " a.experiment_id AND f.row = a.row AND f.seed = a.seed AND f.identity = a.identity WHERE f.id IN"
         " (SELECT value FROM json_each(?)) AND m.key = ? GROUP BY m.step ORDER BY m.step");
     size_t cap = 3 + 24 * (size_t)n_runs, len = 1;  // "[", the ids, "]" and the NUL, for no runs too
     char* ids = mallocCheck(cap);
@@ -729,4 +791,155 @@ void registry_episodes(Registry* reg, int64_t run, const char* task, int n, cons
     }
     sqlite3_finalize(st);
     exec(reg, "COMMIT;");
+}
+
+// ---- what `difftx runs`, `compare` and `lambda` read ----
+
+// A resumed attempt's steps and losses include the attempts before it (each step is stored once)
+#define ATTEMPTS_SO_FAR                                                                                                 \
+    " FROM metrics m JOIN runs f ON f.id = m.run_id WHERE f.experiment_id = r.experiment_id AND f.row = r.row AND"     \
+    " f.seed = r.seed AND f.identity = r.identity AND f.attempt <= r.attempt AND m.key = "
+#define SUMMARY_COLUMNS                                                                                              \
+    "SELECT r.id, x.name, x.preset, r.row, r.seed, r.status,"                                                        \
+    " (SELECT MAX(m.step)" ATTEMPTS_SO_FAR "'train_loss'),"                                                          \
+    " (SELECT value FROM params p WHERE p.run_id = r.id AND p.key = 'steps'),"                                       \
+    " (SELECT m.value" ATTEMPTS_SO_FAR "'train_loss' ORDER BY m.step DESC LIMIT 1),"                                 \
+    " (SELECT m.value" ATTEMPTS_SO_FAR "'val_loss' ORDER BY m.step DESC LIMIT 1),"                                   \
+    " (SELECT value FROM evaluations e WHERE e.run_id = r.id AND e.key = 'tokens_per_second'), r.started,"          \
+    " (SELECT COUNT(*)" ATTEMPTS_SO_FAR "'spike_loss') + (SELECT COUNT(*)" ATTEMPTS_SO_FAR "'spike_grad_norm')"      \
+    " FROM runs r JOIN experiments x ON x.id = r.experiment_id "
+
+static double column_or_nan(sqlite3_stmt* st, int col) {
+    return sqlite3_column_type(st, col) == SQLITE_NULL ? NAN : sqlite3_column_double(st, col);
+}
+
+static void read_summary(sqlite3_stmt* st, RunSummary* r) {
+    r->id = sqlite3_column_int64(st, 0);
+    snprintf(r->experiment, sizeof(r->experiment), "%s", (const char*)sqlite3_column_text(st, 1));
+    snprintf(r->preset, sizeof(r->preset), "%s", (const char*)sqlite3_column_text(st, 2));
+    snprintf(r->row, sizeof(r->row), "%s", (const char*)sqlite3_column_text(st, 3));
+    r->seed = sqlite3_column_int(st, 4);
+    snprintf(r->status, sizeof(r->status), "%s", (const char*)sqlite3_column_text(st, 5));
+    r->step = sqlite3_column_int(st, 6);
+    r->steps = sqlite3_column_int(st, 7);
+    r->train_loss = column_or_nan(st, 8);
+    r->val_loss = column_or_nan(st, 9);
+    r->tokens_per_second = column_or_nan(st, 10);
+    snprintf(r->started, sizeof(r->started), "%s", (const char*)sqlite3_column_text(st, 11));
+    r->spikes = sqlite3_column_int(st, 12);
+}
+
+int registry_runs(Registry* reg, const char* experiment, const char* preset, const char* status, RunSummary** runs) {
+    sqlite3_stmt* st = prepare(reg, SUMMARY_COLUMNS "WHERE (?1 IS NULL OR x.name = ?1) AND (?2 IS NULL OR x.preset = ?2) AND"
+                                                    " (?3 IS NULL OR r.status = ?3) ORDER BY r.id");
+    const char* values[3] = {experiment, preset, status};
+    for (int i = 0; i < 3; i++) {
+        if (values[i]) sqlite3_bind_text(st, i + 1, values[i], -1, SQLITE_STATIC);
+    }
+    int n = 0, cap = 16;
+    *runs = mallocCheck(cap * sizeof(RunSummary));
+    while (registry_row(reg, st, "list runs")) {
+        if (n == cap) {
+            cap *= 2;
+            RunSummary* more = realloc(*runs, cap * sizeof(RunSummary));
+            if (!more) die("out of memory listing the runs of '%s'", reg->path);
+            *runs = more;
+        }
+        read_summary(st, &(*runs)[n++]);
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+int registry_run(Registry* reg, int64_t id, RunSummary* run) {
+    sqlite3_stmt* st = prepare(reg, SUMMARY_COLUMNS "WHERE r.id = ?");
+    sqlite3_bind_int64(st, 1, id);
+    int found = registry_row(reg, st, "read a run");
+    if (found) read_summary(st, run);
+    sqlite3_finalize(st);
+    return found;
+}
+
+int registry_experiment_values(Registry* reg, int presets, char*** values) {
+    sqlite3_stmt* st = prepare(reg, presets ? "SELECT DISTINCT preset FROM experiments ORDER BY preset"
+                                            : "SELECT DISTINCT name FROM experiments ORDER BY name");
+    int n = 0, cap = 16;
+    *values = mallocCheck(cap * sizeof(char*));
+    while (registry_row(reg, st, "read the experiments")) {
+        if (n == cap) {
+            cap *= 2;
+            char** more = realloc(*values, cap * sizeof(char*));
+            if (!more) die("out of memory reading '%s'", reg->path);
+            *values = more;
+        }
+        (*values)[n++] = strdup((const char*)sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+char* registry_param(Registry* reg, int64_t run, const char* key) {
+    sqlite3_stmt* st = prepare(reg, "SELECT CAST(value AS TEXT) FROM params WHERE run_id = ? AND key = ?");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+    char* value = strdup(registry_row(reg, st, "read a parameter") ? (const char*)sqlite3_column_text(st, 0) : "");
+    sqlite3_finalize(st);
+    return value;
+}
+
+int registry_param_keys(Registry* reg, const int64_t* runs, int n_runs, char*** keys) {
+    sqlite3_stmt* st = prepare(reg,
+        "SELECT p.key FROM params p JOIN json_each(?) l ON l.value = p.run_id GROUP BY p.key"
+        " ORDER BY MIN(l.key * 4294967296 + p.rowid)");
+    size_t cap_text = 3 + 24 * (size_t)n_runs, len = 1;
+    char* ids = mallocCheck(cap_text);
+    strcpy(ids, "[");
+    for (int k = 0; k < n_runs; k++) len += (size_t)snprintf(ids + len, cap_text - len, "%s%lld", k ? "," : "", (long long)runs[k]);
+    snprintf(ids + len, cap_text - len, "]");
+    sqlite3_bind_text(st, 1, ids, -1, SQLITE_TRANSIENT);
+    free(ids);
+    int n = 0, cap = 64;
+    *keys = mallocCheck(cap * sizeof(char*));
+    while (registry_row(reg, st, "read the runs' keys")) {
+        if (n == cap) {
+            cap *= 2;
+            char** more = realloc(*keys, cap * sizeof(char*));
+            if (!more) die("out of memory reading '%s'", reg->path);
+            *keys = more;
+        }
+        (*keys)[n++] = strdup((const char*)sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+char* registry_run_config(Registry* reg, int64_t run) {
+    sqlite3_stmt* st = prepare(reg, "SELECT recipe_text FROM runs WHERE id = ?");
+    sqlite3_bind_int64(st, 1, run);
+    char* text = registry_row(reg, st, "read a run's config") ? strdup((const char*)sqlite3_column_text(st, 0)) : NULL;
+    sqlite3_finalize(st);
+    return text;
+}
+
+double registry_recorded_eval_tokens(const char* path, const char* run_dir) {
+    char want[PATH_MAX];
+    if (access(path, R_OK) != 0 || !realpath(run_dir, want)) return 0;
+    Registry reg;
+    snprintf(reg.path, sizeof(reg.path), "%s", path);
+    double tokens = 0;
+    if (sqlite3_open_v2(path, &reg.db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt* st;
+        // the folders as recorded may be spelled otherwise (relative, through links): compared resolved
+        if (sqlite3_prepare_v2(reg.db, "SELECT r.out_dir, e.value FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE"
+                                       " e.key = 'eval_tokens' AND r.status = 'FINISHED' ORDER BY r.id DESC", -1, &st, NULL) == SQLITE_OK) {
+            while (!tokens && registry_row(&reg, st, "find a run's evaluation")) {
+                char got[PATH_MAX];
+                const char* dir = (const char*)sqlite3_column_text(st, 0);
+                if (dir && realpath(dir, got) && strcmp(got, want) == 0) tokens = sqlite3_column_double(st, 1);
+            }
+            sqlite3_finalize(st);
+        }
+    }
+    sqlite3_close(reg.db);
+    return tokens;
 }

@@ -27,56 +27,27 @@ static void open_registry(Registry* reg, const char* results) {
     registry_reap(reg);
 }
 
-static sqlite3_stmt* query(Registry* reg, const char* sql) {
-    sqlite3_stmt* st;
-    if (sqlite3_prepare_v2(reg->db, sql, -1, &st, NULL) != SQLITE_OK) die("registry '%s': %s", reg->path, sqlite3_errmsg(reg->db));
-    return st;
-}
-
-// Columns shared by the list and the comparison: what a run is and how it ended. A resumed
-// attempt's steps and losses include the attempts before it (each step is stored once).
-#define ATTEMPTS_SO_FAR                                                                                                 \
-    " FROM metrics m JOIN runs f ON f.id = m.run_id WHERE f.experiment_id = r.experiment_id AND f.row = r.row AND"     \
-    " f.seed = r.seed AND f.recipe_text = r.recipe_text AND f.attempt <= r.attempt AND m.key = "
-#define RUN_COLUMNS                                                                                                  \
-    "SELECT r.id, x.name, x.preset, r.row, r.seed, r.status,"                                                        \
-    " (SELECT MAX(m.step)" ATTEMPTS_SO_FAR "'train_loss'),"                                                          \
-    " (SELECT value FROM params p WHERE p.run_id = r.id AND p.key = 'steps'),"                                       \
-    " (SELECT m.value" ATTEMPTS_SO_FAR "'train_loss' ORDER BY m.step DESC LIMIT 1),"                                 \
-    " (SELECT m.value" ATTEMPTS_SO_FAR "'val_loss' ORDER BY m.step DESC LIMIT 1),"                                   \
-    " (SELECT value FROM evaluations e WHERE e.run_id = r.id AND e.key = 'tokens_per_second'), r.started,"          \
-    " (SELECT COUNT(*)" ATTEMPTS_SO_FAR "'spike_loss') + (SELECT COUNT(*)" ATTEMPTS_SO_FAR "'spike_grad_norm')"      \
-    " FROM runs r JOIN experiments x ON x.id = r.experiment_id "
-
-static void number(char* out, size_t n, sqlite3_stmt* st, int col, const char* format) {
-    if (sqlite3_column_type(st, col) == SQLITE_NULL) snprintf(out, n, "-");
-    else snprintf(out, n, format, sqlite3_column_double(st, col));
+static void number(char* out, size_t n, double value, const char* format) {
+    if (isnan(value)) snprintf(out, n, "-");
+    else snprintf(out, n, format, value);
 }
 
 // A filter that matches no experiment or preset of the registry is a typo, not "0 runs"
-static void require_known(Registry* reg, const char* column, const char* value) {
+static void require_known(Registry* reg, int presets, const char* value) {
     if (!value) return;
-    char sql[128];
-    snprintf(sql, sizeof(sql), "SELECT DISTINCT %s FROM experiments ORDER BY %s", column, column);
-    sqlite3_stmt* st = query(reg, sql);
-    char* names[256];
-    int n = 0, found = 0;
-    while (registry_row(reg, st, "read the registry") && n < 256) {
-        names[n] = strdup((const char*)sqlite3_column_text(st, 0));
-        found |= strcmp(names[n], value) == 0;
-        n++;
-    }
-    sqlite3_finalize(st);
+    char** names;
+    int n = registry_experiment_values(reg, presets, &names), found = 0;
+    for (int i = 0; i < n; i++) found |= strcmp(names[i], value) == 0;
     if (!found) {
         char list[1024] = "";
         for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
         const char* near = closest_name(value, (const char* const*)names, n);
         char hint[128] = "";
         if (near) snprintf(hint, sizeof(hint), "; did you mean '%s'?", near);
-        die("no %s '%s' in '%s'%s (it holds: %s)", strcmp(column, "name") == 0 ? "experiment" : "preset", value, reg->path,
-            hint, n ? list : "none");
+        die("no %s '%s' in '%s'%s (it holds: %s)", presets ? "preset" : "experiment", value, reg->path, hint, n ? list : "none");
     }
     for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
 }
 
 // The status name --status gives, matched without regard to case (`finished` is FINISHED); dies
@@ -95,41 +66,25 @@ void runs_list(const RunFilter* f) {
     const char* status = known_status(f->status);
     Registry reg;
     open_registry(&reg, f->results);
-    require_known(&reg, "name", f->experiment);
-    require_known(&reg, "preset", f->preset);
-    sqlite3_stmt* st = query(&reg, RUN_COLUMNS "WHERE (?1 IS NULL OR x.name = ?1) AND (?2 IS NULL OR x.preset = ?2) AND"
-                                               " (?3 IS NULL OR r.status = ?3) ORDER BY r.id");
-    const char* values[3] = {f->experiment, f->preset, status};
-    for (int i = 0; i < 3; i++) {
-        if (values[i]) sqlite3_bind_text(st, i + 1, values[i], -1, SQLITE_STATIC);
-    }
+    require_known(&reg, 0, f->experiment);
+    require_known(&reg, 1, f->preset);
+    RunSummary* runs;
+    int n = registry_runs(&reg, f->experiment, f->preset, status, &runs);
     printf("%5s  %-10s %-10s %-28s %6s %-9s %11s %8s %8s %6s %9s  %s\n", "id", "experiment", "preset", "row", "seed", "status",
            "steps", "train", "val", "spikes", "tok/s", "started");
-    int n = 0;
-    while (registry_row(&reg, st, "list runs")) {
+    for (int i = 0; i < n; i++) {
+        const RunSummary* r = &runs[i];
         char steps[32], train[32], val[32], rate[32];
-        snprintf(steps, sizeof(steps), "%d/%d", sqlite3_column_int(st, 6), sqlite3_column_int(st, 7));
-        number(train, sizeof(train), st, 8, "%.4f");
-        number(val, sizeof(val), st, 9, "%.4f");
-        number(rate, sizeof(rate), st, 10, "%.0f");
-        printf("%5lld  %-10s %-10s %-28s %6d %-9s %11s %8s %8s %6d %9s  %s\n", (long long)sqlite3_column_int64(st, 0),
-               sqlite3_column_text(st, 1), sqlite3_column_text(st, 2), sqlite3_column_text(st, 3), sqlite3_column_int(st, 4),
-               sqlite3_column_text(st, 5), steps, train, val, sqlite3_column_int(st, 12), rate, sqlite3_column_text(st, 11));
-        n++;
+        snprintf(steps, sizeof(steps), "%d/%d", r->step, r->steps);
+        number(train, sizeof(train), r->train_loss, "%.4f");
+        number(val, sizeof(val), r->val_loss, "%.4f");
+        number(rate, sizeof(rate), r->tokens_per_second, "%.0f");
+        printf("%5lld  %-10s %-10s %-28s %6d %-9s %11s %8s %8s %6d %9s  %s\n", (long long)r->id, r->experiment, r->preset, r->row,
+               r->seed, r->status, steps, train, val, r->spikes, rate, r->started);
     }
-    sqlite3_finalize(st);
+    free(runs);
     printf("%d run%s in %s\n", n, n == 1 ? "" : "s", reg.path);
     registry_close(&reg);
-}
-
-// The value of key in run's params, or "" (the caller frees)
-static char* param(Registry* reg, int64_t run, const char* key) {
-    sqlite3_stmt* st = query(reg, "SELECT CAST(value AS TEXT) FROM params WHERE run_id = ? AND key = ?");
-    sqlite3_bind_int64(st, 1, run);
-    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-    char* value = strdup(registry_row(reg, st, "read a parameter") ? (const char*)sqlite3_column_text(st, 0) : "");
-    sqlite3_finalize(st);
-    return value;
 }
 
 // results/<png's file name without .png>.dat: where a figure's data goes. The figure and its
@@ -165,20 +120,20 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
                                  "final val loss", "tokens/s", "spikes"};
     char cells[10][16][64];
     for (int i = 0; i < n; i++) {
-        sqlite3_stmt* st = query(&reg, RUN_COLUMNS "WHERE r.id = ?");
-        sqlite3_bind_int64(st, 1, ids[i]);
-        if (!registry_row(&reg, st, "read a run")) die("compare: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
-        for (int c = 0; c < 3; c++) snprintf(cells[c][i], sizeof(cells[c][i]), "%s", sqlite3_column_text(st, c + 1));
-        snprintf(cells[3][i], sizeof(cells[3][i]), "%d", sqlite3_column_int(st, 4));
-        snprintf(cells[4][i], sizeof(cells[4][i]), "%s", sqlite3_column_text(st, 5));
-        snprintf(cells[5][i], sizeof(cells[5][i]), "%d/%d", sqlite3_column_int(st, 6), sqlite3_column_int(st, 7));
-        number(cells[6][i], sizeof(cells[6][i]), st, 8, "%.4f");
-        number(cells[7][i], sizeof(cells[7][i]), st, 9, "%.4f");
-        number(cells[8][i], sizeof(cells[8][i]), st, 10, "%.0f");
-        snprintf(cells[9][i], sizeof(cells[9][i]), "%d", sqlite3_column_int(st, 12));
+        RunSummary r;
+        if (!registry_run(&reg, ids[i], &r)) die("compare: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
+        snprintf(cells[0][i], sizeof(cells[0][i]), "%.63s", r.experiment);
+        snprintf(cells[1][i], sizeof(cells[1][i]), "%.63s", r.preset);
+        snprintf(cells[2][i], sizeof(cells[2][i]), "%.63s", r.row);
+        snprintf(cells[3][i], sizeof(cells[3][i]), "%d", r.seed);
+        snprintf(cells[4][i], sizeof(cells[4][i]), "%s", r.status);
+        snprintf(cells[5][i], sizeof(cells[5][i]), "%d/%d", r.step, r.steps);
+        number(cells[6][i], sizeof(cells[6][i]), r.train_loss, "%.4f");
+        number(cells[7][i], sizeof(cells[7][i]), r.val_loss, "%.4f");
+        number(cells[8][i], sizeof(cells[8][i]), r.tokens_per_second, "%.0f");
+        snprintf(cells[9][i], sizeof(cells[9][i]), "%d", r.spikes);
         snprintf(labels[i], sizeof(labels[i]), "%lld %.20s/%.20s %.60s seed %.12s", (long long)ids[i], cells[0][i],
                  cells[1][i], cells[2][i], cells[3][i]);
-        sqlite3_finalize(st);
     }
     for (int k = 0; k < 10; k++) {
         printf("%-18s", rows[k]);
@@ -187,30 +142,25 @@ void runs_compare(const char* results, const int64_t* ids, int n, const char* pn
     }
     // the config keys whose values differ: every key any listed run sets (a run from before a
     // key existed lacks it), in the order of the first run that sets it
-    char sql[1024] = "WITH listed (run, pos) AS (VALUES ";
-    for (int i = 0; i < n; i++) snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql), "%s(?, %d)", i ? ", " : "", i);
-    snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql),
-             ") SELECT p.key FROM params p JOIN listed l ON l.run = p.run_id GROUP BY p.key ORDER BY MIN(l.pos * 4294967296 + p.rowid)");
-    sqlite3_stmt* keys = query(&reg, sql);
-    for (int i = 0; i < n; i++) sqlite3_bind_int64(keys, i + 1, ids[i]);
-    int differ = 0;
-    while (registry_row(&reg, keys, "read a run's keys")) {
-        const char* key = (const char*)sqlite3_column_text(keys, 0);
+    char** keys;
+    int n_keys = registry_param_keys(&reg, ids, n, &keys), differ = 0;
+    for (int k = 0; k < n_keys; k++) {
         char* values[16];
         int same = 1;
         for (int i = 0; i < n; i++) {
-            values[i] = param(&reg, ids[i], key);
+            values[i] = registry_param(&reg, ids[i], keys[k]);
             same &= strcmp(values[i], values[0]) == 0;
         }
         if (!same) {
             if (!differ++) printf("config where the runs differ:\n");
-            printf("%-18s", key);
+            printf("%-18s", keys[k]);
             for (int i = 0; i < n; i++) printf(" | %-22s", values[i][0] ? values[i] : "(not recorded)");
             printf("\n");
         }
         for (int i = 0; i < n; i++) free(values[i]);
+        free(keys[k]);
     }
-    sqlite3_finalize(keys);
+    free(keys);
     if (!differ) printf("the runs' configs are the same\n");
 
     // the curves: per run, a validation block and a training block of "tokens loss"; runs that
@@ -303,16 +253,16 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
     FILE* f = out.f;
     int blocks = 0, max_layers = 0;
     for (int i = 0; i < n; i++) {
-        sqlite3_stmt* st = query(&reg, "SELECT r.row, r.seed, r.recipe_text FROM runs r WHERE r.id = ?");
-        sqlite3_bind_int64(st, 1, ids[i]);
-        if (!registry_row(&reg, st, "read a run")) die("lambda: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
+        RunSummary r;
+        char* text = registry_run(&reg, ids[i], &r) ? registry_run_config(&reg, ids[i]) : NULL;
+        if (!text) die("lambda: no run %lld in '%s' (`difftx runs` lists them)", (long long)ids[i], reg.path);
         char row[160], origin[64];
-        snprintf(row, sizeof(row), "%.100s seed %d", sqlite3_column_text(st, 0), sqlite3_column_int(st, 1));
+        snprintf(row, sizeof(row), "%.100s seed %d", r.row, r.seed);
         snprintf(origin, sizeof(origin), "run %lld's config", (long long)ids[i]);
         Config cfg;
         config_defaults(&cfg);
-        config_load_string(&cfg, (const char*)sqlite3_column_text(st, 2), origin);
-        sqlite3_finalize(st);
+        config_load_string(&cfg, text, origin);
+        free(text);
         const AttnVariant* variant = config_variant(&cfg.model);
         const char* attention = variant->name;
         int L = cfg.model.n_layer, H = cfg.model.n_head;
@@ -361,28 +311,9 @@ void runs_lambda(const char* results, const int64_t* ids, int n, const char* png
 }
 
 int runs_recorded_windows(const char* results, const char* run_dir, int seq_len) {
-    char path[4200], want[PATH_MAX];
+    char path[4200];
     registry_path(path, sizeof(path), results);
-    if (access(path, R_OK) != 0 || !realpath(run_dir, want)) return 0;
-    sqlite3* db;
-    int windows = 0;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
-        sqlite3_stmt* st;
-        // the folders as recorded may be spelled otherwise (relative, through links): compared resolved
-        if (sqlite3_prepare_v2(db, "SELECT r.out_dir, e.value FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE"
-                                   " e.key = 'eval_tokens' AND r.status = 'FINISHED' ORDER BY r.id DESC", -1, &st, NULL) == SQLITE_OK) {
-            int rc;
-            while (!windows && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-                char got[PATH_MAX];
-                const char* dir = (const char*)sqlite3_column_text(st, 0);
-                if (dir && realpath(dir, got) && strcmp(got, want) == 0) windows = (int)(sqlite3_column_double(st, 1) / seq_len);
-            }
-            if (!windows && rc != SQLITE_DONE) die("registry '%s': find a run's evaluation: %s", path, sqlite3_errmsg(db));
-            sqlite3_finalize(st);
-        }
-    }
-    sqlite3_close(db);
-    return windows;
+    return (int)(registry_recorded_eval_tokens(path, run_dir) / seq_len);
 }
 
 void runs_record_bench(const char* results, const char* recipe_path, const char* row, const Config* cfg, const Backend* be,

@@ -6,6 +6,7 @@
 // device, metric times, resolved config texts) and a version 7 one (noise_group = 0 in every
 // config text) open as today's schema and find today's configs.
 #define _DEFAULT_SOURCE
+#include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <string.h>
@@ -40,6 +41,12 @@ static void fake_checkpoint(const char* path, const Config* cfg, const char* mar
     free(text);
     h5_check(H5Fclose(file), "closing", tmp);
     if (rename(tmp, path) != 0) die("cannot rename %s", tmp);
+}
+
+// Closes and opens the registry again, as the next command would
+static void reopen(Registry* reg, const char* path) {
+    registry_close(reg);
+    registry_open(reg, path);
 }
 
 static void test_registry(void) {
@@ -111,22 +118,54 @@ static void test_registry(void) {
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) > 0, "the file it recorded, byte for byte, counts again");
     // a run's identity is its resolved config, not its text: a stored run lacking a key at its
     // default (an older version's text, before the key existed) is the same run, with no
-    // migration; one with a key this version does not know is another run, and nothing dies
+    // migration, once the registry is opened again (which brings the identities up to date); one
+    // with a key this version does not know is another run, and nothing dies
     int64_t found = registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL);
     char sql[400];
     snprintf(sql, sizeof(sql), "UPDATE runs SET recipe_text = replace(recipe_text, 'rope_theta = 1e+04' || char(10), '') WHERE id = %lld "
              "AND instr(recipe_text, 'rope_theta = 1e+04' || char(10)) > 0", (long long)found);
     sqlite3_exec(reg.db, sql, NULL, NULL, NULL);
     int dropped = sqlite3_changes(reg.db);
+    reopen(&reg, path);
     CHECK(dropped == 1 && registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == found,
           "a stored run without a key at its default (rope_theta; %d row rewritten) is the same run", dropped);
     snprintf(sql, sizeof(sql), "UPDATE runs SET recipe_text = recipe_text || 'a_later_key = 1' || char(10) WHERE id = %lld", (long long)found);
     sqlite3_exec(reg.db, sql, NULL, NULL, NULL);
+    reopen(&reg, path);
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == 0, "a stored run with a key this version does not know is another run");
     snprintf(sql, sizeof(sql), "UPDATE runs SET recipe_text = replace(recipe_text, 'a_later_key = 1' || char(10), 'rope_theta = 1e+04' || "
              "char(10)) WHERE id = %lld", (long long)found);
     sqlite3_exec(reg.db, sql, NULL, NULL, NULL);
+    reopen(&reg, path);
     CHECK(registry_finished_run(&reg, exp, "row0", 1, &cfg, NULL) == found, "and with the key back (at the end) it is the same run again");
+    // the attempts of one run are joined by identity: an attempt whose text lacks a key at its
+    // default and the attempt resumed from it are one run, whose metrics past the resumed step go
+    int64_t first = registry_begin_run(&reg, exp, "resumed", 1, &cfg, "cpu", NULL);
+    for (int i = 1; i <= 10; i++) {
+        const char* key = "train_loss";
+        int64_t tokens = 100 * i;
+        double value = 5.0 - 0.1 * i;
+        registry_metrics(&reg, first, 1, &key, &i, &tokens, &value, &value);
+    }
+    registry_end_run(&reg, first, RUN_KILLED);
+    snprintf(sql, sizeof(sql), "UPDATE runs SET recipe_text = replace(recipe_text, 'rope_theta = 1e+04' || char(10), ''), identity = '' "
+             "WHERE id = %lld", (long long)first);
+    sqlite3_exec(reg.db, sql, NULL, NULL, NULL);
+    reopen(&reg, path);
+    CHECK(registry_count(&reg, "SELECT COUNT(DISTINCT identity) FROM runs WHERE row IN ('row0', 'resumed') AND identity <> ''") == 1,
+          "opening the registry gave the rewritten text its identity, that of the same config written today");
+    int64_t resumed = registry_begin_run(&reg, exp, "resumed", 1, &cfg, "cpu", NULL);
+    registry_forget_metrics_after(&reg, resumed, 6);
+    RunSummary summary;
+    CHECK(registry_run(&reg, resumed, &summary) && summary.step == 6 && fabs(summary.train_loss - 4.4) < 1e-12,
+          "the resumed attempt continues its first attempt (step %d, loss %g), whose steps past 6 are gone", summary.step,
+          summary.train_loss);
+    int64_t* curve_tokens;
+    double* curve_values;
+    int points = registry_mean_curve(&reg, &resumed, 1, "train_loss", &curve_tokens, &curve_values);
+    CHECK(points == 6 && curve_tokens[5] == 600, "its curve is the first attempt's 6 steps (%d points)", points);
+    free(curve_tokens);
+    free(curve_values);
     // a run finished by another version of the program, whose checkpoint this one cannot load
     // (a variant it does not have), is not finished, though the file is the one it recorded
     fake_checkpoint(ckpt, &cfg, "another version's");
