@@ -3,9 +3,10 @@
 // and the checkpoint file it recorded, byte for byte; a worker killed with SIGKILL never shows
 // FINISHED, is reaped as KILLED and rerun as attempt 2; window losses written, replaced and read
 // back bitwise; a run's identity is its resolved config (a stored text lacking a key at its
-// default is the same run, and its attempts are joined by it). Migrations: a registry from before schema versions (numeric params, ranks,
-// device, metric times, resolved config texts) and a version 7 one (noise_group = 0 in every
-// config text) open as today's schema and find today's configs.
+// default is the same run, and its attempts are joined by it). Migrations: a registry from
+// before schema versions (numeric params, ranks, device, metric times, resolved config texts)
+// and a version 7 one (noise_group = 0 in every config text) open as today's schema and find
+// today's configs.
 #define _DEFAULT_SOURCE
 #include <math.h>
 #include <signal.h>
