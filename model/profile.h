@@ -26,6 +26,8 @@ typedef struct {
     double step_seconds;   // their time, each from before its first call to after its last
     double* calls;         // (PROFILE_OPS, layers + 1) calls, summed over the steps
     double* seconds;       // (PROFILE_OPS, layers + 1) the calls' time
+    double* bytes;         // (PROFILE_OPS, layers + 1) the least traffic the calls need (profile.c)
+    double* flops;         // (PROFILE_OPS, layers + 1) the products' FLOPs among them
 } Profile;
 
 // Puts the profile between model m and its backend until profile_detach; one model is profiled
@@ -39,10 +41,15 @@ void profile_step_end(Profile* p);
 // calls and seconds per step of operation op (all layers), and the sum over every operation
 double profile_op_seconds(const Profile* p, ProfileOp op, double* calls);
 double profile_total_seconds(const Profile* p);
-// The table by operation (calls per step, ms per step, % of the step, and what lies between
-// the calls), to out
+// The least bytes per step operation op must move (each operand read once, each result written
+// once, in fp32: a memory-bound operation's time at the device's bandwidth), and its FLOPs
+// (matmul and attention: the products'; 0 for the rest) into *flops
+double profile_op_bytes(const Profile* p, ProfileOp op, double* flops);
+// The table by operation (calls per step, ms per step, % of the step, least MB, the GB/s and
+// GFLOP/s they mean, and what lies between the calls), to out
 void profile_print(const Profile* p, FILE* out);
-// operation,layer,calls_per_step,ms_per_step,percent_of_step per (operation, layer) with calls,
+// operation,layer,calls_per_step,ms_per_step,percent_of_step,least_bytes_per_step,flop_per_step
+// per (operation, layer) with calls,
 // layer "-" outside the layers; written whole (a temporary file renamed)
 void profile_write_csv(const Profile* p, const char* path);
 

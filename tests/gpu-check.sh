@@ -64,7 +64,7 @@ if [ "$part" = window ]; then
     pack() {
         tar -C "$logs" -czf "$out/logs.tar.gz" . 2>/dev/null || echo "could not pack the logs" >>"$report"
         {
-            echo "run,operation,layer,calls_per_step,ms_per_step,percent_of_step"
+            echo "run,operation,layer,calls_per_step,ms_per_step,percent_of_step,least_bytes_per_step,flop_per_step"
             for f in "$logs"/profile-*.csv; do
                 [ -f "$f" ] || continue
                 local run=${f##*/profile-}

@@ -392,10 +392,11 @@ expect "bench records the products' share of the step and their rate" \
 # one more step profiled by operation and layer: the printed table, and a CSV whose rows cover
 # every layer's four weight products (two layers here) and sum to the step
 out=$($bin bench experiments/bench_diff.ini --steps 2 batch_size=1 n_layer=2 --results "$work/profile_reg" --profile "$work/profile.csv" 2>&1)
-expect "bench --profile prints the step's time by operation" \
-    bash -c "grep -qE '^  matmul_forward +9 +[0-9.]+ +[0-9.]+$' <<<\"\$1\" && grep -qE '^  attention_backward +2 +[0-9.]+ +[0-9.]+$' <<<\"\$1\"" _ "$out"
+expect "bench --profile prints the step's time by operation, with its least traffic, GB/s and (products only) GFLOP/s" \
+    bash -c "grep -qE '^  matmul_forward +9( +[0-9.]+){5}$' <<<\"\$1\" && grep -qE '^  attention_backward +2( +[0-9.]+){5}$' <<<\"\$1\" &&
+             grep -qE '^  adamw_update +[0-9]+( +[0-9.]+){4} +-$' <<<\"\$1\"" _ "$out"
 expect "bench --profile writes each operation's calls per layer, its parts summing to the step" \
-    bash -c "head -1 '$work/profile.csv' | grep -qx 'operation,layer,calls_per_step,ms_per_step,percent_of_step' &&
+    bash -c "head -1 '$work/profile.csv' | grep -qx 'operation,layer,calls_per_step,ms_per_step,percent_of_step,least_bytes_per_step,flop_per_step' &&
              test \"\$(grep -cE '^matmul_forward,[01],4,' '$work/profile.csv')\" = 2 && grep -qE '^matmul_forward,-,1,' '$work/profile.csv' &&
              awk -F, 'NR > 1 { p += \$5 } END { exit !(p > 99.9 && p < 100.1) }' '$work/profile.csv'"
 expect_fail "bench --profile refuses an empty path" "option --profile: an empty value" $bin bench experiments/bench_diff.ini --profile "" --results "$work/profile_reg"

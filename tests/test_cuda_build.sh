@@ -139,7 +139,7 @@ for d in dry dry-cut; do
     expect "gpu-check.sh window ($d) leaves exactly its three files: report.md, logs.tar.gz with each section's log, profile.csv" \
         bash -c "test \"\$(ls '$work/$d' | tr '\n' ' ')\" = 'logs.tar.gz profile.csv report.md ' &&
                  test \"\$(tar -tzf '$work/$d/logs.tar.gz' | grep -c '\.log$')\" = \"\$(grep -c '(full output: ' '$work/$d/report.md')\" &&
-                 test \"\$(cat '$work/$d/profile.csv')\" = 'run,operation,layer,calls_per_step,ms_per_step,percent_of_step'"
+                 test \"\$(cat '$work/$d/profile.csv')\" = 'run,operation,layer,calls_per_step,ms_per_step,percent_of_step,least_bytes_per_step,flop_per_step'"
 done
 mkdir -p "$work/dry-used" && touch "$work/dry-used/mine.txt"
 expect_fail "gpu-check.sh window refuses an OUT holding other files" "holds files other than its own three" \

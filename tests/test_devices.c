@@ -11,7 +11,8 @@
 //   5. precision = bf16 on the other device (CUDA, on a GPU or emulated: the CPU's bf16 is
 //      test_bf16's) against the CPU in fp32: one forward and backward, then 20 training steps,
 //      repeated bitwise and resumed bitwise from a checkpoint at step 10;
-//   6. one training step profiled on each device (test_profile);
+//   6. one training step profiled on each device (test_profile): every operation's calls, the
+//      products' FLOPs against the model's count, the least traffic of small calls by hand;
 //   7. a hooked model on the other device where its backend does not serve the hook (CUDA with a
 //      maps budget of 0 MiB): the model places attention on a CPU instance; loss and gradients
 //      within section 1's tolerances of the CPU's, the hook shown every logit row.
@@ -448,6 +449,13 @@ static void test_profile(const Variant* v, const char* device) {
             printf("%s on %s: %s called %.0f times, %d by hand\n", v->name, device, PROFILE_OP_NAMES[counts[k].op], calls, counts[k].want);
         }
     }
+    // the products' FLOPs the calls were credited with, against the model's count per token
+    double flops = 0, f;
+    const ProfileOp products[] = {OP_MATMUL_FORWARD, OP_MATMUL_BACKWARD, OP_ATTENTION_FORWARD, OP_ATTENTION_BACKWARD};
+    for (int k = 0; k < 4; k++) profile_op_bytes(&p, products[k], &f), flops += f;
+    double want = model_flops_per_token(&m, cfg.model.seq_len) * cfg.batch_size * cfg.model.seq_len;
+    CHECK(fabs(flops - want) <= 1e-9 * want, "profile of a %s step on %s: the products' FLOPs %.6g, the model's count %.6g", v->name,
+          instance_of(&cfg)->name, flops, want);
     double parts = profile_total_seconds(&p);
     CHECK(p.steps == 1 && wrong == 0 && fabs(parts - wall) <= 0.05 * wall,
           "profile of a %s step on %s: every operation's calls as counted by hand (%d wrong); the calls %.2f ms of the step's %.2f ms",
@@ -456,6 +464,49 @@ static void test_profile(const Variant* v, const char* device) {
            instance_of(&cfg)->name, 1e3 * parts, 1e3 * wall);
     profile_free(&p);
     adamw_free(&opt);
+    model_free(&m);
+}
+
+// The least traffic the profile credits a call with, by hand for small calls on the CPU: each
+// operand read once, each result written once, 4 bytes a value
+static void test_profile_traffic(void) {
+    Config cfg = variant_config(&VARIANTS[ATTN_DIFF], "cpu");
+    Model m;
+    model_build(&m, &cfg.model, instance_of(&cfg), VOCAB, cfg.batch_size);
+    float* buf = callocCheck(256, sizeof(float));
+    AdamWStep st = {.decay = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f, .step_size = 1e-3f, .bc2_sqrt = 0.2f, .eps = 1e-8f};
+    Profile p;
+    profile_attach(&p, &m);
+    profile_step_begin(&p);
+    m.be->rmsnorm_forward(buf, buf + 12, buf + 16, buf + 28, 1.0f, 3, 4);        // x (3, 4), weight (4): out, rstd
+    m.be->matmul_forward(m.be, buf + 32, buf + 48, buf + 64, 2, 3, 5, 1);         // out (2, 5) += inp (2, 3) . w (5, 3)^T
+    m.be->matmul_backward(m.be, buf + 80, buf + 96, buf + 112, buf + 48, buf + 64, 2, 3, 5);
+    m.be->adamw_update(buf + 128, buf + 144, buf + 160, buf + 176, 10, &st);
+    m.be->crossentropy_forward(buf + 192, buf + 208, (const int*)(buf + 224), 2, 3);  // targets 0 (zeroed ints)
+    profile_step_end(&p);
+    profile_detach(&p, &m);
+    struct {
+        ProfileOp op;
+        double bytes, flops;
+    } want[] = {
+        {OP_RMSNORM_FORWARD, 4 * (12 + 4 + 12 + 3), 0},            // x, weight; out, rstd
+        {OP_MATMUL_FORWARD, 4 * (6 + 15 + 10 + 10), 2 * 2 * 3 * 5},  // inp, w, out read (+=); out
+        {OP_MATMUL_BACKWARD, 4 * (10 + 6 + 15 + 15 + 6 + 15), 4 * 2 * 3 * 5},  // dout, inp, w, dw read; dinp, dw
+        {OP_ADAMW_UPDATE, 4 * (4 * 10 + 3 * 10), 0},                // p, g, m, v; p, m, v
+        {OP_CROSSENTROPY_FORWARD, 4 * (6 + 2 + 6 + 2), 0},          // logits, targets; probabilities, row losses
+    };
+    int wrong = 0;
+    for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++) {
+        double flops, bytes = profile_op_bytes(&p, want[k].op, &flops);
+        if (bytes != want[k].bytes || flops != want[k].flops) {
+            wrong++;
+            printf("%s: %.0f bytes and %.0f FLOPs credited, %.0f and %.0f by hand\n", PROFILE_OP_NAMES[want[k].op], bytes, flops,
+                   want[k].bytes, want[k].flops);
+        }
+    }
+    CHECK(wrong == 0, "the profile credits small calls with the least traffic and FLOPs counted by hand (%d wrong)", wrong);
+    profile_free(&p);
+    free(buf);
     model_free(&m);
 }
 
@@ -534,6 +585,7 @@ int main(int argc, char** argv) {
     if (strcmp(other, "cpu") == 0) printf("bf16: the second device is the cpu, whose bf16 products test_bf16 checks\n");
     for (int i = 0; i < N_VARIANTS && strcmp(other, "cpu") != 0; i++) test_bf16(&VARIANTS[i], !emulated);
     const AttentionKind profiled[] = {ATTN_STANDARD, ATTN_DIFF};  // VARIANTS' first rows are ATTN_VARIANTS'
+    test_profile_traffic();
     for (int k = 0; k < 2; k++) test_profile(&VARIANTS[profiled[k]], "cpu"), test_profile(&VARIANTS[profiled[k]], other);
     for (int k = 0; k < 2; k++) test_hooked_placement(&VARIANTS[profiled[k]]);
     remove("build/test_devices.h5");
