@@ -723,19 +723,24 @@ int registry_run_curve(Registry* reg, int64_t run, const char* key, int64_t** to
     return read_curve(reg, st, tokens, values);
 }
 
+// Binds runs (n) to parameter i of st as a JSON array, which json_each reads as a table
+static void bind_ids(sqlite3_stmt* st, int i, const int64_t* runs, int n) {
+    size_t cap = 3 + 24 * (size_t)n, len = 1;  // "[", the ids, "]" and the NUL, for no runs too
+    char* ids = mallocCheck(cap);
+    strcpy(ids, "[");
+    for (int k = 0; k < n; k++) len += (size_t)snprintf(ids + len, cap - len, "%s%lld", k ? "," : "", (long long)runs[k]);
+    snprintf(ids + len, cap - len, "]");
+    sqlite3_bind_text(st, i, ids, -1, SQLITE_TRANSIENT);
+    free(ids);
+}
+
 int registry_mean_curve(Registry* reg, const int64_t* runs, int n_runs, const char* key, int64_t** tokens, double** values) {
     sqlite3_stmt* st = prepare(reg,
         "SELECT m.tokens, AVG(m.value) FROM metrics m JOIN runs a ON a.id = m.run_id JOIN runs f ON f.experiment_id ="
         " a.experiment_id AND f.row = a.row AND f.seed = a.seed AND f.identity = a.identity WHERE f.id IN"
         " (SELECT value FROM json_each(?)) AND m.key = ? GROUP BY m.step ORDER BY m.step");
-    size_t cap = 3 + 24 * (size_t)n_runs, len = 1;  // "[", the ids, "]" and the NUL, for no runs too
-    char* ids = mallocCheck(cap);
-    strcpy(ids, "[");
-    for (int k = 0; k < n_runs; k++) len += (size_t)snprintf(ids + len, cap - len, "%s%lld", k ? "," : "", (long long)runs[k]);
-    snprintf(ids + len, cap - len, "]");
-    sqlite3_bind_text(st, 1, ids, -1, SQLITE_TRANSIENT);
+    bind_ids(st, 1, runs, n_runs);
     sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
-    free(ids);
     return read_curve(reg, st, tokens, values);
 }
 
@@ -860,22 +865,27 @@ int registry_run(Registry* reg, int64_t id, RunSummary* run) {
     return found;
 }
 
-int registry_experiment_values(Registry* reg, int presets, char*** values) {
-    sqlite3_stmt* st = prepare(reg, presets ? "SELECT DISTINCT preset FROM experiments ORDER BY preset"
-                                            : "SELECT DISTINCT name FROM experiments ORDER BY name");
+// The first column of every row of st as strings into *out (the caller frees each and the array)
+static int read_texts(Registry* reg, sqlite3_stmt* st, const char* what, char*** out) {
     int n = 0, cap = 16;
-    *values = mallocCheck(cap * sizeof(char*));
-    while (registry_row(reg, st, "read the experiments")) {
+    *out = mallocCheck(cap * sizeof(char*));
+    while (registry_row(reg, st, what)) {
         if (n == cap) {
             cap *= 2;
-            char** more = realloc(*values, cap * sizeof(char*));
+            char** more = realloc(*out, cap * sizeof(char*));
             if (!more) die("out of memory reading '%s'", reg->path);
-            *values = more;
+            *out = more;
         }
-        (*values)[n++] = strdup((const char*)sqlite3_column_text(st, 0));
+        (*out)[n++] = strdup((const char*)sqlite3_column_text(st, 0));
     }
     sqlite3_finalize(st);
     return n;
+}
+
+int registry_experiment_values(Registry* reg, int presets, char*** values) {
+    sqlite3_stmt* st = prepare(reg, presets ? "SELECT DISTINCT preset FROM experiments ORDER BY preset"
+                                            : "SELECT DISTINCT name FROM experiments ORDER BY name");
+    return read_texts(reg, st, "read the experiments", values);
 }
 
 char* registry_param(Registry* reg, int64_t run, const char* key) {
@@ -891,26 +901,8 @@ int registry_param_keys(Registry* reg, const int64_t* runs, int n_runs, char*** 
     sqlite3_stmt* st = prepare(reg,
         "SELECT p.key FROM params p JOIN json_each(?) l ON l.value = p.run_id GROUP BY p.key"
         " ORDER BY MIN(l.key * 4294967296 + p.rowid)");
-    size_t cap_text = 3 + 24 * (size_t)n_runs, len = 1;
-    char* ids = mallocCheck(cap_text);
-    strcpy(ids, "[");
-    for (int k = 0; k < n_runs; k++) len += (size_t)snprintf(ids + len, cap_text - len, "%s%lld", k ? "," : "", (long long)runs[k]);
-    snprintf(ids + len, cap_text - len, "]");
-    sqlite3_bind_text(st, 1, ids, -1, SQLITE_TRANSIENT);
-    free(ids);
-    int n = 0, cap = 64;
-    *keys = mallocCheck(cap * sizeof(char*));
-    while (registry_row(reg, st, "read the runs' keys")) {
-        if (n == cap) {
-            cap *= 2;
-            char** more = realloc(*keys, cap * sizeof(char*));
-            if (!more) die("out of memory reading '%s'", reg->path);
-            *keys = more;
-        }
-        (*keys)[n++] = strdup((const char*)sqlite3_column_text(st, 0));
-    }
-    sqlite3_finalize(st);
-    return n;
+    bind_ids(st, 1, runs, n_runs);
+    return read_texts(reg, st, "read the runs' keys", keys);
 }
 
 char* registry_run_config(Registry* reg, int64_t run) {
