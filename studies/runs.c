@@ -1,7 +1,6 @@
 #define _GNU_SOURCE
 #include "runs.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
