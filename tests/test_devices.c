@@ -10,7 +10,8 @@
 //   4. a checkpoint written on one device after 10 steps, resumed on the other for 10 more;
 //   5. precision = bf16 on the other device (CUDA, on a GPU or emulated: the CPU's bf16 is
 //      test_bf16's) against the CPU in fp32: one forward and backward, then 20 training steps,
-//      repeated bitwise and resumed bitwise from a checkpoint at step 10;
+//      repeated bitwise and resumed bitwise from a checkpoint at step 10; an fp32 and a bf16
+//      model of DIFF stepping in turn on it, each bitwise as alone (test_instances_beside);
 //   6. one training step profiled on each device (test_profile): every operation's calls, the
 //      products' FLOPs against the model's count, the least traffic of small calls by hand;
 //   7. a hooked model on the other device where its backend does not serve the hook (CUDA with a
@@ -467,6 +468,48 @@ static void test_profile(const Variant* v, const char* device) {
     model_free(&m);
 }
 
+// Two models of different precision on the second device, stepping in turn in one process,
+// against each alone: its instances share the device's context (stream, cuBLAS handles,
+// scratch, cuDNN plans), so nothing one leaves there may change the other's numbers
+static void test_instances_beside(const Variant* v) {
+    Config c[2] = {variant_config(v, other), variant_config(v, other)};
+    c[1].precision = PRECISION_BF16;
+    c[0].batch_size = c[1].batch_size = 1;  // eight steps under the emulation: the smallest batch
+    Model m[2], alone;
+    AdamW o[2], oa;
+    double beside[2][STEPS], own[STEPS];
+    const int steps = 2;
+    size_t bytes = 0;
+    float *grads[2] = {NULL, NULL}, *grads_alone = NULL;
+    for (int k = 0; k < 2; k++) fresh_run(&m[k], &o[k], &c[k]);
+    for (int s = 0; s < steps; s++) {
+        for (int k = 0; k < 2; k++) train_steps(&m[k], &o[k], &c[k], s, s + 1, beside[k]);
+    }
+    bytes = m[0].n_params * sizeof(float);
+    for (int k = 0; k < 2; k++) {
+        grads[k] = mallocCheck(bytes);
+        model_get_grads(&m[k], grads[k]);
+    }
+    int same = 1;
+    for (int k = 0; k < 2; k++) {
+        fresh_run(&alone, &oa, &c[k]);
+        train_steps(&alone, &oa, &c[k], 0, steps, own);
+        grads_alone = mallocCheck(bytes);
+        model_get_grads(&alone, grads_alone);
+        same &= memcmp(own, beside[k], steps * sizeof(double)) == 0 && memcmp(grads_alone, grads[k], bytes) == 0;
+        free(grads_alone);
+        adamw_free(&oa);
+        model_free(&alone);
+    }
+    CHECK(same, "%s on %s: an fp32 and a bf16 model stepping in turn in one process give each alone's losses and gradients bitwise "
+          "(%d steps)", v->name, other_name, steps);
+    for (int k = 0; k < 2; k++) {
+        free(grads[k]);
+        adamw_free(&o[k]);
+        model_free(&m[k]);
+    }
+}
+
 // The least traffic the profile credits a call with, by hand for small calls on the CPU: each
 // operand read once, each result written once, 4 bytes a value
 static void test_profile_traffic(void) {
@@ -584,6 +627,7 @@ int main(int argc, char** argv) {
     // the CPU's own bf16 is test_bf16's
     if (strcmp(other, "cpu") == 0) printf("bf16: the second device is the cpu, whose bf16 products test_bf16 checks\n");
     for (int i = 0; i < N_VARIANTS && strcmp(other, "cpu") != 0; i++) test_bf16(&VARIANTS[i], !emulated);
+    if (strcmp(other, "cpu") != 0) test_instances_beside(&VARIANTS[ATTN_DIFF]);
     const AttentionKind profiled[] = {ATTN_STANDARD, ATTN_DIFF};  // VARIANTS' first rows are ATTN_VARIANTS'
     test_profile_traffic();
     for (int k = 0; k < 2; k++) test_profile(&VARIANTS[profiled[k]], "cpu"), test_profile(&VARIANTS[profiled[k]], other);
