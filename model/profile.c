@@ -26,7 +26,7 @@ static struct {
     int capacity;
     int* call_op;        // (capacity) each call's operation
     int* call_layer;     // (capacity) and layer (-1: outside)
-    double* call_bytes;  // (capacity) the least traffic each call needs (traffic() below)
+    double* call_bytes;  // (capacity) the least traffic each call needs (call_begin)
     double* call_flops;  // (capacity) and the products' FLOPs
     double* marks;       // (2 capacity) read at the step's end
 } now;
@@ -85,25 +85,31 @@ static double attention_backward_bytes(const AttnShape* s, int dy0) {
 static void p_zero(void* buf, size_t bytes) { TIMED(OP_ZERO, (double)bytes, 0, now.inner->zero(buf, bytes)); }
 static void p_copy(void* dst, const void* src, size_t bytes) { TIMED(OP_COPY, 2.0 * bytes, 0, now.inner->copy(dst, src, bytes)); }
 static void p_upload(void* dst, const void* host, size_t bytes) { TIMED(OP_UPLOAD, (double)bytes, 0, now.inner->upload(dst, host, bytes)); }
-static void p_download(void* host, const void* src, size_t bytes) { TIMED(OP_DOWNLOAD, (double)bytes, 0, now.inner->download(host, src, bytes)); }
+static void p_download(void* host, const void* src, size_t bytes) {
+    TIMED(OP_DOWNLOAD, (double)bytes, 0, now.inner->download(host, src, bytes));
+}
 static void p_matmul_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate) {
     (void)be;  // the wrapper's, a copy of the inner instance
-    TIMED(OP_MATMUL_FORWARD, W4 * ((double)N * IC + (double)OC * IC + (1.0 + (accumulate != 0)) * N * OC), 2.0 * N * IC * OC, now.inner->matmul_forward(now.inner, out, inp, w, N, IC, OC, accumulate));
+    double bytes = W4 * ((double)N * IC + (double)OC * IC + (1.0 + (accumulate != 0)) * N * OC);  // out read too when accumulating
+    TIMED(OP_MATMUL_FORWARD, bytes, 2.0 * N * IC * OC, now.inner->matmul_forward(now.inner, out, inp, w, N, IC, OC, accumulate));
 }
 static void p_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
                               int OC) {
     (void)be;
-    TIMED(OP_MATMUL_BACKWARD, W4 * ((double)N * OC + 2.0 * N * IC + 3.0 * OC * IC), 4.0 * N * IC * OC, now.inner->matmul_backward(now.inner, dinp, dw, dout, inp, w, N, IC, OC));
+    double bytes = W4 * ((double)N * OC + 2.0 * N * IC + 3.0 * OC * IC);  // dout, inp, w read; dinp written; dw read and written
+    TIMED(OP_MATMUL_BACKWARD, bytes, 4.0 * N * IC * OC, now.inner->matmul_backward(now.inner, dinp, dw, dout, inp, w, N, IC, OC));
 }
 static void p_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
     TIMED(OP_RMSNORM_FORWARD, W4 * (2.0 * rows * W + W + rows), 0, now.inner->rmsnorm_forward(out, rstd, inp, weight, out_scale, rows, W));
 }
 static void p_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, const float* rstd,
                                float out_scale, int rows, int W) {
-    TIMED(OP_RMSNORM_BACKWARD, W4 * (4.0 * rows * W + 3.0 * W + rows), 0, now.inner->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, out_scale, rows, W));
+    double bytes = W4 * (4.0 * rows * W + 3.0 * W + rows);  // dout, inp, weight, rstd read; dinp and dweight read and written
+    TIMED(OP_RMSNORM_BACKWARD, bytes, 0, now.inner->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, out_scale, rows, W));
 }
 static void p_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse) {
-    TIMED(OP_ROPE_APPLY, W4 * (2.0 * rows * heads * D + (double)T * D), 0, now.inner->rope_apply(x, cos_sin, rows, T, heads, D, stride, inverse));
+    double bytes = W4 * (2.0 * rows * heads * D + (double)T * D);
+    TIMED(OP_ROPE_APPLY, bytes, 0, now.inner->rope_apply(x, cos_sin, rows, T, heads, D, stride, inverse));
 }
 static void p_swiglu_forward(float* h, const float* gate_up, int N, int F) {
     TIMED(OP_SWIGLU_FORWARD, W4 * 3.0 * N * F, 0, now.inner->swiglu_forward(h, gate_up, N, F));
@@ -119,7 +125,8 @@ static void p_embedding_backward(float* dtok_embedding, const float* dx, const i
 }
 static double p_crossentropy_forward(float* probs_inout, float* row_loss, const int* targets, int N, int V) {
     double loss;
-    TIMED(OP_CROSSENTROPY_FORWARD, W4 * (2.0 * N * V + 2.0 * N), 0, loss = now.inner->crossentropy_forward(probs_inout, row_loss, targets, N, V));
+    double bytes = W4 * (2.0 * N * V + 2.0 * N);  // logits read, probabilities written; targets, row losses
+    TIMED(OP_CROSSENTROPY_FORWARD, bytes, 0, loss = now.inner->crossentropy_forward(probs_inout, row_loss, targets, N, V));
     return loss;
 }
 static void p_crossentropy_backward(float* probs_inout, const int* targets, float dloss, int N, int V) {
@@ -128,12 +135,15 @@ static void p_crossentropy_backward(float* probs_inout, const int* targets, floa
 static void p_attention_forward(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
                                 HookSite hook) {
     (void)be;
-    TIMED(OP_ATTENTION_FORWARD, attention_forward_bytes(s, o1 != NULL, lse != NULL), attention_flops(s), now.inner->attention_forward(now.inner, y, o1, lse, qkv, lambda, s, hook));
+    double bytes = attention_forward_bytes(s, o1 != NULL, lse != NULL);
+    TIMED(OP_ATTENTION_FORWARD, bytes, attention_flops(s), now.inner->attention_forward(now.inner, y, o1, lse, qkv, lambda, s, hook));
 }
 static void p_attention_backward(const Backend* be, float* dqkv, float* dlambda, const float* dy, const float* dy0, const float* qkv, const float* lse,
                                  const float* lambda, const AttnShape* s, HookSite hook) {
     (void)be;
-    TIMED(OP_ATTENTION_BACKWARD, attention_backward_bytes(s, dy0 != NULL), 2.0 * attention_flops(s), now.inner->attention_backward(now.inner, dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook));
+    double bytes = attention_backward_bytes(s, dy0 != NULL);
+    TIMED(OP_ATTENTION_BACKWARD, bytes, 2.0 * attention_flops(s),
+          now.inner->attention_backward(now.inner, dqkv, dlambda, dy, dy0, qkv, lse, lambda, s, hook));
 }
 static void p_integral_forward(float* y, float* o1, const float* prior, const float* lambda, int B, int T, int H, int Dv, int pos) {
     TIMED(OP_INTEGRAL_FORWARD, W4 * 4.0 * B * T * H * Dv, 0, now.inner->integral_forward(y, o1, prior, lambda, B, T, H, Dv, pos));
@@ -144,7 +154,8 @@ static void p_integral_backward(float* dy0, float* dlambda, const float* dy, con
 }
 static void p_attention_maps(const Backend* be, float* P, const float* qkv, const AttnShape* s, int h, HookSite hook) {
     (void)be;
-    TIMED(OP_ATTENTION_MAPS, W4 * ((double)s->T * attention_qkv_width(s) + (double)s->M * (s->T - s->q0) * s->T), 0, now.inner->attention_maps(now.inner, P, qkv, s, h, hook));
+    double bytes = W4 * ((double)s->T * attention_qkv_width(s) + (double)s->M * (s->T - s->q0) * s->T);  // sequence 0's qkv; P
+    TIMED(OP_ATTENTION_MAPS, bytes, 0, now.inner->attention_maps(now.inner, P, qkv, s, h, hook));
 }
 static void p_lambda_forward(float* lambda, const float* lam, float lambda_init, int D) {
     TIMED(OP_LAMBDA_FORWARD, W4 * (4.0 * D + 1), 0, now.inner->lambda_forward(lambda, lam, lambda_init, D));
@@ -152,7 +163,9 @@ static void p_lambda_forward(float* lambda, const float* lam, float lambda_init,
 static void p_lambda_backward(float* dlam, const float* dlambda, const float* lam, int D) {
     TIMED(OP_LAMBDA_BACKWARD, W4 * (8.0 * D + 1), 0, now.inner->lambda_backward(dlam, dlambda, lam, D));
 }
-static void p_token_lambda_forward(float* qkv, int N, const AttnShape* s) { TIMED(OP_TOKEN_LAMBDA_FORWARD, W4 * 2.0 * N * s->H, 0, now.inner->token_lambda_forward(qkv, N, s)); }
+static void p_token_lambda_forward(float* qkv, int N, const AttnShape* s) {
+    TIMED(OP_TOKEN_LAMBDA_FORWARD, W4 * 2.0 * N * s->H, 0, now.inner->token_lambda_forward(qkv, N, s));
+}
 static void p_token_lambda_backward(float* dqkv, const float* qkv, int N, const AttnShape* s) {
     TIMED(OP_TOKEN_LAMBDA_BACKWARD, W4 * 3.0 * N * s->H, 0, now.inner->token_lambda_backward(dqkv, qkv, N, s));
 }
