@@ -132,11 +132,13 @@ struct Backend {
     void (*embedding_forward)(float* x, const int* tokens, const float* tok_embedding, int N, int C);
     // dtok_embedding (V, C) += scatter of dx (N, C)
     void (*embedding_backward)(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
-    // logits (N, V) become probabilities in place; row_loss (N) each row's cross-entropy
-    // against targets (N); returns their sum, in double
-    double (*crossentropy_forward)(float* probs_inout, float* row_loss, const int* targets, int N, int V);
-    // probs (N, V) become dlogits = (probs - onehot) * dloss in place
-    void (*crossentropy_backward)(float* probs_inout, const int* targets, float dloss, int N, int V);
+    // Each row of logits (N, V), only read, against its target (N): row_loss (N) its
+    // cross-entropy, row_stats (N, 2) its max and 1 / sum(exp(logit - max)); returns the sum of
+    // row_loss, in double. One pass over the logits: no probabilities are written.
+    double (*crossentropy_forward)(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V);
+    // logits (N, V) become dlogits = (softmax - onehot) * dloss in place, the softmax
+    // exp(logit - max) * (1 / sum) from the forward's row_stats
+    void (*crossentropy_backward)(float* logits_inout, const float* row_stats, const int* targets, float dloss, int N, int V);
 
     // Whether attention of shape s (its B and T included) runs on this backend, with an
     // activation hook where `hooked` says which call (HOOKED_*): 1, or 0 and why not (static

@@ -274,7 +274,7 @@ static size_t place_acts(Model* m, float* base, size_t N, int slots) {
     size_t C = m->C, HDv = (size_t)m->H * m->Dv, used = 0;
     int hn = m->head_norm;
     LayerActs scratch;
-    float *x_final, *lnf, *lnf_rstd, *logits, *row_loss;
+    float *x_final, *lnf, *lnf_rstd, *logits, *row_stats, *row_loss;
 #define TAKE(n) (used += (n), base ? base + used - (n) : NULL)
     for (int s = 0; s < slots; s++) {
         LayerActs* a = base ? &m->acts[s] : &scratch;
@@ -297,6 +297,7 @@ static size_t place_acts(Model* m, float* base, size_t N, int slots) {
     lnf = TAKE(N * C);
     lnf_rstd = TAKE(N);
     logits = TAKE(N * m->V);
+    row_stats = TAKE(2 * N);
     row_loss = TAKE(N);
 #undef TAKE
     if (base) {
@@ -304,6 +305,7 @@ static size_t place_acts(Model* m, float* base, size_t N, int slots) {
         m->lnf = lnf;
         m->lnf_rstd = lnf_rstd;
         m->logits = logits;
+        m->row_stats = row_stats;
         m->row_loss = row_loss;
     }
     return used;
@@ -493,9 +495,10 @@ void model_forward(Model* m, const int* tokens, const int* targets, int B, int T
     int N = B * T;
     m->loss = NAN;
     m->have_targets = targets != NULL;
+    m->logits_are_gradients = 0;
     if (targets) {
         m->be->upload(m->targets, targets, (size_t)N * sizeof(int));
-        m->loss = m->be->crossentropy_forward(m->logits, m->row_loss, m->targets, N, m->V) / N;
+        m->loss = m->be->crossentropy_forward(m->logits, m->row_stats, m->row_loss, m->targets, N, m->V) / N;
     }
 }
 
@@ -520,6 +523,7 @@ void model_forward_cached(Model* m, const int* tokens, int n, int pos) {
     forward_rows(m, tokens, pos, n - 1);
     m->loss = NAN;
     m->have_targets = 0;
+    m->logits_are_gradients = 0;
 }
 
 static void layer_backward(Model* m, int l, float* dres) {
@@ -567,7 +571,8 @@ void model_backward(Model* m, float dloss_scale) {
     size_t N = (size_t)m->B * m->T, C = m->C;
     float* dres = m->grad_scratch;  // (N, C) gradient of the residual stream
     float* dln = dres + N * C;
-    be->crossentropy_backward(m->logits, m->targets, dloss_scale / (float)N, N, m->V);
+    be->crossentropy_backward(m->logits, m->row_stats, m->targets, dloss_scale / (float)N, N, m->V);
+    m->logits_are_gradients = 1;
     be->matmul_backward(be, dln, m->grads.lm_head, m->logits, m->lnf, m->params.lm_head, N, C, m->V);
     be->zero(dres, N * C * sizeof(float));
     be->rmsnorm_backward(dres, m->grads.final_norm, dln, m->x_final, m->params.final_norm, m->lnf_rstd, 1.0f, N, C);
@@ -593,7 +598,7 @@ void model_set_logit_quant(Model* m, LogitQuant quant) {
 double model_loss(const Model* m) { return m->loss; }
 
 void model_logits(const Model* m, int n, float* logits) {
-    if (!m->acts || m->have_targets) die("model_logits: the last forward had targets, which turned its logits into probabilities");
+    if (!m->acts || m->logits_are_gradients) die("model_logits: a backward pass has turned the last forward's logits into their gradient");
     if (n < 0 || n >= m->B * m->T) die("model_logits: row %d of a forward of %d rows", n, m->B * m->T);
     if (n < m->first_logit) die("model_logits: row %d of a cached forward, which computes the logits of its last row (%d) only", n, m->first_logit);
     m->be->download(logits, m->logits + (size_t)n * m->V, (size_t)m->V * sizeof(float));

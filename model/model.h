@@ -105,8 +105,10 @@ typedef struct {
     float* x_final;       // (N, C)
     float* lnf;           // (N, C)
     float* lnf_rstd;      // (N)
-    float* logits;        // (N, V) logits, then probabilities, then dlogits
+    float* logits;        // (N, V) logits, then (model_backward) dlogits
+    int logits_are_gradients;  // a backward has turned the last forward's logits into dlogits
     int first_logit;      // rows first_logit..N-1 of the last forward have logits
+    float* row_stats;     // (N, 2) each row's max logit and 1 / sum of exp(logit - max)
     float* row_loss;      // (N)
     float* rope;          // (T, D/2, 2)
     float* grad_scratch;  // backward-only buffers for one layer
@@ -169,7 +171,7 @@ void model_set_logit_quant(Model* model, LogitQuant quant);
 // ---- reading the model ----
 // The shape fields (V, L, C, H, D, M, Dv, F) and cfg may be read directly; buffers only here.
 double model_loss(const Model* model);  // mean loss of the last forward, NaN without targets
-// logits (V) of row n of the last forward, which had no targets
+// logits (V) of row n of the last forward, with or without targets, until a backward pass
 void model_logits(const Model* model, int n, float* logits);
 // row_loss (B*T) of the last forward, which had targets
 void model_row_losses(const Model* model, float* row_loss);

@@ -123,14 +123,15 @@ static void p_embedding_forward(float* x, const int* tokens, const float* tok_em
 static void p_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C) {
     TIMED(OP_EMBEDDING_BACKWARD, W4 * (N + 3.0 * N * C), 0, now.inner->embedding_backward(dtok_embedding, dx, tokens, N, C));
 }
-static double p_crossentropy_forward(float* probs_inout, float* row_loss, const int* targets, int N, int V) {
+static double p_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V) {
     double loss;
-    double bytes = W4 * (2.0 * N * V + 2.0 * N);  // logits read, probabilities written; targets, row losses
-    TIMED(OP_CROSSENTROPY_FORWARD, bytes, 0, loss = now.inner->crossentropy_forward(probs_inout, row_loss, targets, N, V));
+    double bytes = W4 * ((double)N * V + 4.0 * N);  // logits, targets read; row stats, row losses written
+    TIMED(OP_CROSSENTROPY_FORWARD, bytes, 0, loss = now.inner->crossentropy_forward(logits, row_stats, row_loss, targets, N, V));
     return loss;
 }
-static void p_crossentropy_backward(float* probs_inout, const int* targets, float dloss, int N, int V) {
-    TIMED(OP_CROSSENTROPY_BACKWARD, W4 * (2.0 * N * V + N), 0, now.inner->crossentropy_backward(probs_inout, targets, dloss, N, V));
+static void p_crossentropy_backward(float* logits_inout, const float* row_stats, const int* targets, float dloss, int N, int V) {
+    double bytes = W4 * (2.0 * N * V + 3.0 * N);  // logits read and written; row stats, targets read
+    TIMED(OP_CROSSENTROPY_BACKWARD, bytes, 0, now.inner->crossentropy_backward(logits_inout, row_stats, targets, dloss, N, V));
 }
 static void p_attention_forward(const Backend* be, float* y, float* o1, float* lse, const float* qkv, const float* lambda, const AttnShape* s,
                                 HookSite hook) {

@@ -389,10 +389,10 @@ static void test_crossentropy(int N, int V) {
     float* logits = random_host((size_t)N * V, 3);
     int* targets = mallocCheck(N * sizeof(int));
     for (int n = 0; n < N; n++) targets[n] = (int)(rng_next(&rng) % (uint64_t)V);
-    float *d_p = to_backend(logits, (size_t)N * V * 4), *d_row = be->alloc(N * 4);
+    float *d_p = to_backend(logits, (size_t)N * V * 4), *d_row = be->alloc(N * 4), *d_stats = be->alloc(2 * N * 4);
     int* d_t = to_backend(targets, N * sizeof(int));
-    double sum = be->crossentropy_forward(d_p, d_row, d_t, N, V);
-    double *ref_p = dzeros((size_t)N * V), *ref_row = dzeros(N), ref_sum = 0;
+    double sum = be->crossentropy_forward(d_p, d_stats, d_row, d_t, N, V);
+    double *ref_p = dzeros((size_t)N * V), *ref_row = dzeros(N), *ref_stats = dzeros(2 * N), ref_sum = 0;
     float dloss = 0.37f;
     double* ref_d = dzeros((size_t)N * V);
     for (int n = 0; n < N; n++) {
@@ -405,17 +405,22 @@ static void test_crossentropy(int N, int V) {
             ref_d[(size_t)n * V + v] = (ref_p[(size_t)n * V + v] - (v == targets[n])) * dloss;
         }
         ref_row[n] = mx + log(z) - l[targets[n]];
+        ref_stats[2 * n] = mx;
+        ref_stats[2 * n + 1] = 1.0 / z;
         ref_sum += ref_row[n];
     }
-    float *got_p = from_backend(d_p, (size_t)N * V), *got_row = from_backend(d_row, N);
-    expect_close("crossentropy_forward probabilities", what, got_p, ref_p, (size_t)N * V, RTOL, ATOL);
+    float *got_p = from_backend(d_p, (size_t)N * V), *got_row = from_backend(d_row, N), *got_stats = from_backend(d_stats, 2 * N);
+    CHECK(memcmp(got_p, logits, (size_t)N * V * sizeof(float)) == 0, "%s crossentropy_forward leaves the logits as they were [%s]",
+          be->name, what);
+    expect_close("crossentropy_forward row stats (max, 1/sum)", what, got_stats, ref_stats, 2 * N, RTOL, ATOL);
     expect_close("crossentropy_forward row loss", what, got_row, ref_row, N, RTOL, ATOL);
     CHECK(fabs(sum - ref_sum) <= ATOL * N + RTOL * fabs(ref_sum), "%s crossentropy_forward sum [%s]: %.8g vs %.8g", be->name, what, sum, ref_sum);
-    be->crossentropy_backward(d_p, d_t, dloss, N, V);
+    be->crossentropy_backward(d_p, d_stats, d_t, dloss, N, V);
     float* got_d = from_backend(d_p, (size_t)N * V);
     expect_close("crossentropy_backward", what, got_d, ref_d, (size_t)N * V, RTOL, ATOL);
-    free(logits); free(targets); free(ref_p); free(ref_row); free(ref_d); free(got_p); free(got_row); free(got_d);
-    be->release(d_p); be->release(d_row); be->release(d_t);
+    free(logits); free(targets); free(ref_p); free(ref_row); free(ref_stats); free(ref_d); free(got_p); free(got_row); free(got_stats);
+    free(got_d);
+    be->release(d_p); be->release(d_row); be->release(d_stats); be->release(d_t);
 }
 
 // ---- attention ----
@@ -1567,20 +1572,20 @@ static void grad_swiglu(int N, int F) {
 }
 
 // Cross-entropy's loss is its own output: the sum of the rows' losses, weighted by nothing
-typedef struct { int N, V; int* targets; float* rows; } CeSize;
+typedef struct { int N, V; int* targets; float *rows, *stats; } CeSize;
 static double crossentropy_grad_forward(GradCase* c) {
     const CeSize* s = c->op;
     be->copy(c->out, c->dev[0], c->n_out * sizeof(float));
-    return be->crossentropy_forward(c->out, s->rows, s->targets, s->N, s->V);
+    return be->crossentropy_forward(c->out, s->stats, s->rows, s->targets, s->N, s->V);
 }
 static void grad_crossentropy(int N, int V) {
     int* targets = mallocCheck(N * sizeof(int));
     for (int i = 0; i < N; i++) targets[i] = (int)(rng_next(&rng) % V);
-    CeSize s = {N, V, to_backend(targets, N * sizeof(int)), be->alloc(N * sizeof(float))};
+    CeSize s = {N, V, to_backend(targets, N * sizeof(int)), be->alloc(N * sizeof(float)), be->alloc(2 * N * sizeof(float))};
     GradCase c = grad_case((size_t[]){(size_t)N * V}, (float[]){2}, 1, (size_t)N * V, crossentropy_grad_forward, &s);
-    be->crossentropy_backward(c.out, s.targets, 1.0f, N, V);  // the forward's probabilities become dlogits
+    be->crossentropy_backward(c.out, s.stats, s.targets, 1.0f, N, V);  // the forward's logits become dlogits
     grad_expect(&c, 0, c.out, "crossentropy d_logits", GRAD_SAMPLES);
-    be->release(s.targets); be->release(s.rows);
+    be->release(s.targets); be->release(s.rows); be->release(s.stats);
     free(targets);
     grad_case_free(&c);
 }
@@ -1700,6 +1705,7 @@ static void test_contract(int small) {
     if (wanted("crossentropy")) {
         test_crossentropy(1, 2);
         test_crossentropy(13, 300);
+        test_crossentropy(3, 4099);  // wider than a block: each thread's running max grows over its elements
     }
     const LogitQuant none = {0, QUANT_PER_TENSOR}, tensor4 = {4, QUANT_PER_TENSOR}, row6 = {6, QUANT_PER_ROW};
     // on CUDA twice: with the maps written out (the backend's choice at these sizes), then on its

@@ -13,7 +13,7 @@
 //      repeated bitwise and resumed bitwise from a checkpoint at step 10; an fp32 and a bf16
 //      model of DIFF stepping in turn on it, each bitwise as alone (test_instances_beside);
 //   6. one training step profiled on each device (test_profile): every operation's calls, the
-//      products' FLOPs against the model's count, the least traffic of small calls by hand;
+//      products' FLOPs against the model's count, the least traffic of six small calls by hand;
 //   7. a hooked model on the other device where its backend does not serve the hook (CUDA with a
 //      maps budget of 0 MiB): the model places attention on a CPU instance; loss and gradients
 //      within section 1's tolerances of the CPU's, the hook shown every logit row.
@@ -525,7 +525,8 @@ static void test_profile_traffic(void) {
     m.be->matmul_forward(m.be, buf + 32, buf + 48, buf + 64, 2, 3, 5, 1);         // out (2, 5) += inp (2, 3) . w (5, 3)^T
     m.be->matmul_backward(m.be, buf + 80, buf + 96, buf + 112, buf + 48, buf + 64, 2, 3, 5);
     m.be->adamw_update(buf + 128, buf + 144, buf + 160, buf + 176, 10, &st);
-    m.be->crossentropy_forward(buf + 192, buf + 208, (const int*)(buf + 224), 2, 3);  // targets 0 (zeroed ints)
+    m.be->crossentropy_forward(buf + 192, buf + 240, buf + 208, (const int*)(buf + 224), 2, 3);  // targets 0 (zeroed ints)
+    m.be->crossentropy_backward(buf + 192, buf + 240, (const int*)(buf + 224), 1.0f, 2, 3);
     profile_step_end(&p);
     profile_detach(&p, &m);
     struct {
@@ -536,7 +537,8 @@ static void test_profile_traffic(void) {
         {OP_MATMUL_FORWARD, 4 * (6 + 15 + 10 + 10), 2 * 2 * 3 * 5},  // inp, w, out read (+=); out
         {OP_MATMUL_BACKWARD, 4 * (10 + 6 + 15 + 15 + 6 + 15), 4 * 2 * 3 * 5},  // dout, inp, w, dw read; dinp, dw
         {OP_ADAMW_UPDATE, 4 * (4 * 10 + 3 * 10), 0},                // p, g, m, v; p, m, v
-        {OP_CROSSENTROPY_FORWARD, 4 * (6 + 2 + 6 + 2), 0},          // logits, targets; probabilities, row losses
+        {OP_CROSSENTROPY_FORWARD, 4 * (6 + 2 + 4 + 2), 0},          // logits, targets; row stats, row losses
+        {OP_CROSSENTROPY_BACKWARD, 4 * (6 + 4 + 2 + 6), 0},         // logits, row stats, targets; dlogits
     };
     int wrong = 0;
     for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++) {

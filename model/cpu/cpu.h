@@ -24,8 +24,8 @@ void cpu_swiglu_forward(float* h, const float* gate_up, int N, int F);
 void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
 void cpu_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C);
 void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
-double cpu_crossentropy_forward(float* probs_inout, float* row_loss, const int* targets, int N, int V);
-void cpu_crossentropy_backward(float* probs_inout, const int* targets, float dloss, int N, int V);
+double cpu_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V);
+void cpu_crossentropy_backward(float* logits_inout, const float* row_stats, const int* targets, float dloss, int N, int V);
 // x (n) turned into softmax(x) in place; returns log(sum(exp(x))), the log-sum-exp
 float cpu_softmax_inplace(float* x, int n);
 

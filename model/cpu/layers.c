@@ -206,23 +206,45 @@ float cpu_softmax_inplace(float* x, int n) {
     return maxv + logf(sum);
 }
 
-double cpu_crossentropy_forward(float* probs, float* row_loss, const int* targets, int N, int V) {
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float* p = probs + (size_t)n * V;
-        float target_logit = p[targets[n]];
-        row_loss[n] = cpu_softmax_inplace(p, V) - target_logit;
+// The exponentials of a row go to a scratch row of the thread's (kept between calls, as
+// attention.c's), so the logits stay as they are; the backward computes them again, with the
+// same functions, so that its probabilities are bitwise those the forward's sum was taken over
+double cpu_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V) {
+    #pragma omp parallel
+    {
+        static _Thread_local float* e;
+        static _Thread_local int capacity;
+        if (V > capacity) {
+            free(e);
+            capacity = V;
+            e = mallocCheck((size_t)V * sizeof(float));
+        }
+        #pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float* l = logits + (size_t)n * V;
+            float maxv = max_lanes(l, V);
+            exp_shifted(e, l, V, 1.0f, maxv);
+            float sum = sum_lanes(e, V);
+            row_stats[2 * n] = maxv;
+            row_stats[2 * n + 1] = 1.0f / sum;
+            row_loss[n] = maxv + logf(sum) - l[targets[n]];
+        }
     }
     double total = 0.0;  // serial: the sum must not depend on the thread count
     for (int n = 0; n < N; n++) total += row_loss[n];
     return total;
 }
 
-void cpu_crossentropy_backward(float* probs, const int* targets, float dloss, int N, int V) {
+void cpu_crossentropy_backward(float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        float* p = probs + (size_t)n * V;
-        for (int i = 0; i < V; i++) p[i] *= dloss;
+        float* p = logits + (size_t)n * V;
+        float inv = row_stats[2 * n + 1];
+        exp_shifted(p, p, V, 1.0f, row_stats[2 * n]);
+        for (int i = 0; i < V; i++) {
+            float prob = p[i] * inv;  // rounded as a stored probability would be
+            p[i] = prob * dloss;
+        }
         p[targets[n]] -= dloss;
     }
 }

@@ -297,19 +297,30 @@ void cuda_embedding_backward(float* dtok_embedding, const float* dx, const int* 
     free(fill);
 }
 
-// ---- cross-entropy: one block per row, probabilities in place ----
-__global__ void crossentropy_forward_kernel(float* probs, float* row_loss, const int* targets, int V) {
-    float* p = probs + (size_t)blockIdx.x * V;
-    float target_logit = p[targets[blockIdx.x]];
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, p[i]);
-    mx = block_reduce<true>(mx);
-    float sum = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(p[i] - mx);
-    sum = block_reduce<false>(sum);
-    float inv = 1.0f / sum;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(p[i] - mx) * inv;
-    if (threadIdx.x == 0) row_loss[blockIdx.x] = mx + logf(sum) - target_logit;
+// ---- cross-entropy: one block per row, the logits read once ----
+// Each thread keeps a running max and its sum of exp(x - max), rescaled when the max grows (the
+// online softmax), so the row is read once; the block then brings every thread's sum to the
+// row's max and adds them. No probabilities are written: the backward computes them from the
+// row's max and 1 / sum.
+__global__ void crossentropy_forward_kernel(const float* logits, float* row_stats, float* row_loss, const int* targets, int V) {
+    const float* l = logits + (size_t)blockIdx.x * V;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float x = l[i];
+        if (x > mx) {
+            sum = sum * expf(mx - x) + 1.0f;
+            mx = x;
+        } else {
+            sum += expf(x - mx);
+        }
+    }
+    float row_max = block_reduce<true>(mx);
+    sum = block_reduce<false>(sum > 0.0f ? sum * expf(mx - row_max) : 0.0f);  // a thread with no element adds nothing
+    if (threadIdx.x == 0) {
+        row_stats[2 * blockIdx.x] = row_max;
+        row_stats[2 * blockIdx.x + 1] = 1.0f / sum;
+        row_loss[blockIdx.x] = row_max + logf(sum) - l[targets[blockIdx.x]];
+    }
 }
 
 // sum of x (n) in double, one block, fixed order: thread t takes t, t + 1024, ..., then the tree
@@ -326,8 +337,8 @@ __global__ void sum_double_kernel(double* out, const float* x, size_t n) {
     if (threadIdx.x == 0) *out = part[0];
 }
 
-double cuda_crossentropy_forward(float* probs, float* row_loss, const int* targets, int N, int V) {
-    crossentropy_forward_kernel<<<N, 1024>>>(probs, row_loss, targets, V);
+double cuda_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V) {
+    crossentropy_forward_kernel<<<N, 1024>>>(logits, row_stats, row_loss, targets, V);
     cudaCheckLaunch();
     double* d_total = (double*)cuda_scratch(SCRATCH_A, sizeof(double));
     sum_double_kernel<<<1, 1024>>>(d_total, row_loss, (size_t)N);
@@ -337,16 +348,18 @@ double cuda_crossentropy_forward(float* probs, float* row_loss, const int* targe
     return total;
 }
 
-__global__ void crossentropy_backward_kernel(float* probs, const int* targets, float dloss, int N, int V) {
+__global__ void crossentropy_backward_kernel(float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * V) return;
-    float g = probs[idx] * dloss;
-    if ((int)(idx % V) == targets[idx / V]) g -= dloss;
-    probs[idx] = g;
+    size_t n = idx / V;
+    float prob = expf(logits[idx] - row_stats[2 * n]) * row_stats[2 * n + 1];
+    float g = prob * dloss;
+    if ((int)(idx % V) == targets[n]) g -= dloss;
+    logits[idx] = g;
 }
 
-void cuda_crossentropy_backward(float* probs, const int* targets, float dloss, int N, int V) {
-    crossentropy_backward_kernel<<<cuda_blocks((size_t)N * V, CUDA_THREADS), CUDA_THREADS>>>(probs, targets, dloss, N, V);
+void cuda_crossentropy_backward(float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
+    crossentropy_backward_kernel<<<cuda_blocks((size_t)N * V, CUDA_THREADS), CUDA_THREADS>>>(logits, row_stats, targets, dloss, N, V);
     cudaCheckLaunch();
 }
 
