@@ -567,6 +567,7 @@ static void layer_backward(Model* m, int l, float* dres) {
 
 void model_backward(Model* m, float dloss_scale) {
     if (!m->training || !m->have_targets) die("model_backward needs a training forward pass with targets first");
+    if (m->logits_are_gradients) die("model_backward: the last forward's logits went into a backward already; run a forward first");
     const Backend* be = m->be;
     size_t N = (size_t)m->B * m->T, C = m->C;
     float* dres = m->grad_scratch;  // (N, C) gradient of the residual stream
