@@ -1,15 +1,20 @@
 // Finite differences of every parameter tensor of a whole model, for every row of ATTN_VARIANTS
 // with its own head norm, and for the Transformer with head norm, DIFF without it and with a
 // constant λ_init, and DIFF V2 with it; and a second backward doubling every gradient (backward
-// accumulates). Each operation's own backward is test_backend_ops' gradient mode, on every
-// backend.
+// accumulates), which a second backward of one forward may not do (the first turned its logits
+// into their gradient). Each operation's own backward is test_backend_ops' gradient mode, on
+// every backend.
 //
 // Tolerance: fp32 central differences with step h = 1e-3 (the loss is a mean). The loss is
 // summed in double, so the numeric gradient's rounding error is about 1e-7 |loss| / h and its
 // truncation error about h^2 |f'''|; with losses of order 1-10 both stay below atol = 2e-4 with
 // rtol = 1e-2. A sign or factor error in a backward pass misses these bounds by orders of
 // magnitude; the worst observed is a third of them.
+#define _DEFAULT_SOURCE  // fork
+#include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../model/model.h"
 #include "../base/util.h"
@@ -73,6 +78,20 @@ static void test_model(int attention, int head_norm, const char* lambda_init) {
               t->name, worst, largest);
     }
     free(twice);
+    // the last call was a backward: another one, without a forward, dies (in a child; one that
+    // went on instead could hang in OpenMP after the fork, so an alarm ends it)
+    fflush(stdout);
+    pid_t kid = fork();
+    if (kid == 0) {
+        alarm(10);
+        if (!freopen("/dev/null", "w", stderr)) _exit(2);
+        model_backward(&model, 1.0f);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(kid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "%s: a second backward of one forward is refused (exit %d)",
+          config_attention_name(&cfg), WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     printf(" model %s head_norm=%d lambda_init=%s, loss %.4f\n", config_attention_name(&cfg), head_norm, lambda_init, model_loss(&model));
     for (int i = 0; i < model.n_tensors; i++) {
         const ParamTensor* t = &model.tensors[i];
