@@ -35,19 +35,6 @@ typedef struct {
     float scale;
 } Dims;
 
-// Per-thread scratch kept between calls: freeing it each call would hand the pages back to
-// the kernel and fault them in again on every layer (several percent of a training step).
-static float* thread_scratch(size_t floats) {
-    static _Thread_local float* buffer;
-    static _Thread_local size_t capacity;
-    if (floats > capacity) {
-        free(buffer);
-        buffer = mallocCheck(floats * sizeof(float));
-        capacity = floats;
-    }
-    return buffer;
-}
-
 static Dims dims_of(const AttnShape* s) {
     Dims d;
     d.s = s;
@@ -247,7 +234,7 @@ void cpu_attention_forward(const Backend* be, float* y, float* o1, float* lse, c
     int block = T < ATTN_BLOCK ? T : ATTN_BLOCK;
     #pragma omp parallel
     {
-        float* P = thread_scratch((size_t)d.M * block * T + group_keys_floats(&d));  // P (M, block, T), then group_keys' Kt and amax
+        float* P = cpu_thread_scratch((size_t)d.M * block * T + group_keys_floats(&d));  // P (M, block, T), then group_keys' Kt and amax
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {
             for (int g = 0; g < groups; g++) group_forward(y, o1, lse, qkv, lambda, &d, b, g, block, P, hook);
@@ -440,7 +427,7 @@ void cpu_attention_backward(const Backend* be, float* dqkv, float* dlambda_out, 
     float* dlambda_part = callocCheck((size_t)d.B * H, sizeof(float));  // summed in fixed order below
     #pragma omp parallel
     {
-        float* P = thread_scratch(backward_floats(&d, dy0, block));
+        float* P = cpu_thread_scratch(backward_floats(&d, dy0, block));
         // a thread owns a group of heads: the gradients of sub-heads they share are summed here only
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < d.B; b++) {

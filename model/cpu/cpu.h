@@ -26,6 +26,10 @@ void cpu_embedding_forward(float* x, const int* tokens, const float* tok_embeddi
 void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
 double cpu_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V);
 void cpu_crossentropy_backward(float* logits_inout, const float* row_stats, const int* targets, float dloss, int N, int V);
+// The calling thread's scratch of at least `floats` floats, kept between calls: freeing it
+// each call would hand the pages back to the kernel and fault them in again on every layer
+// (several percent of a training step). One buffer a thread: valid until its next call.
+float* cpu_thread_scratch(size_t floats);
 // x (n) turned into softmax(x) in place; returns log(sum(exp(x))), the log-sum-exp
 float cpu_softmax_inplace(float* x, int n);
 

@@ -89,6 +89,17 @@ void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float*
     }
 }
 
+float* cpu_thread_scratch(size_t floats) {
+    static _Thread_local float* buffer;
+    static _Thread_local size_t capacity;
+    if (floats > capacity) {
+        free(buffer);
+        buffer = mallocCheck(floats * sizeof(float));
+        capacity = floats;
+    }
+    return buffer;
+}
+
 // Rows per partial sum of the weight's gradient: a fixed block, so that the sum's order, and
 // so its bits, never depend on the thread count
 #define NORM_ROW_BLOCK 64
@@ -98,15 +109,8 @@ void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
     // one pass over the rows: the input's gradient, and each block's part of the weight's
     // gradient while its rows are in cache (a second pass over all rows re-read two
     // activations of the size of the layer's input)
-    static _Thread_local float* scratch;  // kept between calls, as attention.c's
-    static _Thread_local size_t capacity;
     int blocks = (rows + NORM_ROW_BLOCK - 1) / NORM_ROW_BLOCK;
-    if ((size_t)blocks * W > capacity) {
-        free(scratch);
-        capacity = (size_t)blocks * W;
-        scratch = mallocCheck(capacity * sizeof(float));
-    }
-    float* partial = scratch;  // (blocks, W); the calling thread's, shared with the team
+    float* partial = cpu_thread_scratch((size_t)blocks * W);  // (blocks, W); the calling thread's, shared with the team
     #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < blocks; blk++) {
         float* part = partial + (size_t)blk * W;
@@ -206,19 +210,12 @@ float cpu_softmax_inplace(float* x, int n) {
     return maxv + logf(sum);
 }
 
-// The exponentials of a row go to a scratch row of the thread's (kept between calls, as
-// attention.c's), so the logits stay as they are; the backward computes them again, with the
+// The exponentials of a row go to a scratch row of the thread's, so the logits stay as they are; the backward computes them again, with the
 // same functions, so that its probabilities are bitwise those the forward's sum was taken over
 double cpu_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V) {
     #pragma omp parallel
     {
-        static _Thread_local float* e;
-        static _Thread_local int capacity;
-        if (V > capacity) {
-            free(e);
-            capacity = V;
-            e = mallocCheck((size_t)V * sizeof(float));
-        }
+        float* e = cpu_thread_scratch((size_t)V);
         #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
             const float* l = logits + (size_t)n * V;
