@@ -49,7 +49,7 @@ static const struct {
     ENTRY(supports), ENTRY(attention_forward), ENTRY(attention_backward), ENTRY(integral_forward), ENTRY(integral_backward),
     ENTRY(attention_maps), ENTRY(lambda_forward), ENTRY(lambda_backward), ENTRY(token_lambda_forward), ENTRY(token_lambda_backward),
     ENTRY(sum_squares), ENTRY(scale), ENTRY(add), ENTRY(sum_across_ranks), ENTRY(adamw_update), ENTRY(matmul_spent), ENTRY(matmul_rate), ENTRY(peak_rate),
-    ENTRY(weights_changed), ENTRY(attention_path), ENTRY(timer_mark), ENTRY(timer_read),
+    ENTRY(weights_changed), ENTRY(activations_changed), ENTRY(attention_path), ENTRY(timer_mark), ENTRY(timer_read),
 };
 #define N_ENTRIES (sizeof(ENTRIES) / sizeof(ENTRIES[0]))
 _Static_assert(offsetof(Backend, init) + N_ENTRIES * sizeof(void (*)(void)) == offsetof(Backend, precision),
@@ -128,6 +128,10 @@ const char* backend_description(const Backend* be) { return be->description; }
 
 void backend_weights_changed(const Backend* be, const float* w, size_t n) {
     if (be->copies) weight_copies_changed(be->copies, w, n);
+}
+
+void backend_activations_changed(const Backend* be, const float* x, size_t n) {
+    if (be->copies) weight_copies_activations(be->copies, x, n);
 }
 
 void backend_release_copies(Backend* be) { weight_copies_close(be->copies); }

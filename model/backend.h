@@ -213,6 +213,12 @@ struct Backend {
     // instance that keeps copies of its weights in another precision makes that block's again;
     // n = 0 forgets the block (its model is freed)
     void (*weights_changed)(const Backend* be, const float* w, size_t n);
+    // x (n floats) is the block of a model's activations, just allocated, or n = 0: about to be
+    // freed. An instance whose products round their operands (bf16) keeps a forward product's
+    // rounding of rows inside the block for the backward product that reads the same rows (which
+    // then reads them as they were at that forward product), and forgets the block's roundings
+    // here.
+    void (*activations_changed)(const Backend* be, const float* x, size_t n);
 
     // Timing a sequence of operations on the device's own clock (profiles, model/profile.h):
     // timer_mark(i) records mark i (0, 1, ... in order) at the point everything issued before it
@@ -265,9 +271,10 @@ Backend* backend_open(int device, int precision, const char** why);
 void backend_close(Backend* be);
 // What every implementation's instance does alike, its table's entries: device_name (the
 // description its open wrote), weights_changed (remakes the block's bf16 twins where the instance
-// keeps them) and close (releases them)
+// keeps them), activations_changed (forgets a block's kept roundings) and close (releases them)
 const char* backend_description(const Backend* be);
 void backend_weights_changed(const Backend* be, const float* w, size_t n);
+void backend_activations_changed(const Backend* be, const float* x, size_t n);
 void backend_release_copies(Backend* be);
 // The index in BACKEND_DEVICES of the device named `name`, or -1
 int backend_device_index(const char* name);

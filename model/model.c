@@ -208,6 +208,7 @@ static void free_acts(Model* m) {
     free(m->hook_staging);
     m->hook_staging = NULL;
     if (!be) return;  // a shape only (model_param_count): nothing allocated
+    if (m->acts_memory) be->activations_changed(be, m->acts_memory, 0);
     be->release(m->acts_memory);
     be->release(m->grad_scratch);
     be->release(m->targets);
@@ -311,12 +312,18 @@ static size_t place_acts(Model* m, float* base, size_t N, int slots) {
     return used;
 }
 
-double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_size, double* activation_bytes) {
+double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_size, int precision, double* activation_bytes) {
     Model m;
     model_shape(&m, cfg, vocab_size);
     size_t N = (size_t)batch_size * cfg->seq_len;
     double activations = 4.0 * ((double)place_acts(&m, NULL, N, m.L) + (double)grad_scratch_floats(&m, N));
     double params = 4.0 * 4.0 * m.n_params;  // parameters, gradients, AdamW m and v
+    if (precision == PRECISION_BF16) {
+        // the weights' twins (Shared DIFF's composed wqkv too), and the rounding of each weight
+        // product's input a forward keeps for its backward: per layer ln1, hn, ln2, h; then lnf
+        params += 2.0 * ((double)m.n_params + (m.R ? (double)m.L * m.QKV * m.C : 0.0));
+        activations += 2.0 * (double)N * ((double)m.L * (2.0 * m.C + (double)m.H * m.Dv + m.F) + m.C);
+    }
     model_free(&m);
     if (activation_bytes) *activation_bytes = activations;
     return params + activations;
@@ -333,8 +340,10 @@ static void alloc_acts(Model* m, int B, int T, int training) {
     size_t N = (size_t)B * T;
     int slots = training ? m->L : 1;
     m->acts = callocCheck(slots, sizeof(LayerActs));
-    m->acts_memory = m->be->alloc(place_acts(m, NULL, N, slots) * sizeof(float));
+    size_t n_acts = place_acts(m, NULL, N, slots);
+    m->acts_memory = m->be->alloc(n_acts * sizeof(float));
     place_acts(m, m->acts_memory, N, slots);
+    m->be->activations_changed(m->be, m->acts_memory, n_acts);
     m->grad_scratch = training ? m->be->alloc(grad_scratch_floats(m, N) * sizeof(float)) : NULL;
     m->targets = m->be->alloc(N * sizeof(int));
     m->tokens = m->be->alloc(N * sizeof(int));

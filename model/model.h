@@ -138,10 +138,11 @@ void model_build(Model* model, const ModelConfig* cfg, const Backend* be, int vo
 void model_init_params(Model* model, uint64_t seed);
 // Parameter count of a config without allocating anything
 size_t model_param_count(const ModelConfig* cfg, int vocab_size);
-// Bytes a training run of cfg holds at its peak: parameters, gradients, AdamW moments and one
-// micro-batch's activations (batch_size sequences), the last also in *activation_bytes unless
-// NULL (in double: never overflows)
-double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_size, double* activation_bytes);
+// Bytes a training run of cfg in `precision` (PRECISION_*) holds at its peak: parameters,
+// gradients, AdamW moments and one micro-batch's activations (batch_size sequences); in bf16 also
+// the weights' bf16 twins and the products' inputs' kept roundings. The activations (with their
+// roundings) also in *activation_bytes unless NULL (in double: never overflows).
+double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_size, int precision, double* activation_bytes);
 void model_free(Model* model);
 
 // tokens, targets (B, T) host arrays; targets may be NULL (no loss). training keeps every

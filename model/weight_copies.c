@@ -9,6 +9,9 @@ WeightCopies* weight_copies_open(const WeightCopies* kind) {
     WeightCopies* c = mallocCheck(sizeof(WeightCopies));
     *c = *kind;
     memset(c->ranges, 0, sizeof(c->ranges));
+    memset(c->blocks, 0, sizeof(c->blocks));
+    c->kept = NULL;
+    c->n_kept = 0;
     return c;
 }
 
@@ -19,9 +22,24 @@ static void forget(WeightCopies* c, int i) {
     c->ranges[i].n = 0;
 }
 
+// the kept roundings that overlap x .. x + n (all of them where x is NULL) released, unless
+// they are exactly those rows
+static void release_kept(WeightCopies* c, const float* x, size_t n, int keep_exact) {
+    int j = 0;
+    for (int i = 0; i < c->n_kept; i++) {
+        struct KeptRounding* k = &c->kept[i];
+        int overlaps = !x || (k->x < x + n && x < k->x + k->n);
+        if (overlaps && !(keep_exact && k->x == x && k->n == n)) c->release(k->copy);
+        else c->kept[j++] = *k;
+    }
+    c->n_kept = j;
+}
+
 void weight_copies_close(WeightCopies* c) {
     if (!c) return;
     for (int i = 0; i < WEIGHT_COPY_RANGES; i++) forget(c, i);
+    release_kept(c, NULL, 0, 0);
+    free(c->kept);
     free(c);
 }
 
@@ -54,5 +72,52 @@ const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n) 
         const float* r = c->ranges[i].w;
         if (r && x >= r && x + n <= r + c->ranges[i].n) return (const char*)c->ranges[i].copy + (size_t)(x - r) * c->element;
     }
+    // exactly these rows: a rounding of rows that merely contain them was a different product's
+    for (int i = 0; i < c->n_kept; i++) {
+        if (c->kept[i].x == x && c->kept[i].n == n) return c->kept[i].copy;
+    }
     return NULL;
+}
+
+void weight_copies_activations(WeightCopies* c, const float* x, size_t n) {
+    int slot = -1;
+    for (int i = 0; i < WEIGHT_COPY_RANGES; i++) {
+        const float* b = c->blocks[i].x;
+        if (!b) continue;
+        // its block again, or one overlapping it (a freed block's memory reused): either way
+        // what was rounded there is forgotten
+        if (b == x || (n && b < x + n && x < b + c->blocks[i].n)) {
+            release_kept(c, b, c->blocks[i].n, 0);
+            c->blocks[i].x = NULL;
+            c->blocks[i].n = 0;
+        }
+    }
+    if (n == 0) return;
+    for (int i = 0; slot < 0 && i < WEIGHT_COPY_RANGES; i++) {
+        if (!c->blocks[i].x) slot = i;
+    }
+    if (slot < 0) die("bf16 products: more than %d blocks of activations at once", WEIGHT_COPY_RANGES);
+    c->blocks[slot].x = x;
+    c->blocks[slot].n = n;
+}
+
+void* weight_copies_keep(WeightCopies* c, const float* x, size_t n) {
+    int inside = 0;
+    for (int i = 0; i < WEIGHT_COPY_RANGES && !inside; i++) {
+        const float* b = c->blocks[i].x;
+        inside = b && x >= b && x + n <= b + c->blocks[i].n;
+    }
+    if (!inside) return NULL;
+    release_kept(c, x, n, 1);
+    for (int i = 0; i < c->n_kept; i++) {
+        if (c->kept[i].x == x) return c->kept[i].copy;  // overlapping and kept: exactly these rows
+    }
+    struct KeptRounding* grown = realloc(c->kept, (size_t)(c->n_kept + 1) * sizeof(*c->kept));
+    if (!grown) die("out of memory keeping a bf16 rounding of %zu activations", n);
+    c->kept = grown;
+    struct KeptRounding* k = &c->kept[c->n_kept++];
+    k->x = x;
+    k->n = n;
+    k->copy = c->alloc(n);
+    return k->copy;
 }

@@ -1,8 +1,10 @@
-// The weights' bf16 copies an instance keeps for precision = bf16: blocks of float weights, each
-// with a rounded twin the products read. The bookkeeping is shared by the backends; the twins'
-// memory and the rounding are each backend's own (host memory on the CPU, device memory on CUDA).
-// Each instance has its own (backend.h), so two models of different precision in one process
-// never see each other's.
+// The bf16 copies an instance keeps for precision = bf16: blocks of float weights, each with a
+// rounded twin the products read; and blocks of activations, in which the rounding of a
+// product's input made by the forward pass is kept for the backward product that reads the
+// same rows, so that each activation is rounded once a step, not twice. The bookkeeping is
+// shared by the backends; the twins' memory and the rounding are each backend's own (host
+// memory on the CPU, device memory on CUDA). Each instance has its own (backend.h), so two
+// models of different precision in one process never see each other's.
 #ifndef WEIGHT_COPIES_H
 #define WEIGHT_COPIES_H
 
@@ -23,6 +25,18 @@ struct WeightCopies {
         size_t n;
         void* copy;
     } ranges[WEIGHT_COPY_RANGES];
+    // blocks of activations (a model's, one block each); NULL x: a free slot
+    struct {
+        const float* x;
+        size_t n;
+    } blocks[WEIGHT_COPY_RANGES];
+    // the roundings kept in them, one per product input (x, n): the rows x .. x + n
+    struct KeptRounding {
+        const float* x;
+        size_t n;
+        void* copy;
+    }* kept;
+    int n_kept;
 };
 typedef struct WeightCopies WeightCopies;
 
@@ -34,7 +48,18 @@ void weight_copies_close(WeightCopies* c);
 // model is freed). A range overlapping w that starts elsewhere is a freed model's, forgotten,
 // so no product reads it.
 void weight_copies_changed(WeightCopies* c, const float* w, size_t n);
-// The twin of x (n floats) where x lies inside a range, else NULL
+// The twin of x (n floats) where x lies inside a range of weights or a rounding of exactly
+// these rows is kept, else NULL
 const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n);
+
+// x (n floats) is a block of a model's activations, allocated again (its old roundings
+// forgotten), or n = 0: freed (its roundings released). The model promises that rows a
+// forward product read do not change before the backward product that reads them, unless a
+// forward product reads them again.
+void weight_copies_activations(WeightCopies* c, const float* x, size_t n);
+// Where x (n floats) lies inside a block of activations: the twin a forward product rounds x
+// into, kept for find (made, or the one of these rows reused; a kept rounding overlapping
+// these rows otherwise is released); else NULL
+void* weight_copies_keep(WeightCopies* c, const float* x, size_t n);
 
 #endif

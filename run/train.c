@@ -225,10 +225,9 @@ static double host_limit_bytes(void) {
 }
 
 double train_check_memory(const Config* cfg, const Backend* be, int vocab_size, double held) {
-    double activations, need = model_training_bytes(&cfg->model, vocab_size, cfg->batch_size, &activations);
-    // in host memory, a checkpoint is written from a copy of the parameters (a quarter of the
-    // parameters with their gradients and moments)
-    if (be->host_memory) need += (need - activations) / 4;
+    double activations, need = model_training_bytes(&cfg->model, vocab_size, cfg->batch_size, be->precision, &activations);
+    // in host memory, a checkpoint is written from a copy of the parameters
+    if (be->host_memory) need += 4.0 * (double)model_param_count(&cfg->model, vocab_size);
     double have = be->memory_bytes() - held;
     double gib = 1024.0 * 1024 * 1024;
     if (need > have) {
@@ -239,11 +238,12 @@ double train_check_memory(const Config* cfg, const Backend* be, int vocab_size, 
             snprintf(limit, sizeof(limit), " (what this process's ulimit leaves past OpenBLAS's buffers: raise it to at least %.0f KiB, "
                      "ulimit -v %.0f)", (bound + need - have) / 1024.0 + 1, (bound + need - have) / 1024.0 + 1);
         }
+        const char* bf16 = be->precision == PRECISION_BF16 ? " (and the bf16 twins of weights and activations)" : "";
         die("training needs %.1f GiB, more than the %.1f GiB of device %s%s%s: %.1f GiB of parameters with their gradients and "
             "AdamW moments (keys 'n_layer' = %d, 'd_model' = %d, 'ffn_hidden' and the vocabulary of %d) and %.1f GiB of one "
-            "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)", need / gib, have / gib, be->device_name(be),
+            "micro-batch's activations (keys 'batch_size' = %d, 'seq_len' = %d)%s", need / gib, have / gib, be->device_name(be),
             limit, beside, (need - activations) / gib, cfg->model.n_layer, cfg->model.d_model, vocab_size, activations / gib,
-            cfg->batch_size, cfg->model.seq_len);
+            cfg->batch_size, cfg->model.seq_len, bf16);
     }
     return need;
 }

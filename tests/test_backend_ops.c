@@ -1097,6 +1097,71 @@ static void test_weight_copies(int bf16) {
     be->release(d_inp); be->release(d_w); be->release(d_out);
 }
 
+// dw (OC, IC) of one matmul_backward reading d_inp, from zero, into host memory
+static void backward_dw(float* dw, const float* d_inp, const float* d_dout, const float* d_w, int N, int IC, int OC) {
+    float *d_dw = be->alloc((size_t)OC * IC * sizeof(float)), *d_dinp = be->alloc((size_t)N * IC * sizeof(float));
+    be->matmul_backward(be, d_dinp, d_dw, d_dout, d_inp, d_w, N, IC, OC);
+    be->download(dw, d_dw, (size_t)OC * IC * sizeof(float));
+    be->release(d_dw), be->release(d_dinp);
+}
+
+// The forward's rounding of a product's input, kept for the backward (activations_changed): in
+// bf16, a backward reads rows inside a block of activations as the last forward product that
+// read exactly those rows rounded them, and rounds afresh rows no forward kept: rows outside
+// every block, rows a forward with other rows overlapping them released, and any rows of a
+// forgotten block. Each dw is compared bitwise with a backward reading the expected values from
+// a buffer outside every block. In fp32 every backward reads the rows as they are.
+static void test_kept_roundings(int bf16) {
+    enum { N = 8, IC = 16, OC = 12, ROWS = 3 * N };
+    float old[ROWS * IC], now_[ROWS * IC], w[OC * IC], dout[N * OC], out[N * OC];
+    float want[OC * IC], got[OC * IC];
+    for (int i = 0; i < ROWS * IC; i++) old[i] = rng_normal(&rng), now_[i] = rng_normal(&rng);
+    for (int i = 0; i < OC * IC; i++) w[i] = rng_normal(&rng);
+    for (int i = 0; i < N * OC; i++) dout[i] = rng_normal(&rng);
+    float *d_w = to_backend(w, sizeof(w)), *d_dout = to_backend(dout, sizeof(dout)), *d_out = be->alloc(sizeof(out));
+    float *block = to_backend(old, sizeof(old)), *apart = to_backend(old, sizeof(old));
+    be->weights_changed(be, d_w, OC * IC);
+    be->activations_changed(be, block, ROWS * IC);
+    float* x1 = block + N * IC;  // rows N .. 2N - 1 of the block
+    // the rows read by a backward as `values` has them (rows N .. 2N - 1), from outside the block
+    #define EXPECT_DW(values, kept_says)                                                                         \
+        do {                                                                                                     \
+            be->upload(apart, (values) + N * IC, N * IC * sizeof(float));                                        \
+            backward_dw(want, apart, d_dout, d_w, N, IC, OC);                                                    \
+            backward_dw(got, x1, d_dout, d_w, N, IC, OC);                                                        \
+            CHECK(memcmp(got, want, sizeof(got)) == 0, "%s %s: %s", be->name, bf16 ? "bf16" : "fp32", kept_says); \
+        } while (0)
+    be->matmul_forward(be, d_out, x1, d_w, N, IC, OC, 0);
+    be->upload(block, now_, sizeof(now_));
+    EXPECT_DW(bf16 ? old : now_, "a backward reads its rows as the forward rounded them (fp32: as they are)");
+    // rows inside the kept ones but not the same rows are another product's: read as they are
+    backward_dw(got, x1 + IC, d_dout, d_w, N - 1, IC, OC);
+    be->upload(apart, now_ + (N + 1) * IC, (N - 1) * IC * sizeof(float));
+    backward_dw(want, apart, d_dout, d_w, N - 1, IC, OC);
+    CHECK(memcmp(got, want, sizeof(got)) == 0, "%s %s: rows inside kept ones, not the same rows, are read as they are", be->name,
+          bf16 ? "bf16" : "fp32");
+    be->matmul_forward(be, d_out, x1, d_w, N, IC, OC, 0);
+    EXPECT_DW(now_, "a forward rounds its rows again");
+    be->upload(block, old, sizeof(old));
+    be->matmul_forward(be, d_out, x1 - IC, d_w, N, IC, OC, 0);  // one row earlier: overlapping, not the same rows
+    EXPECT_DW(old, "a forward over overlapping rows releases their rounding");
+    be->matmul_forward(be, d_out, x1, d_w, N, IC, OC, 0);
+    be->upload(block, now_, sizeof(now_));
+    be->activations_changed(be, block, 0);
+    EXPECT_DW(now_, "a forgotten block's rows are rounded afresh");
+    // outside every block nothing is kept: `apart` plays the forward's input, `block` the check's
+    float* outside = to_backend(old + N * IC, N * IC * sizeof(float));
+    be->matmul_forward(be, d_out, outside, d_w, N, IC, OC, 0);
+    be->upload(outside, now_ + N * IC, N * IC * sizeof(float));
+    backward_dw(got, outside, d_dout, d_w, N, IC, OC);
+    be->upload(apart, now_ + N * IC, N * IC * sizeof(float));
+    backward_dw(want, apart, d_dout, d_w, N, IC, OC);
+    CHECK(memcmp(got, want, sizeof(got)) == 0, "%s %s: rows outside every block are read as they are", be->name, bf16 ? "bf16" : "fp32");
+    #undef EXPECT_DW
+    be->weights_changed(be, d_w, 0);
+    be->release(d_w), be->release(d_dout), be->release(d_out), be->release(block), be->release(apart), be->release(outside);
+}
+
 // relative L2 error of got against a double reference
 static double rel_l2_ref(const float* got, const double* ref, size_t n) {
     double num = 0, den = 0;
@@ -1190,6 +1255,7 @@ static Backend* open_bf16(const char** why) { return backend_open(backend_device
 // instance of the backend, opened beside its fp32 instance, which stays as it was.
 static void test_bf16(void) {
     test_weight_copies(0);
+    test_kept_roundings(0);
     const char* why;
     Backend* bf16 = open_bf16(&why);
     if (!bf16) {
@@ -1200,6 +1266,7 @@ static void test_bf16(void) {
     be = bf16;
     CHECK(strstr(be->device_name(be), "bf16"), "%s names its bf16 products in its description (%s)", be->name, be->device_name(be));
     test_weight_copies(1);
+    test_kept_roundings(1);
     test_matmul_bf16(1, 5, 3);
     test_matmul_bf16(7, 5, 3);
     test_matmul_bf16(64, 96, 80);

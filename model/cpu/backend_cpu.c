@@ -184,6 +184,7 @@ static const Backend CPU = {
     .matmul_spent = cpu_matmul_spent,
     .matmul_rate = cpu_matmul_rate,
     .weights_changed = backend_weights_changed,
+    .activations_changed = backend_activations_changed,
     .peak_rate = cpu_peak,
     .attention_path = cpu_attention_path,
     .timer_mark = cpu_timer_mark,

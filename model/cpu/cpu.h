@@ -103,10 +103,12 @@ uint16_t cpu_bf16_round(float x);
 // An instance's bf16 twins of its weights, in host memory (weight_copies.h)
 WeightCopies* cpu_bf16_copies_open(void);
 // matmul_forward and matmul_backward's contracts (backend.h), in bf16 operands: a weight found in
-// copies (NULL: none) is read from its twin, every other operand rounded once per product
-void cpu_bf16_matmul_forward(const WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
+// copies (NULL: none) is read from its twin; the forward's input, where it lies in a block of
+// activations, is rounded into a twin kept there that the backward reads for the same rows;
+// every other operand is rounded once per product
+void cpu_bf16_matmul_forward(WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
                              int accumulate);
-void cpu_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+void cpu_bf16_matmul_backward(WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                               int N, int IC, int OC);
 
 // peak.c: GFLOP/s this CPU's `threads` threads could reach at most in fp32, with how it was found

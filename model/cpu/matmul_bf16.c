@@ -4,7 +4,8 @@
 // oneDNN picks its kernel for the CPU: AMX tiles or AVX-512 BF16 dot products where the CPU has
 // them, an emulation of bf16 on plain AVX-512 or AVX2 otherwise (correct, and slower than
 // OpenBLAS's fp32). The weights are rounded to bf16 once after each change (weights_changed: once
-// per optimizer step), the activations and gradients once per product that reads them. Every
+// per optimizer step), a forward product's input once a step (its rounding kept for the
+// backward product, weight_copies.h), the gradients once per product that reads them. Every
 // product's primitive is made once per shape and kept. oneDNN's OpenMP build runs on the same
 // OpenMP threads as the rest of the backend.
 #include <oneapi/dnnl/dnnl.h>
@@ -46,9 +47,15 @@ static const WeightCopies KIND = {.alloc = copy_alloc, .release = free, .round =
 
 WeightCopies* cpu_bf16_copies_open(void) { return weight_copies_open(&KIND); }
 
-// x (n) as bf16: its weights' copy where x lies in a block of weights, else rounded into
-// scratch[slot] (kept between calls)
-static const uint16_t* operand(const WeightCopies* copies, const float* x, size_t n, int slot) {
+// x (n) as bf16. A forward's input (keep) inside a block of activations: rounded into the twin
+// kept for its backward. Otherwise its weights' copy, or the kept rounding of exactly these rows
+// (a backward's input), else rounded into scratch[slot] (kept between calls).
+static const uint16_t* operand(WeightCopies* copies, const float* x, size_t n, int slot, int keep) {
+    uint16_t* kept = copies && keep ? weight_copies_keep(copies, x, n) : NULL;
+    if (kept) {
+        round_all(kept, x, n);
+        return kept;
+    }
     const uint16_t* copy = copies ? weight_copies_find(copies, x, n) : NULL;
     if (copy) return copy;
     static uint16_t* scratch[3];
@@ -140,18 +147,18 @@ static void product(int trans_a, int trans_b, int M, int N, int K, const uint16_
     DNNL_CHECK(dnnl_stream_wait(stream));
 }
 
-void cpu_bf16_matmul_forward(const WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
+void cpu_bf16_matmul_forward(WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
                              int accumulate) {
-    const uint16_t* x = operand(copies, inp, (size_t)N * IC, 0);
-    const uint16_t* wt = operand(copies, w, (size_t)OC * IC, 1);
+    const uint16_t* x = operand(copies, inp, (size_t)N * IC, 0, 1);
+    const uint16_t* wt = operand(copies, w, (size_t)OC * IC, 1, 0);
     product(0, 1, N, OC, IC, x, wt, out, accumulate);
 }
 
-void cpu_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+void cpu_bf16_matmul_backward(WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                               int N, int IC, int OC) {
-    const uint16_t* d = operand(copies, dout, (size_t)N * OC, 0);
-    const uint16_t* wt = operand(copies, w, (size_t)OC * IC, 1);
-    const uint16_t* x = operand(copies, inp, (size_t)N * IC, 2);
+    const uint16_t* d = operand(copies, dout, (size_t)N * OC, 0, 0);
+    const uint16_t* wt = operand(copies, w, (size_t)OC * IC, 1, 0);
+    const uint16_t* x = operand(copies, inp, (size_t)N * IC, 2, 0);
     product(0, 0, N, IC, OC, d, wt, dinp, 0);
     product(1, 0, OC, IC, N, d, x, dw, 1);
 }

@@ -309,6 +309,7 @@ static Backend table(void) {
     b.matmul_rate = cuda_matmul_rate;
     b.peak_rate = cuda_peak_rate;
     b.weights_changed = backend_weights_changed;
+    b.activations_changed = backend_activations_changed;
     b.attention_path = cuda_attention_path;
     b.timer_mark = cuda_timer_mark;
     b.timer_read = cuda_timer_read;

@@ -83,10 +83,12 @@ void cuda_round_bf16(__nv_bfloat16* out, const float* x, size_t n);
 // the tensor cores' cuBLAS handle (default math mode) of the bf16 products, made on first use
 cublasHandle_t cuda_bf16_cublas(void);
 // matmul_forward and matmul_backward in bf16 operands: a weight found in copies (NULL: none) is
-// read from its twin, every other operand rounded once per product
-void cuda_bf16_matmul_forward(const WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
+// read from its twin; the forward's input, where it lies in a block of activations, is rounded
+// into a twin kept there that the backward reads for the same rows; every other operand is
+// rounded once per product
+void cuda_bf16_matmul_forward(WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
                               int accumulate);
-void cuda_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+void cuda_bf16_matmul_backward(WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                int N, int IC, int OC);
 // GFLOP/s of a bf16 product of side CUDA_RATE_N
 double cuda_bf16_matmul_rate(void);

@@ -2,8 +2,9 @@
 // cores, through cuBLAS's GemmEx (`precision = bf16`).
 //
 // The weights are rounded to bf16 once after each change (weights_changed: once per optimizer
-// step) into device copies every product reads; activations and gradients are rounded once per
-// product that reads them, into scratch. Everything else (the stored activations, norms,
+// step) into device copies every product reads; a forward product's input once a step, into a
+// twin kept for the backward product that reads the same rows (weight_copies.h); gradients once
+// per product that reads them, into scratch. Everything else (the stored activations, norms,
 // attention, softmax, cross-entropy, AdamW and its fp32 master weights) stays fp32. The
 // products run on a cuBLAS handle of their own in the default math mode: the fp32 handle's
 // pedantic mode is for fp32 (no TF32), and bf16 operands with fp32 compute are what the tensor
@@ -30,7 +31,7 @@ void cuda_round_bf16(__nv_bfloat16* out, const float* x, size_t n) {
     cudaCheckLaunch();
 }
 
-// ---- the weights' bf16 copies in device memory, and every other operand rounded into scratch ----
+// ---- the weights' bf16 copies and the kept roundings in device memory, every other operand rounded into scratch ----
 static void* copy_alloc(size_t n) { return cuda_alloc(n * sizeof(__nv_bfloat16)); }
 static void copy_round(void* copy, const float* w, size_t n) { cuda_round_bf16((__nv_bfloat16*)copy, w, n); }
 static const WeightCopies KIND = {copy_alloc, cuda_release, copy_round, sizeof(__nv_bfloat16), {}};
@@ -40,8 +41,15 @@ WeightCopies* cuda_bf16_copies_open(void) {
     return weight_copies_open(&KIND);
 }
 
-// x (n) as bf16: its weights' copy where x lies in a block of weights, else rounded into scratch
-static const __nv_bfloat16* operand(const WeightCopies* copies, const float* x, size_t n, int slot) {
+// x (n) as bf16. A forward's input (keep) inside a block of activations: rounded into the twin
+// kept for its backward. Otherwise its weights' copy, or the kept rounding of exactly these rows
+// (a backward's input), else rounded into scratch.
+static const __nv_bfloat16* operand(WeightCopies* copies, const float* x, size_t n, int slot, int keep) {
+    __nv_bfloat16* kept = copies && keep ? (__nv_bfloat16*)weight_copies_keep(copies, x, n) : NULL;
+    if (kept) {
+        cuda_round_bf16(kept, x, n);
+        return kept;
+    }
     const __nv_bfloat16* copy = copies ? (const __nv_bfloat16*)weight_copies_find(copies, x, n) : NULL;
     if (copy) return copy;
     __nv_bfloat16* out = (__nv_bfloat16*)cuda_scratch(slot, n * sizeof(__nv_bfloat16));
@@ -58,18 +66,18 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
 }
 
 // the fp32 products' layout (layers.cu): row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X
-void cuda_bf16_matmul_forward(const WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
+void cuda_bf16_matmul_forward(WeightCopies* copies, float* out, const float* inp, const float* w, int N, int IC, int OC,
                               int accumulate) {
-    const __nv_bfloat16* x = operand(copies, inp, (size_t)N * IC, SCRATCH_BF16_A);
-    const __nv_bfloat16* wt = operand(copies, w, (size_t)OC * IC, SCRATCH_BF16_B);
+    const __nv_bfloat16* x = operand(copies, inp, (size_t)N * IC, SCRATCH_BF16_A, 1);
+    const __nv_bfloat16* wt = operand(copies, w, (size_t)OC * IC, SCRATCH_BF16_B, 0);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, wt, IC, x, IC, accumulate ? 1.0f : 0.0f, out, OC);
 }
 
-void cuda_bf16_matmul_backward(const WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+void cuda_bf16_matmul_backward(WeightCopies* copies, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                int N, int IC, int OC) {
-    const __nv_bfloat16* d = operand(copies, dout, (size_t)N * OC, SCRATCH_BF16_A);
-    const __nv_bfloat16* wt = operand(copies, w, (size_t)OC * IC, SCRATCH_BF16_B);
-    const __nv_bfloat16* x = operand(copies, inp, (size_t)N * IC, SCRATCH_BF16_C);
+    const __nv_bfloat16* d = operand(copies, dout, (size_t)N * OC, SCRATCH_BF16_A, 0);
+    const __nv_bfloat16* wt = operand(copies, w, (size_t)OC * IC, SCRATCH_BF16_B, 0);
+    const __nv_bfloat16* x = operand(copies, inp, (size_t)N * IC, SCRATCH_BF16_C, 0);
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, wt, IC, d, OC, 0.0f, dinp, IC);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, d, OC, 1.0f, dw, IC);
 }
