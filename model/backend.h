@@ -137,8 +137,13 @@ struct Backend {
     // row_loss, in double. One pass over the logits: no probabilities are written.
     double (*crossentropy_forward)(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V);
     // logits (N, V) become dlogits = (softmax - onehot) * dloss in place, the softmax
-    // exp(logit - max) * (1 / sum) from the forward's row_stats
-    void (*crossentropy_backward)(float* logits_inout, const float* row_stats, const int* targets, float dloss, int N, int V);
+    // exp(logit - max) * (1 / sum) from the forward's row_stats. On an instance whose products
+    // round their operands (bf16), where the logits lie inside a block of activations
+    // (activations_changed), dlogits are also kept rounded for the backward product that reads
+    // these rows as its dout, and the logits may be left as they were (CUDA writes the rounding
+    // alone: the fp32 dlogits would be written and read once more only to be rounded).
+    void (*crossentropy_backward)(const Backend* be, float* logits_inout, const float* row_stats, const int* targets, float dloss, int N,
+                                  int V);
 
     // Whether attention of shape s (its B and T included) runs on this backend, with an
     // activation hook where `hooked` says which call (HOOKED_*): 1, or 0 and why not (static

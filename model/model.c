@@ -581,7 +581,7 @@ void model_backward(Model* m, float dloss_scale) {
     size_t N = (size_t)m->B * m->T, C = m->C;
     float* dres = m->grad_scratch;  // (N, C) gradient of the residual stream
     float* dln = dres + N * C;
-    be->crossentropy_backward(m->logits, m->row_stats, m->targets, dloss_scale / (float)N, N, m->V);
+    be->crossentropy_backward(be, m->logits, m->row_stats, m->targets, dloss_scale / (float)N, N, m->V);
     m->logits_are_gradients = 1;
     be->matmul_backward(be, dln, m->grads.lm_head, m->logits, m->lnf, m->params.lm_head, N, C, m->V);
     be->zero(dres, N * C * sizeof(float));

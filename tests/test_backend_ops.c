@@ -415,7 +415,7 @@ static void test_crossentropy(int N, int V) {
     expect_close("crossentropy_forward row stats (max, 1/sum)", what, got_stats, ref_stats, 2 * N, RTOL, ATOL);
     expect_close("crossentropy_forward row loss", what, got_row, ref_row, N, RTOL, ATOL);
     CHECK(fabs(sum - ref_sum) <= ATOL * N + RTOL * fabs(ref_sum), "%s crossentropy_forward sum [%s]: %.8g vs %.8g", be->name, what, sum, ref_sum);
-    be->crossentropy_backward(d_p, d_stats, d_t, dloss, N, V);
+    be->crossentropy_backward(be, d_p, d_stats, d_t, dloss, N, V);
     float* got_d = from_backend(d_p, (size_t)N * V);
     expect_close("crossentropy_backward", what, got_d, ref_d, (size_t)N * V, RTOL, ATOL);
     free(logits); free(targets); free(ref_p); free(ref_row); free(ref_stats); free(ref_d); free(got_p); free(got_row); free(got_stats);
@@ -1162,6 +1162,38 @@ static void test_kept_roundings(int bf16) {
     be->release(d_w), be->release(d_dout), be->release(d_out), be->release(block), be->release(apart), be->release(outside);
 }
 
+// Cross-entropy's backward on a bf16 instance with its logits inside a block of activations: the
+// LM head's backward product reads dlogits from the rounding that backward kept (on CUDA the only
+// place they are written), and computes bitwise what it computes from fp32 dlogits outside every
+// block, rounded afresh
+static void test_crossentropy_rounded(int N, int V, int C) {
+    float *logits = random_host((size_t)N * V, 3), *x = random_host((size_t)N * C, 1), *w = random_host((size_t)V * C, 1);
+    int* targets = mallocCheck(N * sizeof(int));
+    for (int n = 0; n < N; n++) targets[n] = (int)(rng_next(&rng) % V);
+    float *d_x = to_backend(x, (size_t)N * C * 4), *d_w = to_backend(w, (size_t)V * C * 4);
+    int* d_t = to_backend(targets, N * sizeof(int));
+    float *d_stats = be->alloc(2 * N * sizeof(float)), *d_rows = be->alloc(N * sizeof(float));
+    be->weights_changed(be, d_w, (size_t)V * C);
+    float *dx[2], *dw[2];
+    for (int kept = 0; kept < 2; kept++) {
+        float *d_logits = to_backend(logits, (size_t)N * V * 4), *d_dx = be->alloc((size_t)N * C * 4), *d_dw = be->alloc((size_t)V * C * 4);
+        if (kept) be->activations_changed(be, d_logits, (size_t)N * V);
+        be->crossentropy_forward(d_logits, d_stats, d_rows, d_t, N, V);
+        be->crossentropy_backward(be, d_logits, d_stats, d_t, 1.0f / N, N, V);
+        be->matmul_backward(be, d_dx, d_dw, d_logits, d_x, d_w, N, C, V);
+        dx[kept] = from_backend(d_dx, (size_t)N * C);
+        dw[kept] = from_backend(d_dw, (size_t)V * C);
+        if (kept) be->activations_changed(be, d_logits, 0);
+        be->release(d_logits), be->release(d_dx), be->release(d_dw);
+    }
+    CHECK(memcmp(dx[0], dx[1], (size_t)N * C * 4) == 0 && memcmp(dw[0], dw[1], (size_t)V * C * 4) == 0,
+          "%s bf16 N=%d V=%d C=%d: the LM head's backward from cross-entropy's kept rounding of dlogits equals it from fp32 dlogits",
+          be->name, N, V, C);
+    be->weights_changed(be, d_w, 0);
+    free(logits), free(x), free(w), free(targets), free(dx[0]), free(dx[1]), free(dw[0]), free(dw[1]);
+    be->release(d_x), be->release(d_w), be->release(d_t), be->release(d_stats), be->release(d_rows);
+}
+
 // relative L2 error of got against a double reference
 static double rel_l2_ref(const float* got, const double* ref, size_t n) {
     double num = 0, den = 0;
@@ -1267,6 +1299,8 @@ static void test_bf16(void) {
     CHECK(strstr(be->device_name(be), "bf16"), "%s names its bf16 products in its description (%s)", be->name, be->device_name(be));
     test_weight_copies(1);
     test_kept_roundings(1);
+    test_crossentropy_rounded(5, 37, 8);
+    test_crossentropy_rounded(3, 4099, 16);  // a row wider than a block
     test_matmul_bf16(1, 5, 3);
     test_matmul_bf16(7, 5, 3);
     test_matmul_bf16(64, 96, 80);
@@ -1650,7 +1684,7 @@ static void grad_crossentropy(int N, int V) {
     for (int i = 0; i < N; i++) targets[i] = (int)(rng_next(&rng) % V);
     CeSize s = {N, V, to_backend(targets, N * sizeof(int)), be->alloc(N * sizeof(float)), be->alloc(2 * N * sizeof(float))};
     GradCase c = grad_case((size_t[]){(size_t)N * V}, (float[]){2}, 1, (size_t)N * V, crossentropy_grad_forward, &s);
-    be->crossentropy_backward(c.out, s.stats, s.targets, 1.0f, N, V);  // the forward's logits become dlogits
+    be->crossentropy_backward(be, c.out, s.stats, s.targets, 1.0f, N, V);  // the forward's logits become dlogits
     grad_expect(&c, 0, c.out, "crossentropy d_logits", GRAD_SAMPLES);
     be->release(s.targets); be->release(s.rows); be->release(s.stats);
     free(targets);

@@ -526,7 +526,7 @@ static void test_profile_traffic(void) {
     m.be->matmul_backward(m.be, buf + 80, buf + 96, buf + 112, buf + 48, buf + 64, 2, 3, 5);
     m.be->adamw_update(buf + 128, buf + 144, buf + 160, buf + 176, 10, &st);
     m.be->crossentropy_forward(buf + 192, buf + 240, buf + 208, (const int*)(buf + 224), 2, 3);  // targets 0 (zeroed ints)
-    m.be->crossentropy_backward(buf + 192, buf + 240, (const int*)(buf + 224), 1.0f, 2, 3);
+    m.be->crossentropy_backward(m.be, buf + 192, buf + 240, (const int*)(buf + 224), 1.0f, 2, 3);
     profile_step_end(&p);
     profile_detach(&p, &m);
     struct {

@@ -25,7 +25,8 @@ void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up,
 void cpu_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C);
 void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
 double cpu_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V);
-void cpu_crossentropy_backward(float* logits_inout, const float* row_stats, const int* targets, float dloss, int N, int V);
+void cpu_crossentropy_backward(const Backend* be, float* logits_inout, const float* row_stats, const int* targets, float dloss, int N,
+                               int V);
 // The calling thread's scratch of at least `floats` floats, kept between calls: freeing it
 // each call would hand the pages back to the kernel and fault them in again on every layer
 // (several percent of a training step). One buffer a thread: valid until its next call.

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../../base/util.h"
+#include "../weight_copies.h"
 #include "lanes.h"
 #include "vecmath.h"
 
@@ -232,7 +233,9 @@ double cpu_crossentropy_forward(const float* logits, float* row_stats, float* ro
     return total;
 }
 
-void cpu_crossentropy_backward(float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
+void cpu_crossentropy_backward(const Backend* be, float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
+    // bf16: each row rounded while it is in cache, for the LM head's backward product
+    uint16_t* rounded = be->copies ? weight_copies_keep(be->copies, logits, (size_t)N * V) : NULL;
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* p = logits + (size_t)n * V;
@@ -243,5 +246,8 @@ void cpu_crossentropy_backward(float* logits, const float* row_stats, const int*
             p[i] = prob * dloss;
         }
         p[targets[n]] -= dloss;
+        if (rounded) {
+            for (int i = 0; i < V; i++) rounded[(size_t)n * V + i] = cpu_bf16_round(p[i]);
+        }
     }
 }

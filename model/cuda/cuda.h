@@ -111,7 +111,8 @@ void cuda_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up
 void cuda_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C);
 void cuda_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
 double cuda_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V);
-void cuda_crossentropy_backward(float* logits_inout, const float* row_stats, const int* targets, float dloss, int N, int V);
+void cuda_crossentropy_backward(const Backend* be, float* logits_inout, const float* row_stats, const int* targets, float dloss, int N,
+                                int V);
 double cuda_sum_squares(const float* x, size_t n);
 void cuda_scale(float* x, size_t n, float factor);
 void cuda_add(float* y, const float* x, size_t n);

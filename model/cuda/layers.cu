@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "../../base/util.h"
+#include "../weight_copies.h"
 }
 
 // ---- matmuls: row-major (N, IC) . (OC, IC)^T is column-major (OC, N) = W^T X ----
@@ -348,18 +349,24 @@ double cuda_crossentropy_forward(const float* logits, float* row_stats, float* r
     return total;
 }
 
-__global__ void crossentropy_backward_kernel(float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
+// dlogits into the logits (rounded NULL), or rounded to bf16 into `rounded` alone
+__global__ void crossentropy_backward_kernel(float* logits, __nv_bfloat16* rounded, const float* row_stats, const int* targets, float dloss,
+                                             int N, int V) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * V) return;
     size_t n = idx / V;
     float prob = expf(logits[idx] - row_stats[2 * n]) * row_stats[2 * n + 1];
     float g = prob * dloss;
     if ((int)(idx % V) == targets[n]) g -= dloss;
-    logits[idx] = g;
+    if (rounded) rounded[idx] = __float2bfloat16_rn(g);
+    else logits[idx] = g;
 }
 
-void cuda_crossentropy_backward(float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
-    crossentropy_backward_kernel<<<cuda_blocks((size_t)N * V, CUDA_THREADS), CUDA_THREADS>>>(logits, row_stats, targets, dloss, N, V);
+void cuda_crossentropy_backward(const Backend* be, float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
+    // bf16: the LM head's backward product reads dlogits from the kept rounding alone
+    __nv_bfloat16* rounded = be->copies ? (__nv_bfloat16*)weight_copies_keep(be->copies, logits, (size_t)N * V) : NULL;
+    crossentropy_backward_kernel<<<cuda_blocks((size_t)N * V, CUDA_THREADS), CUDA_THREADS>>>(logits, rounded, row_stats, targets, dloss,
+                                                                                            N, V);
     cudaCheckLaunch();
 }
 

@@ -34,7 +34,7 @@ void cuda_round_bf16(__nv_bfloat16* out, const float* x, size_t n) {
 // ---- the weights' bf16 copies and the kept roundings in device memory, every other operand rounded into scratch ----
 static void* copy_alloc(size_t n) { return cuda_alloc(n * sizeof(__nv_bfloat16)); }
 static void copy_round(void* copy, const float* w, size_t n) { cuda_round_bf16((__nv_bfloat16*)copy, w, n); }
-static const WeightCopies KIND = {copy_alloc, cuda_release, copy_round, sizeof(__nv_bfloat16), {}};
+static const WeightCopies KIND = {copy_alloc, cuda_release, copy_round, sizeof(__nv_bfloat16), {}, {}, NULL, 0};
 
 WeightCopies* cuda_bf16_copies_open(void) {
     cuda_bf16_cublas();
