@@ -114,8 +114,11 @@ struct Backend {
     void (*matmul_backward)(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N,
                             int IC, int OC);
     // out = inp / rms(inp) * weight * out_scale, per row of width W; rstd (rows) kept for
-    // backward. out_scale carries DIFF's (1 - lambda_init) factor of the per-head norm.
-    void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
+    // backward. out_scale carries DIFF's (1 - lambda_init) factor of the per-head norm. On an
+    // instance whose products round their operands (bf16), where out lies inside a block of
+    // activations, out's rounding is written too, kept for the products that read out next
+    // (the forward product then rounds nothing: weight_copies_write).
+    void (*rmsnorm_forward)(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
                             int W);
     // dinp (rows, W) += ...; dweight (W) += ...
     void (*rmsnorm_backward)(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
@@ -125,7 +128,8 @@ struct Backend {
     // (T, D/2, 2). inverse rotates backwards, which is the backward pass.
     void (*rope_apply)(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse);
     // gate_up (N, 2F) = [gate | up] per row; h (N, F) = silu(gate) * up
-    void (*swiglu_forward)(float* h, const float* gate_up, int N, int F);
+    // (bf16: h's rounding written too, as rmsnorm_forward's out's)
+    void (*swiglu_forward)(const Backend* be, float* h, const float* gate_up, int N, int F);
     // dgate_up (N, 2F) overwritten
     void (*swiglu_backward)(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
     // x (N, C) = tok_embedding (V, C)[tokens (N)]

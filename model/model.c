@@ -443,7 +443,7 @@ static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
     float* cache = m->cache + (size_t)l * m->cache_T * m->QKV;  // (cache_T, QKV)
     float* qkv = pos < 0 ? a->qkv : cache + (size_t)pos * m->QKV;
     const float* rope = pos < 0 ? m->rope : m->cache_rope + (size_t)pos * m->D;
-    be->rmsnorm_forward(a->ln1, a->ln1_rstd, a->x, p->attn_norm, 1.0f, N, C);
+    be->rmsnorm_forward(be, a->ln1, a->ln1_rstd, a->x, p->attn_norm, 1.0f, N, C);
     be->matmul_forward(be, qkv, a->ln1, p->wqkv, N, C, m->QKV, 0);
     be->rope_apply(qkv, rope, N, m->T, attention_rope_heads(&m->shape), m->D, m->QKV, 0);
     if (m->variant->lambda == LAMBDA_PER_TOKEN) be->token_lambda_forward(qkv, N, &m->shape);
@@ -464,12 +464,12 @@ static void layer_forward(Model* m, int l, LayerActs* a, float* out, int pos) {
                              pos < 0 ? 0 : pos);
         if (sums) be->copy(sums + (size_t)pos * HDv, a->o1, (size_t)N * HDv * sizeof(float));
     }
-    if (m->head_norm) be->rmsnorm_forward(a->hn, a->hn_rstd, a->y, p->head_norm, head_norm_scale(m, l), N * m->H, m->Dv);
+    if (m->head_norm) be->rmsnorm_forward(be, a->hn, a->hn_rstd, a->y, p->head_norm, head_norm_scale(m, l), N * m->H, m->Dv);
     be->copy(a->mid, a->x, (size_t)N * C * sizeof(float));
     be->matmul_forward(be, a->mid, a->hn, p->wo, N, HDv, C, 1);
-    be->rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, p->ffn_norm, 1.0f, N, C);
+    be->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->mid, p->ffn_norm, 1.0f, N, C);
     be->matmul_forward(be, a->gate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F, 0);
-    be->swiglu_forward(a->h, a->gate_up, N, m->F);
+    be->swiglu_forward(be, a->h, a->gate_up, N, m->F);
     be->copy(out, a->mid, (size_t)N * C * sizeof(float));  // out may alias a->x at inference
     be->matmul_forward(be, out, a->h, p->w_down, N, m->F, C, 1);
     if (m->hook) show_layer_output(m, l, out, pos < 0 ? 0 : pos, N);
@@ -493,7 +493,7 @@ static void forward_rows(Model* m, const int* tokens, int pos, int first_logit) 
     }
     m->layer_now = -1;
     size_t r0 = (size_t)first_logit;
-    be->rmsnorm_forward(m->lnf + r0 * C, m->lnf_rstd + r0, m->x_final + r0 * C, m->params.final_norm, 1.0f, N - first_logit, C);
+    be->rmsnorm_forward(be, m->lnf + r0 * C, m->lnf_rstd + r0, m->x_final + r0 * C, m->params.final_norm, 1.0f, N - first_logit, C);
     be->matmul_forward(be, m->logits + r0 * m->V, m->lnf + r0 * C, m->params.lm_head, N - first_logit, C, m->V, 0);
     m->first_logit = first_logit;
 }

@@ -99,8 +99,11 @@ static void p_matmul_backward(const Backend* be, float* dinp, float* dw, const f
     double bytes = W4 * ((double)N * OC + 2.0 * N * IC + 3.0 * OC * IC);  // dout, inp, w read; dinp written; dw read and written
     TIMED(OP_MATMUL_BACKWARD, bytes, 4.0 * N * IC * OC, now.inner->matmul_backward(now.inner, dinp, dw, dout, inp, w, N, IC, OC));
 }
-static void p_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
-    TIMED(OP_RMSNORM_FORWARD, W4 * (2.0 * rows * W + W + rows), 0, now.inner->rmsnorm_forward(out, rstd, inp, weight, out_scale, rows, W));
+static void p_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
+                              int W) {
+    (void)be;
+    TIMED(OP_RMSNORM_FORWARD, W4 * (2.0 * rows * W + W + rows), 0,
+          now.inner->rmsnorm_forward(now.inner, out, rstd, inp, weight, out_scale, rows, W));
 }
 static void p_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, const float* rstd,
                                float out_scale, int rows, int W) {
@@ -111,8 +114,9 @@ static void p_rope_apply(float* x, const float* cos_sin, int rows, int T, int he
     double bytes = W4 * (2.0 * rows * heads * D + (double)T * D);
     TIMED(OP_ROPE_APPLY, bytes, 0, now.inner->rope_apply(x, cos_sin, rows, T, heads, D, stride, inverse));
 }
-static void p_swiglu_forward(float* h, const float* gate_up, int N, int F) {
-    TIMED(OP_SWIGLU_FORWARD, W4 * 3.0 * N * F, 0, now.inner->swiglu_forward(h, gate_up, N, F));
+static void p_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N, int F) {
+    (void)be;
+    TIMED(OP_SWIGLU_FORWARD, W4 * 3.0 * N * F, 0, now.inner->swiglu_forward(now.inner, h, gate_up, N, F));
 }
 static void p_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
     TIMED(OP_SWIGLU_BACKWARD, W4 * 5.0 * N * F, 0, now.inner->swiglu_backward(dgate_up, dh, gate_up, N, F));

@@ -101,7 +101,9 @@ void weight_copies_activations(WeightCopies* c, const float* x, size_t n) {
     c->blocks[slot].n = n;
 }
 
-void* weight_copies_keep(WeightCopies* c, const float* x, size_t n) {
+// The kept rounding of exactly the rows x (n), made where none is (those overlapping them
+// released); NULL where x lies outside every block of activations
+static struct KeptRounding* kept_rows(WeightCopies* c, const float* x, size_t n) {
     int inside = 0;
     for (int i = 0; i < WEIGHT_COPY_RANGES && !inside; i++) {
         const float* b = c->blocks[i].x;
@@ -110,14 +112,27 @@ void* weight_copies_keep(WeightCopies* c, const float* x, size_t n) {
     if (!inside) return NULL;
     release_kept(c, x, n, 1);
     for (int i = 0; i < c->n_kept; i++) {
-        if (c->kept[i].x == x) return c->kept[i].copy;  // overlapping and kept: exactly these rows
+        if (c->kept[i].x == x) return &c->kept[i];  // overlapping and kept: exactly these rows
     }
     struct KeptRounding* grown = realloc(c->kept, (size_t)(c->n_kept + 1) * sizeof(*c->kept));
     if (!grown) die("out of memory keeping a bf16 rounding of %zu activations", n);
     c->kept = grown;
     struct KeptRounding* k = &c->kept[c->n_kept++];
-    k->x = x;
-    k->n = n;
-    k->copy = c->alloc(n);
+    *k = (struct KeptRounding){x, n, c->alloc(n), 0};
+    return k;
+}
+
+void* weight_copies_keep(WeightCopies* c, const float* x, size_t n, int* ready) {
+    struct KeptRounding* k = kept_rows(c, x, n);
+    *ready = k && k->fresh;
+    if (!k) return NULL;
+    k->fresh = 0;
+    return k->copy;
+}
+
+void* weight_copies_write(WeightCopies* c, const float* x, size_t n) {
+    struct KeptRounding* k = kept_rows(c, x, n);
+    if (!k) return NULL;
+    k->fresh = 1;
     return k->copy;
 }

@@ -35,6 +35,7 @@ struct WeightCopies {
         const float* x;
         size_t n;
         void* copy;
+        int fresh;  // written by the operation that wrote the rows, no forward product has read it since
     }* kept;
     int n_kept;
 };
@@ -57,9 +58,16 @@ const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n);
 // forward product read do not change before the backward product that reads them, unless a
 // forward product reads them again.
 void weight_copies_activations(WeightCopies* c, const float* x, size_t n);
-// Where x (n floats) lies inside a block of activations: the twin a forward product rounds x
-// into, kept for find (made, or the one of these rows reused; a kept rounding overlapping
-// these rows otherwise is released); else NULL
-void* weight_copies_keep(WeightCopies* c, const float* x, size_t n);
+// Where x (n floats) lies inside a block of activations: the twin a forward product reads x
+// from, kept for find (made, or the one of these rows reused; a kept rounding overlapping these
+// rows otherwise is released), with *ready = 1 where the operation that wrote these rows wrote
+// their rounding there too and no forward product has read it since (it is read as it is), else
+// 0 (the product rounds x into it); NULL outside every block
+void* weight_copies_keep(WeightCopies* c, const float* x, size_t n, int* ready);
+// Where x (n floats) lies inside a block of activations: the twin an operation writing these
+// rows writes their rounding into as it writes them, for the forward product that reads them
+// next (which then rounds nothing) and the backward product after it; else NULL. The rows must
+// not change between that operation and that forward product.
+void* weight_copies_write(WeightCopies* c, const float* x, size_t n);
 
 #endif

@@ -254,7 +254,7 @@ static void test_rmsnorm(int rows, int W, float scale) {
     size_t n = (size_t)rows * W;
     float *x = random_host(n, 2), *w = random_host(W, 1), *dout = random_host(n, 1), *dx0 = random_host(n, 1), *dw0 = random_host(W, 1);
     float *d_x = to_backend(x, n * 4), *d_w = to_backend(w, W * 4), *d_out = be->alloc(n * 4), *d_rstd = be->alloc(rows * 4);
-    be->rmsnorm_forward(d_out, d_rstd, d_x, d_w, scale, rows, W);
+    be->rmsnorm_forward(be, d_out, d_rstd, d_x, d_w, scale, rows, W);
     double *ref = dzeros(n), *ref_rstd = dzeros(rows), *ref_dx = dzeros(n), *ref_dw = dzeros(W);
     for (int i = 0; i < W; i++) ref_dw[i] = dw0[i];
     for (int r = 0; r < rows; r++) {
@@ -336,7 +336,7 @@ static void test_swiglu(int N, int F) {
     float *gu = random_host((size_t)N * 2 * F, 3), *dh = random_host((size_t)N * F, 1);
     float *d_gu = to_backend(gu, (size_t)N * 2 * F * 4), *d_h = be->alloc((size_t)N * F * 4);
     float *d_dh = to_backend(dh, (size_t)N * F * 4), *d_dgu = to_backend(gu, (size_t)N * 2 * F * 4);  // overwritten
-    be->swiglu_forward(d_h, d_gu, N, F);
+    be->swiglu_forward(be, d_h, d_gu, N, F);
     be->swiglu_backward(d_dgu, d_dh, d_gu, N, F);
     double *ref = dzeros((size_t)N * F), *ref_d = dzeros((size_t)N * 2 * F);
     for (int n = 0; n < N; n++) {
@@ -1194,6 +1194,49 @@ static void test_crossentropy_rounded(int N, int V, int C) {
     be->release(d_x), be->release(d_w), be->release(d_t), be->release(d_stats), be->release(d_rows);
 }
 
+// An operation writing rows a product reads next (RMSNorm's out, SwiGLU's h) writes their bf16
+// rounding too where they lie in a block of activations: the forward product reads it without
+// rounding, bitwise what it computes from the same rows outside every block; the next forward
+// product of those rows, changed since, rounds them again
+static void test_written_roundings(void) {
+    enum { N = 6, W = 40, OC = 9 };
+    float *x = random_host(N * W, 2), *gain = random_host(W, 1), *gate_up = random_host(N * 2 * W, 2), *w = random_host(OC * W, 1);
+    float *other = random_host(N * W, 1), got[N * OC], want[N * OC];
+    float *d_x = to_backend(x, N * W * 4), *d_gain = to_backend(gain, W * 4), *d_gu = to_backend(gate_up, N * 2 * W * 4);
+    float *d_w = to_backend(w, OC * W * 4), *block = be->alloc(2 * N * W * 4), *apart = be->alloc(N * W * 4);
+    float *rstd = be->alloc(N * 4), *d_got = be->alloc(N * OC * 4), *d_want = be->alloc(N * OC * 4);
+    be->weights_changed(be, d_w, OC * W);
+    be->activations_changed(be, block, 2 * N * W);
+    const char* ops[2] = {"rmsnorm_forward", "swiglu_forward"};
+    for (int op = 0; op < 2; op++) {
+        float* rows = block + op * N * W;  // RMSNorm's out, then SwiGLU's h, side by side in the block
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 0 && op == 0) {
+                be->rmsnorm_forward(be, rows, rstd, d_x, d_gain, 0.7f, N, W);
+                be->rmsnorm_forward(be, apart, rstd, d_x, d_gain, 0.7f, N, W);
+            } else if (pass == 0) {
+                be->swiglu_forward(be, rows, d_gu, N, W);
+                be->swiglu_forward(be, apart, d_gu, N, W);
+            } else {
+                be->upload(rows, other, N * W * 4);
+                be->upload(apart, other, N * W * 4);
+            }
+            be->matmul_forward(be, d_got, rows, d_w, N, W, OC, 0);
+            be->matmul_forward(be, d_want, apart, d_w, N, W, OC, 0);
+            be->download(got, d_got, sizeof(got));
+            be->download(want, d_want, sizeof(want));
+            CHECK(memcmp(got, want, sizeof(got)) == 0, "%s %s: %s", be->name, ops[op],
+                  pass ? "the next forward product of the rows, changed since, rounds them again"
+                       : "the forward product reads the rounding it wrote, bitwise as rounding its rows");
+        }
+    }
+    be->activations_changed(be, block, 0);
+    be->weights_changed(be, d_w, 0);
+    free(x), free(gain), free(gate_up), free(w), free(other);
+    be->release(d_x), be->release(d_gain), be->release(d_gu), be->release(d_w), be->release(block), be->release(apart);
+    be->release(rstd), be->release(d_got), be->release(d_want);
+}
+
 // relative L2 error of got against a double reference
 static double rel_l2_ref(const float* got, const double* ref, size_t n) {
     double num = 0, den = 0;
@@ -1301,6 +1344,7 @@ static void test_bf16(void) {
     test_kept_roundings(1);
     test_crossentropy_rounded(5, 37, 8);
     test_crossentropy_rounded(3, 4099, 16);  // a row wider than a block
+    test_written_roundings();
     test_matmul_bf16(1, 5, 3);
     test_matmul_bf16(7, 5, 3);
     test_matmul_bf16(64, 96, 80);
@@ -1623,7 +1667,7 @@ static void grad_matmul(int N, int IC, int OC) {
 typedef struct { int rows, W; float scale; float* rstd; } NormSize;
 static double rmsnorm_grad_forward(GradCase* c) {
     const NormSize* s = c->op;
-    be->rmsnorm_forward(c->out, s->rstd, c->dev[0], c->dev[1], s->scale, s->rows, s->W);
+    be->rmsnorm_forward(be, c->out, s->rstd, c->dev[0], c->dev[1], s->scale, s->rows, s->W);
     return weighted_output(c);
 }
 static void grad_rmsnorm(int rows, int W, float scale) {
@@ -1659,7 +1703,7 @@ static void grad_rope(int rows, int T, int heads, int D, int stride) {
 typedef struct { int N, F; } SwigluSize;
 static double swiglu_grad_forward(GradCase* c) {
     const SwigluSize* s = c->op;
-    be->swiglu_forward(c->out, c->dev[0], s->N, s->F);
+    be->swiglu_forward(be, c->out, c->dev[0], s->N, s->F);
     return weighted_output(c);
 }
 static void grad_swiglu(int N, int F) {

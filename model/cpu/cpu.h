@@ -16,11 +16,12 @@ double cpu_limit_bytes(void);
 void cpu_matmul_spent(double* seconds, double* flops);
 void cpu_matmul_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
 void cpu_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
-void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W);
+void cpu_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
+                         int W);
 void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                           const float* rstd, float out_scale, int rows, int W);
 void cpu_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse);
-void cpu_swiglu_forward(float* h, const float* gate_up, int N, int F);
+void cpu_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N, int F);
 void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
 void cpu_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C);
 void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);

@@ -79,7 +79,19 @@ void cpu_matmul_backward(const Backend* be, float* dinp, float* dw, const float*
     matmul_end(t0, 4.0 * N * IC * (double)OC);
 }
 
-void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
+// bf16: where rows x (n) lie in a block of activations, the twin their writer rounds them into
+// (weight_copies_write), row by row while each is in cache; else NULL
+static uint16_t* written_rounding(const Backend* be, const float* x, size_t n) {
+    return be->copies ? weight_copies_write(be->copies, x, n) : NULL;
+}
+
+static void round_row(uint16_t* rounded, const float* row, int W) {
+    for (int i = 0; i < W; i++) rounded[i] = cpu_bf16_round(row[i]);
+}
+
+void cpu_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
+                         int W) {
+    uint16_t* rounded = written_rounding(be, out, (size_t)rows * W);
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float* x = inp + (size_t)r * W;
@@ -87,6 +99,7 @@ void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float*
         float s = 1.0f / sqrtf(dot_lanes(x, x, W) / W + RMSNORM_EPS);
         rstd[r] = s;
         for (int i = 0; i < W; i++) o[i] = x[i] * s * weight[i] * out_scale;
+        if (rounded) round_row(rounded + (size_t)r * W, o, W);
     }
 }
 
@@ -160,7 +173,8 @@ void cpu_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, 
     }
 }
 
-void cpu_swiglu_forward(float* h, const float* gate_up, int N, int F) {
+void cpu_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N, int F) {
+    uint16_t* rounded = written_rounding(be, h, (size_t)N * F);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* g = gate_up + (size_t)n * 2 * F;
@@ -168,6 +182,7 @@ void cpu_swiglu_forward(float* h, const float* gate_up, int N, int F) {
         float* o = h + (size_t)n * F;
         exp_shifted(o, g, F, -1.0f, 0.0f);
         for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + o[i]) * u[i];
+        if (rounded) round_row(rounded + (size_t)n * F, o, F);
     }
 }
 
@@ -235,7 +250,7 @@ double cpu_crossentropy_forward(const float* logits, float* row_stats, float* ro
 
 void cpu_crossentropy_backward(const Backend* be, float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
     // bf16: each row rounded while it is in cache, for the LM head's backward product
-    uint16_t* rounded = be->copies ? weight_copies_keep(be->copies, logits, (size_t)N * V) : NULL;
+    uint16_t* rounded = written_rounding(be, logits, (size_t)N * V);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* p = logits + (size_t)n * V;
@@ -246,8 +261,6 @@ void cpu_crossentropy_backward(const Backend* be, float* logits, const float* ro
             p[i] = prob * dloss;
         }
         p[targets[n]] -= dloss;
-        if (rounded) {
-            for (int i = 0; i < V; i++) rounded[(size_t)n * V + i] = cpu_bf16_round(p[i]);
-        }
+        if (rounded) round_row(rounded + (size_t)n * V, p, V);
     }
 }

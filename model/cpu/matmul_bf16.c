@@ -47,13 +47,15 @@ static const WeightCopies KIND = {.alloc = copy_alloc, .release = free, .round =
 
 WeightCopies* cpu_bf16_copies_open(void) { return weight_copies_open(&KIND); }
 
-// x (n) as bf16. A forward's input (keep) inside a block of activations: rounded into the twin
-// kept for its backward. Otherwise its weights' copy, or the kept rounding of exactly these rows
-// (a backward's input), else rounded into scratch[slot] (kept between calls).
+// x (n) as bf16. A forward's input (keep) inside a block of activations: the twin kept for its
+// backward, rounded into unless the operation that wrote x wrote it. Otherwise its weights' copy,
+// or the kept rounding of exactly these rows (a backward's input), else rounded into
+// scratch[slot] (kept between calls).
 static const uint16_t* operand(WeightCopies* copies, const float* x, size_t n, int slot, int keep) {
-    uint16_t* kept = copies && keep ? weight_copies_keep(copies, x, n) : NULL;
+    int ready = 0;
+    uint16_t* kept = copies && keep ? weight_copies_keep(copies, x, n, &ready) : NULL;
     if (kept) {
-        round_all(kept, x, n);
+        if (!ready) round_all(kept, x, n);
         return kept;
     }
     const uint16_t* copy = copies ? weight_copies_find(copies, x, n) : NULL;

@@ -102,11 +102,12 @@ void cuda_sum_fixed_order(double* out, const double* x, size_t rows, size_t len,
 void cuda_matmul_spent(double* seconds, double* flops);
 void cuda_matmul_forward(const Backend* be, float* out, const float* inp, const float* w, int N, int IC, int OC, int accumulate);
 void cuda_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
-void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W);
+void cuda_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
+                          int W);
 void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                            const float* rstd, float out_scale, int rows, int W);
 void cuda_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse);
-void cuda_swiglu_forward(float* h, const float* gate_up, int N, int F);
+void cuda_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N, int F);
 void cuda_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
 void cuda_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C);
 void cuda_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);

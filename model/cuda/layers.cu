@@ -121,7 +121,15 @@ void cuda_sum_fixed_order(double* out, const double* x, size_t rows, size_t len,
 }
 
 // ---- RMSNorm: one warp per row ----
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
+// bf16: where rows x (n) lie in a block of activations, the twin the kernel writing them writes
+// their rounding into (weight_copies_write); else NULL
+static __nv_bfloat16* written_rounding(const Backend* be, const float* x, size_t n) {
+    return be->copies ? (__nv_bfloat16*)weight_copies_write(be->copies, x, n) : NULL;
+}
+
+// out (rows, W), and its rounding into `rounded` unless NULL
+__global__ void rmsnorm_forward_kernel(float* out, __nv_bfloat16* rounded, float* rstd, const float* inp, const float* weight,
+                                       float out_scale, int rows, int W) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     const float* x = inp + (size_t)row * W;
@@ -130,11 +138,17 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
     float s = 1.0f / sqrtf(warp_sum(ss) / W + RMSNORM_EPS);
     if (lane == 0) rstd[row] = s;
     float* o = out + (size_t)row * W;
-    for (int i = lane; i < W; i += 32) o[i] = x[i] * s * weight[i] * out_scale;
+    for (int i = lane; i < W; i += 32) {
+        float v = x[i] * s * weight[i] * out_scale;
+        o[i] = v;
+        if (rounded) rounded[(size_t)row * W + i] = __float2bfloat16_rn(v);
+    }
 }
 
-void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows, int W) {
-    rmsnorm_forward_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(out, rstd, inp, weight, out_scale, rows, W);
+void cuda_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
+                          int W) {
+    __nv_bfloat16* rounded = written_rounding(be, out, (size_t)rows * W);
+    rmsnorm_forward_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(out, rounded, rstd, inp, weight, out_scale, rows, W);
     cudaCheckLaunch();
 }
 
@@ -207,12 +221,15 @@ void cuda_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads,
 }
 
 // ---- SwiGLU ----
-__global__ void swiglu_forward_kernel(float* h, const float* gate_up, int N, int F) {
+// h (N, F), and its rounding into `rounded` unless NULL
+__global__ void swiglu_forward_kernel(float* h, __nv_bfloat16* rounded, const float* gate_up, int N, int F) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * F) return;
     size_t n = idx / F, i = idx % F;
     float g = gate_up[n * 2 * F + i], u = gate_up[n * 2 * F + F + i];
-    h[idx] = g / (1.0f + expf(-g)) * u;
+    float v = g / (1.0f + expf(-g)) * u;
+    h[idx] = v;
+    if (rounded) rounded[idx] = __float2bfloat16_rn(v);
 }
 
 __global__ void swiglu_backward_kernel(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
@@ -225,8 +242,9 @@ __global__ void swiglu_backward_kernel(float* dgate_up, const float* dh, const f
     dgate_up[n * 2 * F + i] = d * u * sig * (1.0f + g * (1.0f - sig));
 }
 
-void cuda_swiglu_forward(float* h, const float* gate_up, int N, int F) {
-    swiglu_forward_kernel<<<cuda_blocks((size_t)N * F, CUDA_THREADS), CUDA_THREADS>>>(h, gate_up, N, F);
+void cuda_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N, int F) {
+    __nv_bfloat16* rounded = written_rounding(be, h, (size_t)N * F);
+    swiglu_forward_kernel<<<cuda_blocks((size_t)N * F, CUDA_THREADS), CUDA_THREADS>>>(h, rounded, gate_up, N, F);
     cudaCheckLaunch();
 }
 
@@ -364,7 +382,7 @@ __global__ void crossentropy_backward_kernel(float* logits, __nv_bfloat16* round
 
 void cuda_crossentropy_backward(const Backend* be, float* logits, const float* row_stats, const int* targets, float dloss, int N, int V) {
     // bf16: the LM head's backward product reads dlogits from the kept rounding alone
-    __nv_bfloat16* rounded = be->copies ? (__nv_bfloat16*)weight_copies_keep(be->copies, logits, (size_t)N * V) : NULL;
+    __nv_bfloat16* rounded = written_rounding(be, logits, (size_t)N * V);
     crossentropy_backward_kernel<<<cuda_blocks((size_t)N * V, CUDA_THREADS), CUDA_THREADS>>>(logits, rounded, row_stats, targets, dloss,
                                                                                             N, V);
     cudaCheckLaunch();

@@ -41,13 +41,14 @@ WeightCopies* cuda_bf16_copies_open(void) {
     return weight_copies_open(&KIND);
 }
 
-// x (n) as bf16. A forward's input (keep) inside a block of activations: rounded into the twin
-// kept for its backward. Otherwise its weights' copy, or the kept rounding of exactly these rows
-// (a backward's input), else rounded into scratch.
+// x (n) as bf16. A forward's input (keep) inside a block of activations: the twin kept for its
+// backward, rounded into unless the kernel that wrote x wrote it. Otherwise its weights' copy, or
+// the kept rounding of exactly these rows (a backward's input), else rounded into scratch.
 static const __nv_bfloat16* operand(WeightCopies* copies, const float* x, size_t n, int slot, int keep) {
-    __nv_bfloat16* kept = copies && keep ? (__nv_bfloat16*)weight_copies_keep(copies, x, n) : NULL;
+    int ready = 0;
+    __nv_bfloat16* kept = copies && keep ? (__nv_bfloat16*)weight_copies_keep(copies, x, n, &ready) : NULL;
     if (kept) {
-        cuda_round_bf16(kept, x, n);
+        if (!ready) cuda_round_bf16(kept, x, n);
         return kept;
     }
     const __nv_bfloat16* copy = copies ? (const __nv_bfloat16*)weight_copies_find(copies, x, n) : NULL;
