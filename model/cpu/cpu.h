@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../backend.h"
 
@@ -100,8 +101,15 @@ int cpu_bf16_runs(void);
 double cpu_bf16_matmul_rate(void);
 // oneDNN's implementation for the weights' products, e.g. "brg:avx512_core_amx_bf16"
 const char* cpu_bf16_kernel(void);
-// x rounded to bf16 (to nearest, ties to even), as its 16 bits
-uint16_t cpu_bf16_round(float x);
+// x rounded to bf16 (to nearest, ties to even), as its 16 bits; inline, so that the loops
+// rounding rows as they write them (layers.c) vectorize
+static inline uint16_t cpu_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);  // a NaN stays a NaN
+    u += 0x7FFFu + ((u >> 16) & 1u);  // to nearest, ties to even
+    return (uint16_t)(u >> 16);
+}
 // An instance's bf16 twins of its weights, in host memory (weight_copies.h)
 WeightCopies* cpu_bf16_copies_open(void);
 // matmul_forward and matmul_backward's contracts (backend.h), in bf16 operands: a weight found in

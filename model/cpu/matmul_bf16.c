@@ -27,14 +27,6 @@
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 
-uint16_t cpu_bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof(u));
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);  // a NaN stays a NaN
-    u += 0x7FFFu + ((u >> 16) & 1u);  // to nearest, ties to even
-    return (uint16_t)(u >> 16);
-}
-
 static void round_all(uint16_t* out, const float* x, size_t n) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = cpu_bf16_round(x[i]);
