@@ -200,8 +200,10 @@ struct Backend {
     void (*add)(float* y, const float* x, size_t n);
     // x (n) becomes its sum over the data-parallel ranks (dist.h), the same on every rank
     void (*sum_across_ranks)(float* x, size_t n);
-    // one AdamW update of n parameters p with gradients g and moments m, v
-    void (*adamw_update)(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
+    // one AdamW update of n parameters p with gradients g and moments m, v; where the instance
+    // keeps a bf16 twin of p (weights_changed), p's rounding is written into it as p is written,
+    // and 1 is returned (the twin is current), else 0
+    int (*adamw_update)(const Backend* be, float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
 
     // Seconds and FLOPs of the matmul_forward and matmul_backward calls since the last call,
     // which starts the count again: the weights' products, where most of a step's FLOPs are.

@@ -140,10 +140,13 @@ void model_build(Model* m, const ModelConfig* cfg, const Backend* be, int vocab_
             m->grads.layers[l].wqkv = m->dwqkv;
         }
     }
-    m->weights_stale = 1;
+    m->weights_stale = WEIGHTS_ALL;
 }
 
-void model_params_changed(Model* m) { m->weights_stale = 1; }
+void model_params_changed(Model* m, int twins_current) {
+    // a change the twins missed earlier is still missed
+    m->weights_stale = twins_current && m->weights_stale != WEIGHTS_ALL ? WEIGHTS_COMPOSE : WEIGHTS_ALL;
+}
 
 // Shared DIFF: every layer's wqkv, whose block b = j M + m (j = 0 queries, 1 keys; map m) is
 // shared matrix j plus update_out[b] . update_in[b]^T, then wv. Made again only after the
@@ -161,15 +164,16 @@ static void compose_wqkv(Model* m) {
     }
 }
 
-// After the parameters changed: the backend's copies of the weights (bf16 products) and Shared
-// DIFF's composed wqkv, made again once, not at every forward pass of a decoding loop
+// After the parameters changed: the backend's copies of the weights (bf16 products; not where
+// the optimizer wrote them) and Shared DIFF's composed wqkv, made again once, not at every
+// forward pass of a decoding loop
 static void weights_ready(Model* m) {
-    m->be->weights_changed(m->be, m->params_memory, m->n_params);
+    if (m->weights_stale == WEIGHTS_ALL) m->be->weights_changed(m->be, m->params_memory, m->n_params);
     if (m->R) {
         compose_wqkv(m);
         m->be->weights_changed(m->be, m->composed, (size_t)m->L * m->QKV * m->C);
     }
-    m->weights_stale = 0;
+    m->weights_stale = WEIGHTS_READY;
 }
 
 // Shared DIFF: the gradient of layer l's composed wqkv (m->dwqkv) added to its parameters'
@@ -709,14 +713,14 @@ void model_attention_maps(Model* m, int l, int h, int first_row, int T, float* A
 void model_get_params(const Model* m, float* params) { m->be->download(params, m->params_memory, m->n_params * sizeof(float)); }
 void model_set_params(Model* m, const float* params) {
     m->be->upload(m->params_memory, params, m->n_params * sizeof(float));
-    model_params_changed(m);
+    model_params_changed(m, 0);
 }
 void model_copy_params(Model* dst, const Model* src) {
     if (dst->n_params != src->n_params) die("model_copy_params: the models differ in layout");
     size_t bytes = dst->n_params * sizeof(float);
     if (dst->be == src->be) {
         dst->be->copy(dst->params_memory, src->params_memory, bytes);
-        model_params_changed(dst);
+        model_params_changed(dst, 0);
         return;
     }
     float* host = mallocCheck(bytes);  // across backends: through the host

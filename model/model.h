@@ -71,6 +71,10 @@ typedef struct {
     float* h;          // (N, F)
 } LayerActs;
 
+// Model.weights_stale: nothing is out of date; Shared DIFF's composed wqkv (and its twins); that
+// and the backend's twins of the parameters
+enum { WEIGHTS_READY, WEIGHTS_COMPOSE, WEIGHTS_ALL };
+
 typedef struct {
     ModelConfig cfg;
     const AttnVariant* variant;
@@ -87,7 +91,7 @@ typedef struct {
     float* dlambda_integral;  // (1) DINT: backward scratch, the integral term's part of dlambda
     int R;               // Shared DIFF's update rank r, else 0
     float* composed;     // (L, QKV, C) Shared DIFF's wqkv of every layer, composed from its parameters
-    int weights_stale;   // the parameters changed since composed and the backend's copies were made
+    int weights_stale;   // WEIGHTS_*: what derives from the parameters and is out of date
     float* dwqkv;        // (QKV, C) Shared DIFF: backward's gradient of one layer's composed wqkv
     float* dupdate_out;  // (H*D, r) Shared DIFF: backward scratch
 
@@ -197,8 +201,10 @@ void model_get_grads(const Model* model, float* grads);
 // grads (n_params) become the model's gradients: one optimizer step from the same gradients on two devices
 void model_set_grads(Model* model, const float* grads);
 // Whoever writes the parameter block other than through this file (the optimizer) says so here,
-// so that what the model derives from its parameters is made again before it is used
-void model_params_changed(Model* model);
+// so that what the model derives from its parameters is made again before it is used;
+// twins_current: the backend wrote the whole block's bf16 twins as it wrote the block (AdamW),
+// so only Shared DIFF's composition is made again
+void model_params_changed(Model* model, int twins_current);
 // dst's parameters become src's (same layout; the backends may differ: a CPU and a CUDA model
 // side by side)
 void model_copy_params(Model* dst, const Model* src);

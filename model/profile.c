@@ -184,8 +184,11 @@ static double p_sum_squares(const float* x, size_t n) {
 static void p_scale(float* x, size_t n, float factor) { TIMED(OP_SCALE, W4 * 2.0 * n, 0, now.inner->scale(x, n, factor)); }
 static void p_add(float* y, const float* x, size_t n) { TIMED(OP_ADD, W4 * 3.0 * n, 0, now.inner->add(y, x, n)); }
 static void p_sum_across_ranks(float* x, size_t n) { TIMED(OP_SUM_ACROSS_RANKS, W4 * 2.0 * n, 0, now.inner->sum_across_ranks(x, n)); }
-static void p_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step) {
-    TIMED(OP_ADAMW_UPDATE, W4 * 7.0 * n, 0, now.inner->adamw_update(p, g, m, v, n, step));
+static int p_adamw_update(const Backend* be, float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step) {
+    (void)be;
+    int twin;
+    TIMED(OP_ADAMW_UPDATE, W4 * 7.0 * n, 0, twin = now.inner->adamw_update(now.inner, p, g, m, v, n, step));
+    return twin;
 }
 static void p_weights_changed(const Backend* be, const float* w, size_t n) {
     (void)be;

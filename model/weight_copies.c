@@ -79,6 +79,14 @@ const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n) 
     return NULL;
 }
 
+void* weight_copies_weights_twin(WeightCopies* c, const float* w, size_t n) {
+    for (int i = 0; i < WEIGHT_COPY_RANGES; i++) {
+        const float* r = c->ranges[i].w;
+        if (r && w >= r && w + n <= r + c->ranges[i].n) return (char*)c->ranges[i].copy + (size_t)(w - r) * c->element;
+    }
+    return NULL;
+}
+
 void weight_copies_activations(WeightCopies* c, const float* x, size_t n) {
     int slot = -1;
     for (int i = 0; i < WEIGHT_COPY_RANGES; i++) {

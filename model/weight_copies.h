@@ -53,6 +53,10 @@ void weight_copies_changed(WeightCopies* c, const float* w, size_t n);
 // these rows is kept, else NULL
 const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n);
 
+// The twin of weights w (n floats) inside a range, for an operation that changes them to write
+// their rounding into as it writes them (AdamW); NULL where no range holds them
+void* weight_copies_weights_twin(WeightCopies* c, const float* w, size_t n);
+
 // x (n floats) is a block of a model's activations, allocated again (its old roundings
 // forgotten), or n = 0: freed (its roundings released). The model promises that rows a
 // forward product read do not change before the backward product that reads them, unless a

@@ -1237,6 +1237,34 @@ static void test_written_roundings(void) {
     be->release(rstd), be->release(d_got), be->release(d_want);
 }
 
+// AdamW on weights with a bf16 twin writes the twin as it writes them and says so: the product
+// that reads the weights next computes bitwise what it computes once the twin is made again from
+// them (weights_changed); weights without a twin (and every fp32 instance's) get 0
+static void test_adamw_twins(int bf16) {
+    enum { N = 5, IC = 24, OC = 7, W = OC * IC };
+    float *x = random_host(N * IC, 1), *p = random_host(W, 1), *g = random_host(W, 1), *mv = random_host(2 * W, 0.1f);
+    for (int i = W; i < 2 * W; i++) mv[i] = fabsf(mv[i]);  // v >= 0
+    float got[N * OC], want[N * OC];
+    float *d_x = to_backend(x, N * IC * 4), *d_p = to_backend(p, W * 4), *d_g = to_backend(g, W * 4), *d_mv = to_backend(mv, 2 * W * 4);
+    float *d_out = be->alloc(N * OC * 4), *loose = to_backend(p, W * 4);
+    AdamWStep st = {.decay = 0.99f, .beta1 = 0.9f, .beta2 = 0.95f, .step_size = 3e-2f, .bc2_sqrt = 0.3f, .eps = 1e-8f};
+    be->weights_changed(be, d_p, W);
+    be->matmul_forward(be, d_out, d_x, d_p, N, IC, OC, 0);  // the twin in use before the update
+    int wrote = be->adamw_update(be, d_p, d_g, d_mv, d_mv + W, W, &st);
+    be->matmul_forward(be, d_out, d_x, d_p, N, IC, OC, 0);
+    be->download(got, d_out, sizeof(got));
+    be->weights_changed(be, d_p, W);
+    be->matmul_forward(be, d_out, d_x, d_p, N, IC, OC, 0);
+    be->download(want, d_out, sizeof(want));
+    CHECK(wrote == bf16 && memcmp(got, want, sizeof(got)) == 0, "%s %s: AdamW %s (%d), and the next product reads the weights as updated",
+          be->name, bf16 ? "bf16" : "fp32", bf16 ? "writes the weights' twin" : "has no twin to write", wrote);
+    CHECK(be->adamw_update(be, loose, d_g, d_mv, d_mv + W, W, &st) == 0, "%s: AdamW on weights without a twin says it wrote none",
+          be->name);
+    be->weights_changed(be, d_p, 0);
+    free(x), free(p), free(g), free(mv);
+    be->release(d_x), be->release(d_p), be->release(d_g), be->release(d_mv), be->release(d_out), be->release(loose);
+}
+
 // relative L2 error of got against a double reference
 static double rel_l2_ref(const float* got, const double* ref, size_t n) {
     double num = 0, den = 0;
@@ -1331,6 +1359,7 @@ static Backend* open_bf16(const char** why) { return backend_open(backend_device
 static void test_bf16(void) {
     test_weight_copies(0);
     test_kept_roundings(0);
+    test_adamw_twins(0);
     const char* why;
     Backend* bf16 = open_bf16(&why);
     if (!bf16) {
@@ -1345,6 +1374,7 @@ static void test_bf16(void) {
     test_crossentropy_rounded(5, 37, 8);
     test_crossentropy_rounded(3, 4099, 16);  // a row wider than a block
     test_written_roundings();
+    test_adamw_twins(1);
     test_matmul_bf16(1, 5, 3);
     test_matmul_bf16(7, 5, 3);
     test_matmul_bf16(64, 96, 80);
@@ -1503,7 +1533,7 @@ static void test_optimizer(size_t n) {
     AdamWStep st = {0.999f, 0.9f, 0.98f, 1e-3f / (1.0f - powf(0.9f, 3)), sqrtf(1.0f - powf(0.98f, 3)), 1e-8f};
     float *d_g = to_backend(g, n * 4), *d_m = to_backend(m, n * 4), *d_v = to_backend(v, n * 4);
     be->upload(d_x, x, n * 4);
-    be->adamw_update(d_x, d_g, d_m, d_v, n, &st);
+    be->adamw_update(be, d_x, d_g, d_m, d_v, n, &st);
     double *want_p = dzeros(n), *want_m = dzeros(n), *want_v = dzeros(n);
     for (size_t i = 0; i < n; i++) {
         want_m[i] = st.beta1 * (double)m[i] + (1 - (double)st.beta1) * g[i];

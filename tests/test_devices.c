@@ -524,7 +524,7 @@ static void test_profile_traffic(void) {
     m.be->rmsnorm_forward(m.be, buf, buf + 12, buf + 16, buf + 28, 1.0f, 3, 4);        // x (3, 4), weight (4): out, rstd
     m.be->matmul_forward(m.be, buf + 32, buf + 48, buf + 64, 2, 3, 5, 1);         // out (2, 5) += inp (2, 3) . w (5, 3)^T
     m.be->matmul_backward(m.be, buf + 80, buf + 96, buf + 112, buf + 48, buf + 64, 2, 3, 5);
-    m.be->adamw_update(buf + 128, buf + 144, buf + 160, buf + 176, 10, &st);
+    m.be->adamw_update(m.be, buf + 128, buf + 144, buf + 160, buf + 176, 10, &st);
     m.be->crossentropy_forward(buf + 192, buf + 240, buf + 208, (const int*)(buf + 224), 2, 3);  // targets 0 (zeroed ints)
     m.be->crossentropy_backward(m.be, buf + 192, buf + 240, (const int*)(buf + 224), 1.0f, 2, 3);
     profile_step_end(&p);

@@ -30,11 +30,11 @@ static void read_dataset(hid_t file, const char* name, hid_t type, void* out, co
 }
 
 // the backend's adamw_update, counted: calls and parameters per step
-static void (*backend_adamw)(float*, const float*, float*, float*, size_t, const AdamWStep*);
+static int (*backend_adamw)(const Backend*, float*, const float*, float*, float*, size_t, const AdamWStep*);
 static size_t adamw_calls, adamw_params;
-static void counted_adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step) {
+static int counted_adamw(const Backend* be, float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step) {
     adamw_calls++, adamw_params += n;
-    backend_adamw(p, g, m, v, n, step);
+    return backend_adamw(be, p, g, m, v, n, step);
 }
 
 static double max_abs(const float* a, size_t n) {

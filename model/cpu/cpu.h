@@ -53,7 +53,7 @@ void cpu_token_lambda_backward(float* dqkv, const float* qkv, int N, const AttnS
 double cpu_sum_squares(const float* x, size_t n);
 void cpu_scale(float* x, size_t n, float factor);
 void cpu_add(float* y, const float* x, size_t n);
-void cpu_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
+int cpu_adamw_update(const Backend* be, float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
 
 // blas_kernel.c: OpenBLAS's kernel chosen by the CPU's instructions
 // The instruction sets that decide which OpenBLAS kernels and vector widths this CPU runs

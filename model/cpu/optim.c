@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "../../base/util.h"
+#include "../weight_copies.h"
 #include "cpu.h"
 #include "lanes.h"
 
@@ -32,13 +33,16 @@ void cpu_add(float* y, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-void cpu_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* st) {
+int cpu_adamw_update(const Backend* be, float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* st) {
     float decay = st->decay, b1 = st->beta1, b2 = st->beta2, step_size = st->step_size, bc2_sqrt = st->bc2_sqrt, eps = st->eps;
+    uint16_t* twin = be->copies ? weight_copies_weights_twin(be->copies, p, n) : NULL;  // bf16: rounded as written
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         p[i] *= decay;
         m[i] = b1 * m[i] + (1.0f - b1) * g[i];
         v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
         p[i] -= step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+        if (twin) twin[i] = cpu_bf16_round(p[i]);
     }
+    return twin != NULL;
 }

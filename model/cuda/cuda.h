@@ -117,7 +117,7 @@ void cuda_crossentropy_backward(const Backend* be, float* logits_inout, const fl
 double cuda_sum_squares(const float* x, size_t n);
 void cuda_scale(float* x, size_t n, float factor);
 void cuda_add(float* y, const float* x, size_t n);
-void cuda_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
+int cuda_adamw_update(const Backend* be, float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step);
 
 // ---- cudnn_attention.cu: attention on cuDNN's fused graphs in precision = bf16 ----
 // Called in bf16 only. Each runs the call where the shape allows and returns 1, or returns 0 for

@@ -442,7 +442,8 @@ void cuda_add(float* y, const float* x, size_t n) {
 
 // The CPU backend's arithmetic operation by operation, each rounded on its own (the _rn
 // intrinsics are never fused into multiply-adds), so an update equals the CPU's bitwise
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, AdamWStep st) {
+// p's rounding into `twin` too unless NULL
+__global__ void adamw_kernel(float* p, __nv_bfloat16* twin, const float* g, float* m, float* v, size_t n, AdamWStep st) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float gi = g[i];
@@ -450,13 +451,18 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_
     float mi = __fadd_rn(__fmul_rn(st.beta1, m[i]), __fmul_rn(__fsub_rn(1.0f, st.beta1), gi));
     float vi = __fadd_rn(__fmul_rn(st.beta2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, st.beta2), gi), gi));
     float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), st.bc2_sqrt), st.eps);
-    p[i] = __fsub_rn(pi, __fdiv_rn(__fmul_rn(st.step_size, mi), denom));
+    float updated = __fsub_rn(pi, __fdiv_rn(__fmul_rn(st.step_size, mi), denom));
+    p[i] = updated;
+    if (twin) twin[i] = __float2bfloat16_rn(updated);
     m[i] = mi;
     v[i] = vi;
 }
 
-void cuda_adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step) {
-    if (!n) return;
-    adamw_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(p, g, m, v, n, *step);
+int cuda_adamw_update(const Backend* be, float* p, const float* g, float* m, float* v, size_t n, const AdamWStep* step) {
+    // bf16: the weights' twins written with them, not rounded again by a pass of their own
+    __nv_bfloat16* twin = be->copies ? (__nv_bfloat16*)weight_copies_weights_twin(be->copies, p, n) : NULL;
+    if (!n) return twin != NULL;
+    adamw_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS>>>(p, twin, g, m, v, n, *step);
     cudaCheckLaunch();
+    return twin != NULL;
 }
