@@ -130,8 +130,10 @@ struct Backend {
     // gate_up (N, 2F) = [gate | up] per row; h (N, F) = silu(gate) * up
     // (bf16: h's rounding written too, as rmsnorm_forward's out's)
     void (*swiglu_forward)(const Backend* be, float* h, const float* gate_up, int N, int F);
-    // dgate_up (N, 2F) overwritten
-    void (*swiglu_backward)(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
+    // dgate_up (N, 2F) overwritten; bf16, where dgate_up lies inside a block of activations: its
+    // rounding kept for the backward product that reads it as its dout, dgate_up itself left as it
+    // was on CUDA (as cross-entropy's backward)
+    void (*swiglu_backward)(const Backend* be, float* dgate_up, const float* dh, const float* gate_up, int N, int F);
     // x (N, C) = tok_embedding (V, C)[tokens (N)]
     void (*embedding_forward)(float* x, const int* tokens, const float* tok_embedding, int N, int C);
     // dtok_embedding (V, C) += scatter of dx (N, C)
@@ -224,10 +226,11 @@ struct Backend {
     // instance that keeps copies of its weights in another precision makes that block's again;
     // n = 0 forgets the block (its model is freed)
     void (*weights_changed)(const Backend* be, const float* w, size_t n);
-    // x (n floats) is the block of a model's activations, just allocated, or n = 0: about to be
-    // freed. An instance whose products round their operands (bf16) keeps a forward product's
-    // rounding of rows inside the block for the backward product that reads the same rows (which
-    // then reads them as they were at that forward product), and forgets the block's roundings
+    // x (n floats) is a block of a model's activations (or of its backward's gradients), just
+    // allocated, or n = 0: about to be freed. An instance whose products round their operands
+    // (bf16) keeps a forward product's rounding of rows inside the block for the backward product
+    // that reads the same rows (which then reads them as they were at that forward product), and
+    // the roundings the operations above write with their rows, and forgets the block's roundings
     // here.
     void (*activations_changed)(const Backend* be, const float* x, size_t n);
 

@@ -213,6 +213,7 @@ static void free_acts(Model* m) {
     m->hook_staging = NULL;
     if (!be) return;  // a shape only (model_param_count): nothing allocated
     if (m->acts_memory) be->activations_changed(be, m->acts_memory, 0);
+    if (m->grad_scratch) be->activations_changed(be, m->grad_scratch, 0);
     be->release(m->acts_memory);
     be->release(m->grad_scratch);
     be->release(m->targets);
@@ -323,10 +324,11 @@ double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_si
     double activations = 4.0 * ((double)place_acts(&m, NULL, N, m.L) + (double)grad_scratch_floats(&m, N));
     double params = 4.0 * 4.0 * m.n_params;  // parameters, gradients, AdamW m and v
     if (precision == PRECISION_BF16) {
-        // the weights' twins (Shared DIFF's composed wqkv too), and the rounding of each weight
-        // product's input a forward keeps for its backward: per layer ln1, hn, ln2, h; then lnf
+        // the weights' twins (Shared DIFF's composed wqkv too), the rounding of each weight
+        // product's input a forward keeps for its backward (per layer ln1, hn, ln2, h; then
+        // lnf), the logits' gradient's and dgate_up's
         params += 2.0 * ((double)m.n_params + (m.R ? (double)m.L * m.QKV * m.C : 0.0));
-        activations += 2.0 * (double)N * ((double)m.L * (2.0 * m.C + (double)m.H * m.Dv + m.F) + m.C);
+        activations += 2.0 * (double)N * ((double)m.L * (2.0 * m.C + (double)m.H * m.Dv + m.F) + m.C + m.V + 2.0 * m.F);
     }
     model_free(&m);
     if (activation_bytes) *activation_bytes = activations;
@@ -349,6 +351,8 @@ static void alloc_acts(Model* m, int B, int T, int training) {
     place_acts(m, m->acts_memory, N, slots);
     m->be->activations_changed(m->be, m->acts_memory, n_acts);
     m->grad_scratch = training ? m->be->alloc(grad_scratch_floats(m, N) * sizeof(float)) : NULL;
+    // SwiGLU's backward writes dgate_up's rounding there for its product (bf16)
+    if (training) m->be->activations_changed(m->be, m->grad_scratch, grad_scratch_floats(m, N));
     m->targets = m->be->alloc(N * sizeof(int));
     m->tokens = m->be->alloc(N * sizeof(int));
     m->rope = rope_table(m, T);
@@ -555,7 +559,7 @@ static void layer_backward(Model* m, int l, float* dres) {
     float* dy0 = m->shape.integral ? dqkv + N * m->QKV : NULL;  // (N, H*Dv)
 
     be->matmul_backward(be, dh, g->w_down, dres, a->h, p->w_down, N, m->F, C);
-    be->swiglu_backward(dgate_up, dh, a->gate_up, N, m->F);
+    be->swiglu_backward(be, dgate_up, dh, a->gate_up, N, m->F);
     be->matmul_backward(be, dln, g->w_gate_up, dgate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F);
     be->rmsnorm_backward(dres, g->ffn_norm, dln, a->mid, p->ffn_norm, a->ln2_rstd, 1.0f, N, C);
     be->matmul_backward(be, dhn, g->wo, dres, a->hn, p->wo, N, HDv, C);

@@ -118,8 +118,9 @@ static void p_swiglu_forward(const Backend* be, float* h, const float* gate_up, 
     (void)be;
     TIMED(OP_SWIGLU_FORWARD, W4 * 3.0 * N * F, 0, now.inner->swiglu_forward(now.inner, h, gate_up, N, F));
 }
-static void p_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
-    TIMED(OP_SWIGLU_BACKWARD, W4 * 5.0 * N * F, 0, now.inner->swiglu_backward(dgate_up, dh, gate_up, N, F));
+static void p_swiglu_backward(const Backend* be, float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
+    (void)be;
+    TIMED(OP_SWIGLU_BACKWARD, W4 * 5.0 * N * F, 0, now.inner->swiglu_backward(now.inner, dgate_up, dh, gate_up, N, F));
 }
 static void p_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C) {
     TIMED(OP_EMBEDDING_FORWARD, W4 * (N + 2.0 * N * C), 0, now.inner->embedding_forward(x, tokens, tok_embedding, N, C));

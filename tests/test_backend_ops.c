@@ -337,7 +337,7 @@ static void test_swiglu(int N, int F) {
     float *d_gu = to_backend(gu, (size_t)N * 2 * F * 4), *d_h = be->alloc((size_t)N * F * 4);
     float *d_dh = to_backend(dh, (size_t)N * F * 4), *d_dgu = to_backend(gu, (size_t)N * 2 * F * 4);  // overwritten
     be->swiglu_forward(be, d_h, d_gu, N, F);
-    be->swiglu_backward(d_dgu, d_dh, d_gu, N, F);
+    be->swiglu_backward(be, d_dgu, d_dh, d_gu, N, F);
     double *ref = dzeros((size_t)N * F), *ref_d = dzeros((size_t)N * 2 * F);
     for (int n = 0; n < N; n++) {
         for (int i = 0; i < F; i++) {
@@ -1194,6 +1194,34 @@ static void test_crossentropy_rounded(int N, int V, int C) {
     be->release(d_x), be->release(d_w), be->release(d_t), be->release(d_stats), be->release(d_rows);
 }
 
+// SwiGLU's backward on a bf16 instance with dgate_up inside a block: the gate_up product's backward
+// reads dgate_up from the rounding that backward kept (on CUDA the only place it is written),
+// bitwise what it computes from fp32 dgate_up outside every block, rounded afresh
+static void test_swiglu_backward_rounded(int N, int F, int C) {
+    float *gu = random_host((size_t)N * 2 * F, 2), *dh = random_host((size_t)N * F, 1), *x = random_host((size_t)N * C, 1);
+    float* w = random_host((size_t)2 * F * C, 1);
+    float *d_gu = to_backend(gu, (size_t)N * 2 * F * 4), *d_dh = to_backend(dh, (size_t)N * F * 4), *d_x = to_backend(x, (size_t)N * C * 4);
+    float* d_w = to_backend(w, (size_t)2 * F * C * 4);
+    be->weights_changed(be, d_w, (size_t)2 * F * C);
+    float *dx[2], *dw[2];
+    for (int kept = 0; kept < 2; kept++) {
+        float *d_dgu = be->alloc((size_t)N * 2 * F * 4), *d_dx = be->alloc((size_t)N * C * 4), *d_dw = be->alloc((size_t)2 * F * C * 4);
+        if (kept) be->activations_changed(be, d_dgu, (size_t)N * 2 * F);
+        be->swiglu_backward(be, d_dgu, d_dh, d_gu, N, F);
+        be->matmul_backward(be, d_dx, d_dw, d_dgu, d_x, d_w, N, C, 2 * F);
+        dx[kept] = from_backend(d_dx, (size_t)N * C);
+        dw[kept] = from_backend(d_dw, (size_t)2 * F * C);
+        if (kept) be->activations_changed(be, d_dgu, 0);
+        be->release(d_dgu), be->release(d_dx), be->release(d_dw);
+    }
+    CHECK(memcmp(dx[0], dx[1], (size_t)N * C * 4) == 0 && memcmp(dw[0], dw[1], (size_t)2 * F * C * 4) == 0,
+          "%s bf16 N=%d F=%d C=%d: the gate_up product's backward from SwiGLU backward's kept rounding equals it from fp32 dgate_up",
+          be->name, N, F, C);
+    be->weights_changed(be, d_w, 0);
+    free(gu), free(dh), free(x), free(w), free(dx[0]), free(dx[1]), free(dw[0]), free(dw[1]);
+    be->release(d_gu), be->release(d_dh), be->release(d_x), be->release(d_w);
+}
+
 // An operation writing rows a product reads next (RMSNorm's out, SwiGLU's h) writes their bf16
 // rounding too where they lie in a block of activations: the forward product reads it without
 // rounding, bitwise what it computes from the same rows outside every block; the next forward
@@ -1374,6 +1402,7 @@ static void test_bf16(void) {
     test_crossentropy_rounded(5, 37, 8);
     test_crossentropy_rounded(3, 4099, 16);  // a row wider than a block
     test_written_roundings();
+    test_swiglu_backward_rounded(5, 24, 16);
     test_adamw_twins(1);
     test_matmul_bf16(1, 5, 3);
     test_matmul_bf16(7, 5, 3);
@@ -1740,7 +1769,7 @@ static void grad_swiglu(int N, int F) {
     SwigluSize s = {N, F};
     GradCase c = grad_case((size_t[]){(size_t)N * 2 * F}, (float[]){2}, 1, (size_t)N * F, swiglu_grad_forward, &s);
     float *dh = grad_of_output(&c), *dgu = be->alloc((size_t)N * 2 * F * sizeof(float));
-    be->swiglu_backward(dgu, dh, c.dev[0], N, F);
+    be->swiglu_backward(be, dgu, dh, c.dev[0], N, F);
     grad_expect(&c, 0, dgu, "swiglu d_gate_up", GRAD_SAMPLES);
     be->release(dh); be->release(dgu);
     grad_case_free(&c);

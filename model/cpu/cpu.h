@@ -23,7 +23,7 @@ void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
                           const float* rstd, float out_scale, int rows, int W);
 void cpu_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse);
 void cpu_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N, int F);
-void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F);
+void cpu_swiglu_backward(const Backend* be, float* dgate_up, const float* dh, const float* gate_up, int N, int F);
 void cpu_embedding_forward(float* x, const int* tokens, const float* tok_embedding, int N, int C);
 void cpu_embedding_backward(float* dtok_embedding, const float* dx, const int* tokens, int N, int C);
 double cpu_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V);

@@ -186,7 +186,8 @@ void cpu_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N
     }
 }
 
-void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
+void cpu_swiglu_backward(const Backend* be, float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
+    uint16_t* rounded = written_rounding(be, dgate_up, (size_t)N * 2 * F);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* g = gate_up + (size_t)n * 2 * F;
@@ -201,6 +202,7 @@ void cpu_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up,
             du[i] = d[i] * silu;
             dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
         }
+        if (rounded) round_row(rounded + (size_t)n * 2 * F, dg, 2 * F);
     }
 }
 

@@ -232,14 +232,21 @@ __global__ void swiglu_forward_kernel(float* h, __nv_bfloat16* rounded, const fl
     if (rounded) rounded[idx] = __float2bfloat16_rn(v);
 }
 
-__global__ void swiglu_backward_kernel(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
+// dgate_up (N, 2F) into dgate_up (rounded NULL), or rounded to bf16 into `rounded` alone
+__global__ void swiglu_backward_kernel(float* dgate_up, __nv_bfloat16* rounded, const float* dh, const float* gate_up, int N, int F) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * F) return;
     size_t n = idx / F, i = idx % F;
     float g = gate_up[n * 2 * F + i], u = gate_up[n * 2 * F + F + i], d = dh[idx];
     float sig = 1.0f / (1.0f + expf(-g));
-    dgate_up[n * 2 * F + F + i] = d * g * sig;
-    dgate_up[n * 2 * F + i] = d * u * sig * (1.0f + g * (1.0f - sig));
+    float dup = d * g * sig, dgate = d * u * sig * (1.0f + g * (1.0f - sig));
+    if (rounded) {
+        rounded[n * 2 * F + F + i] = __float2bfloat16_rn(dup);
+        rounded[n * 2 * F + i] = __float2bfloat16_rn(dgate);
+    } else {
+        dgate_up[n * 2 * F + F + i] = dup;
+        dgate_up[n * 2 * F + i] = dgate;
+    }
 }
 
 void cuda_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N, int F) {
@@ -248,8 +255,10 @@ void cuda_swiglu_forward(const Backend* be, float* h, const float* gate_up, int 
     cudaCheckLaunch();
 }
 
-void cuda_swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
-    swiglu_backward_kernel<<<cuda_blocks((size_t)N * F, CUDA_THREADS), CUDA_THREADS>>>(dgate_up, dh, gate_up, N, F);
+void cuda_swiglu_backward(const Backend* be, float* dgate_up, const float* dh, const float* gate_up, int N, int F) {
+    // bf16: the gate_up product's backward reads dgate_up from the kept rounding alone
+    __nv_bfloat16* rounded = written_rounding(be, dgate_up, (size_t)N * 2 * F);
+    swiglu_backward_kernel<<<cuda_blocks((size_t)N * F, CUDA_THREADS), CUDA_THREADS>>>(dgate_up, rounded, dh, gate_up, N, F);
     cudaCheckLaunch();
 }
 
