@@ -67,11 +67,18 @@ void weight_copies_changed(WeightCopies* c, const float* w, size_t n) {
     c->round(c->ranges[slot].copy, w, n);
 }
 
-const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n) {
+// the twin of weights w (n) inside a range, else NULL
+static void* range_twin(const WeightCopies* c, const float* w, size_t n) {
     for (int i = 0; i < WEIGHT_COPY_RANGES; i++) {
         const float* r = c->ranges[i].w;
-        if (r && x >= r && x + n <= r + c->ranges[i].n) return (const char*)c->ranges[i].copy + (size_t)(x - r) * c->element;
+        if (r && w >= r && w + n <= r + c->ranges[i].n) return (char*)c->ranges[i].copy + (size_t)(w - r) * c->element;
     }
+    return NULL;
+}
+
+const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n) {
+    const void* twin = range_twin(c, x, n);
+    if (twin) return twin;
     // exactly these rows: a rounding of rows that merely contain them was a different product's
     for (int i = 0; i < c->n_kept; i++) {
         if (c->kept[i].x == x && c->kept[i].n == n) return c->kept[i].copy;
@@ -79,13 +86,7 @@ const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n) 
     return NULL;
 }
 
-void* weight_copies_weights_twin(WeightCopies* c, const float* w, size_t n) {
-    for (int i = 0; i < WEIGHT_COPY_RANGES; i++) {
-        const float* r = c->ranges[i].w;
-        if (r && w >= r && w + n <= r + c->ranges[i].n) return (char*)c->ranges[i].copy + (size_t)(w - r) * c->element;
-    }
-    return NULL;
-}
+void* weight_copies_weights_twin(WeightCopies* c, const float* w, size_t n) { return range_twin(c, w, n); }
 
 void weight_copies_activations(WeightCopies* c, const float* x, size_t n) {
     int slot = -1;

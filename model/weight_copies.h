@@ -57,8 +57,8 @@ const void* weight_copies_find(const WeightCopies* c, const float* x, size_t n);
 // their rounding into as it writes them (AdamW); NULL where no range holds them
 void* weight_copies_weights_twin(WeightCopies* c, const float* w, size_t n);
 
-// x (n floats) is a block of a model's activations, allocated again (its old roundings
-// forgotten), or n = 0: freed (its roundings released). The model promises that rows a
+// x (n floats) is a block of a model's activations (or of its backward's gradients), allocated
+// again (its old roundings forgotten), or n = 0: freed (its roundings released). The model promises that rows a
 // forward product read do not change before the backward product that reads them, unless a
 // forward product reads them again.
 void weight_copies_activations(WeightCopies* c, const float* x, size_t n);

@@ -3,9 +3,11 @@
 //
 // oneDNN picks its kernel for the CPU: AMX tiles or AVX-512 BF16 dot products where the CPU has
 // them, an emulation of bf16 on plain AVX-512 or AVX2 otherwise (correct, and slower than
-// OpenBLAS's fp32). The weights are rounded to bf16 once after each change (weights_changed: once
-// per optimizer step), a forward product's input once a step (its rounding kept for the
-// backward product, weight_copies.h), the gradients once per product that reads them. Every
+// OpenBLAS's fp32). The weights are rounded to bf16 once after each change (by AdamW as it
+// writes them, by weights_changed after a load); a forward product's input once a step, by the
+// operation that wrote it or by the product, its rounding kept for the backward product
+// (weight_copies.h); the gradients once per product that reads them, but for those their
+// writers round (the logits' and dgate_up's, layers.c). Every
 // product's primitive is made once per shape and kept. oneDNN's OpenMP build runs on the same
 // OpenMP threads as the rest of the backend.
 #include <oneapi/dnnl/dnnl.h>

@@ -1,10 +1,12 @@
 // The weights' products with bf16 operands, fp32 accumulation and fp32 output on the tensor
 // cores, through cuBLAS's GemmEx (`precision = bf16`).
 //
-// The weights are rounded to bf16 once after each change (weights_changed: once per optimizer
-// step) into device copies every product reads; a forward product's input once a step, into a
-// twin kept for the backward product that reads the same rows (weight_copies.h); gradients once
-// per product that reads them, into scratch. Everything else (the stored activations, norms,
+// The weights are rounded to bf16 once after each change (by AdamW as it writes them, by
+// weights_changed after a load) into device copies every product reads; a forward product's
+// input once a step, by the kernel that wrote it or by the product, into a twin kept for the
+// backward product that reads the same rows (weight_copies.h); gradients once per product that
+// reads them, into scratch, but for those their kernels write rounded (the logits' and
+// dgate_up's, layers.cu). Everything else (the stored activations, norms,
 // attention, softmax, cross-entropy, AdamW and its fp32 master weights) stays fp32. The
 // products run on a cuBLAS handle of their own in the default math mode: the fp32 handle's
 // pedantic mode is for fp32 (no TF32), and bf16 operands with fp32 compute are what the tensor
