@@ -120,8 +120,9 @@ struct Backend {
     // (the forward product then rounds nothing: weight_copies_write).
     void (*rmsnorm_forward)(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
                             int W);
-    // dinp (rows, W) += ...; dweight (W) += ...
-    void (*rmsnorm_backward)(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    // dinp (rows, W) += ...; dweight (W) += ... (bf16: dinp's rounding written too, as
+    // rmsnorm_forward's out's, for the backward products that read it as their dout)
+    void (*rmsnorm_backward)(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                              const float* rstd, float out_scale, int rows, int W);
     // RoPE with interleaved channel pairs (2j, 2j+1), in place on `heads` sub-heads of width D
     // from column 0 of each row of x (rows, stride); row n is at position n % T. cos_sin

@@ -326,9 +326,9 @@ double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_si
     if (precision == PRECISION_BF16) {
         // the weights' twins (Shared DIFF's composed wqkv too), the rounding of each weight
         // product's input a forward keeps for its backward (per layer ln1, hn, ln2, h; then
-        // lnf), the logits' gradient's and dgate_up's
+        // lnf), the logits' gradient's, dres's and dgate_up's
         params += 2.0 * ((double)m.n_params + (m.R ? (double)m.L * m.QKV * m.C : 0.0));
-        activations += 2.0 * (double)N * ((double)m.L * (2.0 * m.C + (double)m.H * m.Dv + m.F) + m.C + m.V + 2.0 * m.F);
+        activations += 2.0 * (double)N * ((double)m.L * (2.0 * m.C + (double)m.H * m.Dv + m.F) + 2.0 * m.C + m.V + 2.0 * m.F);
     }
     model_free(&m);
     if (activation_bytes) *activation_bytes = activations;
@@ -351,8 +351,10 @@ static void alloc_acts(Model* m, int B, int T, int training) {
     place_acts(m, m->acts_memory, N, slots);
     m->be->activations_changed(m->be, m->acts_memory, n_acts);
     m->grad_scratch = training ? m->be->alloc(grad_scratch_floats(m, N) * sizeof(float)) : NULL;
-    // SwiGLU's backward writes dgate_up's rounding there for its product (bf16)
-    if (training) m->be->activations_changed(m->be, m->grad_scratch, grad_scratch_floats(m, N));
+    // dres, dln, dgate_up: the RMSNorms' and SwiGLU's backward write the roundings of dres and
+    // dgate_up there for the products that read them (bf16); the rest (the head norm's dy among
+    // them, which no product reads) outside
+    if (training) m->be->activations_changed(m->be, m->grad_scratch, N * (2 * (size_t)m->C + 2 * (size_t)m->F));
     m->targets = m->be->alloc(N * sizeof(int));
     m->tokens = m->be->alloc(N * sizeof(int));
     m->rope = rope_table(m, T);
@@ -561,11 +563,11 @@ static void layer_backward(Model* m, int l, float* dres) {
     be->matmul_backward(be, dh, g->w_down, dres, a->h, p->w_down, N, m->F, C);
     be->swiglu_backward(be, dgate_up, dh, a->gate_up, N, m->F);
     be->matmul_backward(be, dln, g->w_gate_up, dgate_up, a->ln2, p->w_gate_up, N, C, 2 * m->F);
-    be->rmsnorm_backward(dres, g->ffn_norm, dln, a->mid, p->ffn_norm, a->ln2_rstd, 1.0f, N, C);
+    be->rmsnorm_backward(be, dres, g->ffn_norm, dln, a->mid, p->ffn_norm, a->ln2_rstd, 1.0f, N, C);
     be->matmul_backward(be, dhn, g->wo, dres, a->hn, p->wo, N, HDv, C);
     if (m->head_norm) {
         be->zero(dy, N * HDv * sizeof(float));
-        be->rmsnorm_backward(dy, g->head_norm, dhn, a->y, p->head_norm, a->hn_rstd, head_norm_scale(m, l), N * m->H, m->Dv);
+        be->rmsnorm_backward(be, dy, g->head_norm, dhn, a->y, p->head_norm, a->hn_rstd, head_norm_scale(m, l), N * m->H, m->Dv);
     } else {
         dy = dhn;
     }
@@ -579,7 +581,7 @@ static void layer_backward(Model* m, int l, float* dres) {
     if (m->R) be->zero(g->wqkv, (size_t)m->QKV * C * sizeof(float));
     be->matmul_backward(be, dln, g->wqkv, dqkv, a->ln1, p->wqkv, N, C, m->QKV);
     if (m->R) split_wqkv_grad(m, l);
-    be->rmsnorm_backward(dres, g->attn_norm, dln, a->x, p->attn_norm, a->ln1_rstd, 1.0f, N, C);
+    be->rmsnorm_backward(be, dres, g->attn_norm, dln, a->x, p->attn_norm, a->ln1_rstd, 1.0f, N, C);
 }
 
 void model_backward(Model* m, float dloss_scale) {
@@ -593,7 +595,7 @@ void model_backward(Model* m, float dloss_scale) {
     m->logits_are_gradients = 1;
     be->matmul_backward(be, dln, m->grads.lm_head, m->logits, m->lnf, m->params.lm_head, N, C, m->V);
     be->zero(dres, N * C * sizeof(float));
-    be->rmsnorm_backward(dres, m->grads.final_norm, dln, m->x_final, m->params.final_norm, m->lnf_rstd, 1.0f, N, C);
+    be->rmsnorm_backward(be, dres, m->grads.final_norm, dln, m->x_final, m->params.final_norm, m->lnf_rstd, 1.0f, N, C);
     for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l, dres);
     m->layer_now = -1;
     be->embedding_backward(m->grads.tok_embedding, dres, m->tokens, N, C);

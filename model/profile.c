@@ -105,10 +105,11 @@ static void p_rmsnorm_forward(const Backend* be, float* out, float* rstd, const 
     TIMED(OP_RMSNORM_FORWARD, W4 * (2.0 * rows * W + W + rows), 0,
           now.inner->rmsnorm_forward(now.inner, out, rstd, inp, weight, out_scale, rows, W));
 }
-static void p_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, const float* rstd,
-                               float out_scale, int rows, int W) {
+static void p_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                               const float* rstd, float out_scale, int rows, int W) {
+    (void)be;
     double bytes = W4 * (4.0 * rows * W + 3.0 * W + rows);  // dout, inp, weight, rstd read; dinp and dweight read and written
-    TIMED(OP_RMSNORM_BACKWARD, bytes, 0, now.inner->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, out_scale, rows, W));
+    TIMED(OP_RMSNORM_BACKWARD, bytes, 0, now.inner->rmsnorm_backward(now.inner, dinp, dweight, dout, inp, weight, rstd, out_scale, rows, W));
 }
 static void p_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse) {
     double bytes = W4 * (2.0 * rows * heads * D + (double)T * D);

@@ -118,8 +118,9 @@ float* cpu_thread_scratch(size_t floats) {
 // so its bits, never depend on the thread count
 #define NORM_ROW_BLOCK 64
 
-void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                      const float* rstd, float out_scale, int rows, int W) {
+void cpu_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                          const float* rstd, float out_scale, int rows, int W) {
+    uint16_t* rounded = written_rounding(be, dinp, (size_t)rows * W);
     // one pass over the rows: the input's gradient, and each block's part of the weight's
     // gradient while its rows are in cache (a second pass over all rows re-read two
     // activations of the size of the layer's input)
@@ -140,6 +141,7 @@ void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
                 dx[i] += s * (d[i] * weight[i] * out_scale - x[i] * s * dot);
                 part[i] += d[i] * x[i] * k;
             }
+            if (rounded) round_row(rounded + (size_t)r * W, dx, W);
         }
     }
     // the blocks' parts added in block order, threads splitting the channels

@@ -104,7 +104,7 @@ void cuda_matmul_forward(const Backend* be, float* out, const float* inp, const 
 void cuda_matmul_backward(const Backend* be, float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC, int OC);
 void cuda_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, float out_scale, int rows,
                           int W);
-void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                            const float* rstd, float out_scale, int rows, int W);
 void cuda_rope_apply(float* x, const float* cos_sin, int rows, int T, int heads, int D, int stride, int inverse);
 void cuda_swiglu_forward(const Backend* be, float* h, const float* gate_up, int N, int F);

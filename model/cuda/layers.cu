@@ -152,8 +152,9 @@ void cuda_rmsnorm_forward(const Backend* be, float* out, float* rstd, const floa
     cudaCheckLaunch();
 }
 
-__global__ void rmsnorm_backward_dx_kernel(float* dinp, const float* dout, const float* inp, const float* weight, const float* rstd,
-                                           float out_scale, int rows, int W) {
+// dinp += ..., and its rounding into `rounded` unless NULL
+__global__ void rmsnorm_backward_dx_kernel(float* dinp, __nv_bfloat16* rounded, const float* dout, const float* inp, const float* weight,
+                                           const float* rstd, float out_scale, int rows, int W) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     const float *x = inp + (size_t)row * W, *d = dout + (size_t)row * W;
@@ -161,7 +162,11 @@ __global__ void rmsnorm_backward_dx_kernel(float* dinp, const float* dout, const
     float s = rstd[row], dot = 0.0f;  // sum_i dxhat_i * xhat_i
     for (int i = lane; i < W; i += 32) dot += d[i] * weight[i] * out_scale * x[i] * s;
     dot = warp_sum(dot) / W;
-    for (int i = lane; i < W; i += 32) dx[i] += s * (d[i] * weight[i] * out_scale - x[i] * s * dot);
+    for (int i = lane; i < W; i += 32) {
+        float v = dx[i] + s * (d[i] * weight[i] * out_scale - x[i] * s * dot);
+        dx[i] = v;
+        if (rounded) rounded[(size_t)row * W + i] = __float2bfloat16_rn(v);
+    }
 }
 
 // dweight in two passes without atomics: each (chunk of rows, channel) sums its rows in order,
@@ -186,9 +191,11 @@ __global__ void sum_chunks_kernel(float* dst, const float* partial, int chunks, 
     dst[i] += acc;
 }
 
-void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, const float* rstd,
-                           float out_scale, int rows, int W) {
-    rmsnorm_backward_dx_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(dinp, dout, inp, weight, rstd, out_scale, rows, W);
+void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                           const float* rstd, float out_scale, int rows, int W) {
+    __nv_bfloat16* rounded = written_rounding(be, dinp, (size_t)rows * W);
+    rmsnorm_backward_dx_kernel<<<cuda_blocks(rows, CUDA_THREADS / 32), CUDA_THREADS>>>(dinp, rounded, dout, inp, weight, rstd, out_scale,
+                                                                                       rows, W);
     cudaCheckLaunch();
     int chunk_rows = max(NORM_CHUNK, (rows + 65534) / 65535), chunks = (rows + chunk_rows - 1) / chunk_rows;
     float* partial = (float*)cuda_scratch(SCRATCH_A, (size_t)chunks * W * sizeof(float));
