@@ -230,8 +230,9 @@ float cpu_softmax_inplace(float* x, int n) {
     return maxv + logf(sum);
 }
 
-// The exponentials of a row go to a scratch row of the thread's, so the logits stay as they are; the backward computes them again, with the
-// same functions, so that its probabilities are bitwise those the forward's sum was taken over
+// The exponentials of a row go to a scratch row of the thread's, so the logits stay as they
+// are; the backward computes them again, with the same functions, so that its probabilities are
+// bitwise those the forward's sum was taken over
 double cpu_crossentropy_forward(const float* logits, float* row_stats, float* row_loss, const int* targets, int N, int V) {
     #pragma omp parallel
     {
