@@ -580,19 +580,24 @@ static int curve_pairs(const Table* t, CurvePair* out) {
     return n;
 }
 
-// The validation points nearest CURVE_POINTS targets spread evenly in log(tokens) from the
-// first point to the last, each once, in order; returns how many
+// CURVE_POINTS validation points (all of them where a run has fewer), spread evenly in
+// log(tokens) from the first point to the last: for each target in turn, the point nearest it
+// among those after the previous pick that still leave one point for every later target. Early
+// on the targets lie closer than the points (validations come every eval_every steps), so the
+// plain nearest point would serve two targets and the curve would lose a point there.
 static int log_spaced(const int64_t* tokens, int points, int* pick) {
-    int n = 0;
-    for (int j = 0; j < CURVE_POINTS && points > 0; j++) {
-        double target = log((double)tokens[0]) + j * (log((double)tokens[points - 1]) - log((double)tokens[0])) / (CURVE_POINTS - 1);
-        int best = 0;
-        for (int k = 1; k < points; k++) {
+    int m = points < CURVE_POINTS ? points : CURVE_POINTS;
+    double lo = log((double)tokens[0]), hi = log((double)tokens[points - 1]);
+    for (int j = 0; j < m; j++) {
+        double target = m > 1 ? lo + j * (hi - lo) / (m - 1) : lo;
+        int first = j ? pick[j - 1] + 1 : 0, last = points - (m - j);
+        int best = first;
+        for (int k = first + 1; k <= last; k++) {
             if (fabs(log((double)tokens[k]) - target) < fabs(log((double)tokens[best]) - target)) best = k;
         }
-        if (n == 0 || best > pick[n - 1]) pick[n++] = best;
+        pick[j] = best;
     }
-    return n;
+    return m;
 }
 
 // Per comparison, at log-spaced validation points, the paired gap in validation loss (every run
@@ -608,7 +613,8 @@ static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const cha
     CurvePair pairs[RECIPE_CLAIMS + RECIPE_SECTIONS];
     int n_pairs = curve_pairs(t, pairs);
     report_printf(rep, "\n### The gaps along training (validation loss against training tokens)\n\nEach comparison's gap in "
-                  "validation loss at %d validation points spread evenly in log(tokens), on the eval_batches x batch_size = %d "
+                  "validation loss at %d validation points (all of them where a run has fewer) spread evenly in log(tokens), on the "
+                  "eval_batches x batch_size = %d "
                   "windows every run evaluates at the same steps; epochs = tokens over the training split's %.0f tokens.\n\n"
                   "| comparison | tokens | epochs | %s |\n|---|---|---|%s|\n", CURVE_POINTS, first->eval_batches * first->batch_size,
                   train_tokens, GAP_HEADER, GAP_HEADER_RULE);
