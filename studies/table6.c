@@ -392,6 +392,12 @@ static void format_cell(char* buf, size_t n, const Row* r, int k) {
     else snprintf(buf, n, "%.3f ± %.3f", r->mean[k], r->std[k]);
 }
 
+// What a figure's title calls the study: a recipe with its own `study` (the scaling study) is
+// not Table 6, though it shares Table 6's presets and evaluation
+static const char* figure_name(const Table* t) {
+    return strcmp(t->name, "table6") == 0 ? "Table 6" : t->name;
+}
+
 static void write_rows(const Table* t, Report* rep) {
     const Table6Options* opt = t->opt;
     const Config* first = &t->rows[0].models[0].cfg;
@@ -695,7 +701,7 @@ static void draw_gap_curve(const Table* t, const char* dat, int pairs, char* png
     preset_path(png, n, t->opt->plots, t->name, t->opt->preset, "_gaps.png");
     gnuplot_output(&vars, "out_gaps", png);
     char text[512];
-    snprintf(text, sizeof(text), "%s, preset %s: validation loss gap against training tokens (%s)", t->name, t->opt->preset,
+    snprintf(text, sizeof(text), "%s, preset %s: validation loss gap against training tokens (%s)", figure_name(t), t->opt->preset,
              t->seeds > 1 ? "bars: 95% t-interval over the seeds" : "1 seed: no interval");
     gnuplot_string(&vars, "title_text", text);
     gnuplot("gap_curve.gp", &vars);
@@ -816,15 +822,15 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
     gnuplot_output(&vars, "out_curves", curves_png);
     preset_path(positions_png, n, opt->plots, t->name, opt->preset, "_positions.png");
     gnuplot_output(&vars, "out_positions", positions_png);
-    snprintf(text, sizeof(text), "Table 6, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
+    snprintf(text, sizeof(text), "%s, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
              "paired interval, %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
-             opt->preset, t->seeds > 1 ? "t over the seeds" : "1 seed: windows' noise only", t->eval_windows, first->model.seq_len);
+             figure_name(t), opt->preset, t->seeds > 1 ? "t over the seeds" : "1 seed: windows' noise only", t->eval_windows, first->model.seq_len);
     gnuplot_string(&vars, "title_text", text);
-    snprintf(text, sizeof(text), "Table 6, preset %s: validation loss during training, on eval_batches x batch_size = %d "
-             "windows (the table: %d)", opt->preset, first->eval_batches * first->batch_size, t->eval_windows);
+    snprintf(text, sizeof(text), "%s, preset %s: validation loss during training, on eval_batches x batch_size = %d "
+             "windows (the table: %d)", figure_name(t), opt->preset, first->eval_batches * first->batch_size, t->eval_windows);
     gnuplot_string(&vars, "curves_title", text);
-    snprintf(text, sizeof(text), "Table 6, preset %s: validation loss by position in the context (%d bins; mean over %d "
-             "seed(s), %d windows)", opt->preset, POSITION_BINS, t->seeds, t->eval_windows);
+    snprintf(text, sizeof(text), "%s, preset %s: validation loss by position in the context (%d bins; mean over %d "
+             "seed(s), %d windows)", figure_name(t), opt->preset, POSITION_BINS, t->seeds, t->eval_windows);
     gnuplot_string(&vars, "positions_title", text);
     gnuplot("table6.gp", &vars);
 }

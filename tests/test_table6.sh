@@ -386,11 +386,18 @@ fi
 # (the smoke preset validates 12 times, evenly in steps, so every point is reported: the nearest
 # point to each log-spaced target alone would report 9, the early targets sharing points),
 # and at the first point the gap, its interval and each seed's difference recomputed from the
-# registry's validation losses (t(0.975, 2) = 4.302653); the gaps' figure and the loss curves
-$bin table6 experiments/scaling.ini --preset smoke --seeds 3 --results "$work/scaling" --plots "$work/scaling" data="$work/data" \
-    > "$work/scaling.log" 2>&1
+# registry's validation losses (t(0.975, 2) = 4.302653); the gaps' figure and the loss curves,
+# every figure titled by the study's name (a gnuplot in front of the real one keeps the titles)
+mkdir -p "$work/spy"
+printf '#!/bin/sh\ncat strings.tsv >> "%s"\nexec "%s" "$@"\n' "$work/titles.tsv" "$(command -v gnuplot)" > "$work/spy/gnuplot"
+chmod +x "$work/spy/gnuplot"
+PATH="$work/spy:$PATH" $bin table6 experiments/scaling.ini --preset smoke --seeds 3 --results "$work/scaling" \
+    --plots "$work/scaling" data="$work/data" > "$work/scaling.log" 2>&1
 expect "scaling smoke with 3 seeds exits 0, its gaps' figure and loss curves drawn" \
     bash -c "test $? = 0 && head -c 4 '$work/scaling/scaling_smoke_gaps.png' | grep -q PNG && head -c 4 '$work/scaling/scaling_smoke_curves.png' | grep -q PNG"
+expect "scaling: its 4 figures' titles name the study, not Table 6 ($(grep -cE '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv") titles)" \
+    test "$(grep -E '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv" | grep -c $'\tscaling, preset smoke: ')" = 4 -a \
+         "$(grep -cE '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv")" = 4
 expect "scaling: all 12 validation points of DIFF minus the Transformer, none from 3 seeds a verdict" \
     test "$(grep -cE '^\| DIFF 2x16 GN − Transformer 4x16 \| [0-9]+ \| [0-9.]+ \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+, [-+0-9.]+, [-+0-9.]+ \| [0-3] of 3 seeds .* \| n too small for a verdict \|$' "$work/scaling/scaling_smoke.md")" = 12
 first=$(sqlite3 "$work/scaling/registry.sqlite" "SELECT d.value - t.value FROM metrics d JOIN runs rd ON rd.id = d.run_id JOIN runs rt
