@@ -82,7 +82,7 @@ expect "the worker ends with its killed parent (worker pid ${worker:-none})" bas
 setsid $bin table6 "$work/table6.ini" --preset smoke --results "$work/orphan" --plots "$work/orphan_plots" steps=3000 > "$work/orphan_rerun.log" 2>&1 &
 leader=$!
 deadline=$((SECONDS + 60))
-while ! grep -q '^== training' "$work/orphan_rerun.log" && kill -0 "$leader" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+while ! grep -qs '^== training' "$work/orphan_rerun.log" && kill -0 "$leader" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
 kill -KILL -- -"$leader" 2>/dev/null
 wait "$leader" 2>/dev/null
 expect "a rerun takes the folder over and trains" bash -c "grep -q '^== training' '$work/orphan_rerun.log' && ! grep -q 'in use by another difftx process' '$work/orphan_rerun.log'"
