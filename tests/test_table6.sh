@@ -389,9 +389,9 @@ fi
 # registry's validation losses (t(0.975, 2) = 4.302653); the gaps' figure and the loss curves,
 # every figure titled by the study's name (a gnuplot in front of the real one keeps the titles)
 mkdir -p "$work/spy"
-printf '#!/bin/sh\ncat strings.tsv >> "%s"\nexec "%s" "$@"\n' "$work/titles.tsv" "$(command -v gnuplot)" > "$work/spy/gnuplot"
+printf '#!/bin/sh\ncat strings.tsv >> "$SPY_TITLES" && exec "$SPY_GNUPLOT" "$@"\n' > "$work/spy/gnuplot"
 chmod +x "$work/spy/gnuplot"
-PATH="$work/spy:$PATH" $bin table6 experiments/scaling.ini --preset smoke --seeds 3 --results "$work/scaling" \
+SPY_TITLES=$work/titles.tsv SPY_GNUPLOT=$(command -v gnuplot) PATH="$work/spy:$PATH" $bin table6 experiments/scaling.ini --preset smoke --seeds 3 --results "$work/scaling" \
     --plots "$work/scaling" data="$work/data" > "$work/scaling.log" 2>&1
 expect "scaling smoke with 3 seeds exits 0, its gaps' figure and loss curves drawn" \
     bash -c "test $? = 0 && head -c 4 '$work/scaling/scaling_smoke_gaps.png' | grep -q PNG && head -c 4 '$work/scaling/scaling_smoke_curves.png' | grep -q PNG"
