@@ -48,19 +48,17 @@ void adamw_update(AdamW* opt, Model* model, float lr, int t) {
     AdamWStep step = {1.0f, cfg->beta1, cfg->beta2, lr / (1.0f - powf(cfg->beta1, (float)t)),
                       sqrtf(1.0f - powf(cfg->beta2, (float)t)), cfg->adam_eps};
     // one update per run of neighbouring tensors that share a decay (the block holds them back
-    // to back): a GPU launches 4 per layer rather than one per tensor. The runs cover the whole
-    // block, so where every update wrote its twins, they are all current.
+    // to back, from its start: model.c's tensor offsets): a GPU launches 4 per layer rather than
+    // one per tensor. The runs cover the whole block, so where every update wrote its twins, they
+    // are all current.
     int twins = 1;
-    size_t covered = 0;
     for (int k = 0; k < model->n_tensors;) {
         int decayed = model->tensors[k].init == INIT_MATRIX, end = k + 1;
         while (end < model->n_tensors && (model->tensors[end].init == INIT_MATRIX) == decayed) end++;
         step.decay = decayed ? 1.0f - lr * cfg->weight_decay : 1.0f;
         size_t at = model->tensors[k].offset, n = model->tensors[end - 1].offset + model->tensors[end - 1].size - at;
-        twins &= at == covered;
-        covered = at + n;
         twins &= model->be->adamw_update(model->be, model->params_memory + at, model->grads_memory + at, opt->m + at, opt->v + at, n, &step);
         k = end;
     }
-    model_params_changed(model, twins && covered == model->n_params);
+    model_params_changed(model, twins);
 }
