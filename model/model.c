@@ -267,10 +267,33 @@ static float* rope_table(const Model* m, int T) {
     return table;
 }
 
-// Sizes of the grad scratch: dres, dln (N, C); dgate_up (N, 2F); dh (N, F); dhn, dy (N, H*Dv); dqkv (N, QKV);
-// DINT's dy0 (N, H*Dv)
-static size_t grad_scratch_floats(const Model* m, size_t N) {
-    return N * (2 * (size_t)m->C + 3 * (size_t)m->F + (2 + m->shape.integral) * (size_t)m->H * m->Dv + m->QKV);
+// The backward's buffers for one layer, reused by every layer
+typedef struct {
+    float* dres;      // (N, C) gradient of the residual stream, carried down the layers
+    float* dln;       // (N, C)
+    float* dgate_up;  // (N, 2F)
+    float* dh;        // (N, F)
+    float* dhn;       // (N, H*Dv)
+    float* dy;        // (N, H*Dv)
+    float* dqkv;      // (N, QKV)
+    float* dy0;       // (N, H*Dv) DINT's; NULL for the other variants
+} GradScratch;
+
+// The one place that lays out the grad scratch of N rows from base, as place_acts the
+// activations; with base NULL it only counts. Returns the floats taken.
+static size_t place_grad_scratch(const Model* m, float* base, size_t N, GradScratch* g) {
+    size_t used = 0, HDv = (size_t)m->H * m->Dv;
+#define TAKE(n) (used += (n), base ? base + used - (n) : NULL)
+    g->dres = TAKE(N * m->C);
+    g->dln = TAKE(N * m->C);
+    g->dgate_up = TAKE(N * 2 * m->F);
+    g->dh = TAKE(N * m->F);
+    g->dhn = TAKE(N * HDv);
+    g->dy = TAKE(N * HDv);
+    g->dqkv = TAKE(N * m->QKV);
+    g->dy0 = m->shape.integral ? TAKE(N * HDv) : NULL;
+#undef TAKE
+    return used;
 }
 
 // The one place that lays out the activations of N rows: a LayerActs per slot, then the final
@@ -321,7 +344,8 @@ double model_training_bytes(const ModelConfig* cfg, int vocab_size, int batch_si
     Model m;
     model_shape(&m, cfg, vocab_size);
     size_t N = (size_t)batch_size * cfg->seq_len;
-    double activations = 4.0 * ((double)place_acts(&m, NULL, N, m.L) + (double)grad_scratch_floats(&m, N));
+    GradScratch g;
+    double activations = 4.0 * ((double)place_acts(&m, NULL, N, m.L) + (double)place_grad_scratch(&m, NULL, N, &g));
     double params = 4.0 * 4.0 * m.n_params;  // parameters, gradients, AdamW m and v
     if (precision == PRECISION_BF16) {
         // the weights' twins (Shared DIFF's composed wqkv too), the rounding of each weight
@@ -350,11 +374,15 @@ static void alloc_acts(Model* m, int B, int T, int training) {
     m->acts_memory = m->be->alloc(n_acts * sizeof(float));
     place_acts(m, m->acts_memory, N, slots);
     m->be->activations_changed(m->be, m->acts_memory, n_acts);
-    m->grad_scratch = training ? m->be->alloc(grad_scratch_floats(m, N) * sizeof(float)) : NULL;
-    // dres, dln, dgate_up: the RMSNorms' and SwiGLU's backward write the roundings of dres and
-    // dgate_up there for the products that read them (bf16); the rest (the head norm's dy among
-    // them, which no product reads) outside
-    if (training) m->be->activations_changed(m->be, m->grad_scratch, N * (2 * (size_t)m->C + 2 * (size_t)m->F));
+    if (training) {
+        GradScratch g;
+        m->grad_scratch = m->be->alloc(place_grad_scratch(m, NULL, N, &g) * sizeof(float));
+        place_grad_scratch(m, m->grad_scratch, N, &g);
+        // dres, dln, dgate_up: the RMSNorms' and SwiGLU's backward write the roundings of dres and
+        // dgate_up there for the products that read them (bf16); the rest (the head norm's dy among
+        // them, which no product reads) outside
+        m->be->activations_changed(m->be, m->grad_scratch, (size_t)(g.dh - g.dres));
+    }
     m->targets = m->be->alloc(N * sizeof(int));
     m->tokens = m->be->alloc(N * sizeof(int));
     m->rope = rope_table(m, T);
@@ -545,20 +573,15 @@ void model_forward_cached(Model* m, const int* tokens, int n, int pos) {
     m->logits_are_gradients = 0;
 }
 
-static void layer_backward(Model* m, int l, float* dres) {
+static void layer_backward(Model* m, int l, const GradScratch* d) {
     const Backend* be = m->be;
     m->layer_now = l;
     const LayerParams* p = &m->params.layers[l];
     LayerParams* g = &m->grads.layers[l];
     const LayerActs* a = &m->acts[l];
     size_t N = (size_t)m->B * m->T, C = m->C, HDv = (size_t)m->H * m->Dv;
-    float* dln = dres + N * C;         // (N, C)
-    float* dgate_up = dln + N * C;     // (N, 2F)
-    float* dh = dgate_up + N * 2 * m->F;  // (N, F)
-    float* dhn = dh + N * m->F;        // (N, H*Dv)
-    float* dy = dhn + N * HDv;         // (N, H*Dv)
-    float* dqkv = dy + N * HDv;        // (N, QKV)
-    float* dy0 = m->shape.integral ? dqkv + N * m->QKV : NULL;  // (N, H*Dv)
+    float *dres = d->dres, *dln = d->dln, *dgate_up = d->dgate_up, *dh = d->dh, *dhn = d->dhn, *dqkv = d->dqkv, *dy0 = d->dy0;
+    float* dy = m->head_norm ? d->dy : dhn;  // without a head norm the output projection reads y itself
 
     be->matmul_backward(be, dh, g->w_down, dres, a->h, p->w_down, N, m->F, C);
     be->swiglu_backward(be, dgate_up, dh, a->gate_up, N, m->F);
@@ -568,8 +591,6 @@ static void layer_backward(Model* m, int l, float* dres) {
     if (m->head_norm) {
         be->zero(dy, N * HDv * sizeof(float));
         be->rmsnorm_backward(be, dy, g->head_norm, dhn, a->y, p->head_norm, a->hn_rstd, head_norm_scale(m, l), N * m->H, m->Dv);
-    } else {
-        dy = dhn;
     }
     int per_layer = m->variant->lambda == LAMBDA_PER_LAYER;
     if (dy0) be->integral_backward(dy0, m->dlambda_integral, dy, a->o1, m->lambda + l, m->B, m->T, m->H, m->Dv);
@@ -589,14 +610,15 @@ void model_backward(Model* m, float dloss_scale) {
     if (m->logits_are_gradients) die("model_backward: the last forward's logits went into a backward already; run a forward first");
     const Backend* be = m->be;
     size_t N = (size_t)m->B * m->T, C = m->C;
-    float* dres = m->grad_scratch;  // (N, C) gradient of the residual stream
-    float* dln = dres + N * C;
+    GradScratch d;
+    place_grad_scratch(m, m->grad_scratch, N, &d);
+    float *dres = d.dres, *dln = d.dln;
     be->crossentropy_backward(be, m->logits, m->row_stats, m->targets, dloss_scale / (float)N, N, m->V);
     m->logits_are_gradients = 1;
     be->matmul_backward(be, dln, m->grads.lm_head, m->logits, m->lnf, m->params.lm_head, N, C, m->V);
     be->zero(dres, N * C * sizeof(float));
     be->rmsnorm_backward(be, dres, m->grads.final_norm, dln, m->x_final, m->params.final_norm, m->lnf_rstd, 1.0f, N, C);
-    for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l, dres);
+    for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l, &d);
     m->layer_now = -1;
     be->embedding_backward(m->grads.tok_embedding, dres, m->tokens, N, C);
 }
