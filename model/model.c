@@ -279,7 +279,7 @@ typedef struct {
     float* dy0;       // (N, H*Dv) DINT's; NULL for the other variants
 } GradScratch;
 
-// The one place that lays out the grad scratch of N rows from base, as place_acts the
+// The one place that lays out the grad scratch of N rows from base, as place_acts lays out the
 // activations; with base NULL it only counts. Returns the floats taken.
 static size_t place_grad_scratch(const Model* m, float* base, size_t N, GradScratch* g) {
     size_t used = 0, HDv = (size_t)m->H * m->Dv;
