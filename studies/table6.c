@@ -271,13 +271,19 @@ void table6_trained_rows(const Table6Options* opt, const char* const* names, int
     table_close(&t);
 }
 
+// What the output and the figures call the study: a recipe with its own `study` (the scaling
+// study) is not Table 6, though it shares Table 6's presets and evaluation
+static const char* study_title(const Table* t) {
+    return strcmp(t->name, "table6") == 0 ? "Table 6" : t->name;
+}
+
 // Parameter counts and the validation shard's size, checked before anything trains
 static void check_rows(Table* t) {
     const Table6Options* opt = t->opt;
     const Config* first = &t->rows[0].models[0].cfg;
     DataDir data;
     data_open(&data, first->data, DATA_VAL);
-    printf("Table 6, preset %s, %d seed(s): parameters per row\n", opt->preset, t->seeds);
+    printf("%s, preset %s, %d seed(s): parameters per row\n", study_title(t), opt->preset, t->seeds);
     for (int i = 0; i < t->n_rows; i++) {
         Row* row = &t->rows[i];
         const Config* cfg = &row->models[0].cfg;
@@ -390,12 +396,6 @@ static void format_cell(char* buf, size_t n, const Row* r, int k) {
     else if (isnan(r->mean[k])) snprintf(buf, n, "%s", k == ARHIT ? "no AR-Hit tokens" : "no tokens");
     else if (r->n == 1) snprintf(buf, n, "%.3f", r->mean[k]);
     else snprintf(buf, n, "%.3f ± %.3f", r->mean[k], r->std[k]);
-}
-
-// What a figure's title calls the study: a recipe with its own `study` (the scaling study) is
-// not Table 6, though it shares Table 6's presets and evaluation
-static const char* figure_name(const Table* t) {
-    return strcmp(t->name, "table6") == 0 ? "Table 6" : t->name;
 }
 
 static void write_rows(const Table* t, Report* rep) {
@@ -701,7 +701,7 @@ static void draw_gap_curve(const Table* t, const char* dat, int pairs, char* png
     preset_path(png, n, t->opt->plots, t->name, t->opt->preset, "_gaps.png");
     gnuplot_output(&vars, "out_gaps", png);
     char text[512];
-    snprintf(text, sizeof(text), "%s, preset %s: validation loss gap against training tokens (%s)", figure_name(t), t->opt->preset,
+    snprintf(text, sizeof(text), "%s, preset %s: validation loss gap against training tokens (%s)", study_title(t), t->opt->preset,
              t->seeds > 1 ? "bars: 95% t-interval over the seeds" : "1 seed: no interval");
     gnuplot_string(&vars, "title_text", text);
     gnuplot("gap_curve.gp", &vars);
@@ -824,13 +824,13 @@ static void write_figures(const Table* t, Registry* reg, char* png, char* curves
     gnuplot_output(&vars, "out_positions", positions_png);
     snprintf(text, sizeof(text), "%s, preset %s: each row's loss minus the Transformer row's, ours (dots; bars: 95%% "
              "paired interval, %s) and the paper's 3B models (diamonds), on the first %d validation windows of %d tokens",
-             figure_name(t), opt->preset, t->seeds > 1 ? "t over the seeds" : "1 seed: windows' noise only", t->eval_windows, first->model.seq_len);
+             study_title(t), opt->preset, t->seeds > 1 ? "t over the seeds" : "1 seed: windows' noise only", t->eval_windows, first->model.seq_len);
     gnuplot_string(&vars, "title_text", text);
     snprintf(text, sizeof(text), "%s, preset %s: validation loss during training, on eval_batches x batch_size = %d "
-             "windows (the table: %d)", figure_name(t), opt->preset, first->eval_batches * first->batch_size, t->eval_windows);
+             "windows (the table: %d)", study_title(t), opt->preset, first->eval_batches * first->batch_size, t->eval_windows);
     gnuplot_string(&vars, "curves_title", text);
     snprintf(text, sizeof(text), "%s, preset %s: validation loss by position in the context (%d bins; mean over %d "
-             "seed(s), %d windows)", figure_name(t), opt->preset, POSITION_BINS, t->seeds, t->eval_windows);
+             "seed(s), %d windows)", study_title(t), opt->preset, POSITION_BINS, t->seeds, t->eval_windows);
     gnuplot_string(&vars, "positions_title", text);
     gnuplot("table6.gp", &vars);
 }

@@ -398,6 +398,8 @@ expect "scaling smoke with 3 seeds exits 0, its gaps' figure and loss curves dra
 expect "scaling: its 4 figures' titles name the study, not Table 6 ($(grep -cE '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv") titles)" \
     test "$(grep -E '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv" | grep -c $'\tscaling, preset smoke: ')" = 4 -a \
          "$(grep -cE '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv")" = 4
+expect "scaling: its parameter counts are headed by the study's name, not Table 6" \
+    grep -q '^scaling, preset smoke, 3 seed(s): parameters per row$' "$work/scaling.log"
 expect "scaling: all 12 validation points of DIFF minus the Transformer, none from 3 seeds a verdict" \
     test "$(grep -cE '^\| DIFF 2x16 GN − Transformer 4x16 \| [0-9]+ \| [0-9.]+ \| [-+0-9.]+ \| \[[-+0-9.]+, [-+0-9.]+\] \| [-+0-9.]+, [-+0-9.]+, [-+0-9.]+ \| [0-3] of 3 seeds .* \| n too small for a verdict \|$' "$work/scaling/scaling_smoke.md")" = 12
 first=$(sqlite3 "$work/scaling/registry.sqlite" "SELECT d.value - t.value FROM metrics d JOIN runs rd ON rd.id = d.run_id JOIN runs rt
