@@ -610,12 +610,18 @@ static int log_spaced(const int64_t* tokens, int points, int* pick) {
 // evaluates the same eval_batches x batch_size windows at the same steps) over the seeds both
 // rows finished, with its t-interval; the points of a comparison are one family. The data file
 // holds one block per comparison: "tokens gap low high" (no interval: low = high = gap).
+// The training split's tokens: one pass over it, the table's epochs and the figure's mark
+static double train_split_tokens(const Table* t) {
+    DataDir data;
+    data_open(&data, t->rows[0].models[0].cfg.data, DATA_TRAIN);
+    double tokens = (double)data.train.n_tokens;
+    data_close(&data);
+    return tokens;
+}
+
 static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const char* dat) {
     const Config* first = &t->rows[0].models[0].cfg;
-    DataDir data;
-    data_open(&data, first->data, DATA_TRAIN);
-    double train_tokens = (double)data.train.n_tokens;
-    data_close(&data);
+    double train_tokens = train_split_tokens(t);
     CurvePair pairs[RECIPE_CLAIMS + RECIPE_SECTIONS];
     int n_pairs = curve_pairs(t, pairs);
     report_printf(rep, "\n### The gaps along training (validation loss against training tokens)\n\nEach comparison's gap in "
@@ -698,6 +704,7 @@ static void draw_gap_curve(const Table* t, const char* dat, int pairs, char* png
     gnuplot_init(&vars);
     gnuplot_input(&vars, "gaps", dat);
     gnuplot_number(&vars, "pairs", pairs);
+    gnuplot_number(&vars, "pass_tokens", train_split_tokens(t));
     preset_path(png, n, t->opt->plots, t->name, t->opt->preset, "_gaps.png");
     gnuplot_output(&vars, "out_gaps", png);
     char text[512];

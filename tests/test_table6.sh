@@ -387,17 +387,29 @@ fi
 # point to each log-spaced target alone would report 9, the early targets sharing points),
 # and at the first point the gap, its interval and each seed's difference recomputed from the
 # registry's validation losses (t(0.975, 2) = 4.302653); the gaps' figure and the loss curves,
-# every figure titled by the study's name (a gnuplot in front of the real one keeps the titles)
+# every figure titled by the study's name and the gaps' figure given the training split's tokens
+# for its one-pass mark (a gnuplot in front of the real one keeps the titles and the numbers)
 mkdir -p "$work/spy"
-printf '#!/bin/sh\ncat strings.tsv >> "$SPY_TITLES" && exec "$SPY_GNUPLOT" "$@"\n' > "$work/spy/gnuplot"
+printf '#!/bin/sh\ncat strings.tsv >> "$SPY_TITLES" && printf "%%s\\n" "$2" >> "$SPY_NUMBERS" && exec "$SPY_GNUPLOT" "$@"\n' > "$work/spy/gnuplot"
 chmod +x "$work/spy/gnuplot"
-SPY_TITLES=$work/titles.tsv SPY_GNUPLOT=$(command -v gnuplot) PATH="$work/spy:$PATH" $bin table6 experiments/scaling.ini --preset smoke --seeds 3 --results "$work/scaling" \
+SPY_TITLES=$work/titles.tsv SPY_NUMBERS=$work/numbers.txt SPY_GNUPLOT=$(command -v gnuplot) PATH="$work/spy:$PATH" $bin table6 experiments/scaling.ini --preset smoke --seeds 3 --results "$work/scaling" \
     --plots "$work/scaling" data="$work/data" > "$work/scaling.log" 2>&1
 expect "scaling smoke with 3 seeds exits 0, its gaps' figure and loss curves drawn" \
     bash -c "test $? = 0 && head -c 4 '$work/scaling/scaling_smoke_gaps.png' | grep -q PNG && head -c 4 '$work/scaling/scaling_smoke_curves.png' | grep -q PNG"
 expect "scaling: its 4 figures' titles name the study, not Table 6 ($(grep -cE '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv") titles)" \
     test "$(grep -E '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv" | grep -c $'\tscaling, preset smoke: ')" = 4 -a \
          "$(grep -cE '^(title_text|[a-z]+_title)'$'\t' "$work/titles.tsv")" = 4
+split=$(sed -n "s/.*over the training split's \([0-9]*\) tokens\..*/\1/p" "$work/scaling/scaling_smoke.md")
+expect "scaling: the gaps' figure marks one pass over the training split (${split:-no} tokens)" \
+    bash -c "test -n '$split' && grep '\\(^\\|; \\)pairs=1;' '$work/numbers.txt' | grep -qE '(^|; )pass_tokens=$split(;|\$)'"
+# the smoke runs stop short of one pass over this corpus, so the mark itself is drawn here, on
+# their data: inside the runs' tokens it changes the figure, past them it leaves it as it is
+mkdir -p "$work/pass" && cp plots/gap_curve.gp plots/strings.gp "$work/pass/" && printf 'title_text\tpass\n' > "$work/pass/strings.tsv"
+for at in 10000 1e12 1e13; do
+    (cd "$work/pass" && gnuplot -e "STRINGS=1; pairs=1; pass_tokens=$at; gaps='../scaling/scaling_smoke_gaps.dat'; out_gaps='$at.png'" gap_curve.gp)
+done
+expect "scaling: the one-pass mark is drawn inside the runs' tokens and not past them" \
+    bash -c "head -c 4 '$work/pass/10000.png' | grep -q PNG && ! cmp -s '$work/pass/10000.png' '$work/pass/1e12.png' && cmp -s '$work/pass/1e12.png' '$work/pass/1e13.png'"
 expect "scaling: its parameter counts are headed by the study's name, not Table 6" \
     grep -q '^scaling, preset smoke, 3 seed(s): parameters per row$' "$work/scaling.log"
 expect "scaling: all 12 validation points of DIFF minus the Transformer, none from 3 seeds a verdict" \
