@@ -1,6 +1,6 @@
 # The gaps along training (difftx table6 on a recipe with gap_curve = true). The program writes
 # the file `gaps` and runs this script to `out_gaps`, with the numbers pairs (the comparisons)
-# and pass_tokens (the training split's tokens) and the string title_text.
+# and pass_tokens (the training split's tokens), and the string title_text.
 # gaps: one block per comparison (first line its quoted label), lines "tokens gap low high":
 #       the paired gap in validation loss and its 95% t-interval over the seeds (low = high =
 #       gap where there is none)

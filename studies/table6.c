@@ -606,10 +606,6 @@ static int log_spaced(const int64_t* tokens, int points, int* pick) {
     return m;
 }
 
-// Per comparison, at log-spaced validation points, the paired gap in validation loss (every run
-// evaluates the same eval_batches x batch_size windows at the same steps) over the seeds both
-// rows finished, with its t-interval; the points of a comparison are one family. The data file
-// holds one block per comparison: "tokens gap low high" (no interval: low = high = gap).
 // The training split's tokens: one pass over it, the table's epochs and the figure's mark
 static double train_split_tokens(const Table* t) {
     DataDir data;
@@ -619,6 +615,10 @@ static double train_split_tokens(const Table* t) {
     return tokens;
 }
 
+// Per comparison, at log-spaced validation points, the paired gap in validation loss (every run
+// evaluates the same eval_batches x batch_size windows at the same steps) over the seeds both
+// rows finished, with its t-interval; the points of a comparison are one family. The data file
+// holds one block per comparison: "tokens gap low high" (no interval: low = high = gap).
 static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const char* dat) {
     const Config* first = &t->rows[0].models[0].cfg;
     double train_tokens = train_split_tokens(t);

@@ -403,13 +403,13 @@ split=$(sed -n "s/.*over the training split's \([0-9]*\) tokens\..*/\1/p" "$work
 expect "scaling: the gaps' figure marks one pass over the training split (${split:-no} tokens)" \
     bash -c "test -n '$split' && grep '\\(^\\|; \\)pairs=1;' '$work/numbers.txt' | grep -qE '(^|; )pass_tokens=$split(;|\$)'"
 # the smoke runs stop short of one pass over this corpus, so the mark itself is drawn here, on
-# their data: inside the runs' tokens it changes the figure, past them it leaves it as it is
+# their data, once inside the runs' tokens and once past them: the two figures differ
 mkdir -p "$work/pass" && cp plots/gap_curve.gp plots/strings.gp "$work/pass/" && printf 'title_text\tpass\n' > "$work/pass/strings.tsv"
-for at in 10000 1e12 1e13; do
+for at in 10000 1e12; do
     (cd "$work/pass" && gnuplot -e "STRINGS=1; pairs=1; pass_tokens=$at; gaps='../scaling/scaling_smoke_gaps.dat'; out_gaps='$at.png'" gap_curve.gp)
 done
-expect "scaling: the one-pass mark is drawn inside the runs' tokens and not past them" \
-    bash -c "head -c 4 '$work/pass/10000.png' | grep -q PNG && ! cmp -s '$work/pass/10000.png' '$work/pass/1e12.png' && cmp -s '$work/pass/1e12.png' '$work/pass/1e13.png'"
+expect "scaling: the one-pass mark is drawn inside the runs' tokens" \
+    bash -c "head -c 4 '$work/pass/10000.png' | grep -q PNG && head -c 4 '$work/pass/1e12.png' | grep -q PNG && ! cmp -s '$work/pass/10000.png' '$work/pass/1e12.png'"
 expect "scaling: its parameter counts are headed by the study's name, not Table 6" \
     grep -q '^scaling, preset smoke, 3 seed(s): parameters per row$' "$work/scaling.log"
 expect "scaling: all 12 validation points of DIFF minus the Transformer, none from 3 seeds a verdict" \
