@@ -619,9 +619,8 @@ static double train_split_tokens(const Table* t) {
 // evaluates the same eval_batches x batch_size windows at the same steps) over the seeds both
 // rows finished, with its t-interval; the points of a comparison are one family. The data file
 // holds one block per comparison: "tokens gap low high" (no interval: low = high = gap).
-static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const char* dat) {
+static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const char* dat, double train_tokens) {
     const Config* first = &t->rows[0].models[0].cfg;
-    double train_tokens = train_split_tokens(t);
     CurvePair pairs[RECIPE_CLAIMS + RECIPE_SECTIONS];
     int n_pairs = curve_pairs(t, pairs);
     report_printf(rep, "\n### The gaps along training (validation loss against training tokens)\n\nEach comparison's gap in "
@@ -699,12 +698,12 @@ static int write_gap_curve(const Table* t, Registry* reg, Report* rep, const cha
 }
 
 // The gaps' figure: plots/<name>_<preset>_gaps.png from the data file write_gap_curve wrote
-static void draw_gap_curve(const Table* t, const char* dat, int pairs, char* png, size_t n) {
+static void draw_gap_curve(const Table* t, const char* dat, int pairs, double train_tokens, char* png, size_t n) {
     GnuplotVars vars;
     gnuplot_init(&vars);
     gnuplot_input(&vars, "gaps", dat);
     gnuplot_number(&vars, "pairs", pairs);
-    gnuplot_number(&vars, "pass_tokens", train_split_tokens(t));
+    gnuplot_number(&vars, "pass_tokens", train_tokens);
     preset_path(png, n, t->opt->plots, t->name, t->opt->preset, "_gaps.png");
     gnuplot_output(&vars, "out_gaps", png);
     char text[512];
@@ -863,14 +862,16 @@ int table6_main(const Table6Options* opt) {
     write_positions(&t, &rep);
     char gaps[4096], gaps_png[4400] = "";
     int pairs = 0;
+    double train_tokens = 0;  // the gaps' table and figure both need it; the data is read once
     if (t.gap_curve) {
         preset_path(gaps, sizeof(gaps), opt->results, t.name, opt->preset, "_gaps.dat");
-        pairs = write_gap_curve(&t, reg, &rep, gaps);
+        train_tokens = train_split_tokens(&t);
+        pairs = write_gap_curve(&t, reg, &rep, gaps, train_tokens);
     }
     report_close(&rep);
     char png[4400], curves_png[4400], positions_png[4400];
     write_figures(&t, reg, png, curves_png, positions_png, sizeof(png));
-    if (pairs) draw_gap_curve(&t, gaps, pairs, gaps_png, sizeof(gaps_png));
+    if (pairs) draw_gap_curve(&t, gaps, pairs, train_tokens, gaps_png, sizeof(gaps_png));
     printf("\nwrote %s, %s, %s, %s%s%s; runs in %s/registry.sqlite\n", path, png, curves_png, positions_png, pairs ? ", " : "", gaps_png,
            opt->results);
     int missing = 0;
